@@ -1,0 +1,206 @@
+"""Configuration: the constraint fields, defined once and mixed into every trainer config."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from trl import SFTConfig
+
+CONSTRAINT_MODES = ("descent", "none")
+DUAL_OPTIMIZERS = ("sgd", "adam")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass
+class ConstraintArguments:
+    r"""
+    Fields that define the layerwise descent constraints and their primal-dual training.
+
+    The problem is `min f_L  s.t.  f_l <= (1 - alpha_l) f_{l-1}` for consecutive constrained layers, and optionally
+    `f_first <= epsilon`, where `f_l` is the mean token loss of layer `l` read out through the model's own head.
+    Mixed into [`ConstrainedSFTConfig`] (and the encoder config), so every trainer shares one definition.
+    """
+
+    # > The constrained problem
+    constraints: str = field(
+        default="descent",
+        metadata={
+            "help": "`'descent'`: every constrained layer must reduce the loss of the previous one (primal-dual "
+            "training). `'none'`: the ERM baseline, trained exactly like `SFTTrainer`, while every constrained layer is "
+            "still measured and logged so both runs share one instrument.",
+            "choices": list(CONSTRAINT_MODES),
+        },
+    )
+    constrained_layers: str | list[str] | list[int] = field(
+        default="all",
+        metadata={
+            "help": "`'all'` (layers 1..L) or a strictly increasing list of 1-based layer indices. Constraints link "
+            "consecutive listed layers: f_{l_j} <= (1 - alpha_j) f_{l_{j-1}}."
+        },
+    )
+    descent_alpha: float | list[float] | str = field(
+        default=0.05,
+        metadata={
+            "help": "Step size alpha in (0, 1): each constrained layer must cut the previous layer's loss by this "
+            "fraction. A float applies to every step; a list gives one alpha per step (number of constrained layers "
+            "minus one). The L-layer chain can only be met if f_L <= (1 - alpha)^(L-1) f_1 is attainable: with 30 "
+            "layers, alpha=0.05 allows a 4.4x reduction from the first layer to the last."
+        },
+    )
+    descent_epsilon: float | None = field(
+        default=None,
+        metadata={
+            "help": "Optional bound f_first <= epsilon on the first constrained layer. Without it the model can "
+            "satisfy every descent constraint by making the first layer's readout worse (paper, Section 4)."
+        },
+    )
+
+    # > The dual problem
+    dual_lr: float = field(
+        default=0.01,
+        metadata={
+            "help": "Learning rate of the dual ascent on the multipliers (>= 0; 0 freezes them at `dual_init`)."
+        },
+    )
+    dual_optimizer: str = field(
+        default="sgd",
+        metadata={
+            "help": "`'sgd'`: projected gradient ascent, lambda <- max(0, lambda + dual_lr (slack - resilience "
+            "lambda)). `'adam'`: Adam on the same ascent direction, then the same projection (the paper's choice).",
+            "choices": list(DUAL_OPTIMIZERS),
+        },
+    )
+    dual_init: float = field(default=0.0, metadata={"help": "Initial value of every multiplier (>= 0)."})
+    resilience: float = field(
+        default=0.0,
+        metadata={
+            "help": "Resilience rho >= 0 (dual weight decay, paper Appendix A.5): relaxes each constraint by "
+            "rho * lambda, so a constraint that cannot be met settles at a finite multiplier of about slack / rho "
+            "instead of growing without bound."
+        },
+    )
+    dual_max: float | None = field(
+        default=None, metadata={"help": "Optional upper cap on every multiplier (> 0), applied with the projection."}
+    )
+    constraint_warmup_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Optimizer steps trained on f_L alone (no penalties, no dual updates) before the constraints "
+            "switch on; layer losses are still measured. The paper warms up for one epoch."
+        },
+    )
+
+    # > The readout of intermediate layers
+    readout_final_norm: bool = field(
+        default=True,
+        metadata={
+            "help": "Apply the model's final norm before the LM head when reading out layers below the last (the "
+            "'logit lens'). The last layer is always scored exactly as the model scores it."
+        },
+    )
+    layer_loss_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "None: intermediate layer losses use every supervised token. k: an unbiased sample of k "
+            "supervised positions per sequence (the same positions for every layer, importance-weighted by the "
+            "sequence's token count). The objective f_L always uses every token."
+        },
+    )
+    feasibility_window: int = field(
+        default=20,
+        metadata={
+            "help": "Number of final optimizer steps whose mean slack decides, in `constraints.json`, whether each "
+            "constraint holds at the end of training."
+        },
+    )
+
+    def _validate_constraint_arguments(self) -> None:
+        if self.constraints not in CONSTRAINT_MODES:
+            raise ValueError(f"`constraints` must be one of {list(CONSTRAINT_MODES)}, got {self.constraints!r}.")
+        if self.dual_optimizer not in DUAL_OPTIMIZERS:
+            raise ValueError(f"`dual_optimizer` must be one of {list(DUAL_OPTIMIZERS)}, got {self.dual_optimizer!r}.")
+        self.constrained_layers = _parse_layers(self.constrained_layers)
+        self.descent_alpha = _parse_alpha(self.descent_alpha)
+        for name in ("dual_lr", "dual_init", "resilience"):
+            value = getattr(self, name)
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
+        if self.dual_max is not None and (not _is_number(self.dual_max) or not self.dual_max > 0):
+            raise ValueError(f"`dual_max` must be None or a number > 0, got {self.dual_max!r}.")
+        if self.dual_max is not None and self.dual_init > self.dual_max:
+            raise ValueError(f"`dual_init` ({self.dual_init}) must not exceed `dual_max` ({self.dual_max}).")
+        if self.descent_epsilon is not None and (
+            not _is_number(self.descent_epsilon) or not math.isfinite(self.descent_epsilon)
+        ):
+            raise ValueError(f"`descent_epsilon` must be None or a finite number, got {self.descent_epsilon!r}.")
+        if not isinstance(self.constraint_warmup_steps, int) or self.constraint_warmup_steps < 0:
+            raise ValueError(
+                f"`constraint_warmup_steps` must be an integer >= 0, got {self.constraint_warmup_steps!r}."
+            )
+        if self.layer_loss_tokens is not None and (
+            not isinstance(self.layer_loss_tokens, int) or self.layer_loss_tokens < 1
+        ):
+            raise ValueError(
+                f"`layer_loss_tokens` must be None (all tokens) or an integer >= 1, got {self.layer_loss_tokens!r}."
+            )
+        if not isinstance(self.feasibility_window, int) or self.feasibility_window < 1:
+            raise ValueError(f"`feasibility_window` must be an integer >= 1, got {self.feasibility_window!r}.")
+
+
+def _parse_layers(value: object) -> str | list[int]:
+    """`'all'` or a strictly increasing list of positive ints; the CLI hands over a list of strings."""
+    if isinstance(value, str):
+        value = [value] if value.strip() == "all" else [v for v in value.replace(",", " ").split()]
+    if isinstance(value, (list, tuple)) and len(value) == 1 and str(value[0]).strip() == "all":
+        return "all"
+    error = (
+        f"`constrained_layers` must be 'all' or a strictly increasing list of 1-based layer indices, got {value!r}."
+    )
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(error)
+    layers = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, (int, str)):
+            raise ValueError(error)
+        try:
+            layers.append(int(item))
+        except ValueError:
+            raise ValueError(error) from None
+    if any(layer < 1 for layer in layers) or any(b <= a for a, b in zip(layers, layers[1:], strict=False)):
+        raise ValueError(error)
+    return layers
+
+
+def _parse_alpha(value: object) -> float | list[float]:
+    """A float, or a list of floats, each in (0, 1); a one-element list (what the CLI gives) is a float."""
+    if isinstance(value, str):
+        parts = value.replace(",", " ").split()
+        value = parts[0] if len(parts) == 1 else parts
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    values = value if isinstance(value, (list, tuple)) else [value]
+    parsed = []
+    for item in values:
+        try:
+            number = float(item) if not isinstance(item, bool) else math.nan
+        except (TypeError, ValueError):
+            number = math.nan
+        if not 0.0 < number < 1.0:
+            raise ValueError(f"`descent_alpha` values must lie in the open interval (0, 1), got {value!r}.")
+        parsed.append(number)
+    return parsed if isinstance(value, (list, tuple)) else parsed[0]
+
+
+@dataclass
+class ConstrainedSFTConfig(ConstraintArguments, SFTConfig):
+    r"""
+    [`trl.SFTConfig`] plus the constraint fields of [`ConstraintArguments`]; every SFT field keeps its meaning.
+    """
+
+    def __post_init__(self) -> None:
+        self._validate_constraint_arguments()
+        super().__post_init__()

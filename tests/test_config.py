@@ -1,0 +1,94 @@
+"""ConstrainedSFTConfig: new fields only, validated with errors that name the field and the allowed values."""
+
+import dataclasses
+
+import pytest
+from trl import SFTConfig, TrlParser
+
+from constrained_sft import ConstrainedSFTConfig, ConstraintArguments
+
+
+def make(**kwargs):
+    return ConstrainedSFTConfig(output_dir="/tmp/unused", report_to="none", bf16=False, use_cpu=True, **kwargs)
+
+
+def test_adds_only_new_fields():
+    parent = {f.name for f in dataclasses.fields(SFTConfig)}
+    ours = {f.name for f in dataclasses.fields(ConstraintArguments)}
+    assert not parent & ours
+    assert {f.name for f in dataclasses.fields(ConstrainedSFTConfig)} == parent | ours
+    for f in dataclasses.fields(ConstraintArguments):
+        assert f.metadata.get("help"), f"{f.name} has no help text"
+
+
+def test_defaults_validate():
+    cfg = make()
+    assert cfg.constraints == "descent" and cfg.constrained_layers == "all" and cfg.descent_alpha == 0.05
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        ({"descent_alpha": 0.0}, r"descent_alpha.*\(0, 1\)"),
+        ({"descent_alpha": 1.0}, r"descent_alpha.*\(0, 1\)"),
+        ({"descent_alpha": [0.1, 1.5]}, r"descent_alpha.*\(0, 1\)"),
+        ({"descent_alpha": "abc"}, r"descent_alpha"),
+        ({"dual_lr": -0.1}, r"dual_lr.*>= 0"),
+        ({"resilience": -1.0}, r"resilience.*>= 0"),
+        ({"dual_init": -1.0}, r"dual_init.*>= 0"),
+        ({"dual_max": 0.0}, r"dual_max.*> 0"),
+        ({"dual_max": 1.0, "dual_init": 2.0}, r"dual_init"),
+        ({"constraints": "soft"}, r"constraints.*\['descent', 'none'\].*'soft'"),
+        ({"dual_optimizer": "rmsprop"}, r"dual_optimizer.*\['sgd', 'adam'\].*'rmsprop'"),
+        ({"constrained_layers": [0, 2]}, r"constrained_layers.*1-based"),
+        ({"constrained_layers": [3, 2]}, r"constrained_layers.*strictly increasing"),
+        ({"constrained_layers": "some"}, r"constrained_layers"),
+        ({"constraint_warmup_steps": -1}, r"constraint_warmup_steps"),
+        ({"layer_loss_tokens": 0}, r"layer_loss_tokens"),
+        ({"feasibility_window": 0}, r"feasibility_window"),
+    ],
+)
+def test_bad_values_name_the_field(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        make(**kwargs)
+
+
+def test_command_line_forms_are_normalised(tmp_path):
+    parser = TrlParser((ConstrainedSFTConfig,))
+    (cfg,) = parser.parse_args_into_dataclasses(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--bf16",
+            "false",
+            "--use_cpu",
+            "true",
+            "--report_to",
+            "none",
+            "--constrained_layers",
+            "2",
+            "4",
+            "6",
+            "--descent_alpha",
+            "0.1",
+            "0.2",
+            "--descent_epsilon",
+            "3.5",
+        ]
+    )
+    assert cfg.constrained_layers == [2, 4, 6] and cfg.descent_alpha == [0.1, 0.2] and cfg.descent_epsilon == 3.5
+    (cfg,) = parser.parse_args_into_dataclasses(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--bf16",
+            "false",
+            "--use_cpu",
+            "true",
+            "--constrained_layers",
+            "all",
+            "--descent_alpha",
+            "0.3",
+        ]
+    )
+    assert cfg.constrained_layers == "all" and cfg.descent_alpha == 0.3
