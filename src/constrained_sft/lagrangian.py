@@ -1,0 +1,87 @@
+"""
+The descent constraints and their Lagrangian terms, as pure functions of per-layer loss sums.
+
+With measured layers l_0 < l_1 < ... < l_{n-1} (1-based), constraint j >= 1 is f_{l_j} <= (1 - alpha_j) f_{l_{j-1}},
+and the optional constraint 0 is f_{l_0} <= epsilon. Each constraint is keyed by the layer it bounds, so the logged
+`dual/<l>` and `slack/<l>` line up with `layer_loss/<l>`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DescentConstraints:
+    layers: tuple[int, ...]  # measured layers, 1-based, increasing; the last is normally L
+    alphas: tuple[float, ...]  # one per step: len(layers) - 1
+    epsilon: float | None = None
+
+    @classmethod
+    def resolve(
+        cls, num_layers: int, constrained_layers: str | list[int], alpha: float | list[float], epsilon: float | None
+    ) -> DescentConstraints:
+        """Check the config fields against a model with `num_layers` layers; errors name the field."""
+        layers = list(range(1, num_layers + 1)) if constrained_layers == "all" else list(constrained_layers)
+        if bad := [layer for layer in layers if not 1 <= layer <= num_layers]:
+            raise ValueError(
+                f"`constrained_layers` contains {bad}, outside the model's layers 1..{num_layers}; use 'all' or "
+                f"indices in 1..{num_layers}."
+            )
+        steps = len(layers) - 1
+        if steps < 1 and epsilon is None:
+            raise ValueError(
+                f"`constrained_layers`={constrained_layers!r} gives {len(layers)} layer(s) and no descent step; list at "
+                "least two layers, or set `descent_epsilon` to bound the one layer."
+            )
+        if isinstance(alpha, (list, tuple)):
+            if len(alpha) != steps:
+                pairs = ", ".join(f"{a}->{b}" for a, b in zip(layers, layers[1:], strict=False))
+                raise ValueError(
+                    f"`descent_alpha` has {len(alpha)} values but the constrained layers {layers} give {steps} descent "
+                    f"steps ({pairs}); give one alpha per step or a single float."
+                )
+            alphas = tuple(float(a) for a in alpha)
+        else:
+            alphas = (float(alpha),) * steps
+        return cls(layers=tuple(layers), alphas=alphas, epsilon=epsilon)
+
+    @property
+    def keys(self) -> tuple[int, ...]:
+        """The layer each constraint bounds, in constraint order."""
+        return self.layers if self.epsilon is not None else self.layers[1:]
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+def constraint_sums(spec: DescentConstraints, layer_sums: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
+    """
+    `[C]` token-sums of the constraint functions from per-layer loss sums `[n]`: dividing by the token count gives
+    the slack g_c = f_{l_j} - (1 - alpha_j) f_{l_{j-1}} (and f_{l_0} - epsilon); g_c <= 0 means satisfied.
+    """
+    alphas = torch.tensor(spec.alphas, device=layer_sums.device, dtype=layer_sums.dtype)
+    terms = layer_sums[1:] - (1 - alphas) * layer_sums[:-1]
+    if spec.epsilon is not None:
+        first = layer_sums[:1] - spec.epsilon * num_tokens.to(layer_sums.dtype)
+        terms = torch.cat([first, terms])
+    return terms
+
+
+def slack(spec: DescentConstraints, layer_sums: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
+    """`[C]` constraint values at the batch means; NaN when the batch has no supervised token."""
+    sums = constraint_sums(spec, layer_sums.double(), num_tokens)
+    return sums / num_tokens.double() if num_tokens > 0 else torch.full_like(sums, float("nan"))
+
+
+def penalty(
+    spec: DescentConstraints, multipliers: torch.Tensor, layer_sums: torch.Tensor, num_tokens: torch.Tensor
+) -> torch.Tensor:
+    """
+    Sum_c lambda_c g_c as a token sum (the caller divides by the same token count as the objective), so micro-batches
+    and ranks add up to the global-batch Lagrangian. `multipliers` must be a detached copy.
+    """
+    sums = constraint_sums(spec, layer_sums.float(), num_tokens)
+    return (multipliers.to(sums) * sums).sum()
