@@ -1,0 +1,23 @@
+"""Constrained fine-tuning for the Hugging Face stack: every layer must reduce the loss."""
+
+from .config import ConstrainedSFTConfig, ConstraintArguments
+from .dual_optimizer import DualOptimizer
+from .lagrangian import DescentConstraints
+from .multipliers import Multipliers
+from .primal_dual import PrimalDual
+from .readout import CausalLMReadout, ReadoutError
+from .sft_trainer import ConstrainedSFTTrainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CausalLMReadout",
+    "ConstrainedSFTConfig",
+    "ConstrainedSFTTrainer",
+    "ConstraintArguments",
+    "DescentConstraints",
+    "DualOptimizer",
+    "Multipliers",
+    "PrimalDual",
+    "ReadoutError",
+]

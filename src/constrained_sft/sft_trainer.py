@@ -1,0 +1,82 @@
+"""`ConstrainedSFTTrainer`: TRL's `SFTTrainer` whose every layer must reduce the loss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trl import SFTTrainer
+from trl.trainer.utils import get_config_model_id
+
+from .config import ConstrainedSFTConfig, ConstraintArguments
+from .layer_losses import select_tokens
+from .probe import LayerProbe, ProbeRequest, attach_probe
+from .readout import CausalLMReadout, _unwrap
+from .trainer_mixin import ConstrainedTrainerMixin
+
+
+class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
+    """
+    A drop-in for [`trl.SFTTrainer`] (same arguments, plus an optional `readout`) that trains
+
+        min f_L   s.t.   f_l <= (1 - alpha_l) f_{l-1}  (consecutive constrained layers),   f_first <= epsilon
+
+    by primal-dual learning: the primal optimizer minimises f_L + sum_l lambda_l g_l, and after each optimizer step
+    the multipliers ascend on the global-batch slack. f_l is the next-token loss of layer l read out through the
+    model's final norm and LM head. With `constraints="none"` it trains exactly like `SFTTrainer` and only measures.
+
+    Args:
+        readout (`CausalLMReadout`, *optional*):
+            How to read out a layer, for architectures whose final norm or LM head is not found automatically.
+    """
+
+    _tag_names = ["trl", "sft", "constrained-sft"]
+    _name = "ConstrainedSFT"
+
+    def __init__(
+        self,
+        model,
+        args: ConstrainedSFTConfig | None = None,
+        *rest: Any,
+        readout: CausalLMReadout | None = None,
+        **kwargs,
+    ) -> None:
+        if args is None:
+            name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = ConstrainedSFTConfig(f"{name.split('/')[-1]}-ConstrainedSFT")
+        elif not isinstance(args, ConstraintArguments):
+            raise TypeError(
+                f"`args` must be a ConstrainedSFTConfig (it adds the constraint fields to SFTConfig), got "
+                f"{type(args).__name__}. Build it with the same arguments: ConstrainedSFTConfig(output_dir=..., ...)."
+            )
+        super().__init__(model, args, *rest, **kwargs)
+        base = _unwrap(self.model)
+        self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
+        num_layers = base.config.get_text_config().num_hidden_layers
+        self._init_constraints(num_layers)
+        self.probe = LayerProbe(self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm)
+        attach_probe(base, self.probe)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        request = self._probe_request(inputs)
+        with self.probe.serving(request):
+            result = super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+        loss, outputs = result if return_outputs else (result, None)
+        if request is not None and request.result is not None:
+            loss = self._add_constraints(loss, request.result, num_items_in_batch)
+        return (loss, outputs) if return_outputs else loss
+
+    def _probe_request(self, inputs: dict[str, Any]) -> ProbeRequest | None:
+        labels = inputs.get("labels")
+        if labels is None:
+            return None
+        if "shift_labels" in inputs:
+            raise NotImplementedError(
+                "ConstrainedSFTTrainer does not support pre-shifted labels (context or sequence parallelism) yet."
+            )
+        # Training reads a sample when `layer_loss_tokens` is set; evaluation always reads every token.
+        sample = self.args.layer_loss_tokens if self.model.training else None
+        generator = self._sampling_generator(labels.device) if sample is not None else None
+        selection = select_tokens(labels, inputs.get("position_ids"), sample, generator)
+        return ProbeRequest(selection=selection, grad=self._constraints_active(), shape=tuple(labels.shape))

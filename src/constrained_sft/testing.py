@@ -1,0 +1,85 @@
+"""
+Tiny offline building blocks for tests, examples and benchmarks: a word-level tokenizer with a chat template,
+small random causal LMs of several architectures, and a learnable synthetic prompt-completion task.
+"""
+
+from __future__ import annotations
+
+import random
+
+import transformers
+from datasets import Dataset
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+SYMBOLS = [f"s{i}" for i in range(24)]
+WORDS = ["user:", "assistant:", "=", "next"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] + ': ' + message['content'] + ' ' }}"
+    "{% if message['role'] == 'assistant' %}{{ eos_token }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'assistant: ' }}{% endif %}"
+)
+
+
+def tiny_tokenizer() -> PreTrainedTokenizerFast:
+    """A whitespace word-level tokenizer over `SYMBOLS` and a few words, built offline (vocabulary 32)."""
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + WORDS + SYMBOLS)}
+    backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def tiny_causal_lm(
+    arch: str = "llama", num_layers: int = 4, hidden: int = 32, vocab: int = 32, seed: int = 0, **overrides
+):
+    """A random causal LM built from a config: `arch` in llama, qwen2, mistral, gpt2. No dropout."""
+    transformers.set_seed(seed)
+    common = {"vocab_size": vocab, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    if arch == "gpt2":
+        config = transformers.GPT2Config(
+            n_embd=hidden,
+            n_layer=num_layers,
+            n_head=4,
+            n_positions=256,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            **common,
+            **overrides,
+        )
+    else:
+        cls = {
+            "llama": transformers.LlamaConfig,
+            "qwen2": transformers.Qwen2Config,
+            "mistral": transformers.MistralConfig,
+        }[arch]
+        config = cls(
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=num_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            **common,
+            **overrides,
+        )
+    return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def successor_dataset(n: int = 256, length: int = 6, seed: int = 0) -> Dataset:
+    """
+    Prompt-completion rows: a random start symbol and step; the completion continues the arithmetic sequence
+    modulo the alphabet. Needs attention to the prompt (the step), so a few layers have to cooperate.
+    """
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        start, step = rng.randrange(len(SYMBOLS)), rng.randrange(1, 4)
+        seq = [SYMBOLS[(start + i * step) % len(SYMBOLS)] for i in range(length + 2)]
+        rows.append({"prompt": " ".join(seq[:2]) + " =", "completion": " " + " ".join(seq[2:])})
+    return Dataset.from_list(rows)

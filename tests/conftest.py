@@ -1,0 +1,57 @@
+import os
+import warnings
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+def config_kwargs(output_dir, **overrides):
+    """CPU-friendly defaults: fp32 (SFTConfig defaults to bf16, ~50x slower on CPU), no reporting, no saving."""
+    base = dict(
+        output_dir=str(output_dir),
+        report_to="none",
+        bf16=False,
+        use_cpu=True,
+        save_strategy="no",
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=8,
+        learning_rate=3e-3,
+        logging_steps=1,
+        max_steps=6,
+        seed=0,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    base.update(overrides)
+    return base
+
+
+@pytest.fixture
+def make_trainer(tmp_path):
+    from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer
+    from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
+
+    def make(model=None, train_dataset=None, eval_dataset=None, trainer_cls=ConstrainedSFTTrainer, **overrides):
+        output_dir = overrides.pop("output_dir", tmp_path / "out")
+        args = ConstrainedSFTConfig(**config_kwargs(output_dir, **overrides))
+        return trainer_cls(
+            model=model if model is not None else tiny_causal_lm("llama"),
+            args=args,
+            train_dataset=train_dataset if train_dataset is not None else successor_dataset(64),
+            eval_dataset=eval_dataset,
+            processing_class=tiny_tokenizer(),
+        )
+
+    return make
+
+
+def duals(log_history, key_prefix="dual/"):
+    """Per-step multipliers from a run logged every step: {step: {layer: lambda}}."""
+    return {
+        row["step"]: {k: v for k, v in row.items() if k.startswith(key_prefix)}
+        for row in log_history
+        if any(k.startswith(key_prefix) for k in row)
+    }
