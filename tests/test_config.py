@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from trl import SFTConfig, TrlParser
 
-from constrained_sft import ConstrainedSFTConfig, ConstraintArguments
+from constrained_sft import ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
 
 
 def make(**kwargs):
@@ -14,10 +14,10 @@ def make(**kwargs):
 
 def test_adds_only_new_fields():
     parent = {f.name for f in dataclasses.fields(SFTConfig)}
-    ours = {f.name for f in dataclasses.fields(ConstraintArguments)}
+    ours = {f.name for cls in (ConstraintArguments, NoiseArguments) for f in dataclasses.fields(cls)}
     assert not parent & ours
     assert {f.name for f in dataclasses.fields(ConstrainedSFTConfig)} == parent | ours
-    for f in dataclasses.fields(ConstraintArguments):
+    for f in [*dataclasses.fields(ConstraintArguments), *dataclasses.fields(NoiseArguments)]:
         assert f.metadata.get("help"), f"{f.name} has no help text"
 
 
@@ -92,3 +92,30 @@ def test_command_line_forms_are_normalised(tmp_path):
         ]
     )
     assert cfg.constrained_layers == "all" and cfg.descent_alpha == 0.3
+    # omitted flags keep the dataclass defaults
+    (cfg,) = parser.parse_args_into_dataclasses(
+        ["--output_dir", str(tmp_path), "--bf16", "false", "--use_cpu", "true"]
+    )
+    assert (cfg.constrained_layers, cfg.descent_alpha, cfg.noise_gamma, cfg.eval_noise_gammas) == (
+        "all",
+        0.05,
+        0.0,
+        None,
+    )
+    (cfg,) = parser.parse_args_into_dataclasses(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--bf16",
+            "false",
+            "--use_cpu",
+            "true",
+            "--noise_gamma",
+            "0.5",
+            "2",
+            "--eval_noise_gammas",
+            "0",
+            "1.5",
+        ]
+    )
+    assert cfg.noise_gamma == [0.5, 2.0] and cfg.eval_noise_gammas == [0.0, 1.5]

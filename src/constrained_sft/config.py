@@ -35,15 +35,17 @@ class ConstraintArguments:
             "choices": list(CONSTRAINT_MODES),
         },
     )
+    # Union-with-list fields take their default through `default_factory`: HfArgumentParser ignores a plain default
+    # for list-typed arguments and would hand over None.
     constrained_layers: str | list[str] | list[int] = field(
-        default="all",
+        default_factory=lambda: "all",
         metadata={
             "help": "`'all'` (layers 1..L) or a strictly increasing list of 1-based layer indices. Constraints link "
             "consecutive listed layers: f_{l_j} <= (1 - alpha_j) f_{l_{j-1}}."
         },
     )
     descent_alpha: float | list[float] | str = field(
-        default=0.05,
+        default_factory=lambda: 0.05,
         metadata={
             "help": "Step size alpha in (0, 1): each constrained layer must cut the previous layer's loss by this "
             "fraction. A float applies to every step; a list gives one alpha per step (number of constrained layers "
@@ -151,6 +153,75 @@ class ConstraintArguments:
             raise ValueError(f"`feasibility_window` must be an integer >= 1, got {self.feasibility_window!r}.")
 
 
+@dataclass
+class NoiseArguments:
+    r"""
+    Gaussian noise on the token embeddings, e ~ N(noise_mean, (gamma * sigma_x)^2), where sigma_x is the std of the
+    model's embedding matrix (see `constrained_sft.noise`). Mixed into every trainer config next to the constraints.
+    """
+
+    noise_gamma: float | list[float] | str = field(
+        default_factory=lambda: 0.0,
+        metadata={
+            "help": "Training noise level gamma >= 0 (0 trains on clean embeddings), or a range [gamma_min, gamma_max] "
+            "from which each example draws its own level uniformly. Applies to training batches only."
+        },
+    )
+    noise_mean: float = field(
+        default=0.0, metadata={"help": "Mean mu of the embedding noise, in training and evaluation."}
+    )
+    noise_clean_prob: float = field(
+        default=0.0,
+        metadata={"help": "Probability in [0, 1] that a training example is left clean (its gamma set to 0)."},
+    )
+    eval_noise_gammas: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "Noise levels at which `evaluate()` also runs, reporting `eval_gamma_<gamma>_loss`, "
+            "`eval_gamma_<gamma>_mean_token_accuracy` and the per-layer metrics at each level (seeded, reproducible)."
+        },
+    )
+
+    def _validate_noise_arguments(self) -> None:
+        gamma = self.noise_gamma
+        if isinstance(gamma, str):
+            gamma = gamma.replace(",", " ").split()
+        if isinstance(gamma, (list, tuple)):
+            if len(gamma) == 1:
+                gamma = gamma[0]
+            elif len(gamma) != 2:
+                raise ValueError(
+                    f"`noise_gamma` must be a level >= 0 or a range [gamma_min, gamma_max], got {self.noise_gamma!r}."
+                )
+        values = list(gamma) if isinstance(gamma, (list, tuple)) else [gamma]
+        try:
+            values = [float(v) for v in values if not isinstance(v, bool)]
+        except (TypeError, ValueError):
+            values = []
+        if len(values) != (2 if isinstance(gamma, (list, tuple)) else 1) or any(
+            not math.isfinite(v) or v < 0 for v in values
+        ):
+            raise ValueError(f"`noise_gamma` values must be finite numbers >= 0, got {self.noise_gamma!r}.")
+        if len(values) == 2 and values[0] > values[1]:
+            raise ValueError(f"`noise_gamma` range needs gamma_min <= gamma_max, got {self.noise_gamma!r}.")
+        self.noise_gamma = values if len(values) == 2 else values[0]
+        if not _is_number(self.noise_mean) or not math.isfinite(self.noise_mean):
+            raise ValueError(f"`noise_mean` must be a finite number, got {self.noise_mean!r}.")
+        if not _is_number(self.noise_clean_prob) or not 0.0 <= self.noise_clean_prob <= 1.0:
+            raise ValueError(f"`noise_clean_prob` must be a probability in [0, 1], got {self.noise_clean_prob!r}.")
+        if self.eval_noise_gammas is not None:
+            levels = [self.eval_noise_gammas] if _is_number(self.eval_noise_gammas) else list(self.eval_noise_gammas)
+            if not levels or any(not _is_number(v) or not math.isfinite(v) or v < 0 for v in levels):
+                raise ValueError(f"`eval_noise_gammas` must be a list of levels >= 0, got {self.eval_noise_gammas!r}.")
+            self.eval_noise_gammas = [float(v) for v in levels]
+
+    @property
+    def trains_with_noise(self) -> bool:
+        """Whether training batches get noise (gamma 0 leaves an example exactly clean, whatever the mean)."""
+        gamma = self.noise_gamma
+        return max(gamma) > 0 if isinstance(gamma, list) else gamma > 0
+
+
 def _parse_layers(value: object) -> str | list[int]:
     """`'all'` or a strictly increasing list of positive ints; the CLI hands over a list of strings."""
     if isinstance(value, str):
@@ -196,11 +267,13 @@ def _parse_alpha(value: object) -> float | list[float]:
 
 
 @dataclass
-class ConstrainedSFTConfig(ConstraintArguments, SFTConfig):
+class ConstrainedSFTConfig(ConstraintArguments, NoiseArguments, SFTConfig):
     r"""
-    [`trl.SFTConfig`] plus the constraint fields of [`ConstraintArguments`]; every SFT field keeps its meaning.
+    [`trl.SFTConfig`] plus the fields of [`ConstraintArguments`] and [`NoiseArguments`]; every SFT field keeps its
+    meaning.
     """
 
     def __post_init__(self) -> None:
         self._validate_constraint_arguments()
+        self._validate_noise_arguments()
         super().__post_init__()
