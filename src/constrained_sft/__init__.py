@@ -1,9 +1,11 @@
 """Constrained fine-tuning for the Hugging Face stack: every layer must reduce the loss."""
 
-from .config import ConstrainedSFTConfig, ConstraintArguments
+from .config import ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
 from .dual_optimizer import DualOptimizer
 from .lagrangian import DescentConstraints
 from .multipliers import Multipliers
+from .noise import EmbeddingNoiseError, embedding_noise, embedding_sigma
+from .noise_collator import EmbeddingNoiseCollator
 from .primal_dual import PrimalDual
 from .readout import CausalLMReadout, ReadoutError
 from .sft_trainer import ConstrainedSFTTrainer
@@ -17,7 +19,12 @@ __all__ = [
     "ConstraintArguments",
     "DescentConstraints",
     "DualOptimizer",
+    "EmbeddingNoiseCollator",
+    "EmbeddingNoiseError",
     "Multipliers",
+    "NoiseArguments",
     "PrimalDual",
     "ReadoutError",
+    "embedding_noise",
+    "embedding_sigma",
 ]

@@ -57,8 +57,9 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         attach_probe(base, self.probe)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        gamma = inputs.pop("noise_gamma", None)  # never reaches the model's forward
         request = self._probe_request(inputs)
-        with self.probe.serving(request):
+        with self._noise(model, gamma), self.probe.serving(request):
             result = super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
@@ -77,6 +78,6 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             )
         # Training reads a sample when `layer_loss_tokens` is set; evaluation always reads every token.
         sample = self.args.layer_loss_tokens if self.model.training else None
-        generator = self._sampling_generator(labels.device) if sample is not None else None
+        generator = self._generator("tokens", labels.device) if sample is not None else None
         selection = select_tokens(labels, inputs.get("position_ids"), sample, generator)
         return ProbeRequest(selection=selection, grad=self._constraints_active(), shape=tuple(labels.shape))

@@ -5,6 +5,7 @@ step, the public metrics, the multipliers in checkpoints, and the feasibility re
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import zlib
@@ -15,9 +16,11 @@ import torch
 from transformers import TrainerCallback
 
 from .checkpoint import REPORT, has_state, load_state, save_state, write_json
-from .config import ConstraintArguments
+from .config import ConstraintArguments, NoiseArguments
 from .lagrangian import DescentConstraints
 from .layer_losses import LayerLosses
+from .noise import embedding_noise
+from .noise_collator import EmbeddingNoiseCollator
 from .primal_dual import LayerStats, PrimalDual, stats_metrics
 
 logger = logging.getLogger(__name__)
@@ -61,18 +64,47 @@ class ConstrainedTrainerMixin:
         )
         self._eval_stats = LayerStats(len(spec.layers))
         self._constraint_metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list)}
-        self._micro_batches = 0
+        self._draws: dict[str, int] = defaultdict(int)
+        self._noise_eval = False
         self.add_callback(_DualStep(self))
 
     # --- the loss -------------------------------------------------------------------------------------------------
     def _constraints_active(self) -> bool:
         return self.model.training and self.primal_dual.active(self.state.global_step)
 
-    def _sampling_generator(self, device: torch.device) -> torch.Generator:
-        """A private stream per (seed, step, micro-batch, rank): reproducible, and the global RNG is left alone."""
-        key = f"{self.args.seed}/{self.state.global_step}/{self._micro_batches}/{self.args.process_index}"
-        self._micro_batches += 1
+    def _generator(self, purpose: str, device: torch.device) -> torch.Generator:
+        """A private stream per (purpose, seed, step, draw, rank): reproducible, resumable, global RNG untouched."""
+        key = f"{purpose}/{self.args.seed}/{self.state.global_step}/{self._draws[purpose]}/{self.args.process_index}"
+        self._draws[purpose] += 1
         return torch.Generator(device=device).manual_seed(zlib.crc32(key.encode()))
+
+    def _noise(self, model, gamma: torch.Tensor | None):
+        """Per-example embedding noise for one forward, from the `noise_gamma` the collator attached."""
+        if gamma is None:
+            return contextlib.nullcontext()
+        generator = self._generator("noise", gamma.device)
+        return embedding_noise(model, gamma=gamma, mean=self.args.noise_mean, generator=generator)
+
+    def get_train_dataloader(self):
+        """Training batches carry per-example `noise_gamma` when the config asks for training noise."""
+        args = self.args
+        if not (isinstance(args, NoiseArguments) and args.trains_with_noise) or isinstance(
+            self.data_collator, EmbeddingNoiseCollator
+        ):
+            return super().get_train_dataloader()
+        gamma = args.noise_gamma
+        base = self.data_collator
+        self.data_collator = EmbeddingNoiseCollator(
+            base,
+            gamma=None if isinstance(gamma, list) else gamma,
+            gamma_range=gamma if isinstance(gamma, list) else None,
+            clean_prob=args.noise_clean_prob,
+            seed=args.seed + 1_000_003 * args.process_index,
+        )
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.data_collator = base
 
     def _reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(tensor.to(self.accelerator.device), reduction="sum")
@@ -99,16 +131,35 @@ class ConstrainedTrainerMixin:
     # --- once per optimizer step ----------------------------------------------------------------------------------
     def _dual_step(self) -> None:
         metrics = self.primal_dual.step(self.state.global_step, self._reduce)
-        self._micro_batches = 0
+        self._draws.clear()
         for key, value in metrics.items():
             self._constraint_metrics["train"][key].append(value)
 
     # --- logging --------------------------------------------------------------------------------------------------
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
-        self._eval_prefix = metric_key_prefix  # dict eval sets re-enter here once per dataset
-        return super().evaluate(
+        """Clean evaluation, then (with `eval_noise_gammas`) one seeded evaluation per noise level."""
+        self._eval_prefix = metric_key_prefix
+        metrics = super().evaluate(
             eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix
         )
+        levels = getattr(self.args, "eval_noise_gammas", None)
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if not levels or self._noise_eval or isinstance(dataset, dict):  # a dict comes back here once per dataset
+            return metrics
+        self._noise_eval = True
+        try:
+            for i, gamma in enumerate(levels):
+                prefix = f"{metric_key_prefix}_gamma_{gamma:g}"
+                self._eval_prefix = prefix
+                seed = self.args.seed + 7919 * (i + 1) + 104729 * self.args.process_index
+                with embedding_noise(self.model, gamma=gamma, mean=self.args.noise_mean, seed=seed):
+                    metrics.update(
+                        super().evaluate(eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=prefix)
+                    )
+        finally:
+            self._noise_eval = False
+            self._eval_prefix = metric_key_prefix
+        return metrics
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.model.training:
@@ -117,10 +168,15 @@ class ConstrainedTrainerMixin:
             buffer.clear()
             if self.primal_dual.enabled:
                 logs.update(self.primal_dual.dual_metrics())
-        elif self._eval_stats.totals is not None:
+        else:
             prefix = getattr(self, "_eval_prefix", "eval")
-            metrics = stats_metrics(self.primal_dual.spec, self._eval_stats.pop(lambda t: t).cpu())
-            logs.update({f"{prefix}_{key}": value for key, value in metrics.items()})
+            if self._eval_stats.totals is not None:
+                metrics = stats_metrics(self.primal_dual.spec, self._eval_stats.pop(lambda t: t).cpu())
+                logs.update({f"{prefix}_{key}": value for key, value in metrics.items()})
+            trl_metrics = getattr(self, "_metrics", {}).get("eval")
+            if prefix != "eval" and trl_metrics:  # TRL names its eval metrics eval_*; keep them under this prefix
+                logs.update({f"{prefix}_{key}": sum(v) / len(v) for key, v in trl_metrics.items() if v})
+                trl_metrics.clear()
         super().log(logs, start_time)
 
     # --- checkpoints ----------------------------------------------------------------------------------------------
