@@ -218,3 +218,15 @@ def test_bad_gamma_and_model_without_embeddings():
         embedding_noise(NoEmbeddings(), gamma=1.0),
     ):
         pass
+
+
+def test_sigma_follows_weight_updates_and_is_cached_between():
+    from constrained_sft.noise import _SigmaCache
+
+    model = tiny_causal_lm("llama")
+    cache = _SigmaCache(input_embedding_module(model))
+    first = cache.get()
+    assert cache.get() is first  # unchanged weights: no recomputation
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(2.0)  # an in-place update, like an optimizer step
+    assert cache.get().item() == pytest.approx(2 * first.item(), rel=1e-6)

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
+from trl.trainer.utils import maybe_gather_lm_head_ctx
 
 from .readout import _unwrap
 
@@ -50,9 +51,12 @@ class _SigmaCache:
 
     def get(self) -> torch.Tensor:
         weight = self.module.weight
+        # ZeRO-3 swaps `data` on every gather, so its parameters are measured once per noise context instead
+        # (the trainers open one per micro-batch); the gather makes the partitioned weight whole.
+        zero3 = hasattr(weight, "ds_id")
         key = (weight.data_ptr(), weight._version)
-        if key != self.key:
-            with torch.no_grad():
+        if self.value is None or (not zero3 and key != self.key):
+            with torch.no_grad(), maybe_gather_lm_head_ctx(weight):
                 w = weight.full_tensor() if hasattr(weight, "full_tensor") else weight
                 scale = getattr(self.module, "embed_scale", 1.0)
                 scale = float(scale.item()) if torch.is_tensor(scale) else float(scale)
