@@ -8,7 +8,8 @@ import warnings
 USAGE = """usage: constrained-sft <command> [options]
 
 commands:
-  train    fine-tune from a YAML recipe: constrained-sft train --config <recipe.yaml> [--field value ...]
+  train              fine-tune from a YAML recipe: constrained-sft train --config <recipe.yaml> [--field value ...]
+  eval robustness    accuracy vs embedding noise, layer curves and descent statistics, with a report
 
 Run `constrained-sft <command> --help` for the options of a command."""
 
@@ -25,6 +26,10 @@ def main(argv: list[str] | None = None) -> int:
         from .train import main as train
 
         return train(rest)
+    if command == "eval" and rest and rest[0] == "robustness":
+        from .eval_robustness import main as robustness
+
+        return robustness(rest[1:])
     print(f"constrained-sft: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

@@ -123,6 +123,22 @@ def aggregate(token_nll: torch.Tensor, selection: TokenSelection) -> LayerLosses
     )
 
 
+@dataclass
+class BatchScore:
+    """A held-out batch as the evaluation sees it: final-layer hits and NLL, and the measured layers' losses."""
+
+    correct: float  # tokens (or examples) whose top-1 prediction is right
+    count: float  # supervised tokens (or examples)
+    nll: float  # summed final-layer NLL
+    layers: LayerLosses
+
+
+def step_ratios(losses: LayerLosses) -> torch.Tensor:
+    """`[(n-1) * S']` ratios f_l / f_{l-1} of every sequence with supervised tokens, for every consecutive layer pair."""
+    per_seq = losses.per_sequence[:, losses.segment_tokens.gt(0)]  # [n, S']
+    return (per_seq[1:] / per_seq[:-1].clamp(min=1e-12)).flatten()
+
+
 def descent_counts(losses: LayerLosses) -> tuple[torch.Tensor, torch.Tensor]:
     """(descending steps, all steps) over (sequence, consecutive measured layers) with f_l < f_{l-1}."""
     valid = losses.segment_tokens.gt(0)  # [S]

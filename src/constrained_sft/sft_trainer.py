@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from trl import SFTTrainer
 from trl.trainer.utils import get_config_model_id
 
 from .config import ConstrainedSFTConfig, ConstraintArguments
-from .layer_losses import select_tokens
+from .layer_losses import BatchScore, select_tokens
 from .probe import LayerProbe, ProbeRequest, attach_probe
 from .readout import CausalLMReadout, _unwrap
 from .trainer_mixin import ConstrainedTrainerMixin
@@ -67,6 +68,25 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         if request is not None and request.result is not None:
             loss = self._add_constraints(loss, request.result, num_items_in_batch)
         return (loss, outputs) if return_outputs else loss
+
+    @torch.no_grad()
+    def score_batch(self, inputs: dict[str, Any]) -> BatchScore:
+        """
+        One held-out batch through the training code path (readout, probe, and any active embedding noise): the
+        final layer's token accuracy and NLL on supervised tokens, and every measured layer's losses.
+        """
+        self.model.eval()
+        inputs = self._prepare_inputs(inputs)
+        inputs.pop("noise_gamma", None)
+        request = self._probe_request(inputs)
+        with self.compute_loss_context_manager(), self.probe.serving(request):
+            out = self.model(**inputs, use_cache=False, fused_lm_head=True)
+        return BatchScore(
+            correct=out.is_top1.sum().item(),
+            count=out.label_mask.sum().item(),
+            nll=-out.log_probs.sum().item(),
+            layers=request.result,
+        )
 
     def _probe_request(self, inputs: dict[str, Any]) -> ProbeRequest | None:
         labels = inputs.get("labels")

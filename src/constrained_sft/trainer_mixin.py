@@ -208,6 +208,7 @@ class ConstrainedTrainerMixin:
         """Write `constraints.json` to `output_dir`; warn when constrained training ended infeasible."""
         summary = self.primal_dual.summary()
         summary["global_step"] = self.state.global_step
+        summary["noise_gamma"] = getattr(self.args, "noise_gamma", 0.0)  # the evaluation's ID / OOD boundary
         if self.args.should_save:
             os.makedirs(self.args.output_dir, exist_ok=True)
             write_json(os.path.join(self.args.output_dir, REPORT), summary)

@@ -1,0 +1,197 @@
+"""
+`constrained-sft eval robustness`: accuracy against embedding noise, layerwise curves and descent statistics for
+one or more models on a held-out set, written as results.json / results.csv / PNG plots / report.html.
+
+    constrained-sft eval robustness --recipe recipes/smollm2-135m/sharegpt/constrained.yaml \\
+        --models outputs/smollm2-135m-sharegpt-constrained outputs/smollm2-135m-sharegpt-erm \\
+        --names constrained erm --output_dir outputs/robustness
+
+With `--recipe`, the held-out rows are the ones the training run carved off (same data fields and seed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+from dataclasses import dataclass, field
+from importlib.metadata import version
+
+import numpy as np
+import torch
+import yaml
+from tqdm.auto import tqdm
+from trl import TrlParser
+
+from .data import DataArguments, load_train_eval
+from .evaluation import (
+    LevelResult,
+    ModelSpec,
+    differences,
+    eval_trainer,
+    evaluate_level,
+    load_model,
+    summarize,
+    training_report,
+)
+from .models import ModelPathError
+from .report import write_report
+
+
+@dataclass
+class RobustnessArguments:
+    models: list[str] = field(
+        default=None, metadata={"help": "Model folders, Hub ids, `pkg:` aliases or LoRA adapter folders."}
+    )
+    output_dir: str = field(
+        default=None, metadata={"help": "Where results.json, results.csv, the plots and report.html go."}
+    )
+    names: list[str] | None = field(
+        default=None, metadata={"help": "A display name per model (default: folder names)."}
+    )
+    base_model: str | None = field(default=None, metadata={"help": "Base model of adapters that do not name one."})
+    recipe: str | None = field(
+        default=None, metadata={"help": "A training recipe whose data fields define the held-out set."}
+    )
+    gammas: list[float] | None = field(
+        default=None, metadata={"help": "Test noise levels (default: 9 levels from 0 to 2x the training level)."}
+    )
+    train_gamma: float | None = field(
+        default=None,
+        metadata={
+            "help": "Training noise level, the ID / OOD boundary (default: from the first model's constraints.json, else the recipe)."
+        },
+    )
+    seeds: int = field(default=3, metadata={"help": "Noise seeds per level; results are mean and std over them."})
+    noise_mean: float = field(default=0.0, metadata={"help": "Mean of the embedding noise."})
+    layers: str = field(
+        default="trained",
+        metadata={
+            "help": "'trained' (the layers in the model's constraints.json, else all), 'all', or comma-separated indices."
+        },
+    )
+    curve_gammas: list[float] | None = field(
+        default=None,
+        metadata={"help": "Levels for the layer-curve plot (default: 0, the training level, the largest)."},
+    )
+    batch_size: int = field(default=8, metadata={"help": "Evaluation batch size."})
+    max_length: int = field(default=1024, metadata={"help": "Truncate sequences to this many tokens."})
+    bf16: bool | None = field(
+        default=None, metadata={"help": "bf16 weights and autocast (default: on CUDA devices that support it)."}
+    )
+
+    def validate(self) -> None:
+        if not self.models:
+            raise ValueError("`--models` needs at least one model.")
+        if not self.output_dir:
+            raise ValueError("`--output_dir` is required.")
+        if self.names is not None and len(self.names) != len(self.models):
+            raise ValueError(f"`--names` has {len(self.names)} names for {len(self.models)} models.")
+        for name, values in (
+            ("gammas", self.gammas),
+            ("curve_gammas", self.curve_gammas),
+            ("train_gamma", [self.train_gamma]),
+        ):
+            if values and any(v is not None and (not np.isfinite(v) or v < 0) for v in values):
+                raise ValueError(f"`--{name}` values must be finite and >= 0, got {values}.")
+        if self.seeds < 1 or self.batch_size < 1:
+            raise ValueError("`--seeds` and `--batch_size` must be >= 1.")
+        for path in self.models:
+            if not path.startswith("pkg:") and path.count("/") != 1 and not os.path.exists(path):
+                raise ModelPathError(f"Model path {path!r} does not exist.")
+
+
+def _train_gamma(args: RobustnessArguments, recipe: dict) -> float:
+    if args.train_gamma is not None:
+        return args.train_gamma
+    value = training_report(args.models[0]).get("noise_gamma", recipe.get("noise_gamma", 0.0))
+    return float(max(value) if isinstance(value, list) else value or 0.0)
+
+
+def _layers(args: RobustnessArguments, path: str):
+    if args.layers == "trained":
+        return training_report(path).get("layers", "all")
+    if args.layers == "all":
+        return "all"
+    return [int(x) for x in args.layers.replace(",", " ").split()]
+
+
+def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None = None) -> dict:
+    args.validate()
+    recipe = recipe or {}
+    train_gamma = _train_gamma(args, recipe)
+    top = 2 * train_gamma if train_gamma > 0 else 2.0
+    gammas = sorted(set(args.gammas)) if args.gammas else [float(round(g, 6)) for g in np.linspace(0, top, 9)]
+    curve = args.curve_gammas or sorted({gammas[0], min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]})
+    if missing := [g for g in curve if g not in gammas]:
+        raise ValueError(f"`--curve_gammas` {missing} are not among the evaluated levels {gammas}.")
+    _, held_out = load_train_eval(data_args)
+    bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    names = args.names or [os.path.basename(os.path.normpath(p)) or p for p in args.models]
+    results = {
+        "settings": {
+            "description": f"{len(held_out)} held-out rows of {data_args.dataset_name}; {args.seeds} noise seed(s) per "
+            f"level; noise N({args.noise_mean}, (gamma sigma_x)^2) on every token embedding",
+            "dataset": dataclasses.asdict(data_args),
+            "gammas": gammas,
+            "curve_gammas": curve,
+            "seeds": args.seeds,
+            "train_gamma": train_gamma,
+            "noise_mean": args.noise_mean,
+            "dtype": str(dtype),
+            "batch_size": args.batch_size,
+            "max_length": args.max_length,
+            "held_out_rows": len(held_out),
+        },
+        "versions": {p: version(p) for p in ("constrained-sft", "torch", "transformers", "trl")},
+        "accuracy_label": "mean token accuracy (final layer, supervised tokens)",
+        "models": {},
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, path in zip(names, args.models, strict=True):
+            model, tokenizer = load_model(ModelSpec(name, path, args.base_model), dtype)
+            trainer = eval_trainer(
+                model, tokenizer, held_out, _layers(args, path), args.batch_size, args.max_length, bf16, scratch
+            )
+            batches = len(trainer.get_eval_dataloader())
+            levels: list[list[LevelResult]] = []
+            with tqdm(total=len(gammas) * args.seeds * batches, desc=f"evaluating {name}") as bar:
+                for gamma in gammas:
+                    levels.append(
+                        [
+                            evaluate_level(trainer, gamma, seed, args.noise_mean, bar.update)
+                            for seed in range(args.seeds)
+                        ]
+                    )
+            results["models"][name] = {
+                "path": path,
+                "layers": list(trainer.primal_dual.spec.layers),
+                "summary": summarize(levels, train_gamma),
+            }
+            del trainer, model
+    if len(names) == 2:
+        a, b = (results["models"][n]["summary"] for n in names)
+        results["differences"] = {"label": f"{names[0]} - {names[1]}", **differences(a, b)}
+    results["files"] = write_report(results, args.output_dir)
+    return results
+
+
+def main(argv: list[str]) -> int:
+    parser = TrlParser((RobustnessArguments, DataArguments))
+    recipe: dict = {}
+    if "--recipe" in argv:
+        with open(argv[argv.index("--recipe") + 1]) as f:
+            recipe = yaml.safe_load(f) or {}
+        data_fields = {f.name for f in dataclasses.fields(DataArguments)}
+        parser.set_defaults_with_config(**{k: v for k, v in recipe.items() if k in data_fields})
+    args, data_args = parser.parse_args_into_dataclasses(argv)
+    results = run(args, data_args, recipe)
+    for name, model in results["models"].items():
+        s = model["summary"]
+        print(
+            f"{name}: AUC {s['auc']:.4f}, ID accuracy {s['id_accuracy']:.4f}, OOD accuracy {s['ood_accuracy']:.4f}, "
+            f"descent share {s['descent_share']:.4f}"
+        )
+    print(f"report: {results['files']['html']}")
+    return 0
