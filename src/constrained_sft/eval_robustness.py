@@ -75,7 +75,10 @@ class RobustnessArguments:
         metadata={"help": "Levels for the layer-curve plot (default: 0, the training level, the largest)."},
     )
     batch_size: int = field(default=8, metadata={"help": "Evaluation batch size."})
-    max_length: int = field(default=1024, metadata={"help": "Truncate sequences to this many tokens."})
+    max_length: int = field(
+        default=1024,
+        metadata={"help": "Truncate sequences to this many tokens (default: the recipe's max_length, else 1024)."},
+    )
     bf16: bool | None = field(
         default=None, metadata={"help": "bf16 weights and autocast (default: on CUDA devices that support it)."}
     )
@@ -184,7 +187,10 @@ def main(argv: list[str]) -> int:
         with open(argv[argv.index("--recipe") + 1]) as f:
             recipe = yaml.safe_load(f) or {}
         data_fields = {f.name for f in dataclasses.fields(DataArguments)}
-        parser.set_defaults_with_config(**{k: v for k, v in recipe.items() if k in data_fields})
+        defaults = {k: v for k, v in recipe.items() if k in data_fields}
+        if recipe.get("max_length"):  # evaluate with the truncation the model was trained with
+            defaults["max_length"] = recipe["max_length"]
+        parser.set_defaults_with_config(**defaults)
     args, data_args = parser.parse_args_into_dataclasses(argv)
     results = run(args, data_args, recipe)
     for name, model in results["models"].items():

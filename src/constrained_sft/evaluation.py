@@ -91,6 +91,7 @@ def eval_trainer(model, tokenizer, dataset, layers, batch_size: int, max_length:
         constraints="none",
         constrained_layers=layers,
         disable_tqdm=True,
+        gradient_checkpointing=False,  # TRL turns it on by default; evaluation has no backward
         dataloader_num_workers=0,
     )
     return ConstrainedSFTTrainer(
