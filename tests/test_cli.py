@@ -199,7 +199,11 @@ def test_every_recipe_parses_and_starts_with_its_command(recipe):
 
     # bf16 recipes are for GPUs; transformers refuses bf16 at parse time elsewhere unless use_cpu is set
     overrides = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
-    script, model, training = make_parser().parse_args_and_config(["--config", recipe, *overrides])
+    from constrained_sft.train import recipe_task
+    from constrained_sft.train_classifier import make_parser as classifier_parser
+
+    parser = classifier_parser() if recipe_task(["--config", recipe]) == "classification" else make_parser()
+    script, model, training = parser.parse_args_and_config(["--config", recipe, *overrides])
     assert script.dataset_name and model.model_name_or_path and training.output_dir
 
 

@@ -1,5 +1,7 @@
 """Constrained fine-tuning for the Hugging Face stack: every layer must reduce the loss."""
 
+from .classifier_readout import ClassifierReadout
+from .classifier_trainer import ConstrainedConfig, ConstrainedTrainer
 from .config import ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
 from .dual_optimizer import DualOptimizer
 from .lagrangian import DescentConstraints
@@ -14,6 +16,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CausalLMReadout",
+    "ClassifierReadout",
+    "ConstrainedConfig",
+    "ConstrainedTrainer",
     "ConstrainedSFTConfig",
     "ConstrainedSFTTrainer",
     "ConstraintArguments",

