@@ -248,7 +248,7 @@ def test_module_entry_point_under_accelerate_launch(tmp_path, tiny_model_dir):
         "constrained_sft",
         *_args(tiny_model_dir, data, out),
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true", "PYTHONFAULTHANDLER": "1"}
     result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "constraints.json").read_text())

@@ -10,6 +10,7 @@ key is an error. Everything that can be checked (keys, model path, data rows) is
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass, field
 
@@ -62,9 +63,23 @@ def run(script_args: ScriptArguments, model_args: ModelConfig, training_args: Co
     trainer.save_model(training_args.output_dir)
     if trainer.is_world_process_zero():
         print(summary_table(trainer, before, after))
+    finish(trainer)
+    return {"before": before, "after": after}
+
+
+def finish(trainer) -> None:
+    """Wait for every rank, close trackers and the process group, then drop the DDP wrapper while Python is alive.
+
+    Without the barrier a non-main rank (which writes no shards) tears its group down while rank 0 still saves. A
+    DDP wrapper left for interpreter teardown keeps gloo's worker threads and their tensors alive until then, and
+    freeing them there can abort the process at exit ("terminate called without an active exception").
+    """
+    trainer.accelerator.wait_for_everyone()
     if hasattr(trainer, "end"):  # transformers >= 5.18: finish trackers, destroy the process group
         trainer.end()
-    return {"before": before, "after": after}
+    trainer.accelerator.free_memory()  # the prepared model / optimizer / scheduler references, then gc.collect()
+    trainer.model_wrapped = trainer.model
+    gc.collect()
 
 
 def summary_table(trainer, before: dict, after: dict, accuracy_key: str = "mean_token_accuracy") -> str:

@@ -46,7 +46,7 @@ def load_classifier(model_args: ModelConfig, path: str, names: list[str] | None 
 
 
 def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, training_args: ConstrainedConfig) -> dict:
-    from .train import summary_table
+    from .train import finish, summary_table
 
     path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = load_tokenizer(path, model_args.model_revision)
@@ -74,6 +74,7 @@ def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, trainin
     trainer.save_model(training_args.output_dir)
     if trainer.is_world_process_zero():
         print(summary_table(trainer, before, after, accuracy_key="accuracy"))
+    finish(trainer)
     return {"before": before, "after": after}
 
 
