@@ -10,6 +10,8 @@ USAGE = """usage: constrained-sft <command> [options]
 commands:
   train              fine-tune from a YAML recipe: constrained-sft train --config <recipe.yaml> [--field value ...]
   eval robustness    accuracy vs embedding noise, layer curves and descent statistics, with a report
+  eval generate      answers to instructions (AlpacaEval or a local file) with embedding noise, alpaca_eval format
+  eval alpaca        head-to-head AlpacaEval judging of two generators' answers at each noise level
 
 Run `constrained-sft <command> --help` for the options of a command."""
 
@@ -30,6 +32,14 @@ def main(argv: list[str] | None = None) -> int:
         from .eval_robustness import main as robustness
 
         return robustness(rest[1:])
+    if command == "eval" and rest and rest[0] == "generate":
+        from .generate import main as generate
+
+        return generate(rest[1:])
+    if command == "eval" and rest and rest[0] == "alpaca":
+        from .alpaca import main as alpaca
+
+        return alpaca(rest[1:])
     print(f"constrained-sft: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
     return 2
 

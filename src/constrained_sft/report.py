@@ -5,10 +5,14 @@ from __future__ import annotations
 import base64
 import csv
 import html
+import json
 import os
 from typing import Any
 
 from .checkpoint import write_json
+
+ALPACA_JSON = "alpaca_eval.json"
+ALPACA_PLOT = "alpaca_win_rate.png"
 
 
 def _plt():
@@ -187,17 +191,74 @@ def write_report(results: dict[str, Any], output_dir: str) -> dict[str, str]:
             + _table(["gamma", "accuracy", "std", "loss", "descent share", "median ratio"], rows)
         )
     sections.append("<h2>Plots</h2>" + "".join(_img(p) for p in plots.values()))
+    alpaca_json = os.path.join(output_dir, ALPACA_JSON)
+    if os.path.isfile(alpaca_json):  # written by `eval alpaca`; kept when the robustness part is rerun
+        with open(alpaca_json) as f:
+            sections.append(alpaca_section(json.load(f), output_dir))
     sections.append(
         f"<h2>Settings</h2><pre>{html.escape(str(results['settings']))}\n{html.escape(str(results['versions']))}</pre>"
     )
+    paths["html"] = _write_html(os.path.join(output_dir, "report.html"), sections)
+    return paths
+
+
+def _write_html(path: str, sections: list[str]) -> str:
     style = (
         "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}img{max-width:100%;margin:0.5em 0}"
     )
-    paths["html"] = os.path.join(output_dir, "report.html")
-    with open(paths["html"], "w") as f:
+    with open(path, "w") as f:
         f.write(
             f"<!doctype html><html><head><meta charset='utf-8'><title>Robustness report</title><style>{style}</style>"
             f"</head><body>{''.join(sections)}</body></html>"
         )
+    return path
+
+
+def plot_win_rates(alpaca: dict[str, Any], path: str) -> str:
+    """Win rate (and LC win rate) of the model over the reference against gamma, +- one standard error."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    rows = alpaca["levels"]
+    gammas = [r["gamma"] for r in rows]
+    ax.errorbar(gammas, [r["win_rate"] for r in rows], yerr=[r["standard_error"] for r in rows], marker="o",
+                capsize=3, label="win rate")  # fmt: skip
+    if any(r["lc_win_rate"] is not None for r in rows):
+        ax.plot(gammas, [r["lc_win_rate"] for r in rows], marker="s", label="length-controlled win rate")
+    ax.axhline(50, color="grey", linestyle="--", linewidth=1)
+    ax.set(xlabel="embedding noise gamma", ylabel="win rate (%)", ylim=(0, 100))
+    ax.set_title(f"{alpaca['model']} vs {alpaca['reference']} (judge: {alpaca['judge_config']})")
+    ax.legend()
+    return _save(fig, path)
+
+
+def alpaca_section(alpaca: dict[str, Any], output_dir: str) -> str:
+    rows = [
+        [r["gamma"], r["win_rate"], r["standard_error"], "-" if r["lc_win_rate"] is None else r["lc_win_rate"],
+         r["n_wins"], r["n_wins_base"], r["n_draws"], r["n_total"], r["unparsed"]]
+        for r in alpaca["levels"]
+    ]  # fmt: skip
+    note = alpaca.get("lc_missing_reason")
+    plot = os.path.join(output_dir, ALPACA_PLOT)
+    return (
+        f"<h2>AlpacaEval: {html.escape(alpaca['model'])} vs {html.escape(alpaca['reference'])}</h2>"
+        f"<p>judge: {html.escape(alpaca['judge_config'])}; win rates in percent, draws count half.</p>"
+        + _table(["gamma", "win rate", "SE", "LC win rate", "wins", "losses", "draws", "judged", "unparsed"], rows)
+        + (f"<p>No length-controlled win rate: {html.escape(note)}.</p>" if note else "")
+        + (_img(plot) if os.path.isfile(plot) else "")
+    )
+
+
+def write_alpaca(alpaca: dict[str, Any], output_dir: str) -> dict[str, str]:
+    """alpaca_eval.json and its plot, then report.html again (with the robustness results if the folder has them)."""
+    os.makedirs(output_dir, exist_ok=True)
+    paths = {"json": os.path.join(output_dir, ALPACA_JSON), "plot": os.path.join(output_dir, ALPACA_PLOT)}
+    write_json(paths["json"], {**alpaca, "files": paths})
+    plot_win_rates(alpaca, paths["plot"])
+    results = os.path.join(output_dir, "results.json")
+    if os.path.isfile(results):
+        with open(results) as f:
+            paths["html"] = write_report(json.load(f), output_dir)["html"]
+    else:
+        paths["html"] = _write_html(os.path.join(output_dir, "report.html"), [alpaca_section(alpaca, output_dir)])
     return paths
