@@ -3,13 +3,17 @@ Step time and peak memory of ConstrainedSFTTrainer against plain SFTTrainer on t
 
     python benchmarks/step_time.py --model tiny
     python benchmarks/step_time.py --model smollm2 --settings sft,all,32 --batch 4 --seq 256
+    # GPU rows: Llama 3.1 8B's shape with random weights, bf16 (full fine-tuning needs ~16 B/param; fewer layers fit)
+    python benchmarks/step_time.py --model llama-8b-shape --dtype bf16 --batch 4 --seq 512 --lora
+    python benchmarks/step_time.py --model llama-8b-shape --dtype bf16 --batch 4 --seq 512 --num-layers 16
 
-Settings: `sft` (plain SFTTrainer), `none` (constraints off, layers measured), `all` (constraints on every token),
-an integer k (constraints on `layer_loss_tokens=k`). Times are interleaved round-robin in one process, so machine
-noise hits every setting alike; the median of `--steps` steps after `--warmup` is reported. Peak memory is
-`torch.cuda.max_memory_allocated` on GPU and, on CPU, the peak RSS (VmHWM) of a fresh process per setting (RSS
-peaks never reset within a process). FLOP estimates count a training step as 6 x params x tokens plus attention (TRL's
-estimate) and each extra readout of D x V per token as 2 (measure only) or 8 (forward, backward, recompute) x D x V.
+Settings: `sft` (plain SFTTrainer), `none` (constraints off, layers measured on the default sample), `auto` (the
+default: a sample sized to 10% of the step's FLOPs), `all` (every token), an integer k (`layer_loss_tokens=k`).
+Times are interleaved round-robin in one process, so machine noise hits every setting alike; the median of
+`--steps` steps after `--warmup` is reported. Peak memory is `torch.cuda.max_memory_allocated` on GPU and, on CPU,
+the peak RSS (VmHWM) of a fresh process per setting (RSS peaks never reset within a process). FLOP estimates count
+a training step as 6 x params x tokens plus attention (TRL's estimate; 4 x with LoRA's frozen base) and each extra
+readout as 6 x D x V per token (forward 2, backward 4; 4 with a frozen head), or 2 x D x V when only measured.
 """
 
 from __future__ import annotations
@@ -36,17 +40,35 @@ from trl.trainer.utils import compute_flops_per_token  # noqa: E402
 from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer  # noqa: E402
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 
+# Llama 3.1 8B's shape, for random-weight GPU rows without downloading the weights (tokens are random ids anyway).
+LLAMA_8B = dict(
+    hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+    vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
+)  # fmt: skip
 
-def load_model(name: str, dtype: torch.dtype, device: str):
+
+def load_model(name: str, dtype: torch.dtype, device: str, num_layers: int | None = None, lora: bool = False):
     if name == "tiny":
         model, tokenizer = tiny_causal_lm("llama", num_layers=4, hidden=32, vocab=32), tiny_tokenizer()
+    elif name == "llama-8b-shape":
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        config = LlamaConfig(**{**LLAMA_8B, "num_hidden_layers": num_layers or LLAMA_8B["num_hidden_layers"]})
+        with torch.device(device):
+            model = LlamaForCausalLM(config).to(dtype)
+        tokenizer = tiny_tokenizer()  # only its pad / eos ids are used; the batch is random ids below the vocab
     else:
         if name == "smollm2":
             from constrained_sft.assets import smollm2_path
 
             name = smollm2_path()
         model, tokenizer = AutoModelForCausalLM.from_pretrained(name, dtype=dtype), AutoTokenizer.from_pretrained(name)
-    return model.to(device=device, dtype=dtype), tokenizer
+    model = model.to(device=device, dtype=dtype)
+    if lora:  # rank-16 adapters on every linear layer of the blocks, base frozen (the LoRA recipes' setting)
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+    return model, tokenizer
 
 
 def make_trainer(setting: str, args: argparse.Namespace, model, tokenizer):
@@ -66,8 +88,7 @@ def make_trainer(setting: str, args: argparse.Namespace, model, tokenizer):
     if setting == "sft":
         return SFTTrainer(model=model, args=SFTConfig(**common), train_dataset=data, processing_class=tokenizer)
     extra = {"constraints": "none"} if setting == "none" else {"constraints": "descent", "dual_lr": 0.01}
-    if setting not in ("none", "all"):
-        extra["layer_loss_tokens"] = int(setting)
+    extra["layer_loss_tokens"] = {"none": "auto", "auto": "auto", "all": None}.get(setting, setting)
     config = ConstrainedSFTConfig(**common, **extra)
     return ConstrainedSFTTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer)
 
@@ -98,7 +119,7 @@ def sync(device: str) -> None:
 
 def build(setting, args):
     dtype = torch.bfloat16 if args.dtype == "bf16" and args.device != "cpu" else torch.float32
-    model, tokenizer = load_model(args.model, dtype, args.device)
+    model, tokenizer = load_model(args.model, dtype, args.device, args.num_layers, args.lora)
     trainer = make_trainer(setting, args, model, tokenizer)
     trainer.create_optimizer()
     return trainer, make_batch(args, model.config.vocab_size, args.device)
@@ -126,23 +147,43 @@ def peak_rss_mib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform != "darwin" else 2**20)
 
 
-def flop_estimate(config, args, setting: str) -> float:
-    """Estimated step FLOPs relative to plain SFT."""
+def flop_estimate(config, args, setting: str) -> tuple[float, float]:
+    """
+    Estimated step FLOPs relative to plain SFT: (lower bound, with the kernel's recomputation). Each token read
+    costs 6 x D x V per layer at least (forward 2, backward dx 2 and dW 2; 4 with a frozen head); a kernel that
+    recomputes the logits in the backward instead of keeping `[K, V]` probabilities (all GPU kernels, and the CPU
+    one above `KEEP_ELEMENTS`) adds another 2 x D x V.
+    """
+    from constrained_sft.linear_nll import KEEP_ELEMENTS
+
     tokens = args.batch * args.seq
     base = compute_flops_per_token(config, args.seq) * tokens
     if setting == "sft":
-        return 1.0
+        return 1.0, 1.0
+    if args.lora:  # frozen base and head: no weight gradients, backward = 2 x forward
+        base *= 4 / 6
     readouts = config.num_hidden_layers - 1
-    per_token = config.hidden_size * config.vocab_size
-    read = tokens if setting in ("none", "all") else min(int(setting), args.seq) * args.batch
-    factor = 2 if setting == "none" else 8
-    return (base + readouts * factor * per_token * read) / base
+    per_token = (4 if args.lora else 6) * config.hidden_size * config.vocab_size  # per token read and layer
+    if setting in ("none", "auto"):
+        read = max(1, int(0.1 * compute_flops_per_token(config, args.seq) * tokens / (readouts * per_token)))
+    else:
+        read = tokens if setting == "all" else min(int(setting), args.seq) * args.batch
+    if setting == "none":  # measured without grad: forward only, nothing recomputed
+        return (base + readouts * per_token / 3 * read) / base, (base + readouts * per_token / 3 * read) / base
+    rows = readouts * read  # every layer below the last, stacked into one readout call
+    recompute = args.device != "cpu" or rows * config.vocab_size > KEEP_ELEMENTS
+    extra = 2 * config.hidden_size * config.vocab_size if recompute else 0
+    return (base + rows * per_token) / base, (base + rows * (per_token + extra)) / base
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="tiny", help="tiny, smollm2, or a model folder / Hub id")
-    parser.add_argument("--settings", default="sft,none,all,8,16,32,64")
+    parser.add_argument(
+        "--model", default="tiny", help="tiny, smollm2, llama-8b-shape (random weights), or a model folder / Hub id"
+    )
+    parser.add_argument("--num-layers", type=int, help="llama-8b-shape: fewer layers, to fit a smaller device")
+    parser.add_argument("--lora", action="store_true", help="train rank-16 LoRA adapters instead of all weights")
+    parser.add_argument("--settings", default="sft,none,auto,all,8,16,32,64")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--steps", type=int, default=5)
@@ -177,7 +218,7 @@ def main() -> None:
             + ", ".join(f"{s} {times[s][-1]:.3f}s" for s in settings if times[s]),
             file=sys.stderr,
         )
-    config = built[settings[0]][0].model.config
+    config = built[settings[0]][0].model.config  # a PEFT model forwards `.config` to its base
     del built
 
     memory = {}
@@ -198,12 +239,14 @@ def main() -> None:
                 "time_ratio": t / base_time if base_time else None,
                 "peak_mib": memory.get(s),
                 "memory_ratio": memory[s] / memory["sft"] if "sft" in memory and s in memory else None,
-                "flop_ratio_estimate": flop_estimate(config, args, s),
+                "flop_ratio_lower_bound": flop_estimate(config, args, s)[0],
+                "flop_ratio_estimate": flop_estimate(config, args, s)[1],
             }
         )
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
     result = {
-        "model": args.model,
+        "model": args.model + (" + LoRA" if args.lora else ""),
+        "num_layers": config.num_hidden_layers,
         "device": device,
         "dtype": args.dtype,
         "batch": args.batch,
@@ -213,12 +256,13 @@ def main() -> None:
         "rows": rows,
     }
     print(f"\n{args.model} on {device}, {args.dtype}, batch {args.batch}x{args.seq}, median of {args.steps} steps")
-    print(f"{'setting':>8} {'step s':>9} {'time x':>7} {'FLOP x':>7} {'peak MiB':>9} {'mem x':>6}")
+    print(f"{'setting':>8} {'step s':>9} {'time x':>7} {'FLOP x':>7} {'min FLOP x':>10} {'peak MiB':>9} {'mem x':>6}")
     for r in rows:
         fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
         print(
             f"{r['setting']:>8} {r['median_step_s']:>9.3f} {fmt(r['time_ratio'], '>7.2f')} "
-            f"{r['flop_ratio_estimate']:>7.2f} {fmt(r['peak_mib'], '>9.0f')} {fmt(r['memory_ratio'], '>6.2f')}"
+            f"{r['flop_ratio_estimate']:>7.2f} {r['flop_ratio_lower_bound']:>10.2f} {fmt(r['peak_mib'], '>9.0f')} "
+            f"{fmt(r['memory_ratio'], '>6.2f')}"
         )
     if args.out:
         with open(args.out, "w") as f:

@@ -66,3 +66,31 @@ def test_sharded_config_trains_a_few_steps(tmp_path, config):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     report = json.loads((out / "constraints.json").read_text())
     assert report["global_step"] == 4 and all(v > 0 for v in report["dual"].values())
+
+
+@pytest.mark.parametrize("path", ["trl", "cut_cross_entropy"])
+def test_cuda_readout_matches_the_cpu_kernel(path, monkeypatch):
+    """The CUDA readout (TRL's Triton kernel, or Cut Cross-Entropy when installed) agrees with the CPU kernel."""
+    from constrained_sft import CausalLMReadout
+    from constrained_sft import readout as readout_module
+
+    if path == "cut_cross_entropy":
+        pytest.importorskip("cut_cross_entropy")
+    else:
+        monkeypatch.setattr(readout_module, "cut_cross_entropy", None)
+    torch.manual_seed(0)
+    K, D, V = 512, 256, 32000
+    head = torch.nn.Linear(D, V, bias=False)
+    h = torch.randn(K, D)
+    targets = torch.randint(0, V, (K,))
+    values, grads = [], []
+    for device in ("cpu", "cuda"):
+        readout = CausalLMReadout(lm_head=head.to(device), final_norm=None)
+        x = h.to(device).requires_grad_(True)
+        nll = readout.token_nll(x, targets.to(device), apply_norm=False)
+        nll.sum().backward()
+        values.append(nll.detach().cpu())
+        grads.append(x.grad.cpu())
+        head.weight.grad = None
+    torch.testing.assert_close(values[1], values[0], rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-3, atol=1e-4)

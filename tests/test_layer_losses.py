@@ -7,7 +7,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from constrained_sft import CausalLMReadout
 from constrained_sft import readout as readout_module
-from constrained_sft.layer_losses import aggregate, descent_counts, layer_token_nll, select_tokens
+from constrained_sft.layer_losses import aggregate, descent_counts, layer_token_nll, layers_token_nll, select_tokens
 from constrained_sft.testing import tiny_causal_lm
 
 ARCHS = ["llama", "qwen2", "mistral", "gpt2"]
@@ -80,6 +80,26 @@ def test_intermediate_readout_matches_full_logits(arch):
     logits = model.lm_head(out.hidden_states[1])[:, :-1]
     ref = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels[:, 1:].reshape(-1), reduction="none")
     torch.testing.assert_close(raw_nll[0], ref[labels[:, 1:].reshape(-1) != -100], rtol=1e-5, atol=1e-5)
+
+
+def test_stacked_layers_readout_equals_one_call_per_layer():
+    model = tiny_causal_lm("llama").eval()
+    ids, attention, labels = _batch()
+    readout = CausalLMReadout.from_model(model)
+    hidden = [h.detach().requires_grad_(True) for h in model(input_ids=ids, output_hidden_states=True).hidden_states]
+    sel = select_tokens(labels, per_sequence=3, generator=torch.Generator().manual_seed(0))
+    stacked = layers_token_nll(hidden[1:4], sel, readout, apply_norm=True)  # [3, K]
+    weights = torch.arange(1.0, 4.0)[:, None]  # a different upstream gradient per layer
+    (stacked * weights).sum().backward()
+    ours = [h.grad.clone() for h in hidden[1:4]] + [model.lm_head.weight.grad.clone()]
+    for h in hidden:
+        h.grad = None
+    model.zero_grad()
+    single = torch.stack([layer_token_nll(h, sel, readout, apply_norm=True) for h in hidden[1:4]])
+    (single * weights).sum().backward()
+    torch.testing.assert_close(stacked, single, rtol=1e-6, atol=1e-6)
+    for a, b in zip(ours, [h.grad for h in hidden[1:4]] + [model.lm_head.weight.grad], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
 def test_readout_gradients_match_full_logits():
@@ -178,16 +198,35 @@ class LargestTensor(TorchDispatchMode):
         return out
 
 
-def test_peak_memory_is_one_tile_not_all_logits(monkeypatch):
-    """The readout never allocates [K, V] logits: only [K, VOCAB_CHUNK] tiles."""
-    monkeypatch.setattr(readout_module, "VOCAB_CHUNK", 64)
-    V, D, K = 1024, 16, 256
+def test_peak_memory_is_one_chunk_not_all_logits(monkeypatch):
+    """Reading out many tokens never builds [K, V] logits: one [chunk, V] block at a time, forward and backward."""
+    from constrained_sft import linear_nll as kernel
+
+    monkeypatch.setattr(kernel, "KEEP_ELEMENTS", 0)  # large K: recompute instead of keeping probabilities
+    monkeypatch.setattr(kernel, "CHUNK_ELEMENTS", 16 * 1024)  # 16 tokens x V per block
+    V, D, K = 1024, 8, 256
     head = torch.nn.Linear(D, V, bias=False)
     readout = CausalLMReadout(lm_head=head, final_norm=torch.nn.LayerNorm(D))
     h = torch.randn(K, D, requires_grad=True)
     targets = torch.randint(0, V, (K,))
     with LargestTensor() as seen:
         readout.token_nll(h, targets).sum().backward()
-    assert 0 < seen.numel <= K * 64, f"an op produced {seen.numel} elements; full logits would be {K * V}"
+    assert 0 < seen.numel <= 16 * V, f"an op produced {seen.numel} elements; full logits would be {K * V}"
     ref = F.cross_entropy(head(readout.final_norm(h)), targets, reduction="none")
     torch.testing.assert_close(readout.token_nll(h, targets), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_softcapped_heads_use_the_tiled_kernel(monkeypatch):
+    """Gemma-style final-logit softcapping goes through TRL's tiled kernel, which never builds [K, V] either."""
+    monkeypatch.setattr(readout_module, "VOCAB_CHUNK", 64)
+    V, D, K = 1024, 8, 256
+    head = torch.nn.Linear(D, V, bias=False)
+    readout = CausalLMReadout(lm_head=head, final_norm=None, final_logit_softcapping=30.0)
+    h = torch.randn(K, D, requires_grad=True)
+    targets = torch.randint(0, V, (K,))
+    with LargestTensor() as seen:
+        nll = readout.token_nll(h, targets, apply_norm=False)
+        nll.sum().backward()
+    assert 0 < seen.numel <= K * 64
+    ref = F.cross_entropy(30.0 * torch.tanh(head(h) / 30.0), targets, reduction="none")
+    torch.testing.assert_close(nll, ref, rtol=1e-5, atol=1e-5)

@@ -263,3 +263,36 @@ def test_every_trl_loss_path(make_trainer, loss):
     rows = [r for r in trainer.state.log_history if "loss" in r]
     assert all(torch.isfinite(torch.tensor(r["layer_loss/4"])) for r in rows)
     assert duals(trainer.state.log_history)[2]["dual/4"] > 0
+
+
+@pytest.mark.parametrize(
+    "shape, batch, expected",
+    [
+        (dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
+              num_key_value_heads=3, vocab_size=49152), (4, 256), 4),  # SmolLM2-135M
+        (dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+              num_key_value_heads=8, vocab_size=128256), (4, 512), 24),  # Llama 3.1 8B
+    ],
+)  # fmt: skip
+def test_auto_sample_size_spends_the_readout_budget(shape, batch, expected):
+    from transformers import LlamaConfig
+
+    from constrained_sft.sft_trainer import _flops_per_token, auto_tokens_per_sequence
+
+    config = LlamaConfig(**shape)
+    V, D, n = config.vocab_size, config.hidden_size, config.num_hidden_layers - 1
+    k = auto_tokens_per_sequence(config, (V, D), n, batch, batch[0], budget=0.1)
+    assert k == expected
+    step = _flops_per_token(config, batch[1]) * batch[0] * batch[1]
+    assert n * 6 * D * V * k * batch[0] <= 0.1 * step < n * 6 * D * V * (k + 1) * batch[0]  # the largest k in budget
+    assert auto_tokens_per_sequence(config, (V, D), n, batch, batch[0], budget=0.2) >= 2 * expected
+
+
+def test_auto_sample_is_the_default_and_trains(make_trainer):
+    trainer = make_trainer(max_steps=2)
+    assert trainer.args.layer_loss_tokens == "auto" and trainer.args.readout_budget == 0.1
+    labels = torch.zeros(4, 32, dtype=torch.long)
+    k = trainer._sample_size(labels, None)
+    assert isinstance(k, int) and k >= 1
+    trainer.train()
+    assert trainer.state.log_history[-1]["train_loss"] > 0

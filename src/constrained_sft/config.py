@@ -104,12 +104,21 @@ class ConstraintArguments:
             "'logit lens'). The last layer is always scored exactly as the model scores it."
         },
     )
-    layer_loss_tokens: int | None = field(
-        default=None,
+    layer_loss_tokens: int | str | None = field(
+        default="auto",
         metadata={
-            "help": "None: intermediate layer losses use every supervised token. k: an unbiased sample of k "
-            "supervised positions per sequence (the same positions for every layer, importance-weighted by the "
-            "sequence's token count). The objective f_L always uses every token."
+            "help": "Tokens read out per sequence for the layers below the last, in training: 'auto' (a sample sized "
+            "so the readouts cost `readout_budget` of the step's FLOPs), an integer k (an unbiased sample of k "
+            "supervised positions per sequence, the same for every layer, importance-weighted by the sequence's "
+            "token count), or 'all' / None (every supervised token). The objective f_L always uses every token; "
+            "evaluation reads every token."
+        },
+    )
+    readout_budget: float = field(
+        default=0.1,
+        metadata={
+            "help": "With layer_loss_tokens='auto': the intermediate readouts' share of a plain training step's FLOPs "
+            "(0.1 = 10%). Each sampled token costs 6 x hidden x vocabulary FLOPs per constrained layer."
         },
     )
     feasibility_window: int = field(
@@ -143,11 +152,10 @@ class ConstraintArguments:
             raise ValueError(
                 f"`constraint_warmup_steps` must be an integer >= 0, got {self.constraint_warmup_steps!r}."
             )
-        if self.layer_loss_tokens is not None and (
-            not isinstance(self.layer_loss_tokens, int) or self.layer_loss_tokens < 1
-        ):
+        self.layer_loss_tokens = _parse_tokens(self.layer_loss_tokens)
+        if not _is_number(self.readout_budget) or not 0 < self.readout_budget <= 10:
             raise ValueError(
-                f"`layer_loss_tokens` must be None (all tokens) or an integer >= 1, got {self.layer_loss_tokens!r}."
+                f"`readout_budget` must be a fraction of the step's FLOPs in (0, 10], got {self.readout_budget!r}."
             )
         if not isinstance(self.feasibility_window, int) or self.feasibility_window < 1:
             raise ValueError(f"`feasibility_window` must be an integer >= 1, got {self.feasibility_window!r}.")
@@ -220,6 +228,20 @@ class NoiseArguments:
         """Whether training batches get noise (gamma 0 leaves an example exactly clean, whatever the mean)."""
         gamma = self.noise_gamma
         return max(gamma) > 0 if isinstance(gamma, list) else gamma > 0
+
+
+def _parse_tokens(value: object) -> int | str | None:
+    """'auto', None (every token; also 'all' / 'none'), or an integer >= 1; the CLI hands over strings."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return "auto"
+        if text in ("all", "none", "null"):
+            return None
+        value = int(text) if text.isdigit() else value
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"`layer_loss_tokens` must be 'auto', 'all' / None, or an integer >= 1, got {value!r}.")
 
 
 def _parse_layers(value: object) -> str | list[int]:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from .layer_losses import LayerLosses, TokenSelection, aggregate, layer_token_nll
+from .layer_losses import LayerLosses, TokenSelection, aggregate, layer_token_nll, layers_token_nll
 from .readout import CausalLMReadout, ReadoutError
 
 
@@ -55,16 +55,19 @@ class LayerProbe:
                 f"The backbone returned {len(hidden_states)} hidden states, expected num_hidden_layers + 1 = {L + 1}."
             )
         selection = request.selection
+        below = [layer for layer in self.layers if layer < L]
         with nullcontext() if request.grad else torch.no_grad():
-            nll = [self._layer_nll(hidden_states, layer, output, request) for layer in self.layers]
+            # every layer below the last in one readout call: [n_below, K]
+            nll = list(layers_token_nll([hidden_states[i] for i in below], selection, self.readout, self.final_norm))
+            if L in self.layers:
+                nll.append(self._last_layer_nll(hidden_states, output, request))
         if not self.verified:
             self._verify(hidden_states[L], output, request)
         return aggregate(torch.stack(nll), selection)  # sums [n], per-sequence [n, S]
 
-    def _layer_nll(self, hidden_states, layer: int, output: Any, request: ProbeRequest) -> torch.Tensor:
-        if layer < self.num_layers:
-            return layer_token_nll(hidden_states[layer], request.selection, self.readout, apply_norm=self.final_norm)
-        # The last layer: reuse the per-token log-probs the objective already paid for, when they carry the graph
+    def _last_layer_nll(self, hidden_states, output: Any, request: ProbeRequest) -> torch.Tensor:
+        # Reuse the per-token log-probs the objective already paid for, when they carry the graph
+        layer = self.num_layers
         log_probs = self._fused_log_probs(output, request)
         if log_probs is not None and (log_probs.requires_grad or not request.grad):
             return -log_probs.reshape(-1)[request.selection.index].float()

@@ -9,6 +9,13 @@ from torch import nn
 from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import maybe_gather_lm_head_ctx
 
+from .linear_nll import linear_nll
+
+try:  # optional fused linear cross-entropy for CUDA: pip install cut-cross-entropy
+    import cut_cross_entropy
+except ImportError:
+    cut_cross_entropy = None
+
 # Attribute names of the final norm on the backbone, across HF architectures (Llama/Qwen2/Mistral/Gemma: `norm`;
 # GPT-2/Falcon/Bloom: `ln_f`; GPT-NeoX: `final_layer_norm`; Phi: `final_layernorm`; Mamba: `norm_f`).
 FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f", "final_norm")
@@ -86,9 +93,24 @@ class CausalLMReadout:
         return cls(lm_head=lm_head, final_norm=norm, logit_scale=scale, final_logit_softcapping=softcap)
 
     def token_nll(self, hidden: torch.Tensor, targets: torch.Tensor, apply_norm: bool = True) -> torch.Tensor:
-        """`[K]` fp32 NLL of `targets` `[K]` under psi(hidden `[K, D]`); the logits never exist in full."""
+        """
+        `[K]` fp32 NLL of `targets` `[K]` under psi(hidden `[K, D]`); the logits never exist in full. The kernel is
+        the cheapest exact one for the device: on CPU `linear_nll` (probabilities kept for small K, recomputed in
+        chunks for large K); on CUDA Cut Cross-Entropy when installed (not under ZeRO-3 / FSDP), else TRL's
+        chunked Triton kernel, which also re-gathers a ZeRO-3 LM head in its backward.
+        """
         x = self.final_norm(hidden) if apply_norm and self.final_norm is not None else hidden
         weight, bias = self.lm_head.weight, getattr(self.lm_head, "bias", None)
+        sharded = hasattr(weight, "full_tensor") or hasattr(weight, "ds_id")
+        if not sharded and self.final_logit_softcapping is None:
+            x, targets = x.to(weight.device), targets.to(weight.device)
+            if x.device.type == "cpu":
+                return linear_nll(x, weight, bias, targets, self.logit_scale)
+            if x.device.type == "cuda" and bias is None and cut_cross_entropy is not None:
+                logits_scale = self.logit_scale
+                return cut_cross_entropy.linear_cross_entropy(
+                    x * logits_scale if logits_scale != 1.0 else x, weight, targets, reduction="none"
+                ).float()
         if hasattr(weight, "full_tensor"):  # FSDP2 shards parameters as DTensors
             weight = weight.full_tensor()
             bias = bias.full_tensor() if bias is not None else None

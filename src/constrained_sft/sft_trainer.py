@@ -6,13 +6,35 @@ from typing import Any
 
 import torch
 from trl import SFTTrainer
-from trl.trainer.utils import get_config_model_id
+from trl.trainer.utils import compute_flops_per_token, get_config_model_id
 
 from .config import ConstrainedSFTConfig, ConstraintArguments
 from .layer_losses import BatchScore, select_tokens
 from .probe import LayerProbe, ProbeRequest, attach_probe
 from .readout import CausalLMReadout, _unwrap
 from .trainer_mixin import ConstrainedTrainerMixin
+
+
+def _flops_per_token(config, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward) by TRL's estimate, or 6 x parameters when it cannot tell."""
+    try:
+        return float(compute_flops_per_token(config, seq_len))
+    except (AttributeError, TypeError, ValueError):
+        return 6.0 * config.num_hidden_layers * 12 * config.hidden_size**2
+
+
+def auto_tokens_per_sequence(
+    config, head_shape: tuple[int, int], readouts: int, batch_shape: tuple[int, int], sequences: int, budget: float
+) -> int:
+    """
+    Tokens per sequence so that `readouts` intermediate readouts cost `budget` of the batch's training FLOPs, each
+    token read costing 6 x D x V (`head_shape` = (V, D)): k = budget x flops_per_token x B x T / (readouts x 6DV x
+    sequences), at least 1. SmolLM2-135M at 4 x 256 gets 4, Llama 3.1 8B at 4 x 512 gets 24.
+    """
+    B, T = batch_shape
+    per_token = 6 * head_shape[0] * head_shape[1]
+    total = budget * _flops_per_token(config, T) * B * T / (readouts * per_token)
+    return max(1, int(total // max(sequences, 1)))
 
 
 class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
@@ -88,6 +110,21 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             layers=request.result,
         )
 
+    def _sample_size(self, labels: torch.Tensor, position_ids: torch.Tensor | None) -> int | None:
+        """Tokens per sequence for the intermediate readouts: `layer_loss_tokens`, or with 'auto' the budgeted k."""
+        k = self.args.layer_loss_tokens
+        if k != "auto":
+            return k
+        readouts = sum(1 for layer in self.primal_dual.spec.layers if layer < self.probe.num_layers)
+        if readouts == 0:
+            return None
+        sequences = labels.shape[0] if position_ids is None else max(1, int(position_ids.eq(0).sum()))
+        config = _unwrap(self.model).config.get_text_config()
+        head = tuple(self.readout.lm_head.weight.shape)
+        return auto_tokens_per_sequence(
+            config, head, readouts, tuple(labels.shape), sequences, self.args.readout_budget
+        )
+
     def _probe_request(self, inputs: dict[str, Any]) -> ProbeRequest | None:
         labels = inputs.get("labels")
         if labels is None:
@@ -96,8 +133,8 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             raise NotImplementedError(
                 "ConstrainedSFTTrainer does not support pre-shifted labels (context or sequence parallelism) yet."
             )
-        # Training reads a sample when `layer_loss_tokens` is set; evaluation always reads every token.
-        sample = self.args.layer_loss_tokens if self.model.training else None
+        # Training reads a sample when `layer_loss_tokens` asks for one; evaluation always reads every token.
+        sample = self._sample_size(labels, inputs.get("position_ids")) if self.model.training else None
         generator = self._generator("tokens", labels.device) if sample is not None else None
         selection = select_tokens(labels, inputs.get("position_ids"), sample, generator)
         return ProbeRequest(selection=selection, grad=self._constraints_active(), shape=tuple(labels.shape))

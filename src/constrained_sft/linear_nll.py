@@ -1,0 +1,94 @@
+"""
+Per-token NLL of a linear readout, `-log softmax(x @ W.T + b)[target]`, without keeping `[K, V]` logits alive.
+
+Cost per token and vocabulary entry (D = hidden size): forward 2D FLOPs; backward 4D (dx and dW). The softmax
+probabilities are either kept from the forward, when `K * V` is small (sampled tokens: no recomputation), or
+recomputed chunk by chunk in the backward (all tokens: the extra peak memory is one chunk of `[C, V]`).
+"""
+
+from __future__ import annotations
+
+import torch
+
+# Keep the forward's probabilities when they take at most this many elements (128 MiB in fp32: the stacked sample of
+# every layer, e.g. SmolLM2's 29 layers x 16 tokens x 49k); else recompute them in the backward.
+KEEP_ELEMENTS = 2**25
+# Token chunk so that one [C, V] fp32 block is about this many elements (64 MiB).
+CHUNK_ELEMENTS = 16 * 2**20
+
+
+def _chunks(K: int, V: int) -> list[tuple[int, int]]:
+    size = max(1, min(K, CHUNK_ELEMENTS // max(V, 1)))
+    return [(s, min(s + size, K)) for s in range(0, K, size)]
+
+
+def _probabilities(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """`[C, V]` fp32 log-probabilities, computed in place on one logits block."""
+    logits = torch.nn.functional.linear(x, weight, bias).float()
+    if scale != 1.0:
+        logits.mul_(scale)
+    return logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True))
+
+
+class LinearNLL(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        scale: float,
+        keep: bool,
+    ) -> torch.Tensor:
+        K, V = x.shape[0], weight.shape[0]
+        nll = x.new_empty(K, dtype=torch.float32)
+        kept = []
+        for s, e in _chunks(K, V):
+            logp = _probabilities(x[s:e], weight, bias, scale)  # [C, V]
+            nll[s:e] = -logp.gather(1, targets[s:e, None]).squeeze(1)
+            if keep:
+                kept.append(logp.exp_())  # probabilities, reused by the backward
+        ctx.save_for_backward(x, weight, bias, targets)
+        ctx.kept, ctx.scale = kept if keep else None, scale
+        return nll
+
+    @staticmethod
+    def backward(ctx, grad_nll: torch.Tensor):
+        x, weight, bias, targets = ctx.saved_tensors
+        K, V = x.shape[0], weight.shape[0]
+        grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros_like(bias, dtype=torch.float32) if bias is not None and ctx.needs_input_grad[2] else None
+        for i, (s, e) in enumerate(_chunks(K, V)):
+            p = ctx.kept[i] if ctx.kept is not None else _probabilities(x[s:e], weight, bias, ctx.scale).exp_()
+            # d nll / d logits = softmax - onehot, times the upstream gradient and the logit scale
+            p[torch.arange(e - s, device=p.device), targets[s:e]] -= 1.0
+            p.mul_(grad_nll[s:e, None].float() * ctx.scale)
+            g = p.to(x.dtype)
+            if grad_x is not None:
+                grad_x[s:e] = g @ weight
+            if grad_w is not None:
+                grad_w.addmm_(g.t().float(), x[s:e].float())
+            if grad_b is not None:
+                grad_b += p.sum(0)
+        ctx.kept = None
+        return (
+            grad_x,
+            None if grad_w is None else grad_w.to(weight.dtype),
+            None if grad_b is None else grad_b.to(bias.dtype),
+            None,
+            None,
+            None,
+        )
+
+
+def linear_nll(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor, scale: float = 1.0
+) -> torch.Tensor:
+    """`[K]` fp32 NLL of `targets` `[K]` under `x` `[K, D]` @ `weight` `[V, D]`.T (+ `bias`), times `scale`."""
+    if x.shape[0] == 0:
+        return x.new_zeros(0, dtype=torch.float32)
+    # Probabilities are kept only when a backward will use them and they are small (see KEEP_ELEMENTS)
+    keep = torch.is_grad_enabled() and x.shape[0] * weight.shape[0] <= KEEP_ELEMENTS
+    return LinearNLL.apply(x, weight, bias, targets, scale, keep)
