@@ -220,7 +220,9 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     (args,) = TrlParser((AlpacaArguments,)).parse_args_into_dataclasses(argv)
-    logging.getLogger().setLevel(logging.WARNING)  # alpaca_eval logs every decoder call's kwargs at INFO
+    import alpaca_eval  # noqa: F401 - its import sets the root logger to INFO; keep the command's output readable
+
+    logging.getLogger().setLevel(logging.WARNING)
     result = run(args)
     for r in result["levels"]:
         lc = "" if r["lc_win_rate"] is None else f", LC {r['lc_win_rate']:.1f}%"
