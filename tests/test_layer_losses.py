@@ -82,7 +82,11 @@ def test_intermediate_readout_matches_full_logits(arch):
     torch.testing.assert_close(raw_nll[0], ref[labels[:, 1:].reshape(-1) != -100], rtol=1e-5, atol=1e-5)
 
 
-def test_stacked_layers_readout_equals_one_call_per_layer():
+@pytest.mark.parametrize("stack_rows", [16384, 10])  # all layers in one call, or one layer per call
+def test_stacked_layers_readout_equals_one_call_per_layer(stack_rows, monkeypatch):
+    from constrained_sft import layer_losses
+
+    monkeypatch.setattr(layer_losses, "STACK_ROWS", stack_rows)
     model = tiny_causal_lm("llama").eval()
     ids, attention, labels = _batch()
     readout = CausalLMReadout.from_model(model)

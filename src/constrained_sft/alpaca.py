@@ -173,11 +173,11 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
     import pandas as pd
     from alpaca_eval import evaluate
 
+    pairs = {gamma: load_pair(args, gamma) for gamma in gammas}  # every level checked before any is judged
     full_set = _full_alpaca_eval(args)
     out: dict[str, Any] = {"model": args.model, "reference": args.reference, "judge": args.judge, "levels": []}
     out["judge_config"] = os.path.basename(os.path.dirname(config)) if os.path.exists(config) else config
-    for gamma in gammas:
-        model, reference = load_pair(args, gamma)
+    for gamma, (model, reference) in pairs.items():
         workdir = os.path.join(args.output_dir, "alpaca_eval", f"gamma_{float(gamma)}")
         os.makedirs(workdir, exist_ok=True)
         leaderboard, annotations = evaluate(
