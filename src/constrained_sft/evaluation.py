@@ -91,23 +91,30 @@ def load_model(spec: ModelSpec, dtype: torch.dtype, task: str = "sft"):
     return auto.from_pretrained(path, dtype=dtype), load_tokenizer(path)
 
 
-def eval_trainer(model, tokenizer, dataset, layers, batch_size: int, max_length: int, bf16: bool, output_dir: str):
-    """A ConstrainedSFTTrainer that only measures (`constraints="none"`), to reuse training's data path."""
-    from .config import ConstrainedSFTConfig
-    from .sft_trainer import ConstrainedSFTTrainer
-
-    args = ConstrainedSFTConfig(
+def _measure_only(output_dir: str, batch_size: int, bf16: bool, layers) -> dict[str, Any]:
+    """Trainer arguments shared by both evaluation trainers: no constraints, no logging, every layer measured."""
+    return dict(
         output_dir=output_dir,
         per_device_eval_batch_size=batch_size,
-        max_length=max_length,
         bf16=bf16,
         use_cpu=not torch.cuda.is_available(),
         report_to="none",
         constraints="none",
         constrained_layers=layers,
         disable_tqdm=True,
-        gradient_checkpointing=False,  # TRL turns it on by default; evaluation has no backward
         dataloader_num_workers=0,
+    )
+
+
+def eval_trainer(model, tokenizer, dataset, layers, batch_size: int, max_length: int, bf16: bool, output_dir: str):
+    """A ConstrainedSFTTrainer that only measures (`constraints="none"`), to reuse training's data path."""
+    from .config import ConstrainedSFTConfig
+    from .sft_trainer import ConstrainedSFTTrainer
+
+    args = ConstrainedSFTConfig(
+        **_measure_only(output_dir, batch_size, bf16, layers),
+        max_length=max_length,
+        gradient_checkpointing=False,  # TRL turns it on by default; evaluation has no backward
     )
     return ConstrainedSFTTrainer(
         model=model, args=args, train_dataset=dataset, eval_dataset=dataset, processing_class=tokenizer
@@ -120,20 +127,9 @@ def classifier_eval_trainer(model, tokenizer, dataset, layers, batch_size: int, 
 
     from .classifier_trainer import ConstrainedConfig, ConstrainedTrainer
 
-    args = ConstrainedConfig(
-        output_dir=output_dir,
-        per_device_eval_batch_size=batch_size,
-        bf16=bf16,
-        use_cpu=not torch.cuda.is_available(),
-        report_to="none",
-        constraints="none",
-        constrained_layers=layers,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
     return ConstrainedTrainer(
         model=model,
-        args=args,
+        args=ConstrainedConfig(**_measure_only(output_dir, batch_size, bf16, layers)),
         eval_dataset=dataset,
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),

@@ -57,12 +57,18 @@ def run(script_args: ScriptArguments, model_args: ModelConfig, training_args: Co
         eval_dataset=eval_dataset,
         peft_config=get_peft_config(model_args),
     )
-    before = trainer.evaluate(metric_key_prefix="before") if script_args.evaluate_before_training else {}
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    return train_and_report(trainer, script_args.evaluate_before_training)
+
+
+def train_and_report(trainer, evaluate_before: bool, accuracy_key: str = "mean_token_accuracy") -> dict:
+    """Evaluate (optionally before), train, evaluate, save, print the layer table on rank 0, and shut down cleanly."""
+    args = trainer.args
+    before = trainer.evaluate(metric_key_prefix="before") if evaluate_before else {}
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     after = trainer.evaluate()
-    trainer.save_model(training_args.output_dir)
+    trainer.save_model(args.output_dir)
     if trainer.is_world_process_zero():
-        print(summary_table(trainer, before, after))
+        print(summary_table(trainer, before, after, accuracy_key=accuracy_key))
     finish(trainer)
     return {"before": before, "after": after}
 

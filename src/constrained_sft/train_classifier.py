@@ -46,7 +46,7 @@ def load_classifier(model_args: ModelConfig, path: str, names: list[str] | None 
 
 
 def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, training_args: ConstrainedConfig) -> dict:
-    from .train import finish, summary_table
+    from .train import train_and_report
 
     path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = load_tokenizer(path, model_args.model_revision)
@@ -68,14 +68,7 @@ def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, trainin
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
     )
-    before = trainer.evaluate(metric_key_prefix="before") if script_args.evaluate_before_training else {}
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    after = trainer.evaluate()
-    trainer.save_model(training_args.output_dir)
-    if trainer.is_world_process_zero():
-        print(summary_table(trainer, before, after, accuracy_key="accuracy"))
-    finish(trainer)
-    return {"before": before, "after": after}
+    return train_and_report(trainer, script_args.evaluate_before_training, accuracy_key="accuracy")
 
 
 def main(argv: list[str] | None = None) -> int:
