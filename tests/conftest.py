@@ -18,6 +18,22 @@ def free_port() -> str:
         return str(s.getsockname()[1])
 
 
+def launch_on_cpu(num_processes: int, *target: str):
+    """`accelerate launch --multi_gpu` of `target` (a script and its arguments, or `-m module ...`) as
+    `num_processes` gloo CPU processes; a crash at any rank prints its Python stack (faulthandler)."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(num_processes),
+        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", free_port(),
+        *target,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true", "PYTHONFAULTHANDLER": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+
+
 def config_kwargs(output_dir, **overrides):
     """CPU-friendly defaults: fp32 (SFTConfig defaults to bf16, ~50x slower on CPU), no reporting, no saving."""
     base = dict(

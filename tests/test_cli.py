@@ -3,13 +3,11 @@
 import glob
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import free_port
+from conftest import launch_on_cpu
 from datasets import Dataset
 
 from constrained_sft.cli import main as cli
@@ -229,27 +227,7 @@ def test_accelerate_configs_load(path):
 def test_module_entry_point_under_accelerate_launch(tmp_path, tiny_model_dir):
     data = _write(tmp_path / "d.jsonl", _rows("prompt_completion", 32))
     out = tmp_path / "out"
-    cmd = [
-        sys.executable,
-        "-m",
-        "accelerate.commands.launch",
-        "--multi_gpu",
-        "--num_processes",
-        "2",
-        "--num_machines",
-        "1",
-        "--mixed_precision",
-        "no",
-        "--dynamo_backend",
-        "no",
-        "--main_process_port",
-        free_port(),
-        "-m",
-        "constrained_sft",
-        *_args(tiny_model_dir, data, out),
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true", "PYTHONFAULTHANDLER": "1"}
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    result = launch_on_cpu(2, "-m", "constrained_sft", *_args(tiny_model_dir, data, out))
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads((out / "constraints.json").read_text())
     assert report["global_step"] == 2

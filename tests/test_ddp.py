@@ -6,38 +6,20 @@ import subprocess
 import sys
 
 import pytest
-from conftest import free_port
+from conftest import launch_on_cpu
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "scripts", "train_tiny.py")
 
 
-def _run(tmp_path, name, processes, per_device, launcher_args=None):
+def _run(tmp_path, name, processes, per_device):
     out = tmp_path / name
     overrides = json.dumps({"output_dir": str(out), "per_device_train_batch_size": per_device})
     if processes == 1:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
         cmd = [sys.executable, SCRIPT, str(out), overrides]
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     else:
-        cmd = [
-            sys.executable,
-            "-m",
-            "accelerate.commands.launch",
-            "--multi_gpu",
-            "--num_processes",
-            str(processes),
-            "--num_machines",
-            "1",
-            "--mixed_precision",
-            "no",
-            "--dynamo_backend",
-            "no",
-            "--main_process_port",
-            free_port(),
-            SCRIPT,
-            str(out),
-            overrides,
-        ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
-    result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        result = launch_on_cpu(processes, SCRIPT, str(out), overrides)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads((tmp_path / f"{name}.rank{r}.json").read_text()) for r in range(processes)]
 
