@@ -38,6 +38,7 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 from trl.trainer.utils import compute_flops_per_token  # noqa: E402
 
 from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer  # noqa: E402
+from constrained_sft.sft_trainer import auto_tokens_per_sequence  # noqa: E402
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 
 # Llama 3.1 8B's shape, for random-weight GPU rows without downloading the weights (tokens are random ids anyway).
@@ -164,8 +165,11 @@ def flop_estimate(config, args, setting: str) -> tuple[float, float]:
         base *= 4 / 6
     readouts = config.num_hidden_layers - 1
     per_token = (4 if args.lora else 6) * config.hidden_size * config.vocab_size  # per token read and layer
-    if setting in ("none", "auto"):
-        read = max(1, int(0.1 * compute_flops_per_token(config, args.seq) * tokens / (readouts * per_token)))
+    if setting in ("none", "auto"):  # the trainer's own rule: `readout_budget` 0.1, k tokens per sequence
+        k = auto_tokens_per_sequence(
+            config, (config.vocab_size, config.hidden_size), readouts, (args.batch, args.seq), args.batch, 0.1
+        )
+        read = k * args.batch
     else:
         read = tokens if setting == "all" else min(int(setting), args.seq) * args.batch
     if setting == "none":  # measured without grad: forward only, nothing recomputed
@@ -232,6 +236,7 @@ def main() -> None:
     rows = []
     for s in settings:
         t = statistics.median(times[s])
+        flops = flop_estimate(config, args, s)
         rows.append(
             {
                 "setting": s,
@@ -239,8 +244,8 @@ def main() -> None:
                 "time_ratio": t / base_time if base_time else None,
                 "peak_mib": memory.get(s),
                 "memory_ratio": memory[s] / memory["sft"] if "sft" in memory and s in memory else None,
-                "flop_ratio_lower_bound": flop_estimate(config, args, s)[0],
-                "flop_ratio_estimate": flop_estimate(config, args, s)[1],
+                "flop_ratio_lower_bound": flops[0],
+                "flop_ratio_estimate": flops[1],
             }
         )
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
