@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .layer_losses import step_ratios
-from .models import ModelPathError, load_tokenizer, resolve_model_path
+from .models import ModelPathError, has_classification_head, load_tokenizer, resolve_model_path
 from .noise import embedding_noise
 
 RATIO_BINS = np.linspace(0.0, 2.0, 41)  # histogram of f_l / f_{l-1}; values above 2 land in the last bin
@@ -61,7 +61,7 @@ def is_classifier(path: str) -> bool:
         config = AutoConfig.from_pretrained(resolve_model_path(path))
     except (OSError, ValueError):
         return False
-    return any(a.endswith("ForSequenceClassification") for a in (config.architectures or []))
+    return has_classification_head(config)
 
 
 def load_model(spec: ModelSpec, dtype: torch.dtype, task: str = "sft"):

@@ -41,3 +41,8 @@ def load_tokenizer(path: str, revision: str | None = None, trust_remote_code: bo
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def has_classification_head(config) -> bool:
+    """Whether a model config names a `...ForSequenceClassification` architecture (else: a causal LM or bare encoder)."""
+    return any(a.endswith("ForSequenceClassification") for a in (config.architectures or []))

@@ -15,7 +15,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 
 from .classification_data import ClassificationDataArguments, load_classification
 from .classifier_trainer import ConstrainedConfig, ConstrainedTrainer
-from .models import load_tokenizer, resolve_model_path
+from .models import has_classification_head, load_tokenizer, resolve_model_path
 
 
 @dataclass
@@ -33,12 +33,11 @@ def make_parser() -> TrlParser:
     return TrlParser((ClassifierScriptArguments, ModelConfig, ConstrainedConfig))
 
 
-def load_classifier(model_args: ModelConfig, path: str, names: list[str] | None = None):
-    """A sequence classifier; a plain encoder gets a new head with the dataset's classes."""
-    config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
-    has_head = any(a.endswith("ForSequenceClassification") for a in (config.architectures or []))
+def load_classifier(model_args: ModelConfig, path: str, config, names: list[str] | None = None):
+    """A sequence classifier; a plain encoder (`config` without a classification head) gets a new head with the
+    dataset's classes."""
     kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype}
-    if not has_head and names is not None:
+    if not has_classification_head(config) and names is not None:
         kwargs.update(
             num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)}
         )
@@ -51,9 +50,9 @@ def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, trainin
     path = resolve_model_path(model_args.model_name_or_path)
     tokenizer = load_tokenizer(path, model_args.model_revision)
     config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
-    head = any(a.endswith("ForSequenceClassification") for a in (config.architectures or []))
-    train_ds, eval_ds, names = load_classification(script_args, tokenizer, config.num_labels if head else None)
-    model = load_classifier(model_args, path, names)
+    num_labels = config.num_labels if has_classification_head(config) else None
+    train_ds, eval_ds, names = load_classification(script_args, tokenizer, num_labels)
+    model = load_classifier(model_args, path, config, names)
     peft_config = get_peft_config(model_args)
     if peft_config is not None:
         from peft import get_peft_model
