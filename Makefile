@@ -43,9 +43,9 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow or gpu"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check constrained_sft tests benchmarks eval
+	$(BIN)/ruff format --check constrained_sft tests benchmarks eval
 
 format: $(STAMP)
-	$(BIN)/ruff format src tests benchmarks
-	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format constrained_sft tests benchmarks eval
+	$(BIN)/ruff check --fix constrained_sft tests benchmarks eval

@@ -19,8 +19,8 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
 from constrained_sft import CausalLMReadout, DescentConstraints  # noqa: E402
-from constrained_sft.lagrangian import slack  # noqa: E402
-from constrained_sft.layer_losses import aggregate, layer_token_nll, select_tokens  # noqa: E402
+from constrained_sft.constraints import slack  # noqa: E402
+from constrained_sft.readout import aggregate, layer_token_nll, select_tokens  # noqa: E402
 
 
 def held_out_batch(tokenizer, batch: int, seq: int):
@@ -57,7 +57,7 @@ def main() -> None:
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from constrained_sft.assets import smollm2_path
+    from constrained_sft.data.assets import smollm2_path
 
     path = smollm2_path() if args.model == "smollm2" else args.model
     model, tokenizer = AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)

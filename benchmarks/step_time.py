@@ -38,8 +38,8 @@ from trl import SFTConfig, SFTTrainer  # noqa: E402
 from trl.trainer.utils import compute_flops_per_token  # noqa: E402
 
 from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer  # noqa: E402
-from constrained_sft.sft_trainer import auto_tokens_per_sequence  # noqa: E402
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer  # noqa: E402
+from constrained_sft.trainers import auto_tokens_per_sequence  # noqa: E402
 
 # Llama 3.1 8B's shape, for random-weight GPU rows without downloading the weights (tokens are random ids anyway).
 LLAMA_8B = dict(
@@ -60,7 +60,7 @@ def load_model(name: str, dtype: torch.dtype, device: str, num_layers: int | Non
         tokenizer = tiny_tokenizer()  # only its pad / eos ids are used; the batch is random ids below the vocab
     else:
         if name == "smollm2":
-            from constrained_sft.assets import smollm2_path
+            from constrained_sft.data.assets import smollm2_path
 
             name = smollm2_path()
         model, tokenizer = AutoModelForCausalLM.from_pretrained(name, dtype=dtype), AutoTokenizer.from_pretrained(name)
@@ -155,7 +155,7 @@ def flop_estimate(config, args, setting: str) -> tuple[float, float]:
     recomputes the logits in the backward instead of keeping `[K, V]` probabilities (all GPU kernels, and the CPU
     one above `KEEP_ELEMENTS`) adds another 2 x D x V.
     """
-    from constrained_sft.linear_nll import KEEP_ELEMENTS
+    from constrained_sft.readout.linear_nll import KEEP_ELEMENTS
 
     tokens = args.batch * args.seq
     base = compute_flops_per_token(config, args.seq) * tokens

@@ -1,0 +1,34 @@
+"""
+Constrained fine-tuning for the Hugging Face stack: every layer must reduce the loss.
+
+The package, bottom to top (a folder imports only from the floors below it; `tests/test_layout.py` checks it):
+`utils`, `config` -> `constraints` -> `readout`, `noise`, `data` -> `trainers` -> `evaluation` -> `cli`.
+"""
+
+from .config import ConstrainedConfig, ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
+from .constraints import DescentConstraints, DualOptimizer, Multipliers, PrimalDual
+from .noise import EmbeddingNoiseCollator, EmbeddingNoiseError, embedding_noise, embedding_sigma
+from .readout import CausalLMReadout, ClassifierReadout, ReadoutError
+from .trainers import ConstrainedSFTTrainer, ConstrainedTrainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CausalLMReadout",
+    "ClassifierReadout",
+    "ConstrainedConfig",
+    "ConstrainedTrainer",
+    "ConstrainedSFTConfig",
+    "ConstrainedSFTTrainer",
+    "ConstraintArguments",
+    "DescentConstraints",
+    "DualOptimizer",
+    "EmbeddingNoiseCollator",
+    "EmbeddingNoiseError",
+    "Multipliers",
+    "NoiseArguments",
+    "PrimalDual",
+    "ReadoutError",
+    "embedding_noise",
+    "embedding_sigma",
+]

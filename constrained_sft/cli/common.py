@@ -1,0 +1,76 @@
+"""
+What both training commands do around training: evaluate (optionally before), train, evaluate, save, print the
+layer table on rank 0, and shut down cleanly; and which command a recipe's `task` selects.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+from ..constraints.state_io import REPORT
+
+
+def train_and_report(trainer, evaluate_before: bool, accuracy_key: str = "mean_token_accuracy") -> dict:
+    """Evaluate (optionally before), train, evaluate, save, print the layer table on rank 0, and shut down cleanly."""
+    args = trainer.args
+    before = trainer.evaluate(metric_key_prefix="before") if evaluate_before else {}
+    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    after = trainer.evaluate()
+    trainer.save_model(args.output_dir)
+    if trainer.is_world_process_zero():
+        print(summary_table(trainer, before, after, accuracy_key=accuracy_key))
+    finish(trainer)
+    return {"before": before, "after": after}
+
+
+def finish(trainer) -> None:
+    """Wait for every rank, close trackers and the process group, then drop the DDP wrapper while Python is alive.
+
+    Without the barrier a non-main rank (which writes no shards) tears its group down while rank 0 still saves. A
+    DDP wrapper left for interpreter teardown keeps gloo's worker threads and their tensors alive until then, and
+    freeing them there can abort the process at exit ("terminate called without an active exception").
+    """
+    trainer.accelerator.wait_for_everyone()
+    if hasattr(trainer, "end"):  # transformers >= 5.18: finish trackers, destroy the process group
+        trainer.end()
+    trainer.accelerator.free_memory()  # the prepared model / optimizer / scheduler references, then gc.collect()
+    trainer.model_wrapped = trainer.model
+    gc.collect()
+
+
+def summary_table(trainer, before: dict, after: dict, accuracy_key: str = "mean_token_accuracy") -> str:
+    """Per-layer held-out losses before / after, the multipliers, and where the feasibility report is."""
+    spec = trainer.primal_dual.spec
+    duals = trainer.primal_dual.dual_metrics() if trainer.primal_dual.enabled else {}
+
+    def fmt(value: float | None, spec: str = ".3f") -> str:
+        return "-" if value is None else format(value, spec)
+
+    lines = [f"\n{'layer':>6} {'held-out loss before':>21} {'after':>9} {'lambda':>9}"]
+    for layer in spec.layers:
+        lines.append(
+            f"{layer:>6} {fmt(before.get(f'before_layer_loss/{layer}')):>21} "
+            f"{fmt(after.get(f'eval_layer_loss/{layer}')):>9} {fmt(duals.get(f'dual/{layer}'), '.4f'):>9}"
+        )
+    for key, label in (
+        ("descent_fraction", "descent fraction"),
+        ("feasible_fraction", "feasible fraction"),
+        (accuracy_key, "accuracy"),
+    ):
+        lines.append(f"{label:>28}: {fmt(before.get(f'before_{key}'))} -> {fmt(after.get(f'eval_{key}'))}")
+    lines.append(f"constraints report: {os.path.join(trainer.args.output_dir, REPORT)}")
+    lines.append(f"model saved to: {trainer.args.output_dir}")
+    return "\n".join(lines)
+
+
+def recipe_task(argv: list[str]) -> str:
+    """`task` from the command line, else from the `--config` YAML, else 'sft'."""
+    if "--task" in argv:
+        return argv[argv.index("--task") + 1]
+    if "--config" in argv:
+        import yaml
+
+        with open(argv[argv.index("--config") + 1]) as f:
+            return (yaml.safe_load(f) or {}).get("task", "sft")
+    return "sft"

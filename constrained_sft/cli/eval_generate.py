@@ -1,0 +1,17 @@
+"""
+`constrained-sft eval generate`: answers to instructions with embedding noise, one alpaca_eval-format file per model
+and level (see `constrained_sft.evaluation.generate`).
+"""
+
+from __future__ import annotations
+
+from trl import TrlParser
+
+from ..evaluation.generate import GenerateArguments, run
+
+
+def main(argv: list[str]) -> int:
+    (args,) = TrlParser((GenerateArguments,)).parse_args_into_dataclasses(argv)
+    for gamma, path in run(args).items():
+        print(f"gamma={gamma}: {path}")
+    return 0

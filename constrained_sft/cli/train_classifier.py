@@ -1,0 +1,81 @@
+"""
+`constrained-sft train` for `task: classification` recipes: a sequence classifier trained with `ConstrainedTrainer`.
+
+    constrained-sft train --config recipes/minilm/rotten-tomatoes/constrained.yaml
+
+YAML keys are exactly the fields of `ClassifierScriptArguments`, TRL's `ModelConfig` and `ConstrainedConfig`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from transformers import AutoConfig, AutoModelForSequenceClassification, DataCollatorWithPadding
+from trl import ModelConfig, TrlParser, get_peft_config
+
+from ..config import ConstrainedConfig
+from ..data import (
+    ClassificationDataArguments,
+    has_classification_head,
+    load_classification,
+    load_tokenizer,
+    resolve_model_path,
+)
+from ..trainers import ConstrainedTrainer
+from .common import train_and_report
+
+
+@dataclass
+class ClassifierScriptArguments(ClassificationDataArguments):
+    task: str = field(
+        default="classification",
+        metadata={"help": "'classification' (this recipe kind).", "choices": ["classification"]},
+    )
+    evaluate_before_training: bool = field(
+        default=False, metadata={"help": "Evaluate the held-out split before training too."}
+    )
+
+
+def make_parser() -> TrlParser:
+    return TrlParser((ClassifierScriptArguments, ModelConfig, ConstrainedConfig))
+
+
+def load_classifier(model_args: ModelConfig, path: str, config, names: list[str] | None = None):
+    """A sequence classifier; a plain encoder (`config` without a classification head) gets a new head with the
+    dataset's classes."""
+    kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype}
+    if not has_classification_head(config) and names is not None:
+        kwargs.update(
+            num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)}
+        )
+    return AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+
+
+def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, training_args: ConstrainedConfig) -> dict:
+    path = resolve_model_path(model_args.model_name_or_path)
+    tokenizer = load_tokenizer(path, model_args.model_revision)
+    config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
+    num_labels = config.num_labels if has_classification_head(config) else None
+    train_ds, eval_ds, names = load_classification(script_args, tokenizer, num_labels)
+    model = load_classifier(model_args, path, config, names)
+    peft_config = get_peft_config(model_args)
+    if peft_config is not None:
+        from peft import get_peft_model
+
+        peft_config.task_type = "SEQ_CLS"
+        model = get_peft_model(model, peft_config)
+    trainer = ConstrainedTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        processing_class=tokenizer,
+        data_collator=DataCollatorWithPadding(tokenizer),
+    )
+    return train_and_report(trainer, script_args.evaluate_before_training, accuracy_key="accuracy")
+
+
+def main(argv: list[str] | None = None) -> int:
+    script_args, model_args, training_args = make_parser().parse_args_and_config(argv)
+    run(script_args, model_args, training_args)
+    return 0

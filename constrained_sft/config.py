@@ -1,0 +1,320 @@
+"""
+Configuration: the constraint and noise fields, defined once and mixed into both trainer configs
+(`ConstrainedSFTConfig` for TRL's `SFTTrainer`, `ConstrainedConfig` for `transformers.Trainer`).
+
+May import: nothing of the package (transformers and TRL only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from transformers import TrainingArguments
+from trl import SFTConfig
+
+CONSTRAINT_MODES = ("descent", "none")
+DUAL_OPTIMIZERS = ("sgd", "adam")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass
+class ConstraintArguments:
+    r"""
+    Fields that define the layerwise descent constraints and their primal-dual training.
+
+    The problem is `min f_L  s.t.  f_l <= (1 - alpha_l) f_{l-1}` for consecutive constrained layers, and optionally
+    `f_first <= epsilon`, where `f_l` is the mean token loss of layer `l` read out through the model's own head.
+    Mixed into [`ConstrainedSFTConfig`] (and the encoder config), so every trainer shares one definition.
+    """
+
+    # > The constrained problem
+    constraints: str = field(
+        default="descent",
+        metadata={
+            "help": "`'descent'`: every constrained layer must reduce the loss of the previous one (primal-dual "
+            "training). `'none'`: the ERM baseline, trained exactly like `SFTTrainer`, while every constrained layer is "
+            "still measured and logged so both runs share one instrument.",
+            "choices": list(CONSTRAINT_MODES),
+        },
+    )
+    # Union-with-list fields take their default through `default_factory`: HfArgumentParser ignores a plain default
+    # for list-typed arguments and would hand over None.
+    constrained_layers: str | list[str] | list[int] = field(
+        default_factory=lambda: "all",
+        metadata={
+            "help": "`'all'` (layers 1..L) or a strictly increasing list of 1-based layer indices. Constraints link "
+            "consecutive listed layers: f_{l_j} <= (1 - alpha_j) f_{l_{j-1}}."
+        },
+    )
+    descent_alpha: float | list[float] | str = field(
+        default_factory=lambda: 0.05,
+        metadata={
+            "help": "Step size alpha in (0, 1): each constrained layer must cut the previous layer's loss by this "
+            "fraction. A float applies to every step; a list gives one alpha per step (number of constrained layers "
+            "minus one). The L-layer chain can only be met if f_L <= (1 - alpha)^(L-1) f_1 is attainable: with 30 "
+            "layers, alpha=0.05 allows a 4.4x reduction from the first layer to the last."
+        },
+    )
+    descent_epsilon: float | None = field(
+        default=None,
+        metadata={
+            "help": "Optional bound f_first <= epsilon on the first constrained layer. Without it the model can "
+            "satisfy every descent constraint by making the first layer's readout worse (paper, Section 4)."
+        },
+    )
+
+    # > The dual problem
+    dual_lr: float = field(
+        default=0.01,
+        metadata={
+            "help": "Learning rate of the dual ascent on the multipliers (>= 0; 0 freezes them at `dual_init`)."
+        },
+    )
+    dual_optimizer: str = field(
+        default="sgd",
+        metadata={
+            "help": "`'sgd'`: projected gradient ascent, lambda <- max(0, lambda + dual_lr (slack - resilience "
+            "lambda)). `'adam'`: Adam on the same ascent direction, then the same projection (the paper's choice).",
+            "choices": list(DUAL_OPTIMIZERS),
+        },
+    )
+    dual_init: float = field(default=0.0, metadata={"help": "Initial value of every multiplier (>= 0)."})
+    resilience: float = field(
+        default=0.0,
+        metadata={
+            "help": "Resilience rho >= 0 (dual weight decay, paper Appendix A.5): relaxes each constraint by "
+            "rho * lambda, so a constraint that cannot be met settles at a finite multiplier of about slack / rho "
+            "instead of growing without bound."
+        },
+    )
+    dual_max: float | None = field(
+        default=None, metadata={"help": "Optional upper cap on every multiplier (> 0), applied with the projection."}
+    )
+    constraint_warmup_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Optimizer steps trained on f_L alone (no penalties, no dual updates) before the constraints "
+            "switch on; layer losses are still measured. The paper warms up for one epoch."
+        },
+    )
+
+    # > The readout of intermediate layers
+    readout_final_norm: bool = field(
+        default=True,
+        metadata={
+            "help": "Apply the model's final norm before the LM head when reading out layers below the last (the "
+            "'logit lens'). The last layer is always scored exactly as the model scores it."
+        },
+    )
+    layer_loss_tokens: int | str | None = field(
+        default="auto",
+        metadata={
+            "help": "Tokens read out per sequence for the layers below the last, in training: 'auto' (a sample sized "
+            "so the readouts cost `readout_budget` of the step's FLOPs), an integer k (an unbiased sample of k "
+            "supervised positions per sequence, the same for every layer, importance-weighted by the sequence's "
+            "token count), or 'all' / None (every supervised token). The objective f_L always uses every token; "
+            "evaluation reads every token."
+        },
+    )
+    readout_budget: float = field(
+        default=0.1,
+        metadata={
+            "help": "With layer_loss_tokens='auto': the intermediate readouts' share of a plain training step's FLOPs "
+            "(0.1 = 10%). Each sampled token costs 6 x hidden x vocabulary FLOPs per constrained layer."
+        },
+    )
+    feasibility_window: int = field(
+        default=20,
+        metadata={
+            "help": "Number of final optimizer steps whose mean slack decides, in `constraints.json`, whether each "
+            "constraint holds at the end of training."
+        },
+    )
+
+    def _validate_constraint_arguments(self) -> None:
+        if self.constraints not in CONSTRAINT_MODES:
+            raise ValueError(f"`constraints` must be one of {list(CONSTRAINT_MODES)}, got {self.constraints!r}.")
+        if self.dual_optimizer not in DUAL_OPTIMIZERS:
+            raise ValueError(f"`dual_optimizer` must be one of {list(DUAL_OPTIMIZERS)}, got {self.dual_optimizer!r}.")
+        self.constrained_layers = _parse_layers(self.constrained_layers)
+        self.descent_alpha = _parse_alpha(self.descent_alpha)
+        for name in ("dual_lr", "dual_init", "resilience"):
+            value = getattr(self, name)
+            if not _is_number(value) or not math.isfinite(value) or value < 0:
+                raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
+        if self.dual_max is not None and (not _is_number(self.dual_max) or not self.dual_max > 0):
+            raise ValueError(f"`dual_max` must be None or a number > 0, got {self.dual_max!r}.")
+        if self.dual_max is not None and self.dual_init > self.dual_max:
+            raise ValueError(f"`dual_init` ({self.dual_init}) must not exceed `dual_max` ({self.dual_max}).")
+        if self.descent_epsilon is not None and (
+            not _is_number(self.descent_epsilon) or not math.isfinite(self.descent_epsilon)
+        ):
+            raise ValueError(f"`descent_epsilon` must be None or a finite number, got {self.descent_epsilon!r}.")
+        if not isinstance(self.constraint_warmup_steps, int) or self.constraint_warmup_steps < 0:
+            raise ValueError(
+                f"`constraint_warmup_steps` must be an integer >= 0, got {self.constraint_warmup_steps!r}."
+            )
+        self.layer_loss_tokens = _parse_tokens(self.layer_loss_tokens)
+        if not _is_number(self.readout_budget) or not 0 < self.readout_budget <= 10:
+            raise ValueError(
+                f"`readout_budget` must be a fraction of the step's FLOPs in (0, 10], got {self.readout_budget!r}."
+            )
+        if not isinstance(self.feasibility_window, int) or self.feasibility_window < 1:
+            raise ValueError(f"`feasibility_window` must be an integer >= 1, got {self.feasibility_window!r}.")
+
+
+@dataclass
+class NoiseArguments:
+    r"""
+    Gaussian noise on the token embeddings, e ~ N(noise_mean, (gamma * sigma_x)^2), where sigma_x is the std of the
+    model's embedding matrix (see `constrained_sft.noise`). Mixed into every trainer config next to the constraints.
+    """
+
+    noise_gamma: float | list[float] | str = field(
+        default_factory=lambda: 0.0,
+        metadata={
+            "help": "Training noise level gamma >= 0 (0 trains on clean embeddings), or a range [gamma_min, gamma_max] "
+            "from which each example draws its own level uniformly. Applies to training batches only."
+        },
+    )
+    noise_mean: float = field(
+        default=0.0, metadata={"help": "Mean mu of the embedding noise, in training and evaluation."}
+    )
+    noise_clean_prob: float = field(
+        default=0.0,
+        metadata={"help": "Probability in [0, 1] that a training example is left clean (its gamma set to 0)."},
+    )
+    eval_noise_gammas: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "Noise levels at which `evaluate()` also runs, reporting `eval_gamma_<gamma>_loss`, "
+            "`eval_gamma_<gamma>_mean_token_accuracy` and the per-layer metrics at each level (seeded, reproducible)."
+        },
+    )
+
+    def _validate_noise_arguments(self) -> None:
+        gamma = self.noise_gamma
+        if isinstance(gamma, str):
+            gamma = gamma.replace(",", " ").split()
+        if isinstance(gamma, (list, tuple)):
+            if len(gamma) == 1:
+                gamma = gamma[0]
+            elif len(gamma) != 2:
+                raise ValueError(
+                    f"`noise_gamma` must be a level >= 0 or a range [gamma_min, gamma_max], got {self.noise_gamma!r}."
+                )
+        values = list(gamma) if isinstance(gamma, (list, tuple)) else [gamma]
+        try:
+            values = [float(v) for v in values if not isinstance(v, bool)]
+        except (TypeError, ValueError):
+            values = []
+        if len(values) != (2 if isinstance(gamma, (list, tuple)) else 1) or any(
+            not math.isfinite(v) or v < 0 for v in values
+        ):
+            raise ValueError(f"`noise_gamma` values must be finite numbers >= 0, got {self.noise_gamma!r}.")
+        if len(values) == 2 and values[0] > values[1]:
+            raise ValueError(f"`noise_gamma` range needs gamma_min <= gamma_max, got {self.noise_gamma!r}.")
+        self.noise_gamma = values if len(values) == 2 else values[0]
+        if not _is_number(self.noise_mean) or not math.isfinite(self.noise_mean):
+            raise ValueError(f"`noise_mean` must be a finite number, got {self.noise_mean!r}.")
+        if not _is_number(self.noise_clean_prob) or not 0.0 <= self.noise_clean_prob <= 1.0:
+            raise ValueError(f"`noise_clean_prob` must be a probability in [0, 1], got {self.noise_clean_prob!r}.")
+        if self.eval_noise_gammas is not None:
+            levels = [self.eval_noise_gammas] if _is_number(self.eval_noise_gammas) else list(self.eval_noise_gammas)
+            if not levels or any(not _is_number(v) or not math.isfinite(v) or v < 0 for v in levels):
+                raise ValueError(f"`eval_noise_gammas` must be a list of levels >= 0, got {self.eval_noise_gammas!r}.")
+            self.eval_noise_gammas = [float(v) for v in levels]
+
+    @property
+    def trains_with_noise(self) -> bool:
+        """Whether training batches get noise (gamma 0 leaves an example exactly clean, whatever the mean)."""
+        gamma = self.noise_gamma
+        return max(gamma) > 0 if isinstance(gamma, list) else gamma > 0
+
+
+def _parse_tokens(value: object) -> int | str | None:
+    """'auto', None (every token; also 'all' / 'none'), or an integer >= 1; the CLI hands over strings."""
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text == "auto":
+            return "auto"
+        if text in ("all", "none", "null"):
+            return None
+        value = int(text) if text.isdigit() else value
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"`layer_loss_tokens` must be 'auto', 'all' / None, or an integer >= 1, got {value!r}.")
+
+
+def _parse_layers(value: object) -> str | list[int]:
+    """`'all'` or a strictly increasing list of positive ints; the CLI hands over a list of strings."""
+    if isinstance(value, str):
+        value = [value] if value.strip() == "all" else [v for v in value.replace(",", " ").split()]
+    if isinstance(value, (list, tuple)) and len(value) == 1 and str(value[0]).strip() == "all":
+        return "all"
+    error = (
+        f"`constrained_layers` must be 'all' or a strictly increasing list of 1-based layer indices, got {value!r}."
+    )
+    if not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(error)
+    layers = []
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, (int, str)):
+            raise ValueError(error)
+        try:
+            layers.append(int(item))
+        except ValueError:
+            raise ValueError(error) from None
+    if any(layer < 1 for layer in layers) or any(b <= a for a, b in zip(layers, layers[1:], strict=False)):
+        raise ValueError(error)
+    return layers
+
+
+def _parse_alpha(value: object) -> float | list[float]:
+    """A float, or a list of floats, each in (0, 1); a one-element list (what the CLI gives) is a float."""
+    if isinstance(value, str):
+        parts = value.replace(",", " ").split()
+        value = parts[0] if len(parts) == 1 else parts
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    values = value if isinstance(value, (list, tuple)) else [value]
+    parsed = []
+    for item in values:
+        try:
+            number = float(item) if not isinstance(item, bool) else math.nan
+        except (TypeError, ValueError):
+            number = math.nan
+        if not 0.0 < number < 1.0:
+            raise ValueError(f"`descent_alpha` values must lie in the open interval (0, 1), got {value!r}.")
+        parsed.append(number)
+    return parsed if isinstance(value, (list, tuple)) else parsed[0]
+
+
+@dataclass
+class ConstrainedSFTConfig(ConstraintArguments, NoiseArguments, SFTConfig):
+    r"""
+    [`trl.SFTConfig`] plus the fields of [`ConstraintArguments`] and [`NoiseArguments`]; every SFT field keeps its
+    meaning.
+    """
+
+    def __post_init__(self) -> None:
+        self._validate_constraint_arguments()
+        self._validate_noise_arguments()
+        super().__post_init__()
+
+
+@dataclass
+class ConstrainedConfig(ConstraintArguments, NoiseArguments, TrainingArguments):
+    r"""
+    [`transformers.TrainingArguments`] plus the same constraint and noise fields as `ConstrainedSFTConfig`
+    ([`ConstraintArguments`], [`NoiseArguments`]): one definition, two trainers.
+    """
+
+    def __post_init__(self) -> None:
+        self._validate_constraint_arguments()
+        self._validate_noise_arguments()
+        super().__post_init__()

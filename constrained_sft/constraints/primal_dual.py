@@ -1,0 +1,120 @@
+"""
+Primal-dual state of one training run, independent of any Trainer: the constraints, their multipliers and dual
+optimizer, the statistics accumulated over the micro-batches of one optimizer step, and a short history of optimizer
+steps for the end-of-training feasibility report. What it does with them: the penalty of a micro-batch, the dual step
+once per optimizer step, and its state as tensors + JSON for checkpoints (written by `state_io`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Any
+
+import torch
+
+from .dual_optimizer import DualOptimizer
+from .feasibility import feasibility_report
+from .lagrangian import DescentConstraints, penalty
+from .multipliers import Multipliers
+from .stats import LayerLosses, LayerStats, Reduce, stats_metrics
+
+logger = logging.getLogger(__name__)
+
+
+class PrimalDual:
+    def __init__(
+        self,
+        spec: DescentConstraints,
+        enabled: bool = True,
+        dual_optimizer: str = "sgd",
+        dual_lr: float = 0.01,
+        dual_init: float = 0.0,
+        resilience: float = 0.0,
+        dual_max: float | None = None,
+        warmup_steps: int = 0,
+        window: int = 20,
+    ) -> None:
+        self.spec = spec
+        self.enabled = enabled
+        self.warmup_steps = warmup_steps
+        self.multipliers = Multipliers(len(spec), init=dual_init, upper=dual_max)
+        self.dual = DualOptimizer(self.multipliers, dual_optimizer, dual_lr, resilience)
+        self.train_stats = LayerStats(len(spec.layers))
+        self.history: deque[dict[str, Any]] = deque(maxlen=window)
+        self.skipped_steps = 0
+
+    def active(self, global_step: int) -> bool:
+        """Whether the penalty is in the loss and the multipliers move at this optimizer step."""
+        return self.enabled and global_step >= self.warmup_steps
+
+    def penalty(self, losses: LayerLosses) -> torch.Tensor:
+        """Token-sum of sum_c lambda_c g_c for one micro-batch, differentiable in the layer losses."""
+        return penalty(self.spec, self.multipliers.value(), losses.sums, losses.num_tokens)
+
+    def step(self, global_step: int, reduce: Reduce) -> dict[str, float]:
+        """
+        End of an optimizer step: reduce the micro-batch totals over ranks, ascend on the global-batch slack when
+        active, and return the step's metrics. Every rank computes the same update from the same reduced totals.
+        """
+        totals = self.train_stats.pop(reduce).cpu()
+        metrics = stats_metrics(self.spec, totals)
+        if not metrics:  # no supervised token in the whole global batch: nothing to measure, lambda unchanged
+            return {}
+        values = torch.tensor([metrics[f"slack/{k}"] for k in self.spec.keys], dtype=torch.float64)
+        updated = False
+        if self.active(global_step):
+            updated = self.dual.step(values)
+            if not updated:
+                self.skipped_steps += 1
+                logger.warning(
+                    "Skipped the dual step at optimizer step %d: the slack is not finite (%s); multipliers kept.",
+                    global_step,
+                    values.tolist(),
+                )
+        lam = self.multipliers.value().tolist()
+        self.history.append(
+            {
+                "step": global_step + 1,
+                "layer_loss": [metrics[f"layer_loss/{layer}"] for layer in self.spec.layers],
+                "slack": values.tolist(),
+                "dual": lam,
+                "descent_fraction": metrics.get("descent_fraction"),
+                "dual_updated": updated,
+            }
+        )
+        return metrics
+
+    def dual_metrics(self) -> dict[str, float]:
+        return {f"dual/{k}": v for k, v in zip(self.spec.keys, self.multipliers.value().tolist(), strict=True)}
+
+    def summary(self) -> dict[str, Any]:
+        """Feasibility over the recorded window (see [`feasibility_report`])."""
+        return feasibility_report(
+            self.spec, list(self.history), self.multipliers.value().tolist(), self.enabled, self.skipped_steps
+        )
+
+    # Checkpointing: tensors for safetensors, the rest for JSON.
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        return self.dual.state_tensors()
+
+    def state_json(self) -> dict[str, Any]:
+        return {
+            "spec": {"layers": list(self.spec.layers), "alpha": list(self.spec.alphas), "epsilon": self.spec.epsilon},
+            "dual_optimizer": self.dual.state_json(),
+            "history": list(self.history),
+            "skipped_steps": self.skipped_steps,
+        }
+
+    def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        saved = meta["spec"]
+        if saved["layers"] != list(self.spec.layers) or saved["epsilon"] != self.spec.epsilon:
+            raise ValueError(
+                f"The checkpoint constrains layers {saved['layers']} (epsilon={saved['epsilon']}) but this run "
+                f"constrains {list(self.spec.layers)} (epsilon={self.spec.epsilon}); `constrained_layers` and "
+                "`descent_epsilon` must match the run being resumed."
+            )
+        self.dual.load_state(tensors, meta["dual_optimizer"])
+        self.history.clear()
+        self.history.extend(meta.get("history", []))
+        self.skipped_steps = int(meta.get("skipped_steps", 0))

@@ -1,0 +1,77 @@
+"""
+The per-layer losses of one batch (what a readout hands to the constrained problem) and their running statistics:
+token-weighted layer losses, descending steps, and the public metric keys computed from them.
+
+Shapes: n measured layers, S sequences (documents; for classifiers, examples).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .lagrangian import DescentConstraints, slack
+
+Reduce = Callable[[torch.Tensor], torch.Tensor]  # sum over data-parallel ranks
+
+
+@dataclass
+class LayerLosses:
+    """Losses of the n measured layers on one batch; `sums` keeps the graph when the layers were read with grad."""
+
+    sums: torch.Tensor  # [n] weighted token-loss sums: f_l(batch) = sums[l] / num_tokens
+    per_sequence: torch.Tensor  # [n, S] per-sequence mean losses (detached)
+    segment_tokens: torch.Tensor  # [S] supervised tokens per sequence; 0 = no loss, excluded from statistics
+    num_tokens: torch.Tensor  # [] supervised tokens in the batch
+
+    @property
+    def means(self) -> torch.Tensor:
+        return self.sums.detach().double() / self.num_tokens.clamp(min=1)
+
+
+def descent_counts(losses: LayerLosses) -> tuple[torch.Tensor, torch.Tensor]:
+    """(descending steps, all steps) over (sequence, consecutive measured layers) with f_l < f_{l-1}."""
+    valid = losses.segment_tokens.gt(0)  # [S]
+    per_seq = losses.per_sequence[:, valid]  # [n, S']
+    steps = per_seq[1:] < per_seq[:-1]  # [n-1, S']
+    return steps.sum(), torch.tensor(steps.numel(), device=steps.device)
+
+
+class LayerStats:
+    """Running totals `[n + 3]` = (layer loss sums, tokens, descending steps, steps), detached, float64."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.num_layers = num_layers
+        self.totals: torch.Tensor | None = None
+
+    def add(self, losses: LayerLosses, reduce: Reduce | None = None) -> None:
+        """Add one batch; with `reduce`, its totals are first summed over ranks (a collective call)."""
+        descended, steps = descent_counts(losses)
+        counts = torch.stack([losses.num_tokens, descended, steps]).to(losses.sums.device)
+        row = torch.cat([losses.sums.detach().double(), counts.double()])
+        row = reduce(row) if reduce is not None else row
+        self.totals = row if self.totals is None else self.totals + row.to(self.totals.device)
+
+    def pop(self, reduce: Reduce) -> torch.Tensor:
+        """The totals summed over ranks (every rank must call this), then reset. Zeros when nothing was added."""
+        totals = self.totals if self.totals is not None else torch.zeros(self.num_layers + 3, dtype=torch.float64)
+        self.totals = None
+        return reduce(totals)
+
+
+def stats_metrics(spec: DescentConstraints, totals: torch.Tensor) -> dict[str, float]:
+    """Public metric keys from reduced totals; empty when no supervised token was seen."""
+    n = len(spec.layers)
+    sums, tokens, descended, steps = totals[:n], totals[n], totals[n + 1], totals[n + 2]
+    if tokens <= 0:
+        return {}
+    values = slack(spec, sums, tokens)
+    metrics = {f"layer_loss/{layer}": (s / tokens).item() for layer, s in zip(spec.layers, sums, strict=True)}
+    metrics.update({f"slack/{key}": v.item() for key, v in zip(spec.keys, values, strict=True)})
+    if steps > 0:
+        metrics["descent_fraction"] = (descended / steps).item()
+    if len(values):
+        metrics["feasible_fraction"] = values.le(0).double().mean().item()
+    return metrics

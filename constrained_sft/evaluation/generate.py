@@ -1,0 +1,220 @@
+"""
+Noisy generation (`constrained-sft eval generate`): a model answers instructions with embedding noise at level gamma on every token
+(prompt and generated), written in alpaca_eval's format, one file per model and level, resumable.
+
+    constrained-sft eval generate --model outputs/smollm2-135m-sharegpt-constrained --name constrained \\
+        --instructions tatsu-lab/alpaca_eval --gammas 0 1.5 --output_dir outputs/alpaca
+
+writes outputs/alpaca/constrained/gamma_0.0.json and gamma_1.5.json (lists of {instruction, output, generator,
+dataset}) and settings.json. Each file is rewritten after every batch; a rerun with the same settings skips the
+instructions already answered, and since batches and noise seeds are fixed by position, the resumed files equal an
+uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+from ..noise import embedding_noise, parse_levels
+from ..utils import write_json
+from .loading import ModelSpec, load_model
+
+ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions, the set AlpacaEval's length control is fitted on
+ALPACA_EVAL_SIZE = 805
+
+
+class GenerationError(ValueError):
+    """Bad generation input: the message names the field or file and what is allowed."""
+
+
+@dataclass
+class GenerateArguments:
+    model: str = field(default=None, metadata={"help": "Model folder, Hub id, `pkg:` alias or LoRA adapter folder."})
+    output_dir: str = field(default=None, metadata={"help": "Writes <output_dir>/<name>/gamma_<g>.json."})
+    name: str | None = field(
+        default=None, metadata={"help": "Generator name in the files and the folder (default: the model folder name)."}
+    )
+    base_model: str | None = field(default=None, metadata={"help": "Base model of an adapter that does not name one."})
+    instructions: str = field(
+        default=ALPACA_EVAL,
+        metadata={"help": "`tatsu-lab/alpaca_eval` (Hub) or a local .json/.jsonl file with an `instruction` field."},
+    )
+    max_instances: int | None = field(default=None, metadata={"help": "Answer only the first N instructions."})
+    gammas: list[float] = field(default_factory=lambda: [0.0], metadata={"help": "Noise levels, one file each."})
+    noise_mean: float = field(default=0.0, metadata={"help": "Mean of the embedding noise."})
+    seed: int = field(default=0, metadata={"help": "Seeds the noise (and sampling) of every batch."})
+    batch_size: int = field(default=8, metadata={"help": "Instructions per generate() call (left-padded)."})
+    max_new_tokens: int = field(default=512, metadata={"help": "Longest answer, in tokens."})
+    do_sample: bool = field(default=False, metadata={"help": "Sample instead of greedy decoding (the default)."})
+    temperature: float = field(default=0.7, metadata={"help": "Sampling temperature (with --do_sample)."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (with --do_sample)."})
+    system_prompt: str | None = field(default=None, metadata={"help": "A system message before each instruction."})
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 weights (default: on CUDA devices with bf16)."})
+
+    def validate(self) -> None:
+        if not self.model or not self.output_dir:
+            raise GenerationError("`--model` and `--output_dir` are required.")
+        parse_levels(self.gammas)
+        for name in ("batch_size", "max_new_tokens"):
+            if getattr(self, name) < 1:
+                raise GenerationError(f"`--{name}` must be >= 1, got {getattr(self, name)}.")
+        if self.max_instances is not None and self.max_instances < 1:
+            raise GenerationError(f"`--max_instances` must be >= 1 or unset, got {self.max_instances}.")
+        if self.do_sample and not (self.temperature > 0 and 0 < self.top_p <= 1):
+            raise GenerationError(f"need temperature > 0 and top_p in (0, 1], got {self.temperature}, {self.top_p}.")
+
+
+def _rows_from_file(path: str) -> list[dict]:
+    with open(path) as f:
+        if path.endswith(".jsonl"):
+            return [json.loads(line) for line in f if line.strip()]
+        data = json.load(f)
+    if not isinstance(data, list):
+        raise GenerationError(f"{path}: expected a JSON list of objects with an `instruction` field.")
+    return data
+
+
+def load_instructions(source: str, max_instances: int | None = None) -> list[dict[str, str]]:
+    """[{instruction, dataset}] in file order from a local JSON/JSONL file or the AlpacaEval set on the Hub."""
+    if os.path.isfile(source):
+        if not source.endswith((".json", ".jsonl")):
+            raise GenerationError(f"`--instructions` {source!r}: allowed local files are .json or .jsonl.")
+        rows, default_dataset = _rows_from_file(source), os.path.splitext(os.path.basename(source))[0]
+    elif source == ALPACA_EVAL:
+        from huggingface_hub import hf_hub_download
+
+        path = hf_hub_download(repo_id=ALPACA_EVAL, filename="alpaca_eval.json", repo_type="dataset")
+        rows, default_dataset = _rows_from_file(path), "alpaca_eval"
+    else:
+        raise GenerationError(
+            f"`--instructions` {source!r} is neither a local .json/.jsonl file nor {ALPACA_EVAL!r} (the Hub set)."
+        )
+    out = []
+    for i, row in enumerate(rows):
+        text = row.get("instruction") if isinstance(row, dict) else None
+        if not isinstance(text, str) or not text.strip():
+            raise GenerationError(f"{source}: row {i} has no non-empty string `instruction` field.")
+        out.append({"instruction": text, "dataset": str(row.get("dataset") or default_dataset)})
+    if not out:
+        raise GenerationError(f"{source}: no instructions.")
+    return out[:max_instances] if max_instances else out
+
+
+def fingerprint(rows: list[dict[str, str]]) -> str:
+    return hashlib.sha256("\x00".join(r["instruction"] for r in rows).encode()).hexdigest()[:16]
+
+
+def output_path(output_dir: str, name: str, gamma: float) -> str:
+    return os.path.join(output_dir, name, f"gamma_{float(gamma)}.json")
+
+
+RESUME_KEYS = (  # what fixes an answer: the same values are required to resume
+    "model", "base_model", "instructions", "noise_mean", "seed", "batch_size", "max_new_tokens", "do_sample",
+    "temperature", "top_p", "system_prompt", "generator",
+)  # fmt: skip
+
+
+def _settings(args: GenerateArguments, rows: list[dict[str, str]], name: str) -> dict:
+    settings = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "name", "gammas", "bf16")}
+    return {
+        **settings,
+        "generator": name,
+        "n_instructions": len(rows),
+        "instructions_sha": fingerprint(rows),
+        # the condition for alpaca_eval's length-controlled win rate (fitted on that set, in that order)
+        "is_full_alpaca_eval": args.instructions == ALPACA_EVAL and len(rows) == ALPACA_EVAL_SIZE,
+    }
+
+
+def _check_resume(path: str, settings: dict) -> None:
+    if not os.path.isfile(path):
+        return
+    with open(path) as f:
+        old = json.load(f)
+    if changed := [k for k in RESUME_KEYS if old.get(k) != settings[k]]:
+        raise GenerationError(
+            f"{path} was written with other settings ({', '.join(f'{k}: {old.get(k)!r}' for k in changed)}); "
+            "use another --output_dir or --name, or the same settings to resume."
+        )
+
+
+def _prompts(tokenizer, rows: list[dict[str, str]], system_prompt: str | None) -> list[str]:
+    if not getattr(tokenizer, "chat_template", None):
+        raise GenerationError("the model's tokenizer has no chat template; generation needs an instruct model.")
+    head = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    return [
+        tokenizer.apply_chat_template(
+            head + [{"role": "user", "content": r["instruction"]}], tokenize=False, add_generation_prompt=True
+        )
+        for r in rows
+    ]
+
+
+@torch.no_grad()
+def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, gamma: float, path: str) -> list:
+    """Answers for one noise level; resumes from `path` and rewrites it after every batch."""
+    done: list[dict] = []
+    if os.path.isfile(path):
+        with open(path) as f:
+            done = json.load(f)
+        if [d["instruction"] for d in done] != [r["instruction"] for r in rows[: len(done)]]:
+            raise GenerationError(
+                f"{path} holds {len(done)} answers that are not to the first {len(done)} of the {len(rows)} "
+                "instructions asked for; remove it or use another --output_dir."
+            )
+    # restart at a batch boundary so every batch is reproduced (a complete file is left alone)
+    start = len(done) if len(done) >= len(rows) else len(done) - len(done) % args.batch_size
+    done = done[:start]
+    device = next(model.parameters()).device
+    for b in tqdm(range(start, len(rows), args.batch_size), desc=f"{name} gamma={gamma}"):
+        batch = rows[b : b + args.batch_size]
+        enc = tokenizer(
+            _prompts(tokenizer, batch, args.system_prompt), return_tensors="pt", padding=True, add_special_tokens=False
+        ).to(device)
+        seed = args.seed * 1_000_003 + b  # a function of the position only: resumed batches see the same noise
+        torch.manual_seed(seed)
+        decoding = {"do_sample": args.do_sample, "max_new_tokens": args.max_new_tokens}
+        if args.do_sample:
+            decoding.update(temperature=args.temperature, top_p=args.top_p)
+        else:
+            decoding.update(temperature=None, top_p=None, top_k=None)
+        with embedding_noise(model, gamma=gamma, mean=args.noise_mean, seed=seed):
+            out = model.generate(**enc, pad_token_id=tokenizer.pad_token_id, **decoding)  # [B, T_prompt + new]
+        answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+        done += [
+            {"instruction": r["instruction"], "output": a.strip(), "generator": name, "dataset": r["dataset"]}
+            for r, a in zip(batch, answers, strict=True)
+        ]
+        write_json(path, done)
+    write_json(path, done)
+    return done
+
+
+def run(args: GenerateArguments) -> dict[float, str]:
+    args.validate()
+    rows = load_instructions(args.instructions, args.max_instances)
+    name = args.name or os.path.basename(os.path.normpath(args.model))
+    settings = _settings(args, rows, name)
+    folder = os.path.join(args.output_dir, name)
+    _check_resume(os.path.join(folder, "settings.json"), settings)
+    bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    model, tokenizer = load_model(
+        ModelSpec(name, args.model, args.base_model), torch.bfloat16 if bf16 else torch.float32
+    )
+    model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    os.makedirs(folder, exist_ok=True)
+    write_json(os.path.join(folder, "settings.json"), settings)
+    paths = {}
+    for gamma in parse_levels(args.gammas):
+        paths[gamma] = output_path(args.output_dir, name, gamma)
+        generate_level(model, tokenizer, rows, args, name, gamma, paths[gamma])
+    return paths

@@ -1,0 +1,137 @@
+"""
+Judges for `constrained-sft eval alpaca`, as alpaca_eval annotator configs plus the completion functions that the
+configs in `judge_configs/` leave to the caller:
+
+- `gpt4`: alpaca_eval's default annotator (weighted GPT-4-turbo, needs OPENAI_API_KEY). The paper's judge was GPT-5.
+- `local`: `local_hf/configs.yaml`, any local chat model through transformers, verdict parsed from text.
+- `test`: `offline_test/configs.yaml`, deterministic and model-free, for tests and dry runs.
+- any other alpaca_eval annotator config name, or a path to a configs.yaml.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+import warnings
+from collections.abc import Sequence
+
+import torch
+
+# alpaca_eval imports pkg_resources, which warns on every import since setuptools 80
+warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "judge_configs")
+CONFIGS = {
+    "gpt4": "weighted_alpaca_eval_gpt4_turbo",  # alpaca_eval's DEFAULT_ANNOTATOR_CONFIG for AlpacaEval 2
+    "local": os.path.join(HERE, "local_hf", "configs.yaml"),
+    "test": os.path.join(HERE, "offline_test", "configs.yaml"),
+}
+# Credentials the alpaca_eval decoders read; a judge using one of them fails early, naming the variable, never
+# its value.
+CREDENTIALS = {
+    "openai_completions": ("OPENAI_API_KEY", "OPENAI_CLIENT_CONFIG_PATH"),
+    "anthropic_completions": ("ANTHROPIC_API_KEY",),
+    "google_completions": ("GOOGLE_API_KEY",),
+    "cohere_completions": ("COHERE_API_KEY",),
+}
+
+
+def _result(completions: list[str], seconds: float) -> dict[str, list]:
+    n = max(len(completions), 1)
+    return {
+        "completions": completions,
+        "price_per_example": [0.0] * len(completions),
+        "time_per_example": [seconds / n] * len(completions),
+    }
+
+
+def _sections(prompt: str) -> tuple[str, str, str]:
+    """(instruction, output a, output b) from pairwise_prompt.txt's user message; split at the outermost headings."""
+    from alpaca_eval.utils import prompt_to_chatml
+
+    user = next(m["content"] for m in prompt_to_chatml(prompt) if m["role"] == "user")
+    instruction, rest = user.removeprefix("## Instruction\n").split("\n\n## Output (a)\n", 1)
+    first, rest = rest.rsplit("\n\n## Output (b)\n", 1)
+    return instruction, first, rest.rsplit("\n\n## Verdict\n", 1)[0]
+
+
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def offline_test_completions(prompts: Sequence[str], **_: object) -> dict[str, list]:
+    """Deterministic judge: more words shared with the instruction wins, then the longer answer; else a draw."""
+    start, out = time.perf_counter(), []
+    for prompt in prompts:
+        instruction, *answers = _sections(prompt)
+        a, b = ((len(_words(instruction) & _words(x)), len(x.strip())) for x in answers)
+        out.append("Output (a)" if a > b else "Output (b)" if b > a else "Draw")
+    return _result(out, time.perf_counter() - start)
+
+
+@functools.lru_cache(maxsize=1)
+def _judge_model(model_name: str, dtype: str):
+    from .loading import ModelSpec, load_model
+
+    model, tokenizer = load_model(ModelSpec("judge", model_name), getattr(torch, dtype))
+    model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model, tokenizer
+
+
+@torch.no_grad()
+def local_chat_completions(
+    prompts: Sequence[str], model_name: str, max_new_tokens: int = 16, batch_size: int = 8, dtype: str = "auto", **_
+) -> dict[str, list]:
+    """A local chat model answers each ChatML prompt through its own chat template, greedily (no log-probs)."""
+    from alpaca_eval.utils import prompt_to_chatml
+
+    if dtype == "auto":
+        dtype = "bfloat16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "float32"
+    model, tokenizer = _judge_model(model_name, dtype)
+    start, out = time.perf_counter(), []
+    texts = [
+        tokenizer.apply_chat_template(prompt_to_chatml(p), tokenize=False, add_generation_prompt=True) for p in prompts
+    ]
+    for i in range(0, len(texts), batch_size):
+        enc = tokenizer(texts[i : i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = enc.to(model.device)
+        ids = model.generate(
+            **enc, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
+            pad_token_id=tokenizer.pad_token_id,
+        )  # fmt: skip
+        out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return _result(out, time.perf_counter() - start)
+
+
+def annotator_class():
+    """alpaca_eval's PairwiseAnnotator, reading its annotation cache as floats.
+
+    pandas reads a cache whose preferences are all whole numbers (1, 2, or -1 for unparsed) as int64, and
+    alpaca_eval then fails to mark identical answers as a draw (1.5) on the next run over that cache.
+    """
+    from alpaca_eval.annotators import PairwiseAnnotator
+
+    class FloatCachePairwiseAnnotator(PairwiseAnnotator):
+        def load_(self, path=None) -> None:
+            super().load_(path)
+            if self.df_annotations is not None and self.annotation_key in self.df_annotations:
+                self.df_annotations[self.annotation_key] = self.df_annotations[self.annotation_key].astype(float)
+
+    return FloatCachePairwiseAnnotator
+
+
+def required_credentials(config_path_or_name: str) -> list[tuple[str, ...]]:
+    """The environment variables (alternatives per tuple) an alpaca_eval annotator config's decoders need."""
+    from alpaca_eval import constants, utils
+
+    path = config_path_or_name
+    if not os.path.exists(path):
+        path = os.path.join(constants.EVALUATORS_CONFIG_DIR, path, "configs.yaml")
+    if not os.path.exists(path):
+        return []
+    configs = utils.load_configs(path)
+    return [CREDENTIALS[c["fn_completions"]] for c in configs.values() if c.get("fn_completions") in CREDENTIALS]

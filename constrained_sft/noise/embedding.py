@@ -1,0 +1,183 @@
+"""
+Gaussian perturbation of token embeddings: one hook for training, evaluation and generation.
+
+Noise model: e ~ N(mu, (gamma * sigma_x)^2 I) is added to the output of the model's input embedding module at every
+real (non-padding) token position, on every forward call, including each decoding step of `generate()`.
+
+sigma_x is the standard deviation of the model's clean token embeddings over the whole vocabulary: the std of all
+V x D entries of the input embedding matrix, times the scale the embedding module applies to its output (e.g.
+Gemma's sqrt(D)). It is a property of the model, not of the batch, so training, evaluation and generation (where a
+step embeds one token) all use the same value; it is recomputed whenever the embedding weights change.
+
+An example whose gamma is 0 is left exactly as it was (no mean shift either): `gamma=0` is a bit-exact no-op.
+Shapes: B rows of T tokens, hidden size D.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+from ..utils import unwrap_model
+
+
+class EmbeddingNoiseError(ValueError):
+    pass
+
+
+def input_embedding_module(model: nn.Module) -> nn.Module:
+    """The module whose output are the token embeddings, for plain, PEFT-wrapped and distributed models."""
+    base = unwrap_model(model)
+    module = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
+    if not isinstance(module, nn.Module) or not isinstance(getattr(module, "weight", None), torch.Tensor):
+        raise EmbeddingNoiseError(
+            f"{type(base).__name__} has no input embedding module (`get_input_embeddings()` returned {module!r}); "
+            "embedding noise needs a model whose token embeddings come from such a module."
+        )
+    return module
+
+
+class _SigmaCache:
+    """sigma_x of an embedding module, recomputed only when its weight changes (optimizer steps bump `_version`)."""
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        self.key: tuple[int, int] | None = None
+        self.value: torch.Tensor | None = None
+
+    def get(self) -> torch.Tensor:
+        weight = self.module.weight
+        # ZeRO-3 swaps `data` on every gather, so its parameters are measured once per noise context instead
+        # (the trainers open one per micro-batch); the gather makes the partitioned weight whole.
+        zero3 = hasattr(weight, "ds_id")
+        key = (weight.data_ptr(), weight._version)
+        if self.value is None or (not zero3 and key != self.key):
+            with torch.no_grad(), maybe_gather_lm_head_ctx(weight):
+                w = weight.full_tensor() if hasattr(weight, "full_tensor") else weight
+                scale = getattr(self.module, "embed_scale", 1.0)
+                scale = float(scale.item()) if torch.is_tensor(scale) else float(scale)
+                self.value = w.float().std(unbiased=False) * abs(scale)
+                self.key = key
+        return self.value
+
+
+def embedding_sigma(model: nn.Module) -> float:
+    """sigma_x of `model` (see the module docstring)."""
+    return _SigmaCache(input_embedding_module(model)).get().item()
+
+
+def _check_gamma(gamma: float | torch.Tensor) -> None:
+    values = gamma if torch.is_tensor(gamma) else torch.tensor([float(gamma)])
+    if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
+        raise EmbeddingNoiseError(f"`gamma` must be finite and >= 0, got {gamma!r}.")
+
+
+class EmbeddingNoise:
+    """
+    The state of one noise hook: level(s), mean, random stream and the padding mask of the current call. Use
+    [`embedding_noise`] rather than this class directly.
+    """
+
+    def __init__(self, model: nn.Module, gamma: float | torch.Tensor, mean: float, generator: torch.Generator | None):
+        _check_gamma(gamma)
+        self.model = unwrap_model(model)
+        self.module = input_embedding_module(model)
+        self.sigma = _SigmaCache(self.module)
+        self.gamma = gamma
+        self.mean = float(mean)
+        self.generator = generator
+        self.mask: torch.Tensor | None = None  # [B, T_total] attention mask of the current model call
+        self.segments: torch.Tensor | None = None  # [B, T] document ids (padding-free rows)
+        self.calls = 0  # forward calls that were perturbed (tests count generation steps with it)
+
+    def set_gamma(self, gamma: float | torch.Tensor) -> None:
+        _check_gamma(gamma)
+        self.gamma = gamma
+
+    def _capture_call(self, _module, args, kwargs) -> None:
+        self.mask = kwargs.get("attention_mask")
+        position_ids = kwargs.get("position_ids")
+        self.segments = None
+        if self.mask is None and position_ids is not None and position_ids.dim() == 2:
+            starts = position_ids.eq(0)
+            starts[:, 0] = True
+            self.segments = starts.long().cumsum(1).sub(1)  # [B, T] document index within each row
+
+    def _per_position_gamma(self, embeds: torch.Tensor) -> torch.Tensor | None:
+        """gamma as a `[B, T, 1]` tensor, or None when nothing is perturbed."""
+        B, T = embeds.shape[:2]
+        gamma = self.gamma
+        if not torch.is_tensor(gamma):
+            if gamma == 0:
+                return None
+            g = embeds.new_full((B, T), float(gamma), dtype=torch.float32)
+        else:
+            gamma = gamma.to(embeds.device, torch.float32).reshape(-1)
+            if gamma.numel() == B:
+                g = gamma[:, None].expand(B, T)
+            elif self.segments is not None and B == 1 and self.segments.shape[-1] == T:
+                g = gamma[self.segments.clamp(max=gamma.numel() - 1)]  # one level per packed document
+            else:
+                raise EmbeddingNoiseError(
+                    f"`noise_gamma` has {gamma.numel()} values for a batch of {B} rows; give one per row (or one per "
+                    "document of a padding-free row)."
+                )
+        if self.mask is not None:  # with a KV cache the mask spans the past too: the last T columns are these tokens
+            g = g * self.mask[:, -T:].to(g.device, torch.float32)
+        return g.unsqueeze(-1) if bool(g.gt(0).any()) else None
+
+    def _perturb(self, _module, _args, embeds: torch.Tensor) -> torch.Tensor:
+        g = self._per_position_gamma(embeds)
+        if g is None:
+            return embeds
+        eps = torch.randn(embeds.shape, generator=self.generator, device=embeds.device, dtype=torch.float32)
+        noise = (self.mean + g * self.sigma.get().to(embeds.device) * eps) * g.gt(0)
+        self.calls += 1
+        return (embeds.float() + noise).to(embeds.dtype)
+
+
+@contextmanager
+def embedding_noise(
+    model: nn.Module,
+    gamma: float | torch.Tensor = 0.0,
+    mean: float = 0.0,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Iterator[EmbeddingNoise]:
+    """
+    Perturb `model`'s token embeddings inside the block, in train and eval mode and in `generate()`:
+
+        with embedding_noise(model, gamma=1.5, seed=0):
+            model.generate(**inputs)
+
+    `gamma` is a float or a `[B]` tensor of per-example levels; `seed` (or an explicit `generator`) makes the noise
+    reproducible. Padding positions (attention mask 0) are never perturbed. Leaving the block, even through an
+    exception, removes the hooks and restores the exact clean model.
+    """
+    noise = EmbeddingNoise(model, gamma, mean, generator)
+    if noise.generator is None and seed is not None:
+        device = noise.module.weight.device
+        noise.generator = torch.Generator(device=device if device.type != "meta" else "cpu").manual_seed(seed)
+    # The backbone is always entered through __call__ with the attention mask as a keyword (PEFT calls the outer
+    # model's `.forward` directly, which would skip a hook there).
+    backbone = getattr(noise.model, "base_model", noise.model)
+    handles = [
+        backbone.register_forward_pre_hook(noise._capture_call, with_kwargs=True),
+        noise.module.register_forward_hook(noise._perturb),
+    ]
+    try:
+        yield noise
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def parse_levels(levels: Sequence[float] | float) -> list[float]:
+    values = [levels] if isinstance(levels, (int, float)) else list(levels)
+    for v in values:
+        _check_gamma(float(v))
+    return [float(v) for v in values]

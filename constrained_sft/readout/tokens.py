@@ -1,0 +1,80 @@
+"""
+Which next-token positions the intermediate readouts score: every supervised position, or an unbiased sample of k
+per sequence (documents, for packed / padding-free rows), with the weights that make a sampled sum estimate the
+all-token sum.
+
+Shapes: B sequences of T tokens, K selected next-token positions, S sequences (documents).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+IGNORE_INDEX = -100
+
+
+@dataclass
+class TokenSelection:
+    """Which next-token positions are scored, with the weight that makes their sum an unbiased token total."""
+
+    index: torch.Tensor  # [K] flat index into the shifted [B, T-1] grid
+    targets: torch.Tensor  # [K] next-token labels
+    weight: torch.Tensor  # [K] fp32: 1 for all tokens, n_s / k_s for a sample of k_s of a sequence's n_s tokens
+    segment: torch.Tensor  # [K] sequence id in [0, S)
+    segment_tokens: torch.Tensor  # [S] supervised tokens of each sequence (n_s)
+    num_tokens: torch.Tensor  # [] supervised tokens in the batch (N = sum n_s)
+
+
+def segment_ids(labels: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """
+    Sequence id of each shifted position, `[B, T-1]`: the row, or with `position_ids` (packing, padding-free) the
+    document, which starts wherever the position id restarts at 0.
+    """
+    B, T = labels.shape
+    if position_ids is None:
+        return torch.arange(B, device=labels.device).unsqueeze(1).expand(B, T - 1)
+    starts = position_ids[:, :-1].eq(0)
+    starts[:, 0] = True
+    return starts.reshape(-1).long().cumsum(0).sub(1).view(B, T - 1)
+
+
+def select_tokens(
+    labels: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+    per_sequence: int | None = None,
+    generator: torch.Generator | None = None,
+) -> TokenSelection:
+    """
+    All supervised next-token positions of `labels` (`[B, T]`, -100 = ignored), or with `per_sequence=k` a uniform
+    sample without replacement of `min(k, n_s)` of each sequence's `n_s` positions, weighted `n_s / min(k, n_s)` so
+    that the weighted sum is an unbiased estimate of the all-token sum (Horvitz-Thompson).
+    """
+    targets = labels[:, 1:].reshape(-1)
+    segments = segment_ids(labels, position_ids).reshape(-1)
+    supervised = targets.ne(IGNORE_INDEX)
+    index = supervised.nonzero().squeeze(1)
+    segment = segments[index]
+    num_segments = int(segments.max().item()) + 1 if segments.numel() else 0
+    segment_tokens = torch.zeros(num_segments, device=labels.device, dtype=torch.long)
+    segment_tokens.scatter_add_(0, segment, torch.ones_like(segment))
+    weight = torch.ones(index.numel(), device=labels.device, dtype=torch.float32)
+    if per_sequence is not None and index.numel():
+        # Random keys, sorted within each sequence: the k smallest form a uniform sample without replacement.
+        keys = torch.rand(index.numel(), generator=generator, device=generator.device if generator else "cpu")
+        order = torch.argsort(segment.double() + keys.to(index.device).double())
+        first = torch.cumsum(segment_tokens, 0) - segment_tokens  # [S] offset of each sequence in sorted order
+        rank = torch.arange(index.numel(), device=index.device) - first[segment[order]]
+        keep = order[rank < per_sequence].sort().values
+        index, segment = index[keep], segment[keep]
+        taken = segment_tokens.clamp(max=per_sequence)
+        weight = segment_tokens[segment].float() / taken[segment].float()
+    return TokenSelection(
+        index=index,
+        targets=targets[index],
+        weight=weight,
+        segment=segment,
+        segment_tokens=segment_tokens,
+        num_tokens=supervised.sum(),
+    )

@@ -1,0 +1,21 @@
+"""
+The Trainer side: what every constrained trainer shares (`mixin`: the Lagrangian term in the loss, the dual step
+after each optimizer step, noise in training and evaluation, metrics, checkpoints, the feasibility report), and the
+two thin trainers built on it: `ConstrainedSFTTrainer` (TRL's `SFTTrainer`, causal LMs; `sft`) and
+`ConstrainedTrainer` (`transformers.Trainer`, sequence classifiers; `classifier`).
+
+May import: `constrained_sft.config`, `utils`, `constraints`, `readout`, `noise`. Never `data`, `evaluation` or
+`cli`.
+"""
+
+from .classifier import ConstrainedTrainer
+from .mixin import BatchScore, ConstrainedTrainerMixin
+from .sft import ConstrainedSFTTrainer, auto_tokens_per_sequence
+
+__all__ = [
+    "BatchScore",
+    "ConstrainedSFTTrainer",
+    "ConstrainedTrainer",
+    "ConstrainedTrainerMixin",
+    "auto_tokens_per_sequence",
+]

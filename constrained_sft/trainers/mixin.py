@@ -1,0 +1,234 @@
+"""
+What every constrained trainer shares, whatever its readout: the Lagrangian term, the dual step once per optimizer
+step, the public metrics, the multipliers in checkpoints, and the feasibility report at the end of training.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from ..config import ConstraintArguments, NoiseArguments
+from ..constraints import DescentConstraints, LayerLosses, LayerStats, PrimalDual, stats_metrics
+from ..constraints.state_io import REPORT, has_state, load_state, save_state
+from ..noise import EmbeddingNoiseCollator, embedding_noise
+from ..utils import write_json
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class BatchScore:
+    """A held-out batch as `score_batch` sees it: final-layer hits and NLL, and the measured layers' losses."""
+
+    correct: float  # tokens (or examples) whose top-1 prediction is right
+    count: float  # supervised tokens (or examples)
+    nll: float  # summed final-layer NLL
+    layers: LayerLosses
+
+
+class _DualStep(TrainerCallback):
+    """Runs after `optimizer.step()`, i.e. after all gradient-accumulation micro-batches, on every rank."""
+
+    def __init__(self, trainer: ConstrainedTrainerMixin) -> None:
+        self.trainer = trainer
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.trainer._dual_step()
+
+
+class ConstrainedTrainerMixin:
+    """Mixed in before a `transformers.Trainer` subclass; `args` must carry [`ConstraintArguments`]."""
+
+    primal_dual: PrimalDual
+
+    def _init_constraints(self, num_layers: int) -> None:
+        args = self.args
+        if not isinstance(args, ConstraintArguments):
+            raise TypeError(
+                f"{type(self).__name__} needs a config with the constraint fields (e.g. `ConstrainedSFTConfig`), got "
+                f"{type(args).__name__}."
+            )
+        spec = DescentConstraints.resolve(
+            num_layers, args.constrained_layers, args.descent_alpha, args.descent_epsilon
+        )
+        self.primal_dual = PrimalDual(
+            spec,
+            enabled=args.constraints == "descent",
+            dual_optimizer=args.dual_optimizer,
+            dual_lr=args.dual_lr,
+            dual_init=args.dual_init,
+            resilience=args.resilience,
+            dual_max=args.dual_max,
+            warmup_steps=args.constraint_warmup_steps,
+            window=args.feasibility_window,
+        )
+        self._eval_stats = LayerStats(len(spec.layers))
+        self._constraint_metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list)}
+        self._draws: dict[str, int] = defaultdict(int)
+        self._noise_eval = False
+        self.add_callback(_DualStep(self))
+
+    # --- the loss -------------------------------------------------------------------------------------------------
+    def _constraints_active(self) -> bool:
+        return self.model.training and self.primal_dual.active(self.state.global_step)
+
+    def _generator(self, purpose: str, device: torch.device) -> torch.Generator:
+        """A private stream per (purpose, seed, step, draw, rank): reproducible, resumable, global RNG untouched."""
+        key = f"{purpose}/{self.args.seed}/{self.state.global_step}/{self._draws[purpose]}/{self.args.process_index}"
+        self._draws[purpose] += 1
+        return torch.Generator(device=device).manual_seed(zlib.crc32(key.encode()))
+
+    def _noise(self, model, gamma: torch.Tensor | None):
+        """Per-example embedding noise for one forward, from the `noise_gamma` the collator attached."""
+        if gamma is None:
+            return contextlib.nullcontext()
+        generator = self._generator("noise", gamma.device)
+        return embedding_noise(model, gamma=gamma, mean=self.args.noise_mean, generator=generator)
+
+    def get_train_dataloader(self):
+        """Training batches carry per-example `noise_gamma` when the config asks for training noise."""
+        args = self.args
+        if not (isinstance(args, NoiseArguments) and args.trains_with_noise) or isinstance(
+            self.data_collator, EmbeddingNoiseCollator
+        ):
+            return super().get_train_dataloader()
+        gamma = args.noise_gamma
+        base = self.data_collator
+        self.data_collator = EmbeddingNoiseCollator(
+            base,
+            gamma=None if isinstance(gamma, list) else gamma,
+            gamma_range=gamma if isinstance(gamma, list) else None,
+            clean_prob=args.noise_clean_prob,
+            seed=args.seed + 1_000_003 * args.process_index,
+        )
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.data_collator = base
+
+    def _reduce(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.reduce(tensor.to(self.accelerator.device), reduction="sum")
+
+    def _loss_scale(self, num_items_in_batch: Any, local_items: torch.Tensor) -> torch.Tensor | float:
+        """1 / the objective's denominator, exactly as TRL / Trainer normalise the loss (tokens or examples)."""
+        if num_items_in_batch is None:
+            return 1.0 / local_items.clamp(min=1)
+        scale = 1.0 / num_items_in_batch
+        if self.args.average_tokens_across_devices:
+            scale = scale * (self.accelerator.num_processes // self.get_tp_size())
+        return scale
+
+    def _add_constraints(self, loss: torch.Tensor, losses: LayerLosses, num_items_in_batch: Any) -> torch.Tensor:
+        """Record the layer statistics; while constraints are active, add the Lagrangian penalty to `loss`."""
+        if not self.model.training:  # evaluation: reduce per batch, every rank runs every eval batch
+            self._eval_stats.add(losses, reduce=self._reduce)
+            return loss
+        self.primal_dual.train_stats.add(losses)
+        if not self._constraints_active():
+            return loss
+        return loss + self.primal_dual.penalty(losses) * self._loss_scale(num_items_in_batch, losses.num_tokens)
+
+    # --- once per optimizer step ----------------------------------------------------------------------------------
+    def _dual_step(self) -> None:
+        metrics = self.primal_dual.step(self.state.global_step, self._reduce)
+        self._draws.clear()
+        for key, value in metrics.items():
+            self._constraint_metrics["train"][key].append(value)
+
+    # --- logging --------------------------------------------------------------------------------------------------
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
+        """Clean evaluation, then (with `eval_noise_gammas`) one seeded evaluation per noise level."""
+        self._eval_prefix = metric_key_prefix
+        metrics = super().evaluate(
+            eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix
+        )
+        levels = getattr(self.args, "eval_noise_gammas", None)
+        dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
+        if not levels or self._noise_eval or isinstance(dataset, dict):  # a dict comes back here once per dataset
+            return metrics
+        self._noise_eval = True
+        try:
+            for i, gamma in enumerate(levels):
+                prefix = f"{metric_key_prefix}_gamma_{gamma:g}"
+                self._eval_prefix = prefix
+                seed = self.args.seed + 7919 * (i + 1) + 104729 * self.args.process_index
+                with embedding_noise(self.model, gamma=gamma, mean=self.args.noise_mean, seed=seed):
+                    metrics.update(
+                        super().evaluate(eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=prefix)
+                    )
+        finally:
+            self._noise_eval = False
+            self._eval_prefix = metric_key_prefix
+        return metrics
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        if self.model.training:
+            buffer = self._constraint_metrics["train"]
+            logs.update({key: sum(values) / len(values) for key, values in buffer.items() if values})
+            buffer.clear()
+            if self.primal_dual.enabled:
+                logs.update(self.primal_dual.dual_metrics())
+        else:
+            prefix = getattr(self, "_eval_prefix", "eval")
+            if self._eval_stats.totals is not None:
+                metrics = stats_metrics(self.primal_dual.spec, self._eval_stats.pop(lambda t: t).cpu())
+                logs.update({f"{prefix}_{key}": value for key, value in metrics.items()})
+            trl_metrics = getattr(self, "_metrics", {}).get("eval")
+            if prefix != "eval" and trl_metrics:  # TRL names its eval metrics eval_*; keep them under this prefix
+                logs.update({f"{prefix}_{key}": sum(v) / len(v) for key, v in trl_metrics.items() if v})
+                trl_metrics.clear()
+        super().log(logs, start_time)
+
+    # --- checkpoints ----------------------------------------------------------------------------------------------
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        super()._save_optimizer_and_scheduler(output_dir)
+        if self.args.should_save:
+            save_state(self.primal_dual, output_dir)
+
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None:
+            return
+        if has_state(checkpoint):
+            load_state(self.primal_dual, checkpoint)
+        else:
+            logger.warning(
+                "Checkpoint %s holds no constraint state; the multipliers restart at dual_init=%s.",
+                checkpoint,
+                self.args.dual_init,
+            )
+
+    # --- end of training ------------------------------------------------------------------------------------------
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
+        self.write_constraint_report()
+        return output
+
+    def write_constraint_report(self) -> dict[str, Any]:
+        """Write `constraints.json` to `output_dir`; warn when constrained training ended infeasible."""
+        summary = self.primal_dual.summary()
+        summary["global_step"] = self.state.global_step
+        summary["noise_gamma"] = getattr(self.args, "noise_gamma", 0.0)  # the evaluation's ID / OOD boundary
+        if self.args.should_save:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            write_json(os.path.join(self.args.output_dir, REPORT), summary)
+        if summary["constraints"] and not summary["feasible"] and self.is_world_process_zero():
+            broken = [k for k, ok in summary["holds"].items() if not ok]
+            logger.warning(
+                "Constrained training ended infeasible: the constraints on layers %s do not hold on average over the "
+                "last %d optimizer steps (see %s). Infeasible runs are the main failure mode of constrained learning: "
+                "train longer, raise `dual_lr`, lower `descent_alpha`, or set `resilience` > 0.",
+                broken,
+                len(self.primal_dual.history),
+                os.path.join(self.args.output_dir, REPORT),
+            )
+        return summary

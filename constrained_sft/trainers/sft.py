@@ -1,0 +1,140 @@
+"""`ConstrainedSFTTrainer`: TRL's `SFTTrainer` whose every layer must reduce the loss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from trl import SFTTrainer
+from trl.trainer.utils import compute_flops_per_token, get_config_model_id
+
+from ..config import ConstrainedSFTConfig, ConstraintArguments
+from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, select_tokens
+from ..readout.probe import attach_probe
+from ..utils import unwrap_model
+from .mixin import BatchScore, ConstrainedTrainerMixin
+
+
+def _flops_per_token(config, seq_len: int) -> float:
+    """Training FLOPs per token (forward + backward) by TRL's estimate, or 6 x parameters when it cannot tell."""
+    try:
+        return float(compute_flops_per_token(config, seq_len))
+    except (AttributeError, TypeError, ValueError):
+        return 6.0 * config.num_hidden_layers * 12 * config.hidden_size**2
+
+
+def auto_tokens_per_sequence(
+    config, head_shape: tuple[int, int], readouts: int, batch_shape: tuple[int, int], sequences: int, budget: float
+) -> int:
+    """
+    Tokens per sequence so that `readouts` intermediate readouts cost `budget` of the batch's training FLOPs, each
+    token read costing 6 x D x V (`head_shape` = (V, D)): k = budget x flops_per_token x B x T / (readouts x 6DV x
+    sequences), at least 1. SmolLM2-135M at 4 x 256 gets 4, Llama 3.1 8B at 4 x 512 gets 24.
+    """
+    B, T = batch_shape
+    per_token = 6 * head_shape[0] * head_shape[1]
+    total = budget * _flops_per_token(config, T) * B * T / (readouts * per_token)
+    return max(1, int(total // max(sequences, 1)))
+
+
+class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
+    """
+    A drop-in for [`trl.SFTTrainer`] (same arguments, plus an optional `readout`) that trains
+
+        min f_L   s.t.   f_l <= (1 - alpha_l) f_{l-1}  (consecutive constrained layers),   f_first <= epsilon
+
+    by primal-dual learning: the primal optimizer minimises f_L + sum_l lambda_l g_l, and after each optimizer step
+    the multipliers ascend on the global-batch slack. f_l is the next-token loss of layer l read out through the
+    model's final norm and LM head. With `constraints="none"` it trains exactly like `SFTTrainer` and only measures.
+
+    Args:
+        readout (`CausalLMReadout`, *optional*):
+            How to read out a layer, for architectures whose final norm or LM head is not found automatically.
+    """
+
+    _tag_names = ["trl", "sft", "constrained-sft"]
+    _name = "ConstrainedSFT"
+
+    def __init__(
+        self,
+        model,
+        args: ConstrainedSFTConfig | None = None,
+        *rest: Any,
+        readout: CausalLMReadout | None = None,
+        **kwargs,
+    ) -> None:
+        if args is None:
+            name = model if isinstance(model, str) else get_config_model_id(model.config)
+            args = ConstrainedSFTConfig(f"{name.split('/')[-1]}-ConstrainedSFT")
+        elif not isinstance(args, ConstraintArguments):
+            raise TypeError(
+                f"`args` must be a ConstrainedSFTConfig (it adds the constraint fields to SFTConfig), got "
+                f"{type(args).__name__}. Build it with the same arguments: ConstrainedSFTConfig(output_dir=..., ...)."
+            )
+        super().__init__(model, args, *rest, **kwargs)
+        base = unwrap_model(self.model)
+        self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
+        num_layers = base.config.get_text_config().num_hidden_layers
+        self._init_constraints(num_layers)
+        self.probe = LayerProbe(self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm)
+        attach_probe(base, self.probe)
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        gamma = inputs.pop("noise_gamma", None)  # never reaches the model's forward
+        request = self._probe_request(inputs)
+        with self._noise(model, gamma), self.probe.serving(request):
+            result = super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
+        loss, outputs = result if return_outputs else (result, None)
+        if request is not None and request.result is not None:
+            loss = self._add_constraints(loss, request.result, num_items_in_batch)
+        return (loss, outputs) if return_outputs else loss
+
+    @torch.no_grad()
+    def score_batch(self, inputs: dict[str, Any]) -> BatchScore:
+        """
+        One held-out batch through the training code path (readout, probe, and any active embedding noise): the
+        final layer's token accuracy and NLL on supervised tokens, and every measured layer's losses.
+        """
+        self.model.eval()
+        inputs = self._prepare_inputs(inputs)
+        inputs.pop("noise_gamma", None)
+        request = self._probe_request(inputs)
+        with self.compute_loss_context_manager(), self.probe.serving(request):
+            out = self.model(**inputs, use_cache=False, fused_lm_head=True)
+        return BatchScore(
+            correct=out.is_top1.sum().item(),
+            count=out.label_mask.sum().item(),
+            nll=-out.log_probs.sum().item(),
+            layers=request.result,
+        )
+
+    def _sample_size(self, labels: torch.Tensor, position_ids: torch.Tensor | None) -> int | None:
+        """Tokens per sequence for the intermediate readouts: `layer_loss_tokens`, or with 'auto' the budgeted k."""
+        k = self.args.layer_loss_tokens
+        if k != "auto":
+            return k
+        readouts = sum(1 for layer in self.primal_dual.spec.layers if layer < self.probe.num_layers)
+        if readouts == 0:
+            return None
+        sequences = labels.shape[0] if position_ids is None else max(1, int(position_ids.eq(0).sum()))
+        config = unwrap_model(self.model).config.get_text_config()
+        head = tuple(self.readout.lm_head.weight.shape)
+        return auto_tokens_per_sequence(
+            config, head, readouts, tuple(labels.shape), sequences, self.args.readout_budget
+        )
+
+    def _probe_request(self, inputs: dict[str, Any]) -> ProbeRequest | None:
+        labels = inputs.get("labels")
+        if labels is None:
+            return None
+        if "shift_labels" in inputs:
+            raise NotImplementedError(
+                "ConstrainedSFTTrainer does not support pre-shifted labels (context or sequence parallelism) yet."
+            )
+        # Training reads a sample when `layer_loss_tokens` asks for one; evaluation always reads every token.
+        sample = self._sample_size(labels, inputs.get("position_ids")) if self.model.training else None
+        generator = self._generator("tokens", labels.device) if sample is not None else None
+        selection = select_tokens(labels, inputs.get("position_ids"), sample, generator)
+        return ProbeRequest(selection=selection, grad=self._constraints_active(), shape=tuple(labels.shape))

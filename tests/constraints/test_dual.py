@@ -1,0 +1,109 @@
+"""Multipliers and the dual step, without a Trainer: arithmetic, projection, state, and a convex problem."""
+
+import math
+
+import pytest
+import torch
+
+from constrained_sft import DescentConstraints, DualOptimizer, Multipliers, PrimalDual
+from constrained_sft.constraints import LayerLosses
+from constrained_sft.constraints.state_io import has_state, load_state, save_state
+
+
+def test_sgd_step_is_projected_ascent_with_resilience():
+    lam = Multipliers(3, init=0.5)
+    dual = DualOptimizer(lam, "sgd", lr=0.1, resilience=0.2)
+    assert dual.step(torch.tensor([1.0, -10.0, 0.0], dtype=torch.float64))
+    # lambda + lr * (slack - rho * lambda), then max(0, .)
+    expected = [0.5 + 0.1 * (1.0 - 0.1), max(0.0, 0.5 + 0.1 * (-10.0 - 0.1)), 0.5 + 0.1 * (0.0 - 0.1)]
+    assert lam.value().tolist() == pytest.approx(expected, abs=1e-12)
+
+
+def test_dual_max_caps_and_zero_floor():
+    lam = Multipliers(2, init=0.0, upper=1.0)
+    dual = DualOptimizer(lam, "sgd", lr=10.0)
+    dual.step(torch.tensor([5.0, -5.0], dtype=torch.float64))
+    assert lam.value().tolist() == [1.0, 0.0]
+
+
+def test_adam_matches_torch_adam_on_the_ascent_direction():
+    lam = Multipliers(2, init=0.0)
+    dual = DualOptimizer(lam, "adam", lr=0.05, resilience=0.1)
+    ref = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([ref], lr=0.05)
+    for slack in ([1.0, 0.3], [0.5, -0.2], [0.2, 0.1]):
+        s = torch.tensor(slack, dtype=torch.float64)
+        dual.step(s)
+        ref.grad = -(s - 0.1 * ref.detach())  # ascent = descent on the negative
+        opt.step()
+        with torch.no_grad():
+            ref.clamp_(min=0)
+    torch.testing.assert_close(lam.value(), ref.detach())
+
+
+def test_non_finite_slack_skips_and_keeps_lambda():
+    lam = Multipliers(2, init=0.3)
+    dual = DualOptimizer(lam, "adam", lr=0.1)
+    assert not dual.step(torch.tensor([float("nan"), 1.0], dtype=torch.float64))
+    assert not dual.step(torch.tensor([float("inf"), 1.0], dtype=torch.float64))
+    assert lam.value().tolist() == [0.3, 0.3]
+    assert dual.optimizer.state_dict()["state"] == {}  # Adam's moments untouched too
+
+
+def test_value_is_a_detached_clone():
+    lam = Multipliers(1, init=1.0)
+    used = lam.value()
+    DualOptimizer(lam, "sgd", lr=1.0).step(torch.tensor([1.0], dtype=torch.float64))
+    assert used.item() == 1.0 and not used.requires_grad
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_state_round_trip_without_pickle(tmp_path, kind):
+    spec = DescentConstraints(layers=(1, 2, 3), alphas=(0.1, 0.1), epsilon=2.0)
+    a = PrimalDual(spec, dual_optimizer=kind, dual_lr=0.1)
+    losses = LayerLosses(torch.tensor([3.0, 2.9, 2.0]) * 10, torch.zeros(3, 1), torch.tensor([10]), torch.tensor(10))
+    for step in range(3):
+        a.train_stats.add(losses)
+        a.step(step, lambda t: t)
+    save_state(a, str(tmp_path))
+    assert has_state(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["constraint_state.json", "constraint_state.safetensors"]
+    b = PrimalDual(spec, dual_optimizer=kind, dual_lr=0.1)
+    load_state(b, str(tmp_path))
+    torch.testing.assert_close(b.multipliers.value(), a.multipliers.value())
+    for pd in (a, b):  # the next step agrees too, so optimizer moments were restored
+        pd.train_stats.add(losses)
+        pd.step(3, lambda t: t)
+    torch.testing.assert_close(b.multipliers.value(), a.multipliers.value(), rtol=0, atol=1e-12)
+    assert list(b.history) == list(a.history)
+    other = PrimalDual(DescentConstraints(layers=(1, 3), alphas=(0.1,), epsilon=None))
+    with pytest.raises(ValueError, match="constrained_layers"):
+        load_state(other, str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("rho", "kind", "lr", "steps", "tol"),
+    # Adam's normalised steps keep circling the saddle point at a fixed lr, so it gets a looser tolerance
+    [(0.0, "sgd", 0.2, 3000, 1e-3), (0.5, "sgd", 0.2, 3000, 1e-3), (0.0, "adam", 0.01, 1000, 1e-2)],
+)
+def test_primal_dual_converges_to_known_multipliers(rho, kind, lr, steps, tol):
+    """
+    min_x 1/2 ||x - a||^2  s.t.  x_i <= b_i.  KKT: lambda*_i = max(0, a_i - b_i); with resilience rho the dual
+    function gains -rho/2 lambda^2, so lambda*_i = max(0, a_i - b_i) / (1 + rho).
+    """
+    a = torch.tensor([3.0, 1.0, -2.0], dtype=torch.float64)
+    b = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
+    lam = Multipliers(3)
+    dual = DualOptimizer(lam, kind, lr=lr, resilience=rho)
+    x = torch.zeros(3, dtype=torch.float64, requires_grad=True)
+    primal = torch.optim.SGD([x], lr=0.2)
+    for _ in range(steps):
+        lagrangian = 0.5 * (x - a).pow(2).sum() + (lam.value() * (x - b)).sum()
+        primal.zero_grad()
+        lagrangian.backward()
+        primal.step()
+        dual.step(x.detach() - b)
+    expected = (a - b).clamp(min=0) / (1 + rho)
+    torch.testing.assert_close(lam.value(), expected, atol=tol, rtol=0)
+    torch.testing.assert_close(x.detach(), torch.minimum(a, b + rho * expected), atol=tol, rtol=0)
+    assert not math.isnan(lam.value().sum().item())

@@ -1,0 +1,190 @@
+"""AlpacaEval harness: noisy generation in alpaca_eval's format, resume, and head-to-head judging end to end."""
+
+import json
+import os
+
+import pytest
+import transformers
+
+from constrained_sft.cli import main as cli
+from constrained_sft.evaluation.alpaca import AlpacaArguments, JudgeError, length_controlled
+from constrained_sft.evaluation.alpaca import run as judge
+from constrained_sft.evaluation.generate import ALPACA_EVAL, GenerateArguments, GenerationError, load_instructions
+from constrained_sft.evaluation.generate import run as generate
+from constrained_sft.evaluation.judges import HERE, offline_test_completions
+from constrained_sft.testing import SYMBOLS, tiny_causal_lm, tiny_tokenizer
+
+pytest.importorskip("alpaca_eval")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    paths = {}
+    for name, seed in (("constrained", 0), ("erm", 1)):
+        tiny_causal_lm("llama", seed=seed).save_pretrained(root / name)
+        tiny_tokenizer().save_pretrained(root / name)
+        paths[name] = str(root / name)
+    return paths
+
+
+def _instructions(path, n=10):
+    rows = [{"instruction": " ".join(SYMBOLS[i : i + 3]), "dataset": "toy"} for i in range(n)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _generate(models, tmp_path, name, **overrides):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    args = GenerateArguments(
+        model=models[name],
+        name=name,
+        instructions=_instructions(tmp_path / "instructions.jsonl"),
+        output_dir=str(tmp_path / "gens"),
+        gammas=[0.0, 1.5],
+        batch_size=4,
+        max_new_tokens=6,
+        **overrides,
+    )
+    return generate(args)
+
+
+def _load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def test_generation_writes_alpaca_eval_files_with_noise(models, tmp_path):
+    paths = _generate(models, tmp_path, "constrained")
+    clean, noisy = (_load(paths[g]) for g in (0.0, 1.5))
+    for rows in (clean, noisy):
+        assert len(rows) == 10
+        assert all(set(r) == {"instruction", "output", "generator", "dataset"} for r in rows)
+        assert all(r["generator"] == "constrained" and r["dataset"] == "toy" and r["output"] for r in rows)
+    assert [r["output"] for r in clean] != [r["output"] for r in noisy]  # the noise reached generation
+    again = _generate(models, tmp_path / "again", "constrained")
+    assert _load(again[1.5]) == noisy  # seeded: the same noisy answers
+
+
+def test_resume_skips_finished_batches_and_equals_an_uninterrupted_run(models, tmp_path, monkeypatch):
+    full = _load(_generate(models, tmp_path / "full", "constrained")[1.5])
+    paths = _generate(models, tmp_path, "constrained")
+    first_six = _load(paths[1.5])[:6]
+    with open(paths[1.5], "w") as f:  # interrupted after 6 answers: the batch of 4 at row 4 was half written
+        json.dump(first_six, f)
+    calls = []
+    original = transformers.GenerationMixin.generate
+    monkeypatch.setattr(
+        transformers.GenerationMixin,
+        "generate",
+        lambda self, **kw: calls.append(kw["input_ids"].shape[0]) or original(self, **kw),
+    )
+    _generate(models, tmp_path, "constrained")
+    assert calls == [4, 2]  # gamma 0 was complete; gamma 1.5 restarts at row 4: rows 4-7 and 8-9
+    assert _load(paths[1.5]) == full
+
+
+def test_resume_with_other_settings_is_refused(models, tmp_path):
+    _generate(models, tmp_path, "constrained")
+    with pytest.raises(GenerationError, match="seed: 0"):
+        _generate(models, tmp_path, "constrained", seed=1)
+
+
+def test_instruction_sources(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": "x"}) + "\n")
+    with pytest.raises(GenerationError, match="row 0 has no non-empty string `instruction`"):
+        load_instructions(str(bad))
+    with pytest.raises(GenerationError, match="neither a local .json/.jsonl file nor"):
+        load_instructions("some/dataset")
+    hub_file = tmp_path / "alpaca_eval.json"  # the Hub loader, through the same code, with a local file
+    hub_file.write_text(json.dumps([{"instruction": "a", "dataset": "helpful_base"}, {"instruction": "b"}]))
+    seen = {}
+    import huggingface_hub
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda **kw: seen.update(kw) or str(hub_file))
+    rows = load_instructions(ALPACA_EVAL)
+    assert seen["repo_id"] == ALPACA_EVAL and seen["repo_type"] == "dataset"
+    assert rows == [{"instruction": "a", "dataset": "helpful_base"}, {"instruction": "b", "dataset": "alpaca_eval"}]
+
+
+def _expected_win_rate(model_rows, reference_rows):
+    """What the offline test judge must give, computed without alpaca_eval: order-independent, draws count half."""
+    with open(os.path.join(HERE, "pairwise_prompt.txt")) as f:
+        template = f.read()
+    score = 0.0
+    for m, r in zip(model_rows, reference_rows, strict=True):
+        prompt = template.format(instruction=m["instruction"], output_1=r["output"], output_2=m["output"])
+        verdict = offline_test_completions([prompt])["completions"][0]
+        score += 1.0 if m["output"] == r["output"] else {"Output (b)": 1.0, "Output (a)": 0.0, "Draw": 0.5}[verdict]
+    return 100 * score / len(model_rows)
+
+
+def test_judge_pipeline_end_to_end_with_the_offline_judge(models, tmp_path, capsys):
+    for name in models:
+        _generate(models, tmp_path, name)
+    report = tmp_path / "report"
+    assert (
+        cli(
+            ["eval", "alpaca", "--generations", str(tmp_path / "gens"), "--judge", "test", "--output_dir", str(report)]
+        )
+        == 0
+    )
+    result = _load(report / "alpaca_eval.json")
+    assert [lv["gamma"] for lv in result["levels"]] == [0.0, 1.5]
+    for lv in result["levels"]:
+        gens = [_load(tmp_path / "gens" / n / f"gamma_{lv['gamma']}.json") for n in ("constrained", "erm")]
+        assert lv["win_rate"] == pytest.approx(_expected_win_rate(*gens))
+        assert lv["n_total"] == 10 and lv["unparsed"] == 0 and 0 < lv["standard_error"] < 50
+        assert lv["lc_win_rate"] is None
+    assert "805 AlpacaEval instructions" in result["lc_missing_reason"]
+    assert os.path.isfile(report / "alpaca_win_rate.png")
+    assert "AlpacaEval: constrained vs erm" in (report / "report.html").read_text()
+    assert os.path.isfile(report / "alpaca_eval" / "gamma_1.5" / "annotations.json")
+    assert "constrained beats erm" in capsys.readouterr().out
+
+
+def test_lc_reports_why_it_is_missing_instead_of_failing():
+    annotations = [{"preference": 2.0, "output_1": "a", "output_2": "bb", "generator_1": "r", "generator_2": "m",
+                    "annotator": "offline_test", "instruction": "x"}]  # fmt: skip
+    lc, reason = length_controlled(annotations, full_set=False)
+    assert lc is None and "805" in reason
+    lc, reason = length_controlled(annotations, full_set=True)  # offline: the Hub file cannot be fetched
+    assert lc is None and reason.startswith("alpaca_eval could not compute LC")
+
+
+def _judge_args(tmp_path, **kw):
+    return AlpacaArguments(generations=str(tmp_path / "gens"), output_dir=str(tmp_path / "report"), **kw)
+
+
+def test_judge_input_errors(models, tmp_path, monkeypatch):
+    for name in models:
+        _generate(models, tmp_path, name)
+    erm = tmp_path / "gens" / "erm" / "gamma_0.0.json"
+    rows = _load(erm)
+    erm.write_text(json.dumps(rows[:-1]))
+    with pytest.raises(GenerationError, match="different instruction sets: 1 only in constrained, 0 only in erm"):
+        judge(_judge_args(tmp_path, judge="test", gammas=[0.0]))
+    erm.write_text(json.dumps([{**rows[0], "output": "  "}] + rows[1:]))
+    with pytest.raises(GenerationError, match="1 empty output.*--allow_empty_outputs"):
+        judge(_judge_args(tmp_path, judge="test", gammas=[0.0]))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_CLIENT_CONFIG_PATH", raising=False)
+    with pytest.raises(JudgeError, match="needs OPENAI_API_KEY or OPENAI_CLIENT_CONFIG_PATH"):
+        judge(_judge_args(tmp_path, judge="gpt4"))
+    with pytest.raises(JudgeError, match="needs `--judge_model`"):
+        judge(_judge_args(tmp_path, judge="local"))
+    with pytest.raises(JudgeError, match="allowed are gpt4, local, test"):
+        judge(_judge_args(tmp_path, judge="gpt5-typo"))
+    assert not os.path.exists(tmp_path / "report" / "alpaca_eval.json")  # nothing half-written by a refused run
+    judge(_judge_args(tmp_path, judge="test", gammas=[0.0], allow_empty_outputs=True))
+    assert _load(tmp_path / "report" / "alpaca_eval.json")["levels"][0]["n_total"] == 10
+
+
+def test_local_judge_runs_a_chat_model_and_reports_unparseable_verdicts(models, tmp_path):
+    for name in models:
+        _generate(models, tmp_path, name)
+    with pytest.raises(JudgeError, match="no parseable verdict on any of the 10 pairs"):  # a random tiny judge
+        judge(_judge_args(tmp_path, judge="local", judge_model=models["erm"], gammas=[0.0]))
+    raw = _load(tmp_path / "report" / "alpaca_eval" / "gamma_0.0" / "annotations.json")
+    assert len(raw) == 10 and all(r["preference"] is None for r in raw)

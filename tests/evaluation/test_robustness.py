@@ -1,0 +1,135 @@
+"""Robustness evaluation on tiny models: exact accuracy, seeded noise, descent share, report files, errors."""
+
+import json
+
+import pytest
+import torch
+from datasets import Dataset
+
+from constrained_sft.constraints import LayerLosses, descent_counts
+from constrained_sft.data import DataArguments, DataError, ModelPathError
+from constrained_sft.evaluation import ModelSpec, eval_trainer, evaluate_level, load_model
+from constrained_sft.evaluation.metrics import step_ratios
+from constrained_sft.evaluation.robustness import RobustnessArguments, run
+from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("model")
+    tiny_causal_lm("llama", seed=3).save_pretrained(path)
+    tiny_tokenizer().save_pretrained(path)
+    (path / "constraints.json").write_text(json.dumps({"layers": [2, 3, 4], "noise_gamma": 0.5}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in successor_dataset(40, seed=5)))
+    return str(path)
+
+
+def _trainer(model_dir, rows, tmp_path):
+    model, tokenizer = load_model(ModelSpec("m", model_dir), torch.float32)
+    return eval_trainer(model, tokenizer, rows, "all", 8, 64, False, str(tmp_path))
+
+
+def test_clean_accuracy_equals_a_direct_computation(model_dir, tmp_path):
+    rows = successor_dataset(12, seed=5)
+    trainer = _trainer(model_dir, rows, tmp_path)
+    result = evaluate_level(trainer, gamma=0.0, seed=0)
+    correct = total = nll = 0.0
+    model = trainer.model.eval()
+    for batch in trainer.get_eval_dataloader():
+        with torch.no_grad():
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+        labels = batch["labels"][:, 1:]
+        mask = labels != -100
+        correct += (logits.argmax(-1) == labels)[mask].sum().item()
+        total += mask.sum().item()
+        nll += torch.nn.functional.cross_entropy(logits[mask], labels[mask], reduction="sum").item()
+    assert result.accuracy == pytest.approx(correct / total, abs=1e-12)
+    assert result.loss == pytest.approx(nll / total, rel=1e-5)
+    assert result.layer_loss[4] == pytest.approx(nll / total, rel=1e-5)  # the last layer's readout is the model
+
+
+def test_seeded_noise_is_reproducible(model_dir, tmp_path):
+    trainer = _trainer(model_dir, successor_dataset(12, seed=5), tmp_path)
+    a, b = evaluate_level(trainer, 1.0, seed=7), evaluate_level(trainer, 1.0, seed=7)
+    c = evaluate_level(trainer, 1.0, seed=8)
+    assert (a.accuracy, a.loss, a.ratios) == (b.accuracy, b.loss, b.ratios)
+    assert a.loss != c.loss
+
+
+def test_descent_share_on_a_hand_made_example():
+    per_seq = torch.tensor([[4.0, 2.0, 9.0], [3.0, 2.5, 1.0], [3.5, 1.0, 2.0]])  # [layers, sequences]
+    losses = LayerLosses(
+        sums=torch.zeros(3), per_sequence=per_seq, segment_tokens=torch.tensor([3, 5, 0]), num_tokens=torch.tensor(8)
+    )
+    ratios = step_ratios(losses)  # sequence 2 has no token and is left out
+    assert ratios.tolist() == pytest.approx([3.0 / 4.0, 2.5 / 2.0, 3.5 / 3.0, 1.0 / 2.5])
+    assert ratios.lt(1).double().mean().item() == 0.5
+    assert descent_counts(losses)[0].item() / descent_counts(losses)[1].item() == 0.5
+
+
+def test_report_files_hold_the_numbers(model_dir, data_file, tmp_path):
+    out = tmp_path / "report"
+    args = RobustnessArguments(
+        models=[model_dir, model_dir],
+        names=["a", "b"],
+        output_dir=str(out),
+        gammas=[0.0, 0.5, 1.0],
+        seeds=2,
+        batch_size=8,
+        max_length=64,
+    )
+    results = run(args, DataArguments(dataset_name=data_file, eval_size=12))
+    for name in (
+        "results.json",
+        "results.csv",
+        "report.html",
+        "accuracy_vs_gamma.png",
+        "layer_losses.png",
+        "layer_ratios.png",
+        "descent_vs_gamma.png",
+    ):
+        assert (out / name).stat().st_size > 0, name
+    saved = json.loads((out / "results.json").read_text())
+    summary = saved["models"]["a"]["summary"]
+    assert saved["settings"]["train_gamma"] == 0.5 and saved["models"]["a"]["layers"] == [2, 3, 4]
+    assert [r["gamma"] for r in summary["levels"]] == [0.0, 0.5, 1.0]
+    clean = summary["levels"][0]
+    assert clean["accuracy_std"] == 0.0  # no noise at gamma 0: every seed agrees
+    assert summary["levels"][2]["accuracy_std"] > 0 or summary["levels"][2]["loss_std"] > 0
+    assert summary["id_accuracy"] == pytest.approx(
+        (clean["accuracy_mean"] + summary["levels"][1]["accuracy_mean"]) / 2
+    )
+    assert summary["ood_accuracy"] == pytest.approx(summary["levels"][2]["accuracy_mean"])
+    assert saved["differences"]["auc"] == 0.0  # the same model twice
+    page = (out / "report.html").read_text()
+    assert (
+        f"{summary['auc']:.4f}" in page and f"{clean['accuracy_mean']:.4f}" in page and "data:image/png;base64" in page
+    )
+    csv = (out / "results.csv").read_text().splitlines()
+    assert len(csv) == 1 + 2 * 3 and csv[1].startswith("a,0.0,")
+    assert results["models"]["a"]["summary"]["auc"] == summary["auc"]
+
+
+def test_bad_input(model_dir, data_file, tmp_path):
+    out = str(tmp_path / "r")
+    with pytest.raises(ModelPathError, match="does not exist"):
+        run(
+            RobustnessArguments(models=[str(tmp_path / "nope" / "model")], output_dir=out),
+            DataArguments(dataset_name=data_file),
+        )
+    with pytest.raises(ValueError, match="gammas.*>= 0"):
+        run(
+            RobustnessArguments(models=[model_dir], output_dir=out, gammas=[0.0, -1.0]),
+            DataArguments(dataset_name=data_file),
+        )
+    empty = tmp_path / "empty.jsonl"
+    Dataset.from_list([{"prompt": "s1 =", "completion": " s2"}]).to_json(empty)
+    with pytest.raises(DataError, match="Cannot carve"):
+        run(RobustnessArguments(models=[model_dir], output_dir=out), DataArguments(dataset_name=str(empty)))
+    assert not (tmp_path / "r").exists()

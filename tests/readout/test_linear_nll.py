@@ -1,0 +1,40 @@
+"""The linear-readout NLL kernel matches cross-entropy on full logits, values and gradients, in both modes."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from constrained_sft.readout import linear_nll as module
+from constrained_sft.readout.linear_nll import linear_nll
+
+
+@pytest.mark.parametrize("keep", [True, False])
+@pytest.mark.parametrize("bias", [False, True])
+def test_matches_cross_entropy(monkeypatch, keep, bias):
+    monkeypatch.setattr(module, "KEEP_ELEMENTS", 10**9 if keep else 0)
+    monkeypatch.setattr(module, "CHUNK_ELEMENTS", 7 * 50)  # several token chunks of 7
+    torch.manual_seed(0)
+    K, D, V = 30, 16, 50
+    x = torch.randn(K, D, requires_grad=True)
+    w = torch.randn(V, D, requires_grad=True)
+    b = torch.randn(V, requires_grad=True) if bias else None
+    t = torch.randint(0, V, (K,))
+    g = torch.rand(K)  # an arbitrary upstream gradient per token
+    ours = linear_nll(x, w, b, t, scale=0.7)
+    (ours * g).sum().backward()
+    got = [x.grad.clone(), w.grad.clone()] + ([b.grad.clone()] if bias else [])
+    for p in [x, w] + ([b] if bias else []):
+        p.grad = None
+    ref = F.cross_entropy(0.7 * F.linear(x, w, b), t, reduction="none")
+    (ref * g).sum().backward()
+    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-5)
+    for a, r in zip(got, [x.grad, w.grad] + ([b.grad] if bias else []), strict=True):
+        torch.testing.assert_close(a, r, rtol=1e-4, atol=1e-5)
+
+
+def test_no_grad_keeps_nothing_and_empty_input():
+    x, w, t = torch.randn(4, 8), torch.randn(20, 8), torch.randint(0, 20, (4,))
+    with torch.no_grad():
+        out = linear_nll(x, w, None, t)
+    assert out.shape == (4,) and not out.requires_grad
+    assert linear_nll(x[:0], w, None, t[:0]).shape == (0,)

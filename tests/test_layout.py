@@ -1,0 +1,131 @@
+"""
+The package's layering: each folder (or top-level module) imports only from the floors below it, every folder says
+in its docstring what it owns and may import, and the README's folder map lists exactly these folders and rules.
+"""
+
+import ast
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(ROOT, "constrained_sft")
+BELOW_TRAINERS = {"utils", "config", "constraints", "readout", "noise"}
+
+# unit -> the units it may import (its own modules always). Floors, bottom to top: utils, config, testing ->
+# constraints -> readout, noise, data -> trainers -> evaluation -> cli; the package's __init__ / __main__ on top.
+ALLOWED = {
+    "utils": set(),
+    "config": set(),
+    "testing": set(),
+    "constraints": {"utils"},
+    "readout": {"utils", "constraints"},
+    "noise": {"utils"},
+    "data": {"utils"},
+    "trainers": BELOW_TRAINERS,
+    "evaluation": BELOW_TRAINERS | {"data", "trainers"},
+    "cli": BELOW_TRAINERS | {"data", "trainers", "evaluation"},
+    "__init__": BELOW_TRAINERS | {"trainers"},
+    "__main__": {"cli"},
+}
+
+
+def unit_of(module: str) -> str:
+    """`constrained_sft.readout.probe` -> `readout`; `constrained_sft` -> `__init__`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def module_name(package_dir: str, path: str) -> str:
+    rel = os.path.relpath(path, os.path.dirname(package_dir))[: -len(".py")].split(os.sep)
+    return ".".join(rel[:-1] if rel[-1] == "__init__" else rel)
+
+
+def imported_modules(path: str, module: str) -> set[str]:
+    """Every package module `path` imports, at the top or inside functions, absolute or relative."""
+    tree = ast.parse(Path(path).read_text())
+    is_package = path.endswith("__init__.py")
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if not node.level:
+                found.add(node.module)
+                continue
+            parts = module.split(".")  # a package's own name counts as one level: `from .x` in a/__init__ is a.x
+            base = ".".join(parts[: len(parts) - node.level + (1 if is_package else 0)])
+            if node.module:
+                found.add(f"{base}.{node.module}")
+            else:  # `from . import x`: x may be a submodule
+                found.update(f"{base}.{a.name}" for a in node.names)
+    return {m for m in found if m == "constrained_sft" or m.startswith("constrained_sft.")}
+
+
+def violations(package_dir: str, allowed: dict[str, set[str]]) -> list[str]:
+    """'<file>: <unit> imports <module> (<unit> may import: ...)' for every import that crosses the floors wrongly."""
+    out = []
+    for folder, _, files in os.walk(package_dir):
+        for name in sorted(f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            module = module_name(package_dir, path)
+            unit = "__main__" if module.endswith("__main__") else unit_of(module)
+            if unit not in allowed:
+                out.append(f"{os.path.relpath(path, package_dir)}: {unit!r} has no place in the layering table")
+                continue
+            for target in sorted(imported_modules(path, module)):
+                dep = unit_of(target)
+                if target == "constrained_sft" and unit != "__init__" or dep != unit and dep not in allowed[unit]:
+                    out.append(
+                        f"{os.path.relpath(path, package_dir)}: {unit} imports {target} "
+                        f"({unit} may import: {sorted(allowed[unit]) or 'nothing of the package'})"
+                    )
+    return out
+
+
+def test_every_import_respects_the_floors():
+    assert violations(PACKAGE, ALLOWED) == []
+
+
+def test_the_check_catches_a_forbidden_import(tmp_path):
+    """The checker itself: a constraints module importing the trainers (absolute, relative, or inside a function)."""
+    package = tmp_path / "constrained_sft"
+    (package / "constraints").mkdir(parents=True)
+    (package / "trainers").mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "trainers" / "__init__.py").write_text("X = 1\n")
+    (package / "constraints" / "__init__.py").write_text("from ..utils import unwrap_model\n")
+    (package / "constraints" / "ok.py").write_text("from .lagrangian import slack\nfrom ..utils import write_json\n")
+    (package / "constraints" / "bad.py").write_text(
+        "from ..trainers import X\nimport constrained_sft.trainers.sft\n\ndef f():\n    from ..readout import probe\n"
+    )
+    (package / "utils.py").write_text("")
+    found = violations(str(package), ALLOWED)
+    assert len(found) == 3 and all(line.startswith(os.path.join("constraints", "bad.py")) for line in found)
+    assert "constraints imports constrained_sft.trainers" in found[0] + found[1] + found[2]
+
+
+def test_units_on_disk_are_the_layering_table():
+    modules = {n[: -len(".py")] for n in os.listdir(PACKAGE) if n.endswith(".py")}
+    folders = {n for n in os.listdir(PACKAGE) if os.path.isfile(os.path.join(PACKAGE, n, "__init__.py"))}
+    assert modules | folders == set(ALLOWED)
+
+
+@pytest.mark.parametrize("unit", sorted(u for u in ALLOWED if os.path.isdir(os.path.join(PACKAGE, u))))
+def test_every_folder_says_what_it_owns_and_may_import(unit):
+    doc = ast.get_docstring(ast.parse(Path(PACKAGE, unit, "__init__.py").read_text()))
+    assert doc and "May import" in doc, f"constrained_sft/{unit}/__init__.py needs a docstring with 'May import'"
+
+
+def test_readme_folder_map_matches_the_layering_table():
+    """README's architecture map: one row per unit, `| \\`constrained_sft/<unit>\\` | owns | may import |`."""
+    readme = Path(ROOT, "README.md").read_text()
+    rows = re.findall(r"^\| `constrained_sft/([\w.]+?)(?:/|\.py)?` \| .+? \| (.+?) \|$", readme, flags=re.M)
+    assert rows, "README.md has no folder map"
+    table = {}
+    for unit, may in rows:
+        table[unit] = set(re.findall(r"`(\w+)`", may))
+    expected = {u: a for u, a in ALLOWED.items() if not u.startswith("__")}
+    assert table == expected
