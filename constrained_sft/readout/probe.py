@@ -1,17 +1,25 @@
 """
 Measuring every constrained layer inside the model's own forward.
 
-TRL's fused forward runs the backbone and scores the last layer without returning hidden states. The probe wraps that
-forward: while a request is pending it asks the backbone for hidden states, catches them with a forward hook, and
-reads out the constrained layers before the forward returns, so that wrappers which gather parameters only during
-the forward (DeepSpeed ZeRO-3, FSDP) see the LM head and norm gathered. Without a pending request (generation,
-plain calls) the forward is untouched.
+TRL's fused forward runs the backbone and scores the last layer without returning hidden states. A probe attached to
+a model wraps that forward once: while a trainer serves a request (`with probe.serving(model, request):`) the
+wrapper asks the backbone for hidden states, catches them with a forward hook, and reads out the constrained layers
+before the forward returns, so that wrappers which gather parameters only during the forward (DeepSpeed ZeRO-3,
+FSDP) see the LM head and norm gathered, and mixed-precision wrappers that accelerate installs later run the readout
+under their autocast too. Outside a request (generation, plain calls) the forward is the model's own.
+
+A model carries one active wrapper however many probes (trainers) are attached to it; each request is served by the
+probe that opened it, so a model handed to two trainers behaves like a model handed to one. TRL's fused LM head
+calls the backbone directly and re-wraps the forward at every `SFTTrainer.__init__`, which would cut out a wrapper
+below it: attaching then moves the probes to a new wrapper on top, and the one below passes every call through.
+Detaching the last probe restores the forward the model had before.
 """
 
 from __future__ import annotations
 
 import functools
 import types
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +32,8 @@ from .base import ReadoutError
 from .causal_lm import CausalLMReadout
 from .layer_losses import aggregate, layer_token_nll, layers_token_nll
 from .tokens import TokenSelection
+
+HOOK_ATTRIBUTE = "_constrained_sft_probe_hook"
 
 
 @dataclass
@@ -40,16 +50,34 @@ class LayerProbe:
         self.layers = layers
         self.num_layers = num_layers
         self.final_norm = final_norm
-        self.pending: ProbeRequest | None = None
         self.verified = False
 
+    def attach(self, model: nn.Module) -> None:
+        """Let this probe serve requests on `model` (a transformers model, after TRL's fused LM head); idempotent."""
+        _ForwardHook.outermost(model).probes.add(self)
+
+    def detach(self, model: nn.Module) -> None:
+        """Stop serving `model`; the last probe to leave restores the model's own forward. Idempotent."""
+        hook = _ForwardHook.of(model)
+        if hook is not None:
+            hook.probes.discard(self)
+            if not hook.probes:
+                hook.remove(model)
+
     @contextmanager
-    def serving(self, request: ProbeRequest | None):
-        self.pending = request
+    def serving(self, model: nn.Module, request: ProbeRequest | None) -> Iterator[ProbeRequest | None]:
+        """Inside the block, the first forward of `model` fills `request.result`. Without a request: a no-op."""
+        if request is None:
+            yield None
+            return
+        hook = _ForwardHook.of(model)
+        if hook is None or self not in hook.probes:
+            raise ReadoutError(f"This probe is not attached to {type(model).__name__}; call `probe.attach(model)`.")
+        outer, hook.active = hook.active, (self, request)
         try:
             yield request
         finally:
-            self.pending = None
+            hook.active = outer
 
     def measure(self, hidden_states: tuple[torch.Tensor, ...], output: Any, request: ProbeRequest) -> LayerLosses:
         L = self.num_layers
@@ -102,26 +130,57 @@ class LayerProbe:
         self.verified = True
 
 
-def attach_probe(model: nn.Module, probe: LayerProbe) -> None:
-    """Wrap `model.forward` (a transformers model, after TRL's fused LM head) to serve the probe's requests."""
-    inner = model.forward
-    backbone = model.base_model
+class _ForwardHook:
+    """The one wrapper around a model's forward, whatever the number of probes attached; serves the active request."""
 
-    @functools.wraps(type(model).forward)  # `generate` validates its kwargs against this signature
-    def forward(self, *args, **kwargs):
-        request = probe.pending
-        if request is None or request.result is not None:
-            return inner(*args, **kwargs)
-        kwargs["output_hidden_states"] = True
-        caught: list[tuple[torch.Tensor, ...]] = []
-        handle = backbone.register_forward_hook(lambda _m, _a, out: caught.append(out.hidden_states))
-        try:
-            output = inner(*args, **kwargs)
-        finally:
-            handle.remove()
-        if not caught or caught[0] is None:
-            raise ReadoutError(f"{type(model).__name__}'s backbone did not return hidden states.")
-        request.result = probe.measure(caught[0], output, request)
-        return output
+    def __init__(self, model: nn.Module) -> None:
+        self.own = model.__dict__.get("forward")  # an instance-level forward set before us (None: the class's)
+        self.probes: set[LayerProbe] = set()
+        self.active: tuple[LayerProbe, ProbeRequest] | None = None
+        inner, backbone, hook = model.forward, model.base_model, self
 
-    model.forward = types.MethodType(forward, model)
+        @functools.wraps(type(model).forward)  # `generate` validates its kwargs against this signature
+        def forward(self, *args, **kwargs):
+            probe, request = hook.active if hook.active is not None else (None, None)
+            if request is None or request.result is not None:
+                return inner(*args, **kwargs)
+            kwargs["output_hidden_states"] = True
+            caught: list[tuple[torch.Tensor, ...]] = []
+            handle = backbone.register_forward_hook(lambda _m, _a, out: caught.append(out.hidden_states))
+            try:
+                output = inner(*args, **kwargs)
+            finally:
+                handle.remove()
+            if not caught or caught[0] is None:
+                raise ReadoutError(f"{type(self).__name__}'s backbone did not return hidden states.")
+            request.result = probe.measure(caught[0], output, request)
+            return output
+
+        self.forward = types.MethodType(forward, model)
+
+    @classmethod
+    def of(cls, model: nn.Module) -> _ForwardHook | None:
+        return model.__dict__.get(HOOK_ATTRIBUTE)
+
+    @classmethod
+    def outermost(cls, model: nn.Module) -> _ForwardHook:
+        """The model's hook, re-installed on top (keeping its probes) if something has wrapped the forward since."""
+        hook = cls.of(model)
+        if hook is not None and model.__dict__.get("forward") is hook.forward:
+            return hook
+        new = cls(model)  # wraps whatever the forward is now; a hook left below is never active again
+        if hook is not None:
+            new.probes = hook.probes
+        model.forward = new.forward
+        model.__dict__[HOOK_ATTRIBUTE] = new
+        return new
+
+    def remove(self, model: nn.Module) -> None:
+        """Restore the forward the model had before, unless something wrapped ours since (it then stays and passes
+        every call through: no request can be active once no probe is attached)."""
+        del model.__dict__[HOOK_ATTRIBUTE]
+        if model.__dict__.get("forward") is self.forward:
+            if self.own is None:
+                del model.forward
+            else:
+                model.forward = self.own

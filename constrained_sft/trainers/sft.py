@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -9,8 +10,8 @@ from trl import SFTTrainer
 from trl.trainer.utils import compute_flops_per_token, get_config_model_id
 
 from ..config import ConstrainedSFTConfig, ConstraintArguments
-from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, select_tokens
-from ..readout.probe import attach_probe
+from ..constraints import LayerLosses
+from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
 from ..utils import unwrap_model
 from .mixin import BatchScore, ConstrainedTrainerMixin
 
@@ -77,18 +78,25 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         num_layers = base.config.get_text_config().num_hidden_layers
         self._init_constraints(num_layers)
         self.probe = LayerProbe(self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm)
-        attach_probe(base, self.probe)
+        self.probe.attach(base)
+        # the model may outlive this trainer (or be handed to another): its forward is restored when the trainer
+        # goes, or at `detach_probe()`
+        self._detach_probe = weakref.finalize(self, self.probe.detach, base)
+
+    def detach_probe(self) -> None:
+        """Give the model back its own forward (idempotent); the trainer cannot train or evaluate afterwards."""
+        self._detach_probe()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         gamma = inputs.pop("noise_gamma", None)  # never reaches the model's forward
         request = self._probe_request(inputs)
-        with self._noise(model, gamma), self.probe.serving(request):
+        with self._noise(model, gamma), self.probe.serving(unwrap_model(model), request):
             result = super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )
         loss, outputs = result if return_outputs else (result, None)
-        if request is not None and request.result is not None:
-            loss = self._add_constraints(loss, request.result, num_items_in_batch)
+        if request is not None:
+            loss = self._add_constraints(loss, self._measured(request), num_items_in_batch)
         return (loss, outputs) if return_outputs else loss
 
     @torch.no_grad()
@@ -101,14 +109,24 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         inputs = self._prepare_inputs(inputs)
         inputs.pop("noise_gamma", None)
         request = self._probe_request(inputs)
-        with self.compute_loss_context_manager(), self.probe.serving(request):
+        with self.compute_loss_context_manager(), self.probe.serving(unwrap_model(self.model), request):
             out = self.model(**inputs, use_cache=False, fused_lm_head=True)
         return BatchScore(
             correct=out.is_top1.sum().item(),
             count=out.label_mask.sum().item(),
             nll=-out.log_probs.sum().item(),
-            layers=request.result,
+            layers=self._measured(request),
         )
+
+    def _measured(self, request: ProbeRequest) -> LayerLosses:
+        """The layers' losses the probe measured in the forward; an error if the forward never reached the probe."""
+        if request.result is None:
+            raise ReadoutError(
+                f"The constrained layers were not measured: {type(unwrap_model(self.model)).__name__}'s forward no "
+                "longer goes through this trainer's probe (something replaced `model.forward` after the trainer was "
+                "built). Build the trainer after that change, or call `trainer.probe.attach(model)` again."
+            )
+        return request.result
 
     def _sample_size(self, labels: torch.Tensor, position_ids: torch.Tensor | None) -> int | None:
         """Tokens per sequence for the intermediate readouts: `layer_loss_tokens`, or with 'auto' the budgeted k."""

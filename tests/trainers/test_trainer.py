@@ -251,7 +251,25 @@ def test_generation_is_untouched(make_trainer):
     model = trainer.model.eval()
     ids = torch.tensor([[1, 9, 10, 6]])
     out = model.generate(ids, max_new_tokens=3, do_sample=False)
-    assert out.shape == (1, 7) and trainer.probe.pending is None
+    assert torch.equal(out, tiny_causal_lm("llama").eval().generate(ids, max_new_tokens=3, do_sample=False))
+
+
+def test_a_model_handed_to_two_trainers_trains_like_one(make_trainer):
+    """The second trainer's TRL fused head wraps the forward again; the first trainer must still measure and train
+    its constraints exactly as a trainer alone on the model does, and detaching both leaves no probe behind."""
+    alone = make_trainer(max_steps=3, dual_lr=1.0)
+    alone.train()
+    model = tiny_causal_lm("llama")
+    first = make_trainer(model=model, max_steps=3, dual_lr=1.0)
+    second = make_trainer(model=model, max_steps=3, dual_lr=1.0)
+    first.train()
+    assert duals(first.state.log_history) == duals(alone.state.log_history)
+    assert [r.get("loss") for r in first.state.log_history] == [r.get("loss") for r in alone.state.log_history]
+    first.detach_probe()
+    second.detach_probe()
+    assert "_constrained_sft_probe_hook" not in model.__dict__
+    with pytest.raises(ReadoutError, match="not attached"):
+        second.train()
 
 
 @pytest.mark.parametrize("loss", ["nll", "chunked_nll", "dft", "label_smoothing"])

@@ -1,0 +1,80 @@
+"""The probe's lifetime on a model: attaching is idempotent, probes share one wrapper, detaching restores the model."""
+
+import types
+
+import pytest
+import torch
+
+from constrained_sft.readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
+from constrained_sft.readout.probe import HOOK_ATTRIBUTE
+from constrained_sft.testing import tiny_causal_lm
+
+
+def _probe(model, layers=(1, 2, 3, 4)):
+    return LayerProbe(CausalLMReadout.from_model(model), layers, model.config.num_hidden_layers, True)
+
+
+def _request(labels):
+    return ProbeRequest(selection=select_tokens(labels), grad=False, shape=tuple(labels.shape))
+
+
+def _batch():
+    ids = torch.tensor([[4, 5, 6, 7, 8, 9], [4, 6, 8, 10, 12, 14]])
+    return ids, ids.clone()
+
+
+def test_attach_twice_is_idempotent_and_detach_restores_the_model():
+    model = tiny_causal_lm("llama")
+    probe = _probe(model)
+    probe.attach(model)
+    wrapped = model.__dict__["forward"]
+    probe.attach(model)
+    assert model.__dict__["forward"] is wrapped  # no second wrapper
+    probe.detach(model)
+    assert "forward" not in model.__dict__ and HOOK_ATTRIBUTE not in model.__dict__
+    probe.detach(model)  # idempotent
+
+
+def test_two_probes_share_one_wrapper_and_each_serves_its_own_request():
+    model = tiny_causal_lm("llama").eval()
+    every, two = _probe(model), _probe(model, layers=(2, 4))
+    every.attach(model)
+    wrapped = model.__dict__["forward"]
+    two.attach(model)
+    assert model.__dict__["forward"] is wrapped
+    ids, labels = _batch()
+    for probe, layers in ((two, 2), (every, 4)):
+        request = _request(labels)
+        with probe.serving(model, request):
+            model(input_ids=ids)
+        assert request.result is not None and request.result.sums.shape == (layers,)
+    with torch.no_grad():  # outside a request the forward is the model's own: no hidden states asked for
+        assert model(input_ids=ids).hidden_states is None
+    every.detach(model)
+    assert model.__dict__["forward"] is wrapped  # `two` still serves
+    two.detach(model)
+    assert "forward" not in model.__dict__
+
+
+def test_serving_needs_an_attached_probe():
+    model = tiny_causal_lm("llama")
+    with pytest.raises(ReadoutError, match="not attached"), _probe(model).serving(model, _request(_batch()[1])):
+        pass
+
+
+def test_a_forward_wrapped_over_the_probe_is_wrapped_again_on_attach():
+    """TRL's fused head, installed by each new SFTTrainer, calls the backbone directly: it cuts out what it wraps."""
+    model = tiny_causal_lm("llama").eval()
+    first = _probe(model)
+    first.attach(model)
+    model.forward = types.MethodType(lambda self, *a, **kw: type(self).forward(self, *a, **kw), model)  # bypasses
+    ids, labels = _batch()
+    request = _request(labels)
+    with first.serving(model, request):
+        model(input_ids=ids)
+    assert request.result is None  # cut out: a trainer must not go on as if it had measured
+    _probe(model).attach(model)  # a second trainer on the same model
+    request = _request(labels)
+    with first.serving(model, request):
+        model(input_ids=ids)
+    assert request.result is not None and request.result.sums.shape == (4,)
