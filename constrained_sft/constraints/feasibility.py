@@ -1,10 +1,19 @@
 """
 The feasibility report written as `constraints.json` at the end of training: per-layer losses, multipliers and mean
-slack over the last optimizer steps of the run, and which constraints hold there.
+slack over the last optimizer steps the constraints were active, and which constraints hold there.
+
+Two verdicts per constraint. **Strict**: the mean slack g is <= 0 (the descent constraint itself holds). **Relaxed**:
+the mean of g - rho * lambda is <= 0, i.e. the constraint holds as resilient learning relaxes it (Appendix A.5: the
+dual weight decay rho relaxes constraint c by u_c = rho * lambda_c, so a constraint that binds settles at
+g = rho * lambda > 0). "Not above zero" allows for the step-to-step noise of sampled layer losses: the relaxed
+verdict fails only when the mean gap exceeds twice its standard error over the window (and 1e-6). Without
+resilience the strict verdict decides `feasible`; with resilience the relaxed one does (`feasible_by` says which).
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,10 +21,23 @@ import torch
 
 from .lagrangian import DescentConstraints
 
+GAP_FLOOR = 1e-6  # nats: below this a relaxed constraint counts as met whatever the noise estimate says
+
 
 def window_means(rows: Sequence[dict[str, Any]], key: str) -> list[float]:
     """Mean of the per-step vectors `row[key]` over the window, elementwise; empty without rows."""
     return torch.tensor([r[key] for r in rows], dtype=torch.float64).mean(0).tolist() if rows else []
+
+
+def relaxed_holds(rows: Sequence[dict[str, Any]], resilience: float) -> list[bool]:
+    """Per constraint: is the mean of g_t - rho * lambda_t over the window not above zero (2 standard errors)?"""
+    if not rows:
+        return []
+    gap = torch.tensor([r["slack"] for r in rows], dtype=torch.float64) - resilience * torch.tensor(
+        [r["dual"] for r in rows], dtype=torch.float64
+    )  # [steps, C]
+    error = gap.std(0) / math.sqrt(len(rows)) if len(rows) > 1 else torch.zeros(gap.size(1), dtype=torch.float64)
+    return (gap.mean(0) <= (2 * error).clamp(min=GAP_FLOOR)).tolist()
 
 
 def feasibility_report(
@@ -24,25 +46,75 @@ def feasibility_report(
     dual: list[float],
     enabled: bool,
     skipped_dual_steps: int,
+    resilience: float = 0.0,
 ) -> dict[str, Any]:
     """
-    Feasibility over the recorded window `rows` (one per optimizer step, as `PrimalDual.step` records them): a
-    constraint holds if its mean slack there is <= 0. `dual` is the current multiplier of each constraint.
+    Feasibility over the recorded window `rows` (one per optimizer step with the constraints active, as
+    `PrimalDual.step` records them; every step for an unconstrained run). `dual` is the current multiplier of each
+    constraint.
     """
+    keys = list(map(str, spec.keys))
     layer_loss, slack_mean = window_means(rows, "layer_loss"), window_means(rows, "slack")
-    holds = [s <= 0 for s in slack_mean]
+    strict = [s <= 0 for s in slack_mean]
+    relaxed = relaxed_holds(rows, resilience)
+    feasible_by = "relaxed" if resilience > 0 else "strict"
+    holds = relaxed if resilience > 0 else strict
     fractions = [r["descent_fraction"] for r in rows if r["descent_fraction"] is not None]
     return {
         "constraints": enabled,
         "layers": list(spec.layers),
         "alpha": list(spec.alphas),
         "epsilon": spec.epsilon,
+        "resilience": resilience,
         "window_steps": [rows[0]["step"], rows[-1]["step"]] if rows else None,
         "layer_loss": dict(zip(map(str, spec.layers), layer_loss, strict=False)),
-        "dual": dict(zip(map(str, spec.keys), dual, strict=True)),
-        "slack": dict(zip(map(str, spec.keys), slack_mean, strict=False)),
-        "holds": dict(zip(map(str, spec.keys), holds, strict=False)),
+        "dual": dict(zip(keys, dual, strict=True)),
+        "slack": dict(zip(keys, slack_mean, strict=False)),
+        "relaxation": dict(zip(keys, [resilience * d for d in window_means(rows, "dual")], strict=False)),
+        "holds_strict": dict(zip(keys, strict, strict=False)),
+        "holds_relaxed": dict(zip(keys, relaxed, strict=False)),
+        "holds": dict(zip(keys, holds, strict=False)),
+        "feasible_by": feasible_by,
         "feasible": bool(rows) and all(holds),
         "descent_fraction": (sum(fractions) / len(fractions)) if fractions else None,
         "skipped_dual_steps": skipped_dual_steps,
     }
+
+
+def verdict_message(report: dict[str, Any], dual_max: float | None = None) -> tuple[int, str] | None:
+    """
+    (logging level, message) about a constrained run's report, with advice that fits the case, or None when every
+    constraint holds strictly. Infeasible is a warning; holding only as relaxed by resilience is information.
+    """
+    if not report["constraints"]:
+        return None
+    steps = report["window_steps"]
+    where = f"over optimizer steps {steps[0]}-{steps[1]}" if steps else "(no step with the constraints active)"
+    if not report["feasible"]:
+        broken = [k for k, ok in report["holds"].items() if not ok]
+        if report["feasible_by"] == "strict":
+            advice = (
+                "train longer, raise `dual_lr`, lower `descent_alpha` or constrain fewer layers, or set `resilience` "
+                "> 0 to relax the constraints that cannot be met"
+            )
+        else:
+            capped = [k for k in broken if dual_max is not None and report["dual"][k] >= dual_max]
+            advice = (
+                f"the multipliers of layers {capped} sit at `dual_max`={dual_max}: raise it or lower `resilience`"
+                if capped
+                else "the multipliers have not settled (slack still above resilience x lambda): train longer or "
+                "raise `dual_lr`"
+            )
+        return logging.WARNING, (
+            f"Constrained training ended infeasible: the constraints on layers {broken} do not hold {where} "
+            f"(`feasible_by`: {report['feasible_by']}). Infeasible runs are the main failure mode of constrained "
+            f"learning: {advice}."
+        )
+    relaxed_only = [k for k, ok in report["holds_strict"].items() if not ok]
+    if relaxed_only:
+        sizes = ", ".join(f"{k}: {report['relaxation'][k]:.3g}" for k in relaxed_only)
+        return logging.INFO, (
+            f"The constraints on layers {relaxed_only} hold {where} only as relaxed by resilience x lambda (mean "
+            f"relaxation in nats: {sizes}); lower `resilience` for a stricter descent."
+        )
+    return None

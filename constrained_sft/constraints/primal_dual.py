@@ -1,8 +1,9 @@
 """
 Primal-dual state of one training run, independent of any Trainer: the constraints, their multipliers and dual
-optimizer, the statistics accumulated over the micro-batches of one optimizer step, and a short history of optimizer
-steps for the end-of-training feasibility report. What it does with them: the penalty of a micro-batch, the dual step
-once per optimizer step, and its state as tensors + JSON for checkpoints (written by `state_io`).
+optimizer, the statistics accumulated over the micro-batches of one optimizer step, and a short history of the
+optimizer steps with the constraints active (every step of an unconstrained run) for the end-of-training feasibility
+report. What it does with them: the penalty of a micro-batch, the dual step once per optimizer step, and its state
+as tensors + JSON for checkpoints (written by `state_io`).
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class PrimalDual:
                     global_step,
                     values.tolist(),
                 )
+        if self.enabled and not self.active(global_step):
+            return metrics  # warm-up: logged, but not part of the feasibility window
         lam = self.multipliers.value().tolist()
         self.history.append(
             {
@@ -91,7 +94,12 @@ class PrimalDual:
     def summary(self) -> dict[str, Any]:
         """Feasibility over the recorded window (see [`feasibility_report`])."""
         return feasibility_report(
-            self.spec, list(self.history), self.multipliers.value().tolist(), self.enabled, self.skipped_steps
+            self.spec,
+            list(self.history),
+            self.multipliers.value().tolist(),
+            self.enabled,
+            self.skipped_steps,
+            self.dual.resilience,
         )
 
     # Checkpointing: tensors for safetensors, the rest for JSON.

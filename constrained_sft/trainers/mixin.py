@@ -18,6 +18,7 @@ from transformers import TrainerCallback
 
 from ..config import ConstraintArguments, NoiseArguments
 from ..constraints import DescentConstraints, LayerLosses, LayerStats, PrimalDual, stats_metrics
+from ..constraints.feasibility import verdict_message
 from ..constraints.state_io import REPORT, has_state, load_state, save_state
 from ..noise import EmbeddingNoiseCollator, embedding_noise
 from ..utils import write_json
@@ -214,21 +215,15 @@ class ConstrainedTrainerMixin:
         return output
 
     def write_constraint_report(self) -> dict[str, Any]:
-        """Write `constraints.json` to `output_dir`; warn when constrained training ended infeasible."""
+        """Write `constraints.json` to `output_dir`; warn when constrained training ended infeasible (see [`verdict_message`])."""
         summary = self.primal_dual.summary()
         summary["global_step"] = self.state.global_step
         summary["noise_gamma"] = getattr(self.args, "noise_gamma", 0.0)  # the evaluation's ID / OOD boundary
         if self.args.should_save:
             os.makedirs(self.args.output_dir, exist_ok=True)
             write_json(os.path.join(self.args.output_dir, REPORT), summary)
-        if summary["constraints"] and not summary["feasible"] and self.is_world_process_zero():
-            broken = [k for k, ok in summary["holds"].items() if not ok]
-            logger.warning(
-                "Constrained training ended infeasible: the constraints on layers %s do not hold on average over the "
-                "last %d optimizer steps (see %s). Infeasible runs are the main failure mode of constrained learning: "
-                "train longer, raise `dual_lr`, lower `descent_alpha`, or set `resilience` > 0.",
-                broken,
-                len(self.primal_dual.history),
-                os.path.join(self.args.output_dir, REPORT),
-            )
+        message = verdict_message(summary, self.args.dual_max)
+        if message is not None and self.is_world_process_zero():
+            level, text = message
+            logger.log(level, "%s See %s.", text, os.path.join(self.args.output_dir, REPORT))
         return summary

@@ -1,0 +1,85 @@
+"""The end-of-training feasibility report: strict and relaxed verdicts under resilience, warm-up left out."""
+
+import logging
+
+import pytest
+import torch
+
+from constrained_sft.constraints import DescentConstraints, LayerLosses, PrimalDual
+from constrained_sft.constraints.feasibility import verdict_message
+
+
+def _losses(first: float, second: float) -> LayerLosses:
+    return LayerLosses(
+        sums=torch.tensor([first, second]),
+        per_sequence=torch.tensor([[first], [second]]),
+        segment_tokens=torch.tensor([1]),
+        num_tokens=torch.tensor(1),
+    )
+
+
+def _run(primal_dual: PrimalDual, steps: int, second) -> None:
+    for step in range(steps):
+        primal_dual.train_stats.add(_losses(1.0, second(step)))
+        primal_dual.step(step, reduce=lambda t: t)
+
+
+def test_a_binding_constraint_under_resilience_holds_relaxed_not_strict():
+    """f_2 <= 0.5 f_1 with f_2 fixed at 0.8333: slack 0.3333 cannot go; with rho = 0.5, lambda settles at 0.6667."""
+    spec = DescentConstraints(layers=(1, 2), alphas=(0.5,))
+    primal_dual = PrimalDual(spec, dual_lr=0.1, resilience=0.5)
+    _run(primal_dual, 400, lambda step: 0.8333)
+    report = primal_dual.summary()
+    assert report["dual"]["2"] == pytest.approx(0.6666, abs=1e-3)
+    assert report["slack"]["2"] == pytest.approx(0.3333, abs=1e-4)
+    assert report["relaxation"]["2"] == pytest.approx(0.3333, abs=1e-3)  # resilience x lambda
+    assert report["holds_strict"] == {"2": False} and report["holds_relaxed"] == {"2": True}
+    assert report["feasible_by"] == "relaxed" and report["feasible"] and report["holds"] == {"2": True}
+
+
+def test_without_resilience_the_strict_verdict_decides():
+    spec = DescentConstraints(layers=(1, 2), alphas=(0.5,))
+    primal_dual = PrimalDual(spec, dual_lr=0.1)
+    _run(primal_dual, 50, lambda step: 0.8333)
+    report = primal_dual.summary()
+    assert report["feasible_by"] == "strict" and not report["feasible"] and report["holds_strict"] == {"2": False}
+
+
+def test_warm_up_steps_are_left_out_of_the_window():
+    """10 warm-up steps far from feasible, then 15 feasible ones: a 20-step window sees only the 15."""
+    spec = DescentConstraints(layers=(1, 2), alphas=(0.5,))
+    primal_dual = PrimalDual(spec, dual_lr=0.1, warmup_steps=10, window=20)
+    _run(primal_dual, 25, lambda step: 5.0 if step < 10 else 0.4)
+    report = primal_dual.summary()
+    assert report["window_steps"] == [11, 25]
+    assert report["slack"]["2"] == pytest.approx(-0.1) and report["feasible"]
+
+
+def test_an_erm_run_still_reports_its_layers_over_the_last_steps():
+    spec = DescentConstraints(layers=(1, 2), alphas=(0.5,))
+    primal_dual = PrimalDual(spec, enabled=False, window=5)
+    _run(primal_dual, 8, lambda step: 0.4)
+    report = primal_dual.summary()
+    assert report["window_steps"] == [4, 8] and report["layer_loss"]["2"] == pytest.approx(0.4)
+
+
+def test_the_message_fits_the_case():
+    spec = DescentConstraints(layers=(1, 2), alphas=(0.5,))
+    strict = PrimalDual(spec, dual_lr=0.1)
+    _run(strict, 30, lambda step: 0.8333)
+    level, text = verdict_message(strict.summary())
+    assert level == logging.WARNING and "set `resilience` > 0" in text and "steps 11-30" in text
+
+    relaxed = PrimalDual(spec, dual_lr=0.1, resilience=0.5)
+    _run(relaxed, 400, lambda step: 0.8333)
+    level, text = verdict_message(relaxed.summary())
+    assert level == logging.INFO and "only as relaxed" in text and "2: 0.333" in text and "resilience` > 0" not in text
+
+    capped = PrimalDual(spec, dual_lr=0.1, resilience=0.5, dual_max=0.2)
+    _run(capped, 400, lambda step: 0.8333)
+    level, text = verdict_message(capped.summary(), dual_max=0.2)
+    assert level == logging.WARNING and "sit at `dual_max`=0.2" in text
+
+    met = PrimalDual(spec, dual_lr=0.1, resilience=0.5)
+    _run(met, 50, lambda step: 0.3)
+    assert verdict_message(met.summary()) is None
