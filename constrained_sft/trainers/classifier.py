@@ -133,6 +133,10 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
             layers=self._layer_losses(out, labels),
         )
 
+    def _reset_eval_statistics(self) -> None:
+        super()._reset_eval_statistics()
+        self._accuracy.pop("eval", None)
+
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         mode = "train" if self.model.training else "eval"
         correct, total = self._accuracy.pop(mode, [0.0, 0.0])

@@ -146,6 +146,18 @@ class ConstrainedTrainerMixin:
             self._constraint_metrics["train"][key].append(value)
 
     # --- logging --------------------------------------------------------------------------------------------------
+    def evaluation_loop(self, *args, **kwargs):
+        """Every evaluation or prediction loop starts from empty statistics: `predict()` never calls `log()`, which
+        is where they are otherwise emptied."""
+        self._reset_eval_statistics()
+        return super().evaluation_loop(*args, **kwargs)
+
+    def _reset_eval_statistics(self) -> None:
+        self._eval_stats = LayerStats(len(self.primal_dual.spec.layers))
+        trl_metrics = getattr(self, "_metrics", {}).get("eval")  # TRL's own eval metrics leak the same way
+        if trl_metrics:
+            trl_metrics.clear()
+
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
         """Clean evaluation, then (with `eval_noise_gammas`) one seeded evaluation per noise level."""
         self._eval_prefix = metric_key_prefix

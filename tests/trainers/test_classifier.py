@@ -265,3 +265,13 @@ def test_cli_trains_a_classifier_and_eval_robustness_reads_it(tmp_path, classifi
     levels = results["models"]["trained"]["summary"]["levels"]
     assert [r["gamma"] for r in levels] == [0.0, 0.5, 1.0] and set(levels[0]["layer_loss"]) == {"1", "2", "3", "4"}
     assert 0 <= levels[0]["accuracy_mean"] <= 1 and "auc" in results["differences"]
+
+
+def test_predict_between_two_evaluations_changes_nothing(tmp_path):
+    trainer = make(tmp_path)
+    first = trainer.evaluate()
+    trainer.predict(synthetic(32, seed=7))
+    second = trainer.evaluate()
+    assert {k: v for k, v in second.items() if "runtime" not in k and "per_second" not in k} == {
+        k: v for k, v in first.items() if "runtime" not in k and "per_second" not in k
+    }

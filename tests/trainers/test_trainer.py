@@ -314,3 +314,15 @@ def test_auto_sample_is_the_default_and_trains(make_trainer):
     assert isinstance(k, int) and k >= 1
     trainer.train()
     assert trainer.state.log_history[-1]["train_loss"] > 0
+
+
+def _measured(metrics):
+    return {k: v for k, v in metrics.items() if not k.endswith(("runtime", "per_second"))}
+
+
+def test_predict_between_two_evaluations_changes_nothing(make_trainer):
+    """Every evaluation / prediction loop starts from empty statistics, so a predict() leaks nothing."""
+    trainer = make_trainer(eval_dataset=successor_dataset(16, seed=1))
+    first = trainer.evaluate()
+    trainer.predict(trainer.train_dataset)  # another (prepared) dataset
+    assert _measured(trainer.evaluate()) == _measured(first)
