@@ -18,7 +18,7 @@ def free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def launch_on_cpu(num_processes: int, *target: str):
+def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600):
     """`accelerate launch --multi_gpu` of `target` (a script and its arguments, or `-m module ...`) as
     `num_processes` gloo CPU processes; a crash at any rank prints its Python stack (faulthandler)."""
     import os
@@ -31,7 +31,18 @@ def launch_on_cpu(num_processes: int, *target: str):
         *target,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true", "PYTHONFAULTHANDLER": "1"}
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # a hang: kill the ranks too (torch starts them in sessions of their own)
+            import psutil
+
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                child.kill()
+            proc.kill()
+            proc.communicate()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
 def config_kwargs(output_dir, **overrides):

@@ -13,15 +13,11 @@ from ..utils import unwrap_model
 from .base import ReadoutError
 from .linear_nll import linear_nll
 
-try:  # optional fused linear cross-entropy for CUDA: pip install cut-cross-entropy
-    import cut_cross_entropy
-except ImportError:
-    cut_cross_entropy = None
-
 # Attribute names of the final norm on the backbone, across HF architectures (Llama/Qwen2/Mistral/Gemma: `norm`;
 # GPT-2/Falcon/Bloom: `ln_f`; GPT-NeoX: `final_layer_norm`; Phi: `final_layernorm`; Mamba: `norm_f`).
 FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f", "final_norm")
-# Vocabulary tile width; with TRL's 4096-token tiles the largest transient is a [4096, 32768] logits tile.
+# Vocabulary tile width, TRL's own (`_CHUNKED_LOGPROB_CHUNK_SIZE`), so that on CUDA every layer, the last one scored by
+# TRL's fused head included, goes through the same kernel with the same tiles and rounding.
 VOCAB_CHUNK = 32768
 
 
@@ -80,8 +76,10 @@ class CausalLMReadout:
         """
         `[K]` fp32 NLL of `targets` `[K]` under psi(hidden `[K, D]`); the logits never exist in full. The kernel is
         the cheapest exact one for the device: on CPU `linear_nll` (probabilities kept for small K, recomputed in
-        chunks for large K); on CUDA Cut Cross-Entropy when installed (not under ZeRO-3 / FSDP), else TRL's
-        chunked Triton kernel, which also re-gathers a ZeRO-3 LM head in its backward.
+        chunks for large K); elsewhere TRL's chunked kernel, the one TRL's fused head scores the last layer with (so
+        f_{L-1} and f_L share their numerics), which also re-gathers a ZeRO-3 LM head in its backward. Cut
+        Cross-Entropy is not used: its default gradient filtering is approximate and its logits are rounded
+        otherwise, so f_{L-1} and f_L would differ by kernel, not by layer.
         """
         x = self.final_norm(hidden) if apply_norm and self.final_norm is not None else hidden
         weight, bias = self.lm_head.weight, getattr(self.lm_head, "bias", None)
@@ -90,11 +88,6 @@ class CausalLMReadout:
             x, targets = x.to(weight.device), targets.to(weight.device)
             if x.device.type == "cpu":
                 return linear_nll(x, weight, bias, targets, self.logit_scale)
-            if x.device.type == "cuda" and bias is None and cut_cross_entropy is not None:
-                logits_scale = self.logit_scale
-                return cut_cross_entropy.linear_cross_entropy(
-                    x * logits_scale if logits_scale != 1.0 else x, weight, targets, reduction="none"
-                ).float()
         if hasattr(weight, "full_tensor"):  # FSDP2 shards parameters as DTensors
             weight = weight.full_tensor()
             bias = bias.full_tensor() if bias is not None else None

@@ -37,18 +37,23 @@ STACK_ROWS = 16384
 
 
 def layers_token_nll(
-    hiddens: Sequence[torch.Tensor], selection: TokenSelection, readout: CausalLMReadout, apply_norm: bool
+    hiddens: Sequence[torch.Tensor],
+    selection: TokenSelection,
+    readout: CausalLMReadout,
+    apply_norm: bool,
+    group_rows: int | None = None,
 ) -> torch.Tensor:
     """
     `[n, K]` NLL of n layers' hidden states (each `[B, T, D]`) at the same selected positions, with the layers
     stacked into as few readout calls on `[g*K, D]` rows as `STACK_ROWS` allows: the head's `[V, D]` weight is read,
     and its gradient formed, once per call instead of once per layer. For small samples that memory traffic, not the
-    6 x D x V FLOPs per row, is the cost.
+    6 x D x V FLOPs per row, is the cost. The group size g comes from `group_rows` (default K): data-parallel ranks
+    pass the largest K of them all, so that every rank makes the same number of calls.
     """
     n, K = len(hiddens), selection.index.numel()
     if n == 0 or K == 0:
         return torch.zeros(n, K, device=hiddens[0].device if n else None)
-    group = max(1, STACK_ROWS // K)
+    group = max(1, STACK_ROWS // max(K, group_rows or K))
     out = []
     for s in range(0, n, group):
         part = hiddens[s : s + group]

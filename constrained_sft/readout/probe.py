@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ..constraints.stats import LayerLosses
@@ -80,29 +81,37 @@ class LayerProbe:
             hook.active = outer
 
     def measure(self, hidden_states: tuple[torch.Tensor, ...], output: Any, request: ProbeRequest) -> LayerLosses:
+        """
+        The constrained layers' losses on the request's tokens. Every data-parallel rank makes the same readout calls
+        whatever its data (an empty selection reads one dummy row; the stacking is sized by the largest selection
+        of all ranks): under ZeRO-3 / FSDP each call gathers the LM head, a collective.
+        """
         L = self.num_layers
         if len(hidden_states) != L + 1:
             raise ReadoutError(
                 f"The backbone returned {len(hidden_states)} hidden states, expected num_hidden_layers + 1 = {L + 1}."
             )
-        selection = request.selection
+        selection = request.selection.padded()
         below = [layer for layer in self.layers if layer < L]
         with nullcontext() if request.grad else torch.no_grad():
-            # every layer below the last in one readout call: [n_below, K]
-            nll = list(layers_token_nll([hidden_states[i] for i in below], selection, self.readout, self.final_norm))
+            # the layers below the last stacked into as few readout calls as possible: [n_below, K]
+            rows = _largest_across_ranks(selection.index.numel(), hidden_states[0].device) if below else None
+            nll = list(
+                layers_token_nll([hidden_states[i] for i in below], selection, self.readout, self.final_norm, rows)
+            )
             if L in self.layers:
-                nll.append(self._last_layer_nll(hidden_states, output, request))
+                nll.append(self._last_layer_nll(hidden_states, output, request, selection))
         if not self.verified:
-            self._verify(hidden_states[L], output, request)
+            self._verify(hidden_states[L], output, request, selection)
         return aggregate(torch.stack(nll), selection)  # sums [n], per-sequence [n, S]
 
-    def _last_layer_nll(self, hidden_states, output: Any, request: ProbeRequest) -> torch.Tensor:
+    def _last_layer_nll(self, hidden_states, output: Any, request: ProbeRequest, selection) -> torch.Tensor:
         # Reuse the per-token log-probs the objective already paid for, when they carry the graph
         layer = self.num_layers
         log_probs = self._fused_log_probs(output, request)
         if log_probs is not None and (log_probs.requires_grad or not request.grad):
-            return -log_probs.reshape(-1)[request.selection.index].float()
-        return layer_token_nll(hidden_states[layer], request.selection, self.readout, apply_norm=False)
+            return -log_probs.reshape(-1)[selection.index].float()
+        return layer_token_nll(hidden_states[layer], selection, self.readout, apply_norm=False)
 
     @staticmethod
     def _fused_log_probs(output: Any, request: ProbeRequest) -> torch.Tensor | None:
@@ -111,23 +120,35 @@ class LayerProbe:
         return log_probs if log_probs is not None and tuple(log_probs.shape) == (B, T - 1) else None
 
     @torch.no_grad()
-    def _verify(self, last_hidden: torch.Tensor, output: Any, request: ProbeRequest) -> None:
-        """Once: the readout of the last hidden state must reproduce the model's own next-token log-probs."""
+    def _verify(self, last_hidden: torch.Tensor, output: Any, request: ProbeRequest, selection) -> None:
+        """
+        Once: the readout of the last hidden state must reproduce the model's own next-token log-probs. Every rank
+        runs the readout (a rank without supervised tokens reads its dummy row and checks nothing).
+        """
         log_probs = self._fused_log_probs(output, request)
-        selection = request.selection
-        if log_probs is None or selection.index.numel() == 0:
+        if log_probs is None:
             return
         index = selection.index[:16]
         h = last_hidden[:, :-1].reshape(-1, last_hidden.size(-1))[index]
         ours = -self.readout.token_nll(h, selection.targets[:16], apply_norm=False)
-        theirs = log_probs.reshape(-1)[index].float()
-        if not torch.allclose(ours, theirs.to(ours.device), rtol=1e-3, atol=1e-3):
+        real = selection.weight[:16].to(ours.device) > 0
+        theirs = log_probs.reshape(-1)[index].float().to(ours.device)
+        if not torch.allclose(ours[real], theirs[real], rtol=1e-3, atol=1e-3):
             raise ReadoutError(
                 "The readout of the last hidden state does not reproduce the model's own log-probabilities "
-                f"(max difference {(ours - theirs.to(ours.device)).abs().max().item():.3g}): this architecture's last "
+                f"(max difference {(ours - theirs)[real].abs().max().item():.3g}): this architecture's last "
                 "hidden state or LM head differ from what CausalLMReadout assumes. Pass a custom `readout=`."
             )
         self.verified = True
+
+
+def _largest_across_ranks(rows: int, device: torch.device) -> int:
+    """The largest `rows` of all data-parallel ranks (a collective every rank enters), or `rows` in one process."""
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return rows
+    value = torch.tensor([rows], device=device)
+    dist.all_reduce(value, op=dist.ReduceOp.MAX)
+    return int(value.item())
 
 
 class _ForwardHook:

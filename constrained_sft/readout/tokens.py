@@ -8,7 +8,7 @@ Shapes: B sequences of T tokens, K selected next-token positions, S sequences (d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -25,6 +25,18 @@ class TokenSelection:
     segment: torch.Tensor  # [K] sequence id in [0, S)
     segment_tokens: torch.Tensor  # [S] supervised tokens of each sequence (n_s)
     num_tokens: torch.Tensor  # [] supervised tokens in the batch (N = sum n_s)
+
+    def padded(self) -> TokenSelection:
+        """
+        This selection, or for an empty one (no supervised token in the batch) one dummy row of weight 0 (position
+        0, target 0): the readouts then run, forward and backward, on every data-parallel rank alike, since under
+        ZeRO-3 / FSDP each readout call gathers the LM head, a collective every rank must enter. The dummy row adds
+        exactly 0 to every loss and gradient.
+        """
+        if self.index.numel():
+            return self
+        zero = self.index.new_zeros(1)
+        return replace(self, index=zero, targets=zero, weight=self.weight.new_zeros(1), segment=zero)
 
 
 def segment_ids(labels: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:

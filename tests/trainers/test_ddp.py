@@ -34,3 +34,23 @@ def test_ddp_multipliers_match_across_ranks_and_single_process(tmp_path):
     for a, b in zip(two[0]["trajectory"], one[0]["trajectory"], strict=True):
         assert a == pytest.approx(b, abs=1e-6)
     assert max(two[0]["trajectory"][-1]) > 0  # the constraints were active, so the test compares real updates
+
+
+def test_a_rank_without_supervised_tokens_enters_every_collective(tmp_path):
+    """One rank's batches are fully masked, training noise leaves some examples clean, and the sample size differs
+    across ranks; with a simulated sharded head (a collective per readout call, forward and backward, and per
+    sigma_x measurement) both ranks must finish, bounded in time, with identical multipliers."""
+    out = tmp_path / "uneven"
+    overrides = {
+        "output_dir": str(out), "per_device_train_batch_size": 2, "layer_loss_tokens": None,
+        "noise_gamma": [0.0, 1.0], "noise_clean_prob": 0.5,
+        "_sharded_head": True, "_masked_rank": 1, "_stack_rows": 8,
+    }  # fmt: skip
+    try:
+        result = launch_on_cpu(2, SCRIPT, str(out), json.dumps(overrides), timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a rank waited in a collective the other never entered (hang)")
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"uneven.rank{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["trajectory"] == ranks[1]["trajectory"] and len(ranks[0]["trajectory"]) == 4
+    assert max(ranks[0]["trajectory"][-1]) > 0  # the constraints were active
