@@ -118,3 +118,35 @@ def verdict_message(report: dict[str, Any], dual_max: float | None = None) -> tu
             f"relaxation in nats: {sizes}); lower `resilience` for a stricter descent."
         )
     return None
+
+
+WIDE_MARGIN = 10.0  # a bound this many times below the loss the last layer starts at is taken as out of reach
+
+
+def last_layer_bound(spec: DescentConstraints, first_loss: float) -> float:
+    """
+    The bound the constraints imply on the last constrained layer when every one holds: epsilon x prod(1 - alpha_l)
+    with the epsilon bound, else f_first x prod(1 - alpha_l) from the first constrained layer's loss `first_loss`.
+    """
+    start = spec.epsilon if spec.epsilon is not None else first_loss
+    return start * math.prod(1 - a for a in spec.alphas)
+
+
+def bound_message(spec: DescentConstraints, layer_loss: dict[int, float]) -> str | None:
+    """A warning, with the numbers, when the implied last-layer bound is `WIDE_MARGIN` times below the loss the
+    last constrained layer has now (`layer_loss`: measured losses by layer, at the first step); else None."""
+    first, last = spec.layers[0], spec.layers[-1]
+    if last not in layer_loss or not spec.alphas:
+        return None
+    bound = last_layer_bound(spec, layer_loss[first])
+    if bound * WIDE_MARGIN >= layer_loss[last]:
+        return None
+    start = f"descent_epsilon {spec.epsilon:g}" if spec.epsilon is not None else f"f_{first} {layer_loss[first]:.3g}"
+    alphas = sorted(set(spec.alphas))
+    factor = f"(1 - {alphas[0]:g})^{len(spec.alphas)}" if len(alphas) == 1 else "prod(1 - alpha_l)"
+    return (
+        f"The constraints imply f_{last} <= {start} x {factor} = {bound:.3g} nats, {layer_loss[last] / bound:.0f}x "
+        f"below the {layer_loss[last]:.3g} nats layer {last} has at the first step: they are most likely infeasible, "
+        "and training would rest on resilience alone. Lower `descent_alpha` (a per-layer ratio 1 - alpha near 1 "
+        "for deep models), constrain fewer layers, raise `descent_epsilon`, or mean it and set `resilience`."
+    )

@@ -18,7 +18,7 @@ from transformers import TrainerCallback
 
 from ..config import ConstraintArguments, NoiseArguments
 from ..constraints import DescentConstraints, LayerLosses, LayerStats, PrimalDual, stats_metrics
-from ..constraints.feasibility import verdict_message
+from ..constraints.feasibility import bound_message, verdict_message
 from ..constraints.state_io import REPORT, has_state, load_state, save_state
 from ..noise import EmbeddingNoiseCollator, embedding_noise
 from ..utils import write_json
@@ -76,6 +76,7 @@ class ConstrainedTrainerMixin:
         self._constraint_metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list)}
         self._draws: dict[str, int] = defaultdict(int)
         self._noise_eval = False
+        self._bound_checked = False
         self.add_callback(_DualStep(self))
 
     # --- the loss -------------------------------------------------------------------------------------------------
@@ -142,6 +143,12 @@ class ConstrainedTrainerMixin:
     def _dual_step(self) -> None:
         metrics = self.primal_dual.step(self.state.global_step, self._reduce)
         self._draws.clear()
+        if metrics and not self._bound_checked and self.primal_dual.enabled:
+            self._bound_checked = True  # once, on the first measured step
+            spec = self.primal_dual.spec
+            message = bound_message(spec, {layer: metrics[f"layer_loss/{layer}"] for layer in spec.layers})
+            if message is not None and self.is_world_process_zero():
+                logger.warning(message)
         for key, value in metrics.items():
             self._constraint_metrics["train"][key].append(value)
 

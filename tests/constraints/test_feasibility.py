@@ -83,3 +83,19 @@ def test_the_message_fits_the_case():
     met = PrimalDual(spec, dual_lr=0.1, resilience=0.5)
     _run(met, 50, lambda step: 0.3)
     assert verdict_message(met.summary()) is None
+
+
+def test_the_bound_on_the_last_layer_flags_an_infeasible_chain():
+    """Table 5 read as alpha = 0.25 on 32 layers with epsilon 12: f_32 <= 0.0016 nats; read as 1 - alpha = 0.95: 2.45."""
+    from constrained_sft.constraints.feasibility import bound_message, last_layer_bound
+
+    steep = DescentConstraints.resolve(32, "all", 0.25, 12.0)
+    gentle = DescentConstraints.resolve(32, "all", 0.05, 12.0)
+    assert last_layer_bound(steep, 14.0) == pytest.approx(12 * 0.75**31)
+    assert last_layer_bound(gentle, 14.0) == pytest.approx(2.45, abs=0.01)
+    losses = {layer: 14.0 - 0.38 * layer for layer in range(1, 33)}  # f_32 = 1.84 at the start
+    message = bound_message(steep, losses)
+    assert "f_32 <= descent_epsilon 12 x (1 - 0.25)^31 = 0.00161 nats" in message and "1.84 nats" in message
+    assert bound_message(gentle, losses) is None
+    free = DescentConstraints.resolve(4, "all", 0.5, None)  # without epsilon: from the measured first layer
+    assert "f_1 8 x (1 - 0.5)^3 = 1 nats" in bound_message(free, {1: 8.0, 2: 9.0, 3: 10.0, 4: 11.0})
