@@ -3,7 +3,7 @@ AlpacaEval judging (`constrained-sft eval alpaca`): head-to-head judging of two 
 noise level, the constrained model as "model" and its ERM twin as "reference", as in the paper's Section 6.
 
     constrained-sft eval alpaca --generations outputs/alpaca --model constrained --reference erm \\
-        --judge gpt4 --output_dir outputs/robustness
+        --judge gpt5 --output_dir outputs/robustness
 
 reads <generations>/<model>/gamma_<g>.json and <generations>/<reference>/gamma_<g>.json (from `eval generate`) and
 writes alpaca_eval.json, alpaca_win_rate.png and an AlpacaEval section of report.html in --output_dir, with
@@ -20,7 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .generate import GenerationError, output_path
-from .judges import CONFIGS, annotator_class, local_chat_completions, offline_test_completions, required_credentials
+from .judges import (
+    CONFIGS,
+    GPT5,
+    annotator_class,
+    local_chat_completions,
+    offline_test_completions,
+    openai_reasoning_completions,
+    required_credentials,
+)
 from .report import write_alpaca
 
 
@@ -37,12 +45,14 @@ class AlpacaArguments:
     judge: str = field(
         default="gpt4",
         metadata={
-            "help": "'gpt4' (alpaca_eval's weighted GPT-4-turbo; needs OPENAI_API_KEY), 'local' (a chat model "
-            "from --judge_model), 'test' (deterministic, offline), or an alpaca_eval annotator config name/path."
+            "help": "'gpt4' (alpaca_eval's AlpacaEval 2 annotator, weighted GPT-4-turbo), 'gpt5' (the paper's judge: "
+            "GPT-5, or the OpenAI reasoning model --judge_model names), both needing OPENAI_API_KEY; 'local' (a chat "
+            "model from --judge_model), 'test' (deterministic, offline), or an alpaca_eval annotator config name/path."
         },
     )
     judge_model: str | None = field(
-        default=None, metadata={"help": "For --judge local: model folder, Hub id or `pkg:` alias."}
+        default=None,
+        metadata={"help": "For --judge local: model folder, Hub id or `pkg:` alias; for --judge gpt5: the model."},
     )
     judge_batch_size: int = field(default=8, metadata={"help": "For --judge local: prompts per generate() call."})
     gammas: list[float] | None = field(
@@ -99,12 +109,20 @@ def judge_setup(args: AlpacaArguments) -> tuple[str, dict[str, Any]]:
         return config, {"fn_completions": local_chat_completions, "completions_kwargs": kwargs}
     if args.judge == "test":
         return config, {"fn_completions": offline_test_completions}
+    if args.judge == "gpt5":
+        if not os.environ.get("OPENAI_API_KEY"):
+            raise JudgeError(
+                "judge 'gpt5' calls the OpenAI API and needs OPENAI_API_KEY in the environment; set it, or use "
+                "--judge local / --judge test."
+            )
+        kwargs = {"model_name": args.judge_model or GPT5}
+        return config, {"fn_completions": openai_reasoning_completions, "completions_kwargs": kwargs}
     from alpaca_eval import constants
 
     known = os.path.exists(config) or os.path.isdir(os.path.join(constants.EVALUATORS_CONFIG_DIR, config))
     if not known:
         raise JudgeError(
-            f"`--judge` {args.judge!r}: allowed are gpt4, local, test, an alpaca_eval annotator config name "
+            f"`--judge` {args.judge!r}: allowed are gpt5, gpt4, local, test, an alpaca_eval annotator config name "
             f"(a folder of {constants.EVALUATORS_CONFIG_DIR}) or a path to a configs.yaml."
         )
     for names in required_credentials(config):
@@ -176,6 +194,7 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
     full_set = _full_alpaca_eval(args)
     out: dict[str, Any] = {"model": args.model, "reference": args.reference, "judge": args.judge, "levels": []}
     out["judge_config"] = os.path.basename(os.path.dirname(config)) if os.path.exists(config) else config
+    out["judge_model"] = judge_kwargs.get("completions_kwargs", {}).get("model_name")
     for gamma, (model, reference) in pairs.items():
         workdir = os.path.join(args.output_dir, "alpaca_eval", f"gamma_{float(gamma)}")
         os.makedirs(workdir, exist_ok=True)

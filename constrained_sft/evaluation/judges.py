@@ -2,7 +2,10 @@
 Judges for `constrained-sft eval alpaca`, as alpaca_eval annotator configs plus the completion functions that the
 configs in `judge_configs/` leave to the caller:
 
-- `gpt4`: alpaca_eval's default annotator (weighted GPT-4-turbo, needs OPENAI_API_KEY). The paper's judge was GPT-5.
+- `gpt5`: `openai_reasoning/configs.yaml`, the paper's judge (GPT-5, or another OpenAI reasoning model given as
+  `--judge_model`), through [`openai_reasoning_completions`]; needs OPENAI_API_KEY.
+- `gpt4`: alpaca_eval's default annotator (weighted GPT-4-turbo, needs OPENAI_API_KEY): AlpacaEval 2's standard judge,
+  not the paper's.
 - `local`: `local_hf/configs.yaml`, any local chat model through transformers, verdict parsed from text.
 - `test`: `offline_test/configs.yaml`, deterministic and model-free, for tests and dry runs.
 - any other alpaca_eval annotator config name, or a path to a configs.yaml.
@@ -26,7 +29,9 @@ CONFIGS = {
     "gpt4": "weighted_alpaca_eval_gpt4_turbo",  # alpaca_eval's DEFAULT_ANNOTATOR_CONFIG for AlpacaEval 2
     "local": os.path.join(HERE, "local_hf", "configs.yaml"),
     "test": os.path.join(HERE, "offline_test", "configs.yaml"),
+    "gpt5": os.path.join(HERE, "openai_reasoning", "configs.yaml"),
 }
+GPT5 = "gpt-5"  # the paper's judge model
 # Credentials the alpaca_eval decoders read; a judge using one of them fails early, naming the variable, never
 # its value.
 CREDENTIALS = {
@@ -104,6 +109,41 @@ def local_chat_completions(
             pad_token_id=tokenizer.pad_token_id,
         )  # fmt: skip
         out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+    return _result(out, time.perf_counter() - start)
+
+
+def openai_reasoning_completions(
+    prompts: Sequence[str],
+    model_name: str = GPT5,
+    max_completion_tokens: int = 4096,
+    reasoning_effort: str = "low",
+    max_workers: int = 8,
+    **_,
+) -> dict[str, list]:
+    """
+    An OpenAI reasoning model answers each ChatML prompt (`max_workers` requests at a time, the client's own retries).
+    Only what reasoning models accept is sent: the output budget as `max_completion_tokens` (it covers the hidden
+    reasoning too, so it is generous), `reasoning_effort`, and no temperature, top-p or log-probs.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import openai
+    from alpaca_eval.utils import prompt_to_chatml
+
+    client = openai.OpenAI()  # OPENAI_API_KEY, and OPENAI_BASE_URL if set
+
+    def ask(prompt: str) -> str:
+        response = client.chat.completions.create(
+            model=model_name,
+            messages=prompt_to_chatml(prompt),
+            max_completion_tokens=max_completion_tokens,
+            reasoning_effort=reasoning_effort,
+        )
+        return response.choices[0].message.content or ""
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        out = list(pool.map(ask, prompts))
     return _result(out, time.perf_counter() - start)
 
 

@@ -174,7 +174,7 @@ def test_judge_input_errors(models, tmp_path, monkeypatch):
         judge(_judge_args(tmp_path, judge="gpt4"))
     with pytest.raises(JudgeError, match="needs `--judge_model`"):
         judge(_judge_args(tmp_path, judge="local"))
-    with pytest.raises(JudgeError, match="allowed are gpt4, local, test"):
+    with pytest.raises(JudgeError, match="allowed are gpt5, gpt4, local, test"):
         judge(_judge_args(tmp_path, judge="gpt5-typo"))
     assert not os.path.exists(tmp_path / "report" / "alpaca_eval.json")  # nothing half-written by a refused run
     judge(_judge_args(tmp_path, judge="test", gammas=[0.0], allow_empty_outputs=True))
@@ -188,3 +188,33 @@ def test_local_judge_runs_a_chat_model_and_reports_unparseable_verdicts(models, 
         judge(_judge_args(tmp_path, judge="local", judge_model=models["erm"], gammas=[0.0]))
     raw = _load(tmp_path / "report" / "alpaca_eval" / "gamma_0.0" / "annotations.json")
     assert len(raw) == 10 and all(r["preference"] is None for r in raw)
+
+
+def test_gpt5_judge_sends_only_what_reasoning_models_accept(models, tmp_path, monkeypatch):
+    """The paper's judge: GPT-5 through the OpenAI client (faked here), no max_tokens / temperature / log-probs."""
+    from types import SimpleNamespace
+
+    import openai
+
+    sent = []
+
+    class Completions:
+        def create(self, **kwargs):
+            sent.append(kwargs)
+            return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Output (b)"))])
+
+    monkeypatch.setattr(openai, "OpenAI", lambda **_: SimpleNamespace(chat=SimpleNamespace(completions=Completions())))
+    for name in models:
+        _generate(models, tmp_path, name, max_instances=4)
+    args = AlpacaArguments(
+        generations=str(tmp_path / "gens"), output_dir=str(tmp_path / "r"), judge="gpt5", gammas=[1.5]
+    )
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(JudgeError, match="needs OPENAI_API_KEY"):
+        judge(args)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
+    result = judge(args)
+    assert len(sent) == 4 and all(k["model"] == "gpt-5" and k["max_completion_tokens"] > 0 for k in sent)
+    assert not {"max_tokens", "temperature", "top_p", "logprobs"} & set().union(*map(set, sent))
+    assert result["judge_model"] == "gpt-5" and result["levels"][0]["unparsed"] == 0
+    assert result["levels"][0]["n_total"] == 4
