@@ -6,6 +6,8 @@ Step time and peak memory of ConstrainedSFTTrainer against plain SFTTrainer on t
     # GPU rows: Llama 3.1 8B's shape with random weights, bf16 (full fine-tuning needs ~16 B/param; fewer layers fit)
     python benchmarks/step_time.py --model llama-8b-shape --dtype bf16 --batch 4 --seq 512 --lora
     python benchmarks/step_time.py --model llama-8b-shape --dtype bf16 --batch 4 --seq 512 --num-layers 16
+    # with training noise on every example (the embedding-noise hook in the step)
+    python benchmarks/step_time.py --model smollm2 --settings auto --noise-gamma 0.5 --no-memory
 
 Settings: `sft` (plain SFTTrainer), `none` (constraints off, layers measured on the default sample), `auto` (the
 default: a sample sized to 10% of the step's FLOPs), `all` (every token), an integer k (`layer_loss_tokens=k`).
@@ -123,7 +125,10 @@ def build(setting, args):
     model, tokenizer = load_model(args.model, dtype, args.device, args.num_layers, args.lora)
     trainer = make_trainer(setting, args, model, tokenizer)
     trainer.create_optimizer()
-    return trainer, make_batch(args, model.config.vocab_size, args.device)
+    batch = make_batch(args, model.config.vocab_size, args.device)
+    if args.noise_gamma and setting != "sft":  # the level the collator would attach to each example
+        batch["noise_gamma"] = torch.full((args.batch,), args.noise_gamma, device=args.device)
+    return trainer, batch
 
 
 def measure_memory(setting: str, args: argparse.Namespace) -> float:
@@ -195,6 +200,9 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument(
+        "--noise-gamma", type=float, default=0.0, help="embedding noise on every example (constrained)"
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the per-setting memory processes")
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--memory-of", help=argparse.SUPPRESS)  # internal: measure one setting's peak memory
@@ -256,6 +264,7 @@ def main() -> None:
         "dtype": args.dtype,
         "batch": args.batch,
         "seq": args.seq,
+        "noise_gamma": args.noise_gamma,
         "steps": args.steps,
         "torch": torch.__version__,
         "rows": rows,

@@ -171,7 +171,8 @@ class ConstraintArguments:
 class NoiseArguments:
     r"""
     Gaussian noise on the token embeddings, e ~ N(noise_mean, (gamma * sigma_x)^2), where sigma_x is the std of the
-    model's embedding matrix (see `constrained_sft.noise`). Mixed into every trainer config next to the constraints.
+    starting model's embedding matrix (see `constrained_sft.noise`). Mixed into every trainer config next to the
+    constraints.
     """
 
     noise_gamma: float | list[float] | str = field(
@@ -183,6 +184,14 @@ class NoiseArguments:
     )
     noise_mean: float = field(
         default=0.0, metadata={"help": "Mean mu of the embedding noise, in training and evaluation."}
+    )
+    noise_sigma: float | None = field(
+        default=None,
+        metadata={
+            "help": "sigma_x, the noise scale gamma multiplies. Default: measured once on the starting model's input "
+            "embeddings and kept for the whole run (training and evaluation), then recorded as `noise_sigma_x` in "
+            "constraints.json, so that models trained from the same start are perturbed alike when compared."
+        },
     )
     noise_clean_prob: float = field(
         default=0.0,
@@ -221,6 +230,10 @@ class NoiseArguments:
         self.noise_gamma = values if len(values) == 2 else values[0]
         if not _is_number(self.noise_mean) or not math.isfinite(self.noise_mean):
             raise ValueError(f"`noise_mean` must be a finite number, got {self.noise_mean!r}.")
+        if self.noise_sigma is not None and (
+            not _is_number(self.noise_sigma) or not math.isfinite(self.noise_sigma) or self.noise_sigma <= 0
+        ):
+            raise ValueError(f"`noise_sigma` must be a finite number > 0, or unset, got {self.noise_sigma!r}.")
         if not _is_number(self.noise_clean_prob) or not 0.0 <= self.noise_clean_prob <= 1.0:
             raise ValueError(f"`noise_clean_prob` must be a probability in [0, 1], got {self.noise_clean_prob!r}.")
         if self.eval_noise_gammas is not None:
@@ -228,6 +241,11 @@ class NoiseArguments:
             if not levels or any(not _is_number(v) or not math.isfinite(v) or v < 0 for v in levels):
                 raise ValueError(f"`eval_noise_gammas` must be a list of levels >= 0, got {self.eval_noise_gammas!r}.")
             self.eval_noise_gammas = [float(v) for v in levels]
+
+    @property
+    def uses_noise(self) -> bool:
+        """Whether training or evaluation perturbs the embeddings."""
+        return self.trains_with_noise or bool(self.eval_noise_gammas)
 
     @property
     def trains_with_noise(self) -> bool:

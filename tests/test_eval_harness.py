@@ -72,6 +72,8 @@ def test_one_run_generates_every_level_then_judges(tmp_path):
     for name in generators:
         for gamma in (0.0, 1.5):
             assert len(json.loads((tmp_path / "out" / "generations" / name / f"gamma_{gamma}.json").read_text())) == 6
+    settings = [json.loads((tmp_path / "out" / "generations" / n / "settings.json").read_text()) for n in generators]
+    assert settings[0]["sigma_x"] == settings[1]["sigma_x"]  # one noise scale, though the two models' own differ
     result = json.loads((tmp_path / "out" / "alpaca_eval.json").read_text())
     assert [r["gamma"] for r in result["levels"]] == [0.0, 1.5] and result["judge"] == "test"
     assert all(r["n_total"] + r["unparsed"] == 6 for r in result["levels"])

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 from tqdm.auto import tqdm
 
-from ..noise import embedding_noise, parse_levels
+from ..noise import embedding_noise, embedding_sigma, parse_levels
 from ..utils import write_json
-from .loading import ModelSpec, load_model
+from .loading import ModelSpec, load_model, training_report
 
 ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions, the set AlpacaEval's length control is fitted on
 ALPACA_EVAL_SIZE = 805
@@ -48,6 +49,14 @@ class GenerateArguments:
     max_instances: int | None = field(default=None, metadata={"help": "Answer only the first N instructions."})
     gammas: list[float] = field(default_factory=lambda: [0.0], metadata={"help": "Noise levels, one file each."})
     noise_mean: float = field(default=0.0, metadata={"help": "Mean of the embedding noise."})
+    sigma_x: float | None = field(
+        default=None,
+        metadata={
+            "help": "sigma_x of the noise (default: `noise_sigma_x` in the model's constraints.json, the starting "
+            "model's scale its training used; else measured on the model). Give the same value to every model "
+            "you compare."
+        },
+    )
     seed: int = field(default=0, metadata={"help": "Seeds the noise (and sampling) of every batch."})
     batch_size: int = field(default=8, metadata={"help": "Instructions per generate() call (left-padded)."})
     max_new_tokens: int = field(default=512, metadata={"help": "Longest answer, in tokens."})
@@ -61,6 +70,8 @@ class GenerateArguments:
         if not self.model or not self.output_dir:
             raise GenerationError("`--model` and `--output_dir` are required.")
         parse_levels(self.gammas)
+        if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
+            raise GenerationError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
         for name in ("batch_size", "max_new_tokens"):
             if getattr(self, name) < 1:
                 raise GenerationError(f"`--{name}` must be >= 1, got {getattr(self, name)}.")
@@ -115,7 +126,7 @@ def output_path(output_dir: str, name: str, gamma: float) -> str:
 
 
 RESUME_KEYS = (  # what fixes an answer: the same values are required to resume
-    "model", "base_model", "instructions", "noise_mean", "seed", "batch_size", "max_new_tokens", "do_sample",
+    "model", "base_model", "instructions", "noise_mean", "sigma_x", "seed", "batch_size", "max_new_tokens", "do_sample",
     "temperature", "top_p", "system_prompt", "generator",
 )  # fmt: skip
 
@@ -184,7 +195,7 @@ def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, g
             decoding.update(temperature=args.temperature, top_p=args.top_p)
         else:
             decoding.update(temperature=None, top_p=None, top_k=None)
-        with embedding_noise(model, gamma=gamma, mean=args.noise_mean, seed=seed):
+        with embedding_noise(model, gamma=gamma, mean=args.noise_mean, seed=seed, sigma=args.sigma_x):
             out = model.generate(**enc, pad_token_id=tokenizer.pad_token_id, **decoding)  # [B, T_prompt + new]
         answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         done += [
@@ -200,13 +211,18 @@ def run(args: GenerateArguments) -> dict[float, str]:
     args.validate()
     rows = load_instructions(args.instructions, args.max_instances)
     name = args.name or os.path.basename(os.path.normpath(args.model))
-    settings = _settings(args, rows, name)
-    folder = os.path.join(args.output_dir, name)
-    _check_resume(os.path.join(folder, "settings.json"), settings)
+    if args.sigma_x is None:  # the scale the model's own training used, when it recorded one
+        recorded = training_report(args.model).get("noise_sigma_x") if os.path.isdir(args.model) else None
+        args = replace(args, sigma_x=None if recorded is None else float(recorded))
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     model, tokenizer = load_model(
         ModelSpec(name, args.model, args.base_model), torch.bfloat16 if bf16 else torch.float32
     )
+    if args.sigma_x is None:
+        args = replace(args, sigma_x=embedding_sigma(model))
+    settings = _settings(args, rows, name)
+    folder = os.path.join(args.output_dir, name)
+    _check_resume(os.path.join(folder, "settings.json"), settings)
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:

@@ -22,17 +22,20 @@ from tqdm.auto import tqdm
 from transformers import DataCollatorWithPadding
 
 from ..config import ConstrainedConfig, ConstrainedSFTConfig
+from ..constraints.state_io import REPORT
 from ..data import DataArguments, ModelPathError, load_classification, load_train_eval
-from ..noise import embedding_noise
+from ..noise import embedding_noise, embedding_sigma
 from ..trainers import ConstrainedSFTTrainer, ConstrainedTrainer
 from .loading import ModelSpec, load_model, training_report
 from .metrics import LevelResult, differences, step_ratios, summarize
 from .report import write_report
 
 
-def _measure_only(output_dir: str, batch_size: int, bf16: bool, layers) -> dict[str, Any]:
-    """Trainer arguments shared by both evaluation trainers: no constraints, no logging, every layer measured."""
+def _measure_only(output_dir: str, batch_size: int, bf16: bool, layers, sigma: float | None) -> dict[str, Any]:
+    """Trainer arguments shared by both evaluation trainers: no constraints, no logging, every layer measured, and
+    the noise scale sigma_x of the comparison (None: the model's own)."""
     return dict(
+        noise_sigma=sigma,
         output_dir=output_dir,
         per_device_eval_batch_size=batch_size,
         bf16=bf16,
@@ -45,10 +48,20 @@ def _measure_only(output_dir: str, batch_size: int, bf16: bool, layers) -> dict[
     )
 
 
-def eval_trainer(model, tokenizer, dataset, layers, batch_size: int, max_length: int, bf16: bool, output_dir: str):
+def eval_trainer(
+    model,
+    tokenizer,
+    dataset,
+    layers,
+    batch_size: int,
+    max_length: int,
+    bf16: bool,
+    output_dir: str,
+    sigma: float | None = None,
+):
     """A ConstrainedSFTTrainer that only measures (`constraints="none"`), to reuse training's data path."""
     args = ConstrainedSFTConfig(
-        **_measure_only(output_dir, batch_size, bf16, layers),
+        **_measure_only(output_dir, batch_size, bf16, layers, sigma),
         max_length=max_length,
         gradient_checkpointing=False,  # TRL turns it on by default; evaluation has no backward
     )
@@ -57,11 +70,13 @@ def eval_trainer(model, tokenizer, dataset, layers, batch_size: int, max_length:
     )
 
 
-def classifier_eval_trainer(model, tokenizer, dataset, layers, batch_size: int, bf16: bool, output_dir: str):
+def classifier_eval_trainer(
+    model, tokenizer, dataset, layers, batch_size: int, bf16: bool, output_dir: str, sigma: float | None = None
+):
     """A ConstrainedTrainer that only measures, on an already tokenized classification dataset."""
     return ConstrainedTrainer(
         model=model,
-        args=ConstrainedConfig(**_measure_only(output_dir, batch_size, bf16, layers)),
+        args=ConstrainedConfig(**_measure_only(output_dir, batch_size, bf16, layers, sigma)),
         eval_dataset=dataset,
         processing_class=tokenizer,
         data_collator=DataCollatorWithPadding(tokenizer),
@@ -69,7 +84,7 @@ def classifier_eval_trainer(model, tokenizer, dataset, layers, batch_size: int, 
 
 
 def evaluate_level(trainer, gamma: float, seed: int, mean: float = 0.0, progress: Callable[[], None] | None = None):
-    """Every held-out batch at noise level `gamma` with noise stream `seed`."""
+    """Every held-out batch at noise level `gamma` with noise stream `seed`, at the trainer's sigma_x."""
     spec = trainer.primal_dual.spec
     device = trainer.args.device
     correct = count = nll = 0.0
@@ -77,7 +92,7 @@ def evaluate_level(trainer, gamma: float, seed: int, mean: float = 0.0, progress
     tokens = 0.0
     ratios: list[torch.Tensor] = []
     generator = torch.Generator(device=device).manual_seed(seed)
-    with embedding_noise(trainer.model, gamma=gamma, mean=mean, generator=generator):
+    with embedding_noise(trainer.model, gamma=gamma, mean=mean, generator=generator, sigma=trainer.noise_sigma):
         for batch in trainer.get_eval_dataloader():
             score = trainer.score_batch(batch)
             correct, count, nll = correct + score.correct, count + score.count, nll + score.nll
@@ -133,6 +148,13 @@ class RobustnessArguments:
     )
     seeds: int = field(default=3, metadata={"help": "Noise seeds per level; results are mean and std over them."})
     noise_mean: float = field(default=0.0, metadata={"help": "Mean of the embedding noise."})
+    sigma_x: float | None = field(
+        default=None,
+        metadata={
+            "help": "sigma_x for every model compared (default: `noise_sigma_x` in the first model's constraints.json, "
+            "the starting model's scale its training used; else measured on the first model)."
+        },
+    )
     layers: str = field(
         default="trained",
         metadata={
@@ -166,6 +188,8 @@ class RobustnessArguments:
         ):
             if values and any(v is not None and (not np.isfinite(v) or v < 0) for v in values):
                 raise ValueError(f"`--{name}` values must be finite and >= 0, got {values}.")
+        if self.sigma_x is not None and not (np.isfinite(self.sigma_x) and self.sigma_x > 0):
+            raise ValueError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
         if self.seeds < 1 or self.batch_size < 1:
             raise ValueError("`--seeds` and `--batch_size` must be >= 1.")
         for path in self.models:
@@ -178,6 +202,17 @@ def _train_gamma(args: RobustnessArguments, recipe: dict) -> float:
         return args.train_gamma
     value = training_report(args.models[0]).get("noise_gamma", recipe.get("noise_gamma", 0.0))
     return float(max(value) if isinstance(value, list) else value or 0.0)
+
+
+def reference_sigma(given: float | None, first_model: str) -> tuple[float | None, str | None]:
+    """(sigma_x, where it comes from) for a comparison: as given, else as the first model's training recorded it;
+    (None, None) when neither says, and the caller measures the first model."""
+    if given is not None:
+        return given, "--sigma_x"
+    recorded = training_report(first_model).get("noise_sigma_x")
+    if recorded is not None:
+        return float(recorded), f"noise_sigma_x in {os.path.join(first_model, REPORT)}"
+    return None, None
 
 
 def _layers(args: RobustnessArguments, path: str):
@@ -202,6 +237,7 @@ def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     dtype = torch.bfloat16 if bf16 else torch.float32
     names = args.names or [os.path.basename(os.path.normpath(p)) or p for p in args.models]
+    sigma, source = reference_sigma(args.sigma_x, args.models[0])
     results = {
         "settings": {
             "description": f"held-out rows of {data_args.dataset_name}; {args.seeds} noise seed(s) per "
@@ -212,6 +248,8 @@ def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None
             "seeds": args.seeds,
             "train_gamma": train_gamma,
             "noise_mean": args.noise_mean,
+            "sigma_x": sigma,  # one scale for every model compared
+            "sigma_x_source": source,
             "dtype": str(dtype),
             "batch_size": args.batch_size,
             "max_length": args.max_length,
@@ -226,14 +264,25 @@ def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None
     with tempfile.TemporaryDirectory() as scratch:
         for name, path in zip(names, args.models, strict=True):
             model, tokenizer = load_model(ModelSpec(name, path, args.base_model), dtype, args.task)
+            if sigma is None:
+                sigma, source = embedding_sigma(model), f"measured on {name}'s input embeddings"
+                results["settings"].update(sigma_x=sigma, sigma_x_source=source)
             if classification:  # tokenized with each model's own tokenizer; labels checked against its head
                 _, rows, _ = load_classification(data_args, tokenizer, model.config.num_labels)
                 trainer = classifier_eval_trainer(
-                    model, tokenizer, rows, _layers(args, path), args.batch_size, bf16, scratch
+                    model, tokenizer, rows, _layers(args, path), args.batch_size, bf16, scratch, sigma
                 )
             else:
                 trainer = eval_trainer(
-                    model, tokenizer, held_out, _layers(args, path), args.batch_size, args.max_length, bf16, scratch
+                    model,
+                    tokenizer,
+                    held_out,
+                    _layers(args, path),
+                    args.batch_size,
+                    args.max_length,
+                    bf16,
+                    scratch,
+                    sigma,
                 )
             results["settings"]["held_out_rows"] = len(trainer.eval_dataset)
             batches = len(trainer.get_eval_dataloader())
@@ -248,6 +297,7 @@ def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None
                     )
             results["models"][name] = {
                 "path": path,
+                "noise_sigma_x_recorded": training_report(path).get("noise_sigma_x"),  # its own training's
                 "layers": list(trainer.primal_dual.spec.layers),
                 "summary": summarize(levels, train_gamma),
             }

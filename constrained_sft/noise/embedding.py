@@ -7,7 +7,11 @@ real (non-padding) token position, on every forward call, including each decodin
 sigma_x is the standard deviation of the model's clean token embeddings over the whole vocabulary: the std of all
 V x D entries of the input embedding matrix, times the scale the embedding module applies to its output (e.g.
 Gemma's sqrt(D)). It is a property of the model, not of the batch, so training, evaluation and generation (where a
-step embeds one token) all use the same value; it is recomputed whenever the embedding weights change.
+step embeds one token) all use the same value. Comparisons fix it: the trainers measure it once on the starting
+model and keep it (`noise_sigma`, recorded in constraints.json), and the evaluation commands use one value for every
+model they compare, so that twins whose training moved their embeddings differently are perturbed alike. Without a
+given `sigma`, `embedding_noise` measures the model as it is when the block is entered, in [rows, D] chunks
+(no fp32 copy of the table).
 
 An example whose gamma is 0 is left exactly as it was (no mean shift either): `gamma=0` is a bit-exact no-op.
 Shapes: B rows of T tokens, hidden size D.
@@ -15,6 +19,7 @@ Shapes: B rows of T tokens, hidden size D.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -41,33 +46,35 @@ def input_embedding_module(model: nn.Module) -> nn.Module:
     return module
 
 
-class _SigmaCache:
-    """sigma_x of an embedding module, recomputed only when its weight changes (optimizer steps bump `_version`)."""
+CHUNK_ELEMENTS = 1 << 22  # 16 MiB of float32 per chunk
 
-    def __init__(self, module: nn.Module) -> None:
-        self.module = module
-        self.key: tuple[int, int] | None = None
-        self.value: torch.Tensor | None = None
 
-    def get(self) -> torch.Tensor:
-        weight = self.module.weight
-        # ZeRO-3 swaps `data` on every gather, so its parameters are measured once per noise context instead
-        # (the trainers open one per micro-batch); the gather makes the partitioned weight whole.
-        zero3 = hasattr(weight, "ds_id")
-        key = (weight.data_ptr(), weight._version)
-        if self.value is None or (not zero3 and key != self.key):
-            with torch.no_grad(), maybe_gather_lm_head_ctx(weight):
-                w = weight.full_tensor() if hasattr(weight, "full_tensor") else weight
-                scale = getattr(self.module, "embed_scale", 1.0)
-                scale = float(scale.item()) if torch.is_tensor(scale) else float(scale)
-                self.value = w.float().std(unbiased=False) * abs(scale)
-                self.key = key
-        return self.value
+def table_std(weight: torch.Tensor) -> float:
+    """Population std of every entry of `weight` `[V, D]`: two passes over row chunks in float32, summed in float64."""
+    rows = weight.detach().reshape(-1, weight.shape[-1])
+    chunks = rows.split(max(1, CHUNK_ELEMENTS // rows.size(1)))
+    n = rows.numel()
+    mean = sum(c.float().sum(dtype=torch.float64) for c in chunks) / n
+    return (sum((c.float() - mean.float()).square().sum(dtype=torch.float64) for c in chunks) / n).sqrt().item()
+
+
+def module_sigma(module: nn.Module) -> float:
+    """
+    sigma_x of an embedding module as its weights are now, measured on every call: an optimizer step can change the
+    table without bumping the weight's version counter (fused AdamW does not), so no cache could tell. Under ZeRO-3
+    the gather is a collective: every rank must call it.
+    """
+    weight = module.weight
+    with torch.no_grad(), maybe_gather_lm_head_ctx(weight):
+        table = weight.full_tensor() if hasattr(weight, "full_tensor") else weight  # FSDP2 shards: a DTensor
+        std = table_std(table)
+    scale = getattr(module, "embed_scale", 1.0)
+    return std * abs(float(scale.item()) if torch.is_tensor(scale) else float(scale))
 
 
 def embedding_sigma(model: nn.Module) -> float:
-    """sigma_x of `model` (see the module docstring)."""
-    return _SigmaCache(input_embedding_module(model)).get().item()
+    """sigma_x of `model` as it is now (see the module docstring)."""
+    return module_sigma(input_embedding_module(model))
 
 
 def _check_gamma(gamma: float | torch.Tensor) -> None:
@@ -82,11 +89,21 @@ class EmbeddingNoise:
     [`embedding_noise`] rather than this class directly.
     """
 
-    def __init__(self, model: nn.Module, gamma: float | torch.Tensor, mean: float, generator: torch.Generator | None):
+    def __init__(
+        self,
+        model: nn.Module,
+        gamma: float | torch.Tensor,
+        mean: float,
+        generator: torch.Generator | None,
+        sigma: float | None = None,
+    ):
         _check_gamma(gamma)
+        if sigma is not None and not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
+            raise EmbeddingNoiseError(f"`sigma` must be a finite number > 0 (or None to measure it), got {sigma!r}.")
         self.model = unwrap_model(model)
         self.module = input_embedding_module(model)
-        self.sigma = _SigmaCache(self.module)
+        # measured on entering the block, on every rank alike (a collective under ZeRO-3), never in the forward
+        self.sigma = float(sigma) if sigma is not None else module_sigma(self.module)
         self.gamma = gamma
         self.mean = float(mean)
         self.generator = generator
@@ -135,7 +152,7 @@ class EmbeddingNoise:
         if g is None:
             return embeds
         eps = torch.randn(embeds.shape, generator=self.generator, device=embeds.device, dtype=torch.float32)
-        noise = (self.mean + g * self.sigma.get().to(embeds.device) * eps) * g.gt(0)
+        noise = (self.mean + g * self.sigma * eps) * g.gt(0)
         self.calls += 1
         return (embeds.float() + noise).to(embeds.dtype)
 
@@ -147,6 +164,7 @@ def embedding_noise(
     mean: float = 0.0,
     seed: int | None = None,
     generator: torch.Generator | None = None,
+    sigma: float | None = None,
 ) -> Iterator[EmbeddingNoise]:
     """
     Perturb `model`'s token embeddings inside the block, in train and eval mode and in `generate()`:
@@ -155,10 +173,11 @@ def embedding_noise(
             model.generate(**inputs)
 
     `gamma` is a float or a `[B]` tensor of per-example levels; `seed` (or an explicit `generator`) makes the noise
-    reproducible. Padding positions (attention mask 0) are never perturbed. Leaving the block, even through an
+    reproducible; `sigma` fixes sigma_x (default: the model's own, as its weights are now). Padding positions
+    (attention mask 0) are never perturbed. Leaving the block, even through an
     exception, removes the hooks and restores the exact clean model.
     """
-    noise = EmbeddingNoise(model, gamma, mean, generator)
+    noise = EmbeddingNoise(model, gamma, mean, generator, sigma)
     if noise.generator is None and seed is not None:
         device = noise.module.weight.device
         noise.generator = torch.Generator(device=device if device.type != "meta" else "cpu").manual_seed(seed)

@@ -20,7 +20,7 @@ from ..config import ConstraintArguments, NoiseArguments
 from ..constraints import DescentConstraints, LayerLosses, LayerStats, PrimalDual, stats_metrics
 from ..constraints.feasibility import bound_message, verdict_message
 from ..constraints.state_io import REPORT, has_state, load_state, save_state
-from ..noise import EmbeddingNoiseCollator, embedding_noise
+from ..noise import EmbeddingNoiseCollator, EmbeddingNoiseError, embedding_noise, embedding_sigma
 from ..utils import write_json
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,20 @@ class ConstrainedTrainerMixin:
         self._draws: dict[str, int] = defaultdict(int)
         self._noise_eval = False
         self._bound_checked = False
+        self.noise_sigma = self._reference_sigma()
         self.add_callback(_DualStep(self))
+
+    def _reference_sigma(self) -> float | None:
+        """sigma_x of every noisy forward of this trainer: `noise_sigma`, else the starting model's, measured now."""
+        given = getattr(self.args, "noise_sigma", None)
+        if given is not None:
+            return given
+        try:
+            return embedding_sigma(self.model)
+        except EmbeddingNoiseError:
+            if getattr(self.args, "uses_noise", False):
+                raise
+            return None  # a model without input embeddings, trained without noise
 
     # --- the loss -------------------------------------------------------------------------------------------------
     def _constraints_active(self) -> bool:
@@ -94,7 +107,9 @@ class ConstrainedTrainerMixin:
         if gamma is None:
             return contextlib.nullcontext()
         generator = self._generator("noise", gamma.device)
-        return embedding_noise(model, gamma=gamma, mean=self.args.noise_mean, generator=generator)
+        return embedding_noise(
+            model, gamma=gamma, mean=self.args.noise_mean, generator=generator, sigma=self.noise_sigma
+        )
 
     def get_train_dataloader(self):
         """Training batches carry per-example `noise_gamma` when the config asks for training noise."""
@@ -181,7 +196,10 @@ class ConstrainedTrainerMixin:
                 prefix = f"{metric_key_prefix}_gamma_{gamma:g}"
                 self._eval_prefix = prefix
                 seed = self.args.seed + 7919 * (i + 1) + 104729 * self.args.process_index
-                with embedding_noise(self.model, gamma=gamma, mean=self.args.noise_mean, seed=seed):
+                noise = embedding_noise(
+                    self.model, gamma=gamma, mean=self.args.noise_mean, seed=seed, sigma=self.noise_sigma
+                )
+                with noise:
                     metrics.update(
                         super().evaluate(eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=prefix)
                     )
@@ -237,7 +255,8 @@ class ConstrainedTrainerMixin:
         """Write `constraints.json` to `output_dir`; warn when constrained training ended infeasible (see [`verdict_message`])."""
         summary = self.primal_dual.summary()
         summary["global_step"] = self.state.global_step
-        summary["noise_gamma"] = getattr(self.args, "noise_gamma", 0.0)  # the evaluation's ID / OOD boundary
+        summary["noise_gamma"] = self.args.noise_gamma  # the evaluation's ID / OOD boundary
+        summary["noise_sigma_x"] = self.noise_sigma  # the scale every evaluation of this run's models should share
         if self.args.should_save:
             os.makedirs(self.args.output_dir, exist_ok=True)
             write_json(os.path.join(self.args.output_dir, REPORT), summary)

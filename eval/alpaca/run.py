@@ -14,6 +14,7 @@ alpaca_win_rate.png and report.html in <output_dir>. A rerun skips finished batc
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 from typing import Any
@@ -89,8 +90,13 @@ def check(settings: dict[str, Any]) -> tuple[dict[str, str], GenerateArguments, 
 def run(settings: dict[str, Any]) -> dict[str, Any]:
     generators, template, judging = check(settings)
     judge_setup(judging)  # a missing API key or judge model fails now, not after hours of generation
-    for name, model in generators.items():
-        generate(dataclasses.replace(template, model=model, name=name))
+    first = judging.model  # its sigma_x (as given, recorded by its training, or measured) perturbs every generator
+    order = [first] + [name for name in generators if name != first]
+    for name in order:
+        generate(dataclasses.replace(template, model=generators[name], name=name))
+        if template.sigma_x is None:
+            with open(os.path.join(template.output_dir, first, "settings.json")) as f:
+                template = dataclasses.replace(template, sigma_x=json.load(f)["sigma_x"])
     return judge(judging)
 
 

@@ -190,6 +190,26 @@ def test_local_judge_runs_a_chat_model_and_reports_unparseable_verdicts(models, 
     assert len(raw) == 10 and all(r["preference"] is None for r in raw)
 
 
+def test_generation_uses_the_recorded_noise_scale(models, tmp_path):
+    """Without --sigma_x: the scale the model's training recorded, else the model's own; written to settings.json."""
+    import shutil
+
+    from constrained_sft.noise import embedding_sigma
+
+    _generate(models, tmp_path / "own", "erm", max_instances=4)
+    own = _load(tmp_path / "own" / "gens" / "erm" / "settings.json")["sigma_x"]
+    assert own == pytest.approx(embedding_sigma(tiny_causal_lm("llama", seed=1)))
+    trained = tmp_path / "trained"
+    shutil.copytree(models["erm"], trained)
+    (trained / "constraints.json").write_text(json.dumps({"noise_sigma_x": 0.01}))  # half its own
+    recorded = _generate({"erm": str(trained)}, tmp_path / "rec", "erm", max_instances=4)
+    assert _load(tmp_path / "rec" / "gens" / "erm" / "settings.json")["sigma_x"] == 0.01
+    given = _generate({"erm": str(trained)}, tmp_path / "given", "erm", max_instances=4, sigma_x=0.04)
+    assert _load(given[1.5]) != _load(recorded[1.5])  # the scale reached the noise
+    with pytest.raises(GenerationError, match="sigma_x` must be a finite number > 0"):
+        _generate(models, tmp_path / "bad", "erm", sigma_x=0.0)
+
+
 def test_gpt5_judge_sends_only_what_reasoning_models_accept(models, tmp_path, monkeypatch):
     """The paper's judge: GPT-5 through the OpenAI client (faked here), no max_tokens / temperature / log-probs."""
     from types import SimpleNamespace

@@ -133,3 +133,40 @@ def test_bad_input(model_dir, data_file, tmp_path):
     with pytest.raises(DataError, match="Cannot carve"):
         run(RobustnessArguments(models=[model_dir], output_dir=out), DataArguments(dataset_name=str(empty)))
     assert not (tmp_path / "r").exists()
+
+
+def test_one_noise_scale_for_every_model_compared(model_dir, data_file, tmp_path, monkeypatch):
+    """Twins whose training moved their embeddings apart are perturbed with the sigma_x their training recorded."""
+    from constrained_sft.evaluation import robustness
+    from constrained_sft.noise import embedding_sigma
+
+    moved = tmp_path / "moved"  # the same model with its embedding table scaled by 3: its own sigma_x triples
+    model = tiny_causal_lm("llama", seed=3)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(3.0)
+    model.save_pretrained(moved)
+    tiny_tokenizer().save_pretrained(moved)
+    recorded = 0.0123
+    (moved / "constraints.json").write_text(json.dumps({"layers": [2, 3, 4], "noise_sigma_x": recorded}))
+    used = []
+    original = robustness.embedding_noise
+    monkeypatch.setattr(robustness, "embedding_noise", lambda *a, **kw: used.append(kw["sigma"]) or original(*a, **kw))
+    args = RobustnessArguments(
+        models=[str(moved), model_dir], names=["a", "b"], output_dir=str(tmp_path / "r"), gammas=[0.0, 1.0], seeds=1
+    )
+    results = run(args, DataArguments(dataset_name=data_file, eval_size=8))
+    assert set(used) == {recorded} and len(used) == 4  # 2 models x 2 levels x 1 seed, one scale
+    assert results["settings"]["sigma_x"] == recorded and "constraints.json" in results["settings"]["sigma_x_source"]
+    assert results["models"]["a"]["noise_sigma_x_recorded"] == recorded
+    used.clear()  # no recorded scale: the first model's own, measured once, for both
+    args = RobustnessArguments(
+        models=[model_dir, str(moved)], names=["b", "a"], output_dir=str(tmp_path / "s"), gammas=[1.0], seeds=1
+    )
+    results = run(args, DataArguments(dataset_name=data_file, eval_size=8))
+    own = embedding_sigma(load_model(ModelSpec("b", model_dir), torch.float32)[0])
+    assert (
+        used == [pytest.approx(own)] * 2
+        and results["settings"]["sigma_x_source"] == "measured on b's input embeddings"
+    )
+    with pytest.raises(ValueError, match="sigma_x` must be a finite number > 0"):
+        run(RobustnessArguments(models=[model_dir], output_dir=str(tmp_path / "t"), sigma_x=-1.0), DataArguments())

@@ -220,13 +220,37 @@ def test_bad_gamma_and_model_without_embeddings():
         pass
 
 
-def test_sigma_follows_weight_updates_and_is_cached_between():
-    from constrained_sft.noise.embedding import _SigmaCache
-
+@pytest.mark.parametrize("optimizer", ["foreach", "fused"])
+def test_sigma_follows_an_optimizer_step(optimizer):
+    """Fused AdamW (Trainer's default) updates the table without bumping its version: sigma_x must still follow."""
     model = tiny_causal_lm("llama")
-    cache = _SigmaCache(input_embedding_module(model))
-    first = cache.get()
-    assert cache.get() is first  # unchanged weights: no recomputation
-    with torch.no_grad():
-        model.get_input_embeddings().weight.mul_(2.0)  # an in-place update, like an optimizer step
-    assert cache.get().item() == pytest.approx(2 * first.item(), rel=1e-6)
+    first = embedding_sigma(model)
+    adam = torch.optim.AdamW(model.parameters(), lr=0.5, **{optimizer: True})
+    model(input_ids=torch.randint(4, 28, (2, 8)), labels=torch.randint(4, 28, (2, 8))).loss.backward()
+    adam.step()
+    weight = model.get_input_embeddings().weight.detach()
+    assert embedding_sigma(model) == pytest.approx(weight.double().std(unbiased=False).item(), rel=1e-6)
+    assert embedding_sigma(model) != pytest.approx(first, rel=1e-3)
+
+
+def test_a_given_sigma_sets_the_noise_scale_whatever_the_model():
+    model = tiny_causal_lm("llama").eval()
+    ids = torch.randint(4, 28, (8, 64))
+    clean = model.get_input_embeddings()(ids)
+    with embedding_noise(model, gamma=2.0, sigma=0.05, seed=0):
+        noisy = model.get_input_embeddings()(ids)
+    assert (noisy - clean).std().item() == pytest.approx(0.1, rel=0.03)  # gamma x the given sigma
+    with (
+        pytest.raises(EmbeddingNoiseError, match="`sigma` must be a finite number > 0"),
+        embedding_noise(model, gamma=1.0, sigma=0.0),
+    ):
+        pass
+
+
+def test_the_chunked_std_equals_torch_std(monkeypatch):
+    from constrained_sft.noise import embedding as noise_module
+
+    monkeypatch.setattr(noise_module, "CHUNK_ELEMENTS", 100)  # many chunks, one partial
+    weight = torch.randn(37, 16) * 3 + 1
+    assert noise_module.table_std(weight) == pytest.approx(weight.double().std(unbiased=False).item(), rel=1e-6)
+

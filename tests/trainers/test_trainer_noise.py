@@ -1,5 +1,7 @@
 """Embedding noise wired into ConstrainedSFTTrainer: training levels, per-level evaluation, the ERM baseline."""
 
+import json
+
 import pytest
 import torch
 
@@ -89,3 +91,39 @@ def test_noise_config_errors(kwargs, pattern):
 
     with pytest.raises(ValueError, match=pattern):
         ConstrainedSFTConfig(**config_kwargs("/tmp/unused"), **kwargs)
+
+
+def test_one_noise_scale_for_the_whole_run_measured_once(tmp_path, monkeypatch):
+    """sigma_x is the starting model's, measured once (not per micro-batch), used by training and evaluate() after
+    training has moved the embeddings, and recorded in constraints.json."""
+    from conftest import config_kwargs
+
+    from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer, embedding_sigma
+    from constrained_sft.noise import embedding as noise_module
+    from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
+    from constrained_sft.trainers import mixin
+
+    model = tiny_causal_lm("llama")
+    start = embedding_sigma(model)
+    measured = []
+    original_std = noise_module.table_std
+    monkeypatch.setattr(noise_module, "table_std", lambda w: measured.append(1) or original_std(w))
+    used = []
+    original_noise = mixin.embedding_noise
+    monkeypatch.setattr(
+        mixin, "embedding_noise", lambda *a, **kw: used.append(kw["sigma"]) or original_noise(*a, **kw)
+    )
+    args = ConstrainedSFTConfig(
+        **config_kwargs(tmp_path, max_steps=4, learning_rate=0.05, noise_gamma=1.0, eval_noise_gammas=[1.0])
+    )
+    trainer = ConstrainedSFTTrainer(
+        model=model, args=args, train_dataset=successor_dataset(32), eval_dataset=successor_dataset(8, seed=1),
+        processing_class=tiny_tokenizer(),
+    )  # fmt: skip
+    trainer.train()
+    trainer.evaluate()
+    assert len(measured) == 1  # once, when the trainer was built: never per micro-batch
+    assert embedding_sigma(model) != pytest.approx(start, rel=1e-3)  # training moved the embeddings
+    assert len(used) >= 5 and set(used) == {start}  # 4 training micro-batches and the noisy evaluation
+    report = json.loads((tmp_path / "constraints.json").read_text())
+    assert report["noise_sigma_x"] == start
