@@ -6,12 +6,13 @@ forward hook and sigma_x (`embedding`), and the collator that gives each trainin
 May import: `constrained_sft.utils` only. Trainers and evaluation use it; it knows nothing of them.
 """
 
-from .collator import EmbeddingNoiseCollator
+from .collator import EmbeddingNoiseCollator, NoiseLevels
 from .embedding import EmbeddingNoiseError, embedding_noise, embedding_sigma, input_embedding_module, parse_levels
 
 __all__ = [
     "EmbeddingNoiseCollator",
     "EmbeddingNoiseError",
+    "NoiseLevels",
     "embedding_noise",
     "embedding_sigma",
     "input_embedding_module",

@@ -61,9 +61,9 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         self._verified = False
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        gamma = inputs.pop("noise_gamma", None)
+        noise = self._noise(model, inputs)
         labels = inputs.get("labels")
-        with self._noise(model, gamma):
+        with noise:
             loss, outputs = super().compute_loss(
                 model,
                 {**inputs, "output_hidden_states": True},

@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from ..config import ConstraintArguments, NoiseArguments
+from ..config import ConstraintArguments
 from ..constraints import DescentConstraints, LayerLosses, LayerStats, PrimalDual, stats_metrics
 from ..constraints.feasibility import bound_message, verdict_message
 from ..constraints.state_io import REPORT, has_state, load_state, save_state
-from ..noise import EmbeddingNoiseCollator, EmbeddingNoiseError, embedding_noise, embedding_sigma
+from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_noise, embedding_sigma
 from ..utils import write_json
 
 logger = logging.getLogger(__name__)
@@ -78,6 +78,12 @@ class ConstrainedTrainerMixin:
         self._noise_eval = False
         self._bound_checked = False
         self.noise_sigma = self._reference_sigma()
+        gamma = getattr(args, "noise_gamma", 0.0)
+        self._noise_levels = NoiseLevels(
+            gamma=None if isinstance(gamma, list) else gamma,
+            gamma_range=gamma if isinstance(gamma, list) else None,
+            clean_prob=getattr(args, "noise_clean_prob", 0.0),
+        )
         self.add_callback(_DualStep(self))
 
     def _reference_sigma(self) -> float | None:
@@ -102,8 +108,14 @@ class ConstrainedTrainerMixin:
         self._draws[purpose] += 1
         return torch.Generator(device=device).manual_seed(zlib.crc32(key.encode()))
 
-    def _noise(self, model, gamma: torch.Tensor | None):
-        """Per-example embedding noise for one forward, from the `noise_gamma` the collator attached."""
+    def _noise(self, model, inputs: dict[str, Any]):
+        """
+        Embedding noise for one forward: per-example levels from a collator's `noise_gamma` (popped: it never
+        reaches the model), else in training the config's `noise_gamma` drawn by [`_training_levels`].
+        """
+        gamma = inputs.pop("noise_gamma", None)
+        if gamma is None:
+            gamma = self._training_levels(inputs)
         if gamma is None:
             return contextlib.nullcontext()
         generator = self._generator("noise", gamma.device)
@@ -111,26 +123,19 @@ class ConstrainedTrainerMixin:
             model, gamma=gamma, mean=self.args.noise_mean, generator=generator, sigma=self.noise_sigma
         )
 
-    def get_train_dataloader(self):
-        """Training batches carry per-example `noise_gamma` when the config asks for training noise."""
+    def _training_levels(self, inputs: dict[str, Any]) -> torch.Tensor | None:
+        """
+        `[n]` levels for a training micro-batch: one per row, or one per document of a padding-free row (documents
+        start where `position_ids` restart at 0). Drawn from the (seed, step, micro-batch, rank) stream, so a resumed
+        run draws exactly what the uninterrupted run drew, and no two ranks or workers share a stream.
+        """
         args = self.args
-        if not (isinstance(args, NoiseArguments) and args.trains_with_noise) or isinstance(
-            self.data_collator, EmbeddingNoiseCollator
-        ):
-            return super().get_train_dataloader()
-        gamma = args.noise_gamma
-        base = self.data_collator
-        self.data_collator = EmbeddingNoiseCollator(
-            base,
-            gamma=None if isinstance(gamma, list) else gamma,
-            gamma_range=gamma if isinstance(gamma, list) else None,
-            clean_prob=args.noise_clean_prob,
-            seed=args.seed + 1_000_003 * args.process_index,
-        )
-        try:
-            return super().get_train_dataloader()
-        finally:
-            self.data_collator = base
+        if not (self.model.training and getattr(args, "trains_with_noise", False)):
+            return None
+        ids, positions = inputs["input_ids"], inputs.get("position_ids")
+        n = int(positions.eq(0).sum()) if positions is not None and ids.shape[0] == 1 else ids.shape[0]
+        levels = self._noise_levels.sample(max(n, 1), self._generator("noise-levels", torch.device("cpu")))
+        return levels.to(ids.device)
 
     def _reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(tensor.to(self.accelerator.device), reduction="sum")

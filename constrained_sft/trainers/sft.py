@@ -88,9 +88,9 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         self._detach_probe()
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        gamma = inputs.pop("noise_gamma", None)  # never reaches the model's forward
+        noise = self._noise(model, inputs)  # pops `noise_gamma`: it never reaches the model's forward
         request = self._probe_request(inputs)
-        with self._noise(model, gamma), self.probe.serving(unwrap_model(model), request):
+        with noise, self.probe.serving(unwrap_model(model), request):
             result = super().compute_loss(
                 model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
             )

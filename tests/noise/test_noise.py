@@ -254,3 +254,17 @@ def test_the_chunked_std_equals_torch_std(monkeypatch):
     weight = torch.randn(37, 16) * 3 + 1
     assert noise_module.table_std(weight) == pytest.approx(weight.double().std(unbiased=False).item(), rel=1e-6)
 
+
+def test_collator_streams_differ_across_ranks_and_workers(monkeypatch):
+    """rank 0 / worker 1 and rank 1 / worker 0 used to share a seed."""
+    from types import SimpleNamespace
+
+    from constrained_sft.noise import collator as collator_module
+
+    def draws(rank, worker):
+        monkeypatch.setattr(collator_module.torch.utils.data, "get_worker_info", lambda: SimpleNamespace(id=worker))
+        return EmbeddingNoiseCollator(lambda rows: {}, gamma_range=[0.0, 2.0], seed=0, rank=rank).sample(8)
+
+    streams = [draws(0, 0), draws(0, 1), draws(1, 0), draws(1, 1)]
+    assert all(not torch.equal(a, b) for i, a in enumerate(streams) for b in streams[i + 1 :])
+    assert torch.equal(draws(1, 0), streams[2])  # and each is reproducible

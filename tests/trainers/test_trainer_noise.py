@@ -24,13 +24,14 @@ def test_training_noise_is_applied_per_example_and_never_reaches_forward(make_tr
     )
     calls = _spy_forward(noisy)
     levels = []
-    original = noisy._noise
+    original = noisy._training_levels
 
-    def spy(model, gamma):
+    def spy(inputs):
+        gamma = original(inputs)
         levels.append(gamma.clone())
-        return original(model, gamma)
+        return gamma
 
-    noisy._noise = spy
+    noisy._training_levels = spy
     noisy.train()
     assert calls and all("noise_gamma" not in kwargs for kwargs in calls)
     assert len(levels) == 3 and all(g.shape == (4,) for g in levels)
@@ -127,3 +128,18 @@ def test_one_noise_scale_for_the_whole_run_measured_once(tmp_path, monkeypatch):
     assert len(used) >= 5 and set(used) == {start}  # 4 training micro-batches and the noisy evaluation
     report = json.loads((tmp_path / "constraints.json").read_text())
     assert report["noise_sigma_x"] == start
+
+
+def test_one_training_level_per_packed_document(make_trainer):
+    """A padding-free row of 3 documents gets 3 levels (not 1 level for the row, nor the last level repeated)."""
+    trainer = make_trainer(noise_gamma=[0.5, 2.0])
+    trainer.model.train()
+    inputs = {
+        "input_ids": torch.ones(1, 9, dtype=torch.long),
+        "position_ids": torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]]),
+    }
+    levels = trainer._training_levels(inputs)
+    assert levels.shape == (3,) and len(set(levels.tolist())) == 3 and all(0.5 <= v <= 2.0 for v in levels.tolist())
+    assert trainer._training_levels({"input_ids": torch.ones(4, 5, dtype=torch.long)}).shape == (4,)
+    trainer.model.eval()
+    assert trainer._training_levels(inputs) is None  # evaluation draws no training noise
