@@ -73,12 +73,11 @@ def main() -> None:
     exact = aggregate(token_nll, full)
     exact_f, exact_g = exact.means, slack(spec, exact.sums, exact.num_tokens)
     position = {int(p): i for i, p in enumerate(full.index)}  # flat position -> column of token_nll
-    generator = torch.Generator().manual_seed(0)
     rows = []
     for k in args.ks:
         fs, gs = [], []
-        for _ in range(args.draws):
-            sel = select_tokens(labels, per_sequence=k, generator=generator)
+        for draw in range(args.draws):
+            sel = select_tokens(labels, per_sequence=k, seed=1_000_003 * k + draw)
             est = aggregate(token_nll[:, [position[int(p)] for p in sel.index]], sel)
             fs.append(est.means)
             gs.append(slack(spec, est.sums, est.num_tokens))

@@ -8,6 +8,7 @@ Shapes: B sequences of T tokens, K selected next-token positions, S sequences (d
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, replace
 
 import torch
@@ -52,16 +53,33 @@ def segment_ids(labels: torch.Tensor, position_ids: torch.Tensor | None = None) 
     return starts.reshape(-1).long().cumsum(0).sub(1).view(B, T - 1)
 
 
+def row_keys(rows: int, width: int, seed: int, first_row: int = 0) -> torch.Tensor:
+    """
+    `[rows, width]` uniform keys; row b comes from its own stream, a function of (`seed`, `first_row` + b) only, so
+    a sequence gets the same keys whichever micro-batch or rank carries it (B rows on this rank and micro-batch m
+    of an optimizer step are rows (m x world + rank) x B ... of its global batch).
+    """
+    return torch.stack(
+        [
+            torch.rand(width, generator=torch.Generator().manual_seed(zlib.crc32(f"{seed}/{first_row + b}".encode())))
+            for b in range(rows)
+        ]
+    )
+
+
 def select_tokens(
     labels: torch.Tensor,
     position_ids: torch.Tensor | None = None,
     per_sequence: int | None = None,
-    generator: torch.Generator | None = None,
+    seed: int = 0,
+    first_row: int = 0,
 ) -> TokenSelection:
     """
     All supervised next-token positions of `labels` (`[B, T]`, -100 = ignored), or with `per_sequence=k` a uniform
     sample without replacement of `min(k, n_s)` of each sequence's `n_s` positions, weighted `n_s / min(k, n_s)` so
-    that the weighted sum is an unbiased estimate of the all-token sum (Horvitz-Thompson).
+    that the weighted sum is an unbiased estimate of the all-token sum (Horvitz-Thompson). The sample is drawn from
+    [`row_keys`]`(B, T-1, seed, first_row)`: gradient accumulation and data parallelism draw what one large batch
+    would, row for row.
     """
     targets = labels[:, 1:].reshape(-1)
     segments = segment_ids(labels, position_ids).reshape(-1)
@@ -74,8 +92,8 @@ def select_tokens(
     weight = torch.ones(index.numel(), device=labels.device, dtype=torch.float32)
     if per_sequence is not None and index.numel():
         # Random keys, sorted within each sequence: the k smallest form a uniform sample without replacement.
-        keys = torch.rand(index.numel(), generator=generator, device=generator.device if generator else "cpu")
-        order = torch.argsort(segment.double() + keys.to(index.device).double())
+        keys = row_keys(labels.shape[0], labels.shape[1] - 1, seed, first_row).reshape(-1).to(index.device)[index]
+        order = torch.argsort(segment.double() + keys.double())
         first = torch.cumsum(segment_tokens, 0) - segment_tokens  # [S] offset of each sequence in sorted order
         rank = torch.arange(index.numel(), device=index.device) - first[segment[order]]
         keep = order[rank < per_sequence].sort().values

@@ -108,6 +108,17 @@ class ConstrainedTrainerMixin:
         self._draws[purpose] += 1
         return torch.Generator(device=device).manual_seed(zlib.crc32(key.encode()))
 
+    def _row_stream(self, purpose: str, rows: int) -> tuple[int, int]:
+        """
+        (seed, first global row) of a micro-batch of `rows` rows, for streams keyed by row (see `row_keys`): the
+        seed is a function of (purpose, seed, step), the row of (micro-batch, rank), so a sequence draws the same
+        whatever the split of the global batch into micro-batches and ranks.
+        """
+        micro = self._draws[purpose]
+        self._draws[purpose] += 1
+        seed = zlib.crc32(f"{purpose}/{self.args.seed}/{self.state.global_step}".encode())
+        return seed, (micro * self.args.world_size + self.args.process_index) * rows
+
     def _noise(self, model, inputs: dict[str, Any]):
         """
         Embedding noise for one forward: per-example levels from a collator's `noise_gamma` (popped: it never

@@ -153,6 +153,6 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             )
         # Training reads a sample when `layer_loss_tokens` asks for one; evaluation always reads every token.
         sample = self._sample_size(labels, inputs.get("position_ids")) if self.model.training else None
-        generator = self._generator("tokens", labels.device) if sample is not None else None
-        selection = select_tokens(labels, inputs.get("position_ids"), sample, generator)
+        seed, first_row = self._row_stream("tokens", labels.shape[0]) if sample is not None else (0, 0)
+        selection = select_tokens(labels, inputs.get("position_ids"), sample, seed, first_row)
         return ProbeRequest(selection=selection, grad=self._constraints_active(), shape=tuple(labels.shape))

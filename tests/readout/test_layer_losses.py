@@ -92,7 +92,7 @@ def test_stacked_layers_readout_equals_one_call_per_layer(stack_rows, monkeypatc
     ids, attention, labels = _batch()
     readout = CausalLMReadout.from_model(model)
     hidden = [h.detach().requires_grad_(True) for h in model(input_ids=ids, output_hidden_states=True).hidden_states]
-    sel = select_tokens(labels, per_sequence=3, generator=torch.Generator().manual_seed(0))
+    sel = select_tokens(labels, per_sequence=3, seed=0)
     stacked = layers_token_nll(hidden[1:4], sel, readout, apply_norm=True)  # [3, K]
     weights = torch.arange(1.0, 4.0)[:, None]  # a different upstream gradient per layer
     (stacked * weights).sum().backward()
@@ -154,16 +154,15 @@ def test_sampling_is_unbiased_and_shared_across_layers():
     token_loss = torch.rand(2, B * (T - 1))  # two "layers" with arbitrary per-token losses
     full = select_tokens(labels)
     exact = aggregate(token_loss[:, full.index], full).sums
-    gen = torch.Generator().manual_seed(1)
     draws = []
-    for _ in range(3000):
-        sel = select_tokens(labels, per_sequence=5, generator=gen)
+    for draw in range(3000):
+        sel = select_tokens(labels, per_sequence=5, seed=draw)
         assert torch.all(sel.segment_tokens.clamp(max=5).eq(torch.bincount(sel.segment, minlength=B)))
         draws.append(aggregate(token_loss[:, sel.index], sel).sums)
     mean = torch.stack(draws).mean(0)
     torch.testing.assert_close(mean, exact, rtol=0.01, atol=0)
     # k >= n takes every position with weight 1
-    sel = select_tokens(labels, per_sequence=10_000, generator=gen)
+    sel = select_tokens(labels, per_sequence=10_000, seed=1)
     assert torch.equal(sel.index, full.index) and torch.all(sel.weight == 1)
 
 
@@ -235,3 +234,14 @@ def test_softcapped_heads_use_the_tiled_kernel(monkeypatch):
     assert 0 < seen.numel <= K * 64
     ref = F.cross_entropy(30.0 * torch.tanh(head(h) / 30.0), targets, reduction="none")
     torch.testing.assert_close(nll, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_row_draws_the_same_sample_whichever_micro_batch_carries_it():
+    """Keys depend on (seed, global row) only: rows 2-3 of a batch of 4 equal rows 0-1 of a micro-batch starting at
+    global row 2, so gradient accumulation and data parallelism sample exactly like one large batch."""
+    labels = torch.randint(4, 32, (4, 20))
+    whole = select_tokens(labels, per_sequence=3, seed=7)
+    second = select_tokens(labels[2:], per_sequence=3, seed=7, first_row=2)
+    width = labels.shape[1] - 1
+    assert torch.equal(whole.index[whole.index >= 2 * width] - 2 * width, second.index)
+    assert not torch.equal(select_tokens(labels, per_sequence=3, seed=8).index, whole.index)

@@ -72,7 +72,8 @@ def test_constraints_none_trains_exactly_like_sft_trainer(tmp_path):
 
 
 def test_gradient_accumulation_gives_the_same_multipliers(make_trainer):
-    kw = dict(dual_lr=0.5, descent_alpha=0.1, max_steps=4, learning_rate=1e-2)
+    """2 micro-batches of 2 rows equal one batch of 4, with 2 of each row's 7 supervised tokens sampled per layer."""
+    kw = dict(dual_lr=0.5, descent_alpha=0.1, max_steps=4, learning_rate=1e-2, layer_loss_tokens=2)
     accumulated = make_trainer(per_device_train_batch_size=2, gradient_accumulation_steps=2, **kw)
     accumulated.train()
     single = make_trainer(per_device_train_batch_size=4, gradient_accumulation_steps=1, **kw)
@@ -334,3 +335,44 @@ def test_predict_between_two_evaluations_changes_nothing(make_trainer):
     first = trainer.evaluate()
     trainer.predict(trainer.train_dataset)  # another (prepared) dataset
     assert _measured(trainer.evaluate()) == _measured(first)
+
+
+def test_the_loss_and_its_gradient_are_the_lagrangian(make_trainer):
+    """One step's loss and gradient equal those of f_L + lambda_eps (f_1 - eps) + sum_l lambda_l (f_l - (1 - alpha)
+    f_(l-1)) computed directly with autograd: each layer read through the final norm and the LM head on every
+    supervised token, the multipliers at dual_init."""
+    import torch.nn.functional as F
+
+    lam, alpha, eps = 0.3, 0.2, 3.0
+    trainer = make_trainer(dual_init=lam, descent_alpha=alpha, descent_epsilon=eps, layer_loss_tokens=None)
+    model = trainer.model.train()
+    batch = next(iter(trainer.get_train_dataloader()))
+    labels = batch["labels"][:, 1:]
+    mask = labels != -100
+    loss = trainer.compute_loss(model, dict(batch), num_items_in_batch=mask.sum())
+    loss.backward()
+    ours = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+
+    hidden = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_hidden_states=True)
+    L = model.config.num_hidden_layers
+
+    def f(layer):  # the last hidden state transformers returns is already normed
+        h = hidden.hidden_states[layer]
+        logits = model.lm_head(h if layer == L else model.model.norm(h))[:, :-1]
+        return F.cross_entropy(logits[mask], labels[mask], reduction="sum") / mask.sum()
+
+    fs = [f(layer) for layer in range(1, L + 1)]
+    lagrangian = fs[-1] + lam * (fs[0] - eps) + sum(lam * (fs[i] - (1 - alpha) * fs[i - 1]) for i in range(1, L))
+    lagrangian.backward()
+    assert loss.item() == pytest.approx(lagrangian.item(), rel=1e-6)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(ours[name], p.grad, rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_an_unreachable_last_layer_bound_is_flagged_at_the_first_step(make_trainer, caplog):
+    trainer = make_trainer(descent_alpha=0.5, descent_epsilon=0.05, max_steps=2)  # f_4 <= 0.05 x 0.5^3
+    with caplog.at_level("WARNING", logger="constrained_sft.trainers.mixin"):
+        trainer.train()
+    flagged = [r.getMessage() for r in caplog.records if "The constraints imply f_4 <=" in r.getMessage()]
+    assert len(flagged) == 1 and "descent_epsilon 0.05 x (1 - 0.5)^3 = 0.00625 nats" in flagged[0]
