@@ -83,6 +83,7 @@ class CausalLMReadout:
         """
         x = self.final_norm(hidden) if apply_norm and self.final_norm is not None else hidden
         weight, bias = self.lm_head.weight, getattr(self.lm_head, "bias", None)
+        x = x.to(weight.dtype)  # the head's precision, with or without autocast; the kernels accumulate in fp32
         sharded = hasattr(weight, "full_tensor") or hasattr(weight, "ds_id")
         if not sharded and self.final_logit_softcapping is None:
             x, targets = x.to(weight.device), targets.to(weight.device)

@@ -4,6 +4,10 @@ Per-token NLL of a linear readout, `-log softmax(x @ W.T + b)[target]`, without 
 Cost per token and vocabulary entry (D = hidden size): forward 2D FLOPs; backward 4D (dx and dW). The softmax
 probabilities are either kept from the forward, when `K * V` is small (sampled tokens: no recomputation), or
 recomputed chunk by chunk in the backward (all tokens: the extra peak memory is one chunk of `[C, V]`).
+
+Precision: the matmuls run in the head's dtype (fp32, bf16 or fp16), softmax and the weight gradient accumulate in
+fp32, and autocast is off inside (an fp16 head under a bf16 autocast would otherwise meet fp32 gradients), so the
+result does not depend on whether the caller runs under autocast.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ def _chunks(K: int, V: int) -> list[tuple[int, int]]:
 
 
 def _probabilities(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """`[C, V]` fp32 log-probabilities, computed in place on one logits block."""
-    logits = torch.nn.functional.linear(x, weight, bias).float()
+    """`[C, V]` fp32 log-probabilities, computed in place on one logits block (the matmul in the head's dtype)."""
+    logits = torch.nn.functional.linear(x.to(weight.dtype), weight, bias).float()
     if scale != 1.0:
         logits.mul_(scale)
     return logits.sub_(torch.logsumexp(logits, dim=-1, keepdim=True))
@@ -44,11 +48,12 @@ class LinearNLL(torch.autograd.Function):
         K, V = x.shape[0], weight.shape[0]
         nll = x.new_empty(K, dtype=torch.float32)
         kept = []
-        for s, e in _chunks(K, V):
-            logp = _probabilities(x[s:e], weight, bias, scale)  # [C, V]
-            nll[s:e] = -logp.gather(1, targets[s:e, None]).squeeze(1)
-            if keep:
-                kept.append(logp.exp_())  # probabilities, reused by the backward
+        with torch.autocast(x.device.type, enabled=False):
+            for s, e in _chunks(K, V):
+                logp = _probabilities(x[s:e], weight, bias, scale)  # [C, V]
+                nll[s:e] = -logp.gather(1, targets[s:e, None]).squeeze(1)
+                if keep:
+                    kept.append(logp.exp_())  # probabilities, reused by the backward
         ctx.save_for_backward(x, weight, bias, targets)
         ctx.kept, ctx.scale = kept if keep else None, scale
         return nll
@@ -60,18 +65,18 @@ class LinearNLL(torch.autograd.Function):
         grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
         grad_b = torch.zeros_like(bias, dtype=torch.float32) if bias is not None and ctx.needs_input_grad[2] else None
-        for i, (s, e) in enumerate(_chunks(K, V)):
-            p = ctx.kept[i] if ctx.kept is not None else _probabilities(x[s:e], weight, bias, ctx.scale).exp_()
-            # d nll / d logits = softmax - onehot, times the upstream gradient and the logit scale
-            p[torch.arange(e - s, device=p.device), targets[s:e]] -= 1.0
-            p.mul_(grad_nll[s:e, None].float() * ctx.scale)
-            g = p.to(x.dtype)
-            if grad_x is not None:
-                grad_x[s:e] = g @ weight
-            if grad_w is not None:
-                grad_w.addmm_(g.t().float(), x[s:e].float())
-            if grad_b is not None:
-                grad_b += p.sum(0)
+        with torch.autocast(x.device.type, enabled=False):
+            for i, (s, e) in enumerate(_chunks(K, V)):
+                p = ctx.kept[i] if ctx.kept is not None else _probabilities(x[s:e], weight, bias, ctx.scale).exp_()
+                # d nll / d logits = softmax - onehot, times the upstream gradient and the logit scale
+                p[torch.arange(e - s, device=p.device), targets[s:e]] -= 1.0
+                p.mul_(grad_nll[s:e, None].float() * ctx.scale)
+                if grad_x is not None:
+                    grad_x[s:e] = (p.to(weight.dtype) @ weight).to(x.dtype)  # [C, D]
+                if grad_w is not None:
+                    grad_w.addmm_(p.t(), x[s:e].float())  # fp32 accumulation over chunks
+                if grad_b is not None:
+                    grad_b += p.sum(0)
         ctx.kept = None
         return (
             grad_x,

@@ -11,11 +11,11 @@ import torch.nn.functional as F
 from transformers import Trainer
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from ..config import ConstrainedConfig, ConstraintArguments
+from ..config import ConstrainedConfig
 from ..constraints import LayerLosses
 from ..readout import ClassifierReadout, ReadoutError
 from ..utils import unwrap_model
-from .mixin import BatchScore, ConstrainedTrainerMixin
+from .mixin import BatchScore, ConstrainedTrainerMixin, constrained_args
 
 
 class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
@@ -40,11 +40,8 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
     ) -> None:
         if args is None:
             args = ConstrainedConfig(output_dir=f"{type(unwrap_model(model)).__name__}-Constrained")
-        elif not isinstance(args, ConstraintArguments):
-            raise TypeError(
-                f"`args` must be a ConstrainedConfig (TrainingArguments plus the constraint fields), got "
-                f"{type(args).__name__}."
-            )
+        else:
+            args = constrained_args(args, ConstrainedConfig, type(self).__name__)
         super().__init__(model, args, *rest, **kwargs)
         base = unwrap_model(self.model)
         config = base.config

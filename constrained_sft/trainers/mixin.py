@@ -6,6 +6,7 @@ step, the public metrics, the multipliers in checkpoints, and the feasibility re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import zlib
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainingArguments
 
 from ..config import ConstraintArguments
 from ..constraints import DescentConstraints, LayerLosses, LayerStats, PrimalDual, stats_metrics
@@ -34,6 +35,29 @@ class BatchScore:
     count: float  # supervised tokens (or examples)
     nll: float  # summed final-layer NLL
     layers: LayerLosses
+
+
+def constrained_args(args: Any, config_class: type, trainer: str) -> Any:
+    """
+    `args` for a constrained trainer: a config with the constraint fields as it is; a plain `TrainingArguments` (or
+    `SFTConfig`) converted to `config_class`, as TRL's `SFTTrainer` converts `TrainingArguments`, every field kept
+    and the constraint and noise fields at their defaults (said in one info line); anything else refused.
+    """
+    if isinstance(args, ConstraintArguments):
+        return args
+    if not isinstance(args, TrainingArguments):
+        raise TypeError(
+            f"`args` must be a {config_class.__name__} (or TrainingArguments to convert), got {type(args).__name__}."
+        )
+    # the dataclass fields as set (`to_dict()` masks every `*_token` field, `eos_token` and `pad_token` included)
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init}
+    logger.info(
+        "%s got a %s: converted to %s with the constraint and noise fields at their defaults.",
+        trainer,
+        type(args).__name__,
+        config_class.__name__,
+    )
+    return config_class(**fields)
 
 
 class _DualStep(TrainerCallback):

@@ -9,11 +9,11 @@ import torch
 from trl import SFTTrainer
 from trl.trainer.utils import compute_flops_per_token, get_config_model_id
 
-from ..config import ConstrainedSFTConfig, ConstraintArguments
+from ..config import ConstrainedSFTConfig
 from ..constraints import LayerLosses
 from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
 from ..utils import unwrap_model
-from .mixin import BatchScore, ConstrainedTrainerMixin
+from .mixin import BatchScore, ConstrainedTrainerMixin, constrained_args
 
 
 def _flops_per_token(config, seq_len: int) -> float:
@@ -67,11 +67,8 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         if args is None:
             name = model if isinstance(model, str) else get_config_model_id(model.config)
             args = ConstrainedSFTConfig(f"{name.split('/')[-1]}-ConstrainedSFT")
-        elif not isinstance(args, ConstraintArguments):
-            raise TypeError(
-                f"`args` must be a ConstrainedSFTConfig (it adds the constraint fields to SFTConfig), got "
-                f"{type(args).__name__}. Build it with the same arguments: ConstrainedSFTConfig(output_dir=..., ...)."
-            )
+        else:
+            args = constrained_args(args, ConstrainedSFTConfig, type(self).__name__)
         super().__init__(model, args, *rest, **kwargs)
         base = unwrap_model(self.model)
         self.readout = readout if readout is not None else CausalLMReadout.from_model(base)

@@ -38,3 +38,25 @@ def test_no_grad_keeps_nothing_and_empty_input():
         out = linear_nll(x, w, None, t)
     assert out.shape == (4,) and not out.requires_grad
     assert linear_nll(x[:0], w, None, t[:0]).shape == (0,)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_a_half_precision_head_with_or_without_autocast(dtype, autocast):
+    """The matmuls run in the head's dtype whatever the autocast (an fp16 head under a bf16 autocast used to meet an
+    fp32 gradient: 'expected m1 and m2 to have the same dtype'); values and gradients match fp32 to half precision."""
+    torch.manual_seed(0)
+    x = torch.randn(12, 16)
+    weight = torch.randn(40, 16) * 0.3
+    targets = torch.randint(0, 40, (12,))
+    ref_x, ref_w = x.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    reference = linear_nll(ref_x, ref_w, None, targets)
+    reference.sum().backward()
+    half_x, half_w = x.clone().requires_grad_(True), weight.to(dtype).requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        nll = linear_nll(half_x, half_w, None, targets)
+        nll.sum().backward()
+    assert nll.dtype == torch.float32 and half_w.grad.dtype == dtype and half_x.grad.dtype == torch.float32
+    torch.testing.assert_close(nll, reference, rtol=0.02, atol=0.02)
+    torch.testing.assert_close(half_x.grad, ref_x.grad, rtol=0.05, atol=0.02)
+    torch.testing.assert_close(half_w.grad.float(), ref_w.grad, rtol=0.05, atol=0.02)

@@ -275,3 +275,14 @@ def test_predict_between_two_evaluations_changes_nothing(tmp_path):
     assert {k: v for k, v in second.items() if "runtime" not in k and "per_second" not in k} == {
         k: v for k, v in first.items() if "runtime" not in k and "per_second" not in k
     }
+
+
+def test_training_arguments_are_converted(tmp_path):
+    trainer = ConstrainedTrainer(
+        model=tiny_encoder(),
+        args=transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to="none", max_steps=1),
+        train_dataset=synthetic(16),
+        data_collator=transformers.DataCollatorWithPadding(tiny_tokenizer()),
+    )
+    assert isinstance(trainer.args, ConstrainedConfig) and trainer.args.max_steps == 1
+    trainer.train()

@@ -238,14 +238,26 @@ def test_custom_readout_is_used(make_trainer):
     assert trainer.readout is readout
 
 
-def test_sft_config_is_rejected_with_guidance(tmp_path):
-    with pytest.raises(TypeError, match="ConstrainedSFTConfig"):
-        ConstrainedSFTTrainer(
-            model=tiny_causal_lm(),
-            args=SFTConfig(**config_kwargs(tmp_path)),
-            train_dataset=successor_dataset(8),
+@pytest.mark.parametrize("config", ["SFTConfig", "TrainingArguments"])
+def test_plain_configs_are_converted_like_sft_trainer_does(tmp_path, caplog, config):
+    """As with TRL's SFTTrainer: a plain config is accepted, its fields kept, the constraint fields at defaults."""
+    from transformers import TrainingArguments
+
+    from constrained_sft import ConstrainedSFTConfig
+
+    cls = {"SFTConfig": SFTConfig, "TrainingArguments": TrainingArguments}[config]
+    kwargs = config_kwargs(tmp_path, max_steps=2, learning_rate=0.02)
+    with caplog.at_level("INFO", logger="constrained_sft.trainers.mixin"):
+        trainer = ConstrainedSFTTrainer(
+            model=tiny_causal_lm(), args=cls(**kwargs), train_dataset=successor_dataset(8),
             processing_class=tiny_tokenizer(),
-        )
+        )  # fmt: skip
+    assert isinstance(trainer.args, ConstrainedSFTConfig) and trainer.args.learning_rate == 0.02
+    assert trainer.args.constraints == "descent" and trainer.args.max_steps == 2 and not trainer.args.bf16
+    assert any(f"got a {config}: converted to ConstrainedSFTConfig" in r.getMessage() for r in caplog.records)
+    trainer.train()
+    with pytest.raises(TypeError, match=r"`args` must be a ConstrainedSFTConfig \(or TrainingArguments"):
+        ConstrainedSFTTrainer(model=tiny_causal_lm(), args={"output_dir": str(tmp_path)}, processing_class=None)
 
 
 def test_layer_and_alpha_mismatch_with_the_model(make_trainer):
@@ -376,3 +388,13 @@ def test_an_unreachable_last_layer_bound_is_flagged_at_the_first_step(make_train
         trainer.train()
     flagged = [r.getMessage() for r in caplog.records if "The constraints imply f_4 <=" in r.getMessage()]
     assert len(flagged) == 1 and "descent_epsilon 0.05 x (1 - 0.5)^3 = 0.00625 nats" in flagged[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_half_precision_models_train_with_or_without_autocast(make_trainer, dtype, bf16):
+    """TRL's suite loads models in float16 under CPU autocast (bf16=True); the readouts must follow the head's dtype."""
+    trainer = make_trainer(model=tiny_causal_lm("llama").to(dtype), bf16=bf16, max_steps=2, dual_lr=1.0)
+    trainer.train()
+    duals_now = trainer.primal_dual.multipliers.value()
+    assert torch.isfinite(duals_now).all() and duals_now.gt(0).any()
