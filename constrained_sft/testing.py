@@ -37,7 +37,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
 def tiny_causal_lm(
     arch: str = "llama", num_layers: int = 4, hidden: int = 32, vocab: int = 32, seed: int = 0, **overrides
 ):
-    """A random causal LM built from a config: `arch` in llama, qwen2, mistral, gpt2. No dropout."""
+    """A random causal LM built from a config: `arch` in llama, qwen2, mistral, gpt2, lfm2. No dropout."""
     transformers.set_seed(seed)
     common = {"vocab_size": vocab, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
     if arch == "gpt2":
@@ -49,6 +49,18 @@ def tiny_causal_lm(
             resid_pdrop=0.0,
             embd_pdrop=0.0,
             attn_pdrop=0.0,
+            **common,
+            **overrides,
+        )
+    elif arch == "lfm2":  # its final norm is `embedding_norm`: found by what it does, not by its name
+        config = transformers.Lfm2Config(
+            hidden_size=hidden,
+            intermediate_size=2 * hidden,
+            num_hidden_layers=num_layers,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=256,
+            layer_types=["conv" if i % 2 == 0 else "full_attention" for i in range(num_layers)],
             **common,
             **overrides,
         )
@@ -69,6 +81,35 @@ def tiny_causal_lm(
             **overrides,
         )
     return transformers.AutoModelForCausalLM.from_config(config)
+
+
+def tiny_vlm(arch: str = "llava", num_layers: int = 4, hidden: int = 32, vocab: int = 40, seed: int = 0):
+    """
+    A random vision-language model built from a config, `arch` in llava (Llama text, CLIP vision) and gemma3 (Gemma3
+    text, SigLIP vision): its text decoder, and so its final norm, sits at `model.language_model`. Trained here on
+    text alone, as TRL's VLM tests do when no image is given. Token `vocab - 1` is the image token.
+    """
+    transformers.set_seed(seed)
+    text = dict(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=num_layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2,
+    )  # fmt: skip
+    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=8)
+    if arch == "llava":
+        config = transformers.LlavaConfig(
+            text_config=transformers.LlamaConfig(**text),
+            vision_config=transformers.CLIPVisionConfig(**vision, patch_size=4),
+            image_token_index=vocab - 1,
+        )
+        return transformers.LlavaForConditionalGeneration(config)
+    config = transformers.Gemma3Config(
+        text_config=transformers.Gemma3TextConfig(**text, head_dim=hidden // 4),
+        vision_config=transformers.SiglipVisionConfig(**vision, patch_size=4),
+        mm_tokens_per_image=4,
+        image_token_index=vocab - 1,
+    )
+    return transformers.Gemma3ForConditionalGeneration(config)
 
 
 def successor_dataset(n: int = 256, length: int = 6, seed: int = 0) -> Dataset:

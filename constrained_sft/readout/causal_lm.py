@@ -13,8 +13,9 @@ from ..utils import unwrap_model
 from .base import ReadoutError
 from .linear_nll import linear_nll
 
-# Attribute names of the final norm on the backbone, across HF architectures (Llama/Qwen2/Mistral/Gemma: `norm`;
-# GPT-2/Falcon/Bloom: `ln_f`; GPT-NeoX: `final_layer_norm`; Phi: `final_layernorm`; Mamba: `norm_f`).
+# Attribute names of the final norm on the text decoder, across HF architectures (Llama/Qwen2/Mistral/Gemma: `norm`;
+# GPT-2/Falcon/Bloom: `ln_f`; GPT-NeoX: `final_layer_norm`; Phi: `final_layernorm`; Mamba: `norm_f`). Others (LFM2's
+# `embedding_norm`) are found by what they do: see `_final_norm`.
 FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm_f", "final_norm")
 # Vocabulary tile width, TRL's own (`_CHUNKED_LOGPROB_CHUNK_SIZE`), so that on CUDA every layer, the last one scored by
 # TRL's fused head included, goes through the same kernel with the same tiles and rounding.
@@ -33,6 +34,47 @@ def _logit_transform(config) -> tuple[float, float | None]:
     if scale is None and getattr(text, "logits_scaling", None) is not None:
         scale = text.logits_scaling if text.model_type == "hyperclovax" else 1 / text.logits_scaling
     return (1.0 if scale is None else float(scale)), softcap
+
+
+def _text_decoder(model: nn.Module) -> nn.Module | None:
+    """The module that turns token ids into the last hidden state: `get_decoder()` (the language model of a
+    vision-language model), else the backbone."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    if not isinstance(decoder, nn.Module) or decoder is model:
+        decoder = getattr(model, "base_model", None)
+    return decoder if isinstance(decoder, nn.Module) and decoder is not model else None
+
+
+@torch.no_grad()
+def _final_norm(decoder: nn.Module) -> nn.Module | None:
+    """
+    The norm applied to the last layer's output: a child named as in `FINAL_NORM_NAMES`, else the child of the
+    decoder (outside its layer stack) whose output is the decoder's last hidden state on a two-token probe batch.
+    """
+    named = next(
+        (getattr(decoder, n) for n in FINAL_NORM_NAMES if isinstance(getattr(decoder, n, None), nn.Module)), None
+    )
+    if named is not None:
+        return named
+    outputs: dict[str, torch.Tensor] = {}
+    handles = [
+        child.register_forward_hook(lambda _m, _a, out, name=name: outputs.__setitem__(name, out))
+        for name, child in decoder.named_children()
+        if not isinstance(child, nn.ModuleList)
+    ]
+    weight = next(decoder.parameters(), None)
+    try:
+        ids = torch.tensor([[1, 2]], device=weight.device if weight is not None else "cpu")
+        last = decoder(input_ids=ids, use_cache=False).last_hidden_state
+    except Exception:  # noqa: BLE001 - a decoder that cannot run on a bare probe batch: fall back to the error
+        return None
+    finally:
+        for handle in handles:
+            handle.remove()
+    found = [
+        n for n, out in outputs.items() if torch.is_tensor(out) and out.shape == last.shape and torch.equal(out, last)
+    ]
+    return getattr(decoder, found[-1]) if found else None
 
 
 @dataclass
@@ -59,15 +101,13 @@ class CausalLMReadout:
         lm_head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
         if lm_head is None or not isinstance(getattr(lm_head, "weight", None), torch.Tensor):
             raise ReadoutError(f"{name} has no LM head (`get_output_embeddings()` returned {lm_head!r}). {hint}")
-        backbone = getattr(base, "base_model", None)
-        norm = next(
-            (getattr(backbone, n) for n in FINAL_NORM_NAMES if isinstance(getattr(backbone, n, None), nn.Module)),
-            None,
-        )
-        if backbone is None or backbone is base or norm is None:
+        decoder = _text_decoder(base)
+        norm = _final_norm(decoder) if decoder is not None else None
+        if norm is None:
             raise ReadoutError(
-                f"Could not find the final norm of {name}: its backbone has none of the attributes "
-                f"{list(FINAL_NORM_NAMES)}. {hint}"
+                f"Could not find the final norm of {name}: its text decoder has none of the attributes "
+                f"{list(FINAL_NORM_NAMES)}, and no module of it produced the last hidden state on a probe batch. "
+                f"{hint}"
             )
         scale, softcap = _logit_transform(base.config)
         return cls(lm_head=lm_head, final_norm=norm, logit_scale=scale, final_logit_softcapping=softcap)

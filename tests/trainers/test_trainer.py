@@ -398,3 +398,20 @@ def test_half_precision_models_train_with_or_without_autocast(make_trainer, dtyp
     trainer.train()
     duals_now = trainer.primal_dual.multipliers.value()
     assert torch.isfinite(duals_now).all() and duals_now.gt(0).any()
+
+
+@pytest.mark.parametrize("arch", ["lfm2", "llava", "gemma3"])
+def test_final_norms_found_from_the_model_itself(make_trainer, arch):
+    """LFM2 names its final norm `embedding_norm`; LLaVA and Gemma3 keep theirs in `model.language_model`. The
+    readout finds each (by name on the text decoder, else by which module outputs the last hidden state), trains,
+    and its last layer reproduces the model's own loss."""
+    from constrained_sft.testing import tiny_vlm
+
+    model = tiny_causal_lm("lfm2") if arch == "lfm2" else tiny_vlm(arch)
+    norm = model.model.embedding_norm if arch == "lfm2" else model.model.language_model.norm
+    trainer = make_trainer(model=model, max_steps=2, dual_lr=1.0, eval_dataset=successor_dataset(8, seed=1))
+    assert trainer.readout.final_norm is norm
+    trainer.train()
+    metrics = trainer.evaluate()
+    assert metrics["eval_layer_loss/4"] == pytest.approx(metrics["eval_loss"], rel=1e-5)
+    assert trainer.primal_dual.multipliers.value().gt(0).all()
