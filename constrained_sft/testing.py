@@ -34,52 +34,35 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
+def _decoder(num_layers: int, hidden: int, vocab: int) -> dict:
+    """Config fields of a tiny Llama-like text decoder, shared by every builder here."""
+    return dict(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=num_layers,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1,
+        eos_token_id=2,
+    )  # fmt: skip
+
+
 def tiny_causal_lm(
     arch: str = "llama", num_layers: int = 4, hidden: int = 32, vocab: int = 32, seed: int = 0, **overrides
 ):
     """A random causal LM built from a config: `arch` in llama, qwen2, mistral, gpt2, lfm2. No dropout."""
     transformers.set_seed(seed)
-    common = {"vocab_size": vocab, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
     if arch == "gpt2":
         config = transformers.GPT2Config(
-            n_embd=hidden,
-            n_layer=num_layers,
-            n_head=4,
-            n_positions=256,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            **common,
-            **overrides,
-        )
+            n_embd=hidden, n_layer=num_layers, n_head=4, n_positions=256, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0, vocab_size=vocab, pad_token_id=0, bos_token_id=1, eos_token_id=2, **overrides,
+        )  # fmt: skip
     elif arch == "lfm2":  # its final norm is `embedding_norm`: found by what it does, not by its name
-        config = transformers.Lfm2Config(
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=num_layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            layer_types=["conv" if i % 2 == 0 else "full_attention" for i in range(num_layers)],
-            **common,
-            **overrides,
-        )
+        layer_types = ["conv" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
+        config = transformers.Lfm2Config(**_decoder(num_layers, hidden, vocab), layer_types=layer_types, **overrides)
     else:
         cls = {
             "llama": transformers.LlamaConfig,
             "qwen2": transformers.Qwen2Config,
             "mistral": transformers.MistralConfig,
-        }[arch]
-        config = cls(
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=num_layers,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            **common,
-            **overrides,
-        )
+        }
+        config = cls[arch](**_decoder(num_layers, hidden, vocab), **overrides)
     return transformers.AutoModelForCausalLM.from_config(config)
 
 
@@ -90,11 +73,7 @@ def tiny_vlm(arch: str = "llava", num_layers: int = 4, hidden: int = 32, vocab: 
     text alone, as TRL's VLM tests do when no image is given. Token `vocab - 1` is the image token.
     """
     transformers.set_seed(seed)
-    text = dict(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=num_layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1,
-        eos_token_id=2,
-    )  # fmt: skip
+    text = _decoder(num_layers, hidden, vocab)
     vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=8)
     if arch == "llava":
         config = transformers.LlavaConfig(
