@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from ..noise import embedding_noise, embedding_sigma, parse_levels
 from ..utils import write_json
-from .loading import ModelSpec, load_model, training_report
+from .loading import ModelSpec, load_model, reference_sigma
 
 ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions, the set AlpacaEval's length control is fitted on
 ALPACA_EVAL_SIZE = 805
@@ -211,9 +211,7 @@ def run(args: GenerateArguments) -> dict[float, str]:
     args.validate()
     rows = load_instructions(args.instructions, args.max_instances)
     name = args.name or os.path.basename(os.path.normpath(args.model))
-    if args.sigma_x is None:  # the scale the model's own training used, when it recorded one
-        recorded = training_report(args.model).get("noise_sigma_x") if os.path.isdir(args.model) else None
-        args = replace(args, sigma_x=None if recorded is None else float(recorded))
+    args = replace(args, sigma_x=reference_sigma(args.sigma_x, args.model)[0])  # else measured below
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     model, tokenizer = load_model(
         ModelSpec(name, args.model, args.base_model), torch.bfloat16 if bf16 else torch.float32

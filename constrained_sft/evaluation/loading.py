@@ -32,6 +32,17 @@ def training_report(path: str) -> dict[str, Any]:
     return {}
 
 
+def reference_sigma(given: float | None, first_model: str) -> tuple[float | None, str | None]:
+    """(sigma_x, where it comes from) for a comparison: as given, else as the first model's training recorded it;
+    (None, None) when neither says, and the caller measures the first model."""
+    if given is not None:
+        return given, "--sigma_x"
+    recorded = training_report(first_model).get("noise_sigma_x")
+    if recorded is not None:
+        return float(recorded), f"noise_sigma_x in {os.path.join(first_model, REPORT)}"
+    return None, None
+
+
 def is_classifier(path: str) -> bool:
     """Whether a saved model (or adapter's base) is a sequence classifier rather than a causal LM."""
     from transformers import AutoConfig

@@ -22,11 +22,10 @@ from tqdm.auto import tqdm
 from transformers import DataCollatorWithPadding
 
 from ..config import ConstrainedConfig, ConstrainedSFTConfig
-from ..constraints.state_io import REPORT
 from ..data import DataArguments, ModelPathError, load_classification, load_train_eval
 from ..noise import embedding_noise, embedding_sigma
 from ..trainers import ConstrainedSFTTrainer, ConstrainedTrainer
-from .loading import ModelSpec, load_model, training_report
+from .loading import ModelSpec, load_model, reference_sigma, training_report
 from .metrics import LevelResult, differences, step_ratios, summarize
 from .report import write_report
 
@@ -202,17 +201,6 @@ def _train_gamma(args: RobustnessArguments, recipe: dict) -> float:
         return args.train_gamma
     value = training_report(args.models[0]).get("noise_gamma", recipe.get("noise_gamma", 0.0))
     return float(max(value) if isinstance(value, list) else value or 0.0)
-
-
-def reference_sigma(given: float | None, first_model: str) -> tuple[float | None, str | None]:
-    """(sigma_x, where it comes from) for a comparison: as given, else as the first model's training recorded it;
-    (None, None) when neither says, and the caller measures the first model."""
-    if given is not None:
-        return given, "--sigma_x"
-    recorded = training_report(first_model).get("noise_sigma_x")
-    if recorded is not None:
-        return float(recorded), f"noise_sigma_x in {os.path.join(first_model, REPORT)}"
-    return None, None
 
 
 def _layers(args: RobustnessArguments, path: str):

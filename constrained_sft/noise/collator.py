@@ -83,7 +83,7 @@ class EmbeddingNoiseCollator:
 
     Each (seed, rank, dataloader worker) draws from its own stream. The stream is not part of a checkpoint: a resumed
     run draws other levels than the uninterrupted one. The trainers' own training noise (`noise_gamma` in the
-    config) needs no collator and draws from (seed, step, rank), so it resumes exactly.
+    config) needs no collator and draws from (seed, step, micro-batch, rank), so it resumes exactly.
     """
 
     def __init__(

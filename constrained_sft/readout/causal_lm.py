@@ -123,16 +123,14 @@ class CausalLMReadout:
         """
         x = self.final_norm(hidden) if apply_norm and self.final_norm is not None else hidden
         weight, bias = self.lm_head.weight, getattr(self.lm_head, "bias", None)
-        x = x.to(weight.dtype)  # the head's precision, with or without autocast; the kernels accumulate in fp32
+        # the head's precision, with or without autocast (the kernels accumulate in fp32), on the head's device
+        x, targets = x.to(weight.device, weight.dtype), targets.to(weight.device)
         sharded = hasattr(weight, "full_tensor") or hasattr(weight, "ds_id")
-        if not sharded and self.final_logit_softcapping is None:
-            x, targets = x.to(weight.device), targets.to(weight.device)
-            if x.device.type == "cpu":
-                return linear_nll(x, weight, bias, targets, self.logit_scale)
+        if not sharded and self.final_logit_softcapping is None and x.device.type == "cpu":
+            return linear_nll(x, weight, bias, targets, self.logit_scale)
         if hasattr(weight, "full_tensor"):  # FSDP2 shards parameters as DTensors
             weight = weight.full_tensor()
             bias = bias.full_tensor() if bias is not None else None
-        x, targets = x.to(weight.device), targets.to(weight.device)
         with maybe_gather_lm_head_ctx(weight, bias):  # no-op unless DeepSpeed ZeRO-3 partitions the head
             log_probs = ChunkedLogProbFunction.apply(
                 x, weight, bias, targets, 1.0, VOCAB_CHUNK, self.final_logit_softcapping, self.logit_scale, ()
