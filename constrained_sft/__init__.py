@@ -2,11 +2,13 @@
 Constrained fine-tuning for the Hugging Face stack: every layer must reduce the loss.
 
 The package, bottom to top (a folder imports only from the floors below it; `tests/test_layout.py` checks it):
-`utils`, `config` -> `constraints` -> `readout`, `noise`, `data` -> `trainers` -> `evaluation` -> `cli`.
+`utils`, `config` -> `constraints` -> `readout`, `noise`, `data`, `models` -> `trainers` -> `evaluation` -> `sweep`
+-> `cli`.
 """
 
 from .config import ConstrainedConfig, ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
 from .constraints import DescentConstraints, DualOptimizer, Multipliers, PrimalDual
+from .models import PooledLinearConfig, PooledLinearForSequenceClassification
 from .noise import EmbeddingNoiseCollator, EmbeddingNoiseError, embedding_noise, embedding_sigma
 from .readout import CausalLMReadout, ClassifierReadout, ReadoutError
 from .trainers import ConstrainedSFTTrainer, ConstrainedTrainer
@@ -14,6 +16,8 @@ from .trainers import ConstrainedSFTTrainer, ConstrainedTrainer
 __version__ = "0.1.0"
 
 __all__ = [
+    "PooledLinearConfig",
+    "PooledLinearForSequenceClassification",
     "CausalLMReadout",
     "ClassifierReadout",
     "ConstrainedConfig",

@@ -24,10 +24,12 @@ ALLOWED = {
     "readout": {"utils", "constraints"},
     "noise": {"utils"},
     "data": {"utils"},
+    "models": {"utils"},
     "trainers": BELOW_TRAINERS,
-    "evaluation": BELOW_TRAINERS | {"data", "trainers"},
-    "cli": BELOW_TRAINERS | {"data", "trainers", "evaluation"},
-    "__init__": BELOW_TRAINERS | {"trainers"},
+    "evaluation": BELOW_TRAINERS | {"data", "models", "trainers"},
+    "sweep": BELOW_TRAINERS | {"data", "models", "trainers", "evaluation"},
+    "cli": BELOW_TRAINERS | {"data", "models", "trainers", "evaluation", "sweep"},
+    "__init__": BELOW_TRAINERS | {"models", "trainers"},
     "__main__": {"cli"},
 }
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from transformers import AutoConfig, AutoModelForSequenceClassification, DataCollatorWithPadding
+from transformers import AutoConfig, DataCollatorWithPadding
 from trl import ModelConfig, TrlParser, get_peft_config
 
 from ..config import ConstrainedConfig
@@ -21,6 +21,8 @@ from ..data import (
     load_tokenizer,
     resolve_model_path,
 )
+from ..evaluation import build_classifier
+from ..models import POOLINGS, READOUTS
 from ..trainers import ConstrainedTrainer
 from .common import train_and_report
 
@@ -34,21 +36,30 @@ class ClassifierScriptArguments(ClassificationDataArguments):
     evaluate_before_training: bool = field(
         default=False, metadata={"help": "Evaluate the held-out split before training too."}
     )
+    classifier_readout: str = field(
+        default="head",
+        metadata={
+            "help": "The shared readout psi of every layer: 'head' (the model's own pooler / classification head) or "
+            "'linear' (the paper's: one linear layer on the pooled token, saved with the model).",
+            "choices": list(READOUTS),
+        },
+    )
+    classifier_pooling: str = field(
+        default="cls",
+        metadata={
+            "help": "Pooling of the 'linear' readout: 'cls' (first token) or 'mean' (non-padding tokens).",
+            "choices": list(POOLINGS),
+        },
+    )
+
+    def __post_init__(self):
+        for name, allowed in (("classifier_readout", READOUTS), ("classifier_pooling", POOLINGS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
 
 
 def make_parser() -> TrlParser:
     return TrlParser((ClassifierScriptArguments, ModelConfig, ConstrainedConfig))
-
-
-def load_classifier(model_args: ModelConfig, path: str, config, names: list[str] | None = None):
-    """A sequence classifier; a plain encoder (`config` without a classification head) gets a new head with the
-    dataset's classes."""
-    kwargs = {"revision": model_args.model_revision, "dtype": model_args.dtype}
-    if not has_classification_head(config) and names is not None:
-        kwargs.update(
-            num_labels=len(names), id2label=dict(enumerate(names)), label2id={n: i for i, n in enumerate(names)}
-        )
-    return AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
 
 
 def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, training_args: ConstrainedConfig) -> dict:
@@ -57,7 +68,15 @@ def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, trainin
     config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
     num_labels = config.num_labels if has_classification_head(config) else None
     train_ds, eval_ds, names = load_classification(script_args, tokenizer, num_labels)
-    model = load_classifier(model_args, path, config, names)
+    model = build_classifier(
+        path,
+        config,
+        names,
+        script_args.classifier_readout,
+        script_args.classifier_pooling,
+        revision=model_args.model_revision,
+        dtype=model_args.dtype,
+    )
     peft_config = get_peft_config(model_args)
     if peft_config is not None:
         from peft import get_peft_model

@@ -14,6 +14,7 @@ import torch
 
 from ..constraints.state_io import REPORT
 from ..data.models import ModelPathError, has_classification_head, load_tokenizer, resolve_model_path
+from ..models import PooledLinearConfig, PooledLinearForSequenceClassification
 
 
 @dataclass
@@ -79,3 +80,22 @@ def load_model(spec: ModelSpec, dtype: torch.dtype, task: str = "sft"):
     if task == "sft" and is_classifier(path):
         raise ValueError(f"Model {spec.name!r} is a sequence classifier; evaluate it with `--task classification`.")
     return auto.from_pretrained(path, dtype=dtype), load_tokenizer(path)
+
+
+def build_classifier(path: str, config, names: list[str], readout: str = "head", pooling: str = "cls", **kwargs):
+    """A sequence classifier to train. `readout='head'`: the model's own head (a plain encoder, `config` without
+    one, gets a new head with the dataset's classes `names`). `readout='linear'`: the encoder under the paper's
+    shared linear readout (any pretrained head dropped; a model saved with that readout reloads as it is).
+    `kwargs` (revision, dtype) go to `from_pretrained`."""
+    from transformers import AutoModelForSequenceClassification
+
+    labels = {
+        "num_labels": len(names),
+        "id2label": dict(enumerate(names)),
+        "label2id": {n: i for i, n in enumerate(names)},
+    }
+    if readout == "linear" and not isinstance(config, PooledLinearConfig):
+        return PooledLinearForSequenceClassification.from_encoder(path, pooling=pooling, **labels, **kwargs)
+    if has_classification_head(config):
+        return AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
+    return AutoModelForSequenceClassification.from_pretrained(path, **labels, **kwargs)

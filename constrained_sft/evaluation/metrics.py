@@ -30,6 +30,7 @@ class LevelResult:
     layer_loss: dict[int, float]
     descent_share: float  # share of (sequence, layer step) pairs with f_l < f_{l-1}
     ratios: list[float] = field(repr=False)  # f_l / f_{l-1} for every (sequence, step)
+    hits: str = field(default="", repr=False)  # classifiers: '1' / '0' per held-out example, in dataset order
 
 
 def step_ratios(losses: LayerLosses) -> torch.Tensor:

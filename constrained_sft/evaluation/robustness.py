@@ -90,6 +90,7 @@ def evaluate_level(trainer, gamma: float, seed: int, mean: float = 0.0, progress
     layer_sums = torch.zeros(len(spec.layers), dtype=torch.float64)
     tokens = 0.0
     ratios: list[torch.Tensor] = []
+    hits: list[torch.Tensor] = []
     generator = torch.Generator(device=device).manual_seed(seed)
     with embedding_noise(trainer.model, gamma=gamma, mean=mean, generator=generator, sigma=trainer.noise_sigma):
         for batch in trainer.get_eval_dataloader():
@@ -98,6 +99,8 @@ def evaluate_level(trainer, gamma: float, seed: int, mean: float = 0.0, progress
             layer_sums += score.layers.sums.detach().double().cpu()
             tokens += score.layers.num_tokens.item()
             ratios.append(step_ratios(score.layers).cpu())
+            if score.hits is not None:
+                hits.append(score.hits)
             if progress is not None:
                 progress()
     if count == 0:
@@ -111,6 +114,7 @@ def evaluate_level(trainer, gamma: float, seed: int, mean: float = 0.0, progress
         layer_loss={layer: (s / tokens).item() for layer, s in zip(spec.layers, layer_sums, strict=True)},
         descent_share=ratio.lt(1).double().mean().item() if ratio.numel() else math.nan,
         ratios=ratio.tolist(),
+        hits="".join("1" if h else "0" for h in torch.cat(hits).tolist()) if hits else "",
     )
 
 
@@ -289,6 +293,8 @@ def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None
                 "layers": list(trainer.primal_dual.spec.layers),
                 "summary": summarize(levels, train_gamma),
             }
+            if classification:  # per example, for paired comparisons: {gamma: [one '0'/'1' string per seed]}
+                results["models"][name]["hits"] = {str(lv[0].gamma): [r.hits for r in lv] for lv in levels}
             del trainer, model
     if len(names) == 2:
         a, b = (results["models"][n]["summary"] for n in names)

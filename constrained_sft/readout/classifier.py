@@ -18,14 +18,17 @@ class ClassifierReadout:
     psi(h) = the path the model takes from its last hidden states `[B, T, D]` to its logits `[B, C]`, so that
     psi(h_L) is exactly the model's output: BERT / MiniLM: pooler (dense + tanh on [CLS]) -> dropout -> classifier;
     DistilBERT: [CLS] -> pre_classifier -> ReLU -> dropout -> classifier; RoBERTa / XLM-R / ELECTRA: their
-    classification head on <s>. For another architecture pass `readout=ClassifierReadout(head=fn, name=...)`.
+    classification head on <s>; a model with its own `readout(hidden, attention_mask)` method (the paper's shared
+    linear readout, `PooledLinearForSequenceClassification`): that method. For another architecture pass
+    `readout=ClassifierReadout(head=fn, name=...)`; `takes_mask=True` when fn also takes the attention mask `[B, T]`.
     """
 
-    head: Callable[[torch.Tensor], torch.Tensor]
+    head: Callable[..., torch.Tensor]
     name: str = "custom"
+    takes_mask: bool = False
 
-    def __call__(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.head(hidden)
+    def __call__(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return self.head(hidden, attention_mask) if self.takes_mask else self.head(hidden)
 
     @classmethod
     def from_model(cls, model: nn.Module) -> ClassifierReadout:
@@ -33,6 +36,8 @@ class ClassifierReadout:
         name = type(base).__name__
         classifier = getattr(base, "classifier", None)
         dropout = getattr(base, "dropout", None)
+        if callable(getattr(base, "readout", None)):
+            return cls(base.readout, f"shared readout of {name}", takes_mask=True)
         if isinstance(getattr(base, "pre_classifier", None), nn.Module) and isinstance(classifier, nn.Module):
 
             def distilbert(h: torch.Tensor) -> torch.Tensor:

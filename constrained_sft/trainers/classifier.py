@@ -68,7 +68,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
                 num_items_in_batch=num_items_in_batch,
             )
         if labels is not None:
-            losses = self._layer_losses(outputs, labels)
+            losses = self._layer_losses(outputs, labels, inputs.get("attention_mask"))
             loss = self._add_constraints(loss, losses, num_items_in_batch)
             correct = torch.stack([(outputs.logits.argmax(-1) == labels).sum(), labels.new_tensor(labels.numel())])
             mode = "train" if self.model.training else "eval"
@@ -78,7 +78,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         outputs = SequenceClassifierOutput(loss=outputs.loss, logits=outputs.logits)  # hidden states stay in the step
         return (loss, outputs) if return_outputs else loss
 
-    def _layer_losses(self, outputs, labels: torch.Tensor) -> LayerLosses:
+    def _layer_losses(self, outputs, labels: torch.Tensor, mask: torch.Tensor | None) -> LayerLosses:
         """Per-example cross-entropy of every constrained layer: sums `[n]`, per-example `[n, B]`."""
         hidden = outputs.hidden_states
         if hidden is None or len(hidden) != self.num_layers + 1:
@@ -87,11 +87,11 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
                 f"{None if hidden is None else len(hidden)}."
             )
         if not self._verified and not self.model.training:
-            self._verify(hidden[-1], outputs.logits)
+            self._verify(hidden[-1], outputs.logits, mask)
         grad = self._constraints_active()
         with nullcontext() if grad else torch.no_grad():
             logits = [
-                outputs.logits if layer == self.num_layers else self.readout(hidden[layer])
+                outputs.logits if layer == self.num_layers else self.readout(hidden[layer], mask)
                 for layer in self.primal_dual.spec.layers
             ]
             nll = torch.stack([F.cross_entropy(x.float(), labels, reduction="none") for x in logits])  # [n, B]
@@ -104,9 +104,9 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         )
 
     @torch.no_grad()
-    def _verify(self, last_hidden: torch.Tensor, logits: torch.Tensor) -> None:
+    def _verify(self, last_hidden: torch.Tensor, logits: torch.Tensor, mask: torch.Tensor | None) -> None:
         """Once, without dropout: the readout of the last layer must reproduce the model's own logits."""
-        ours = self.readout(last_hidden)
+        ours = self.readout(last_hidden, mask)
         if not torch.allclose(ours.float(), logits.float(), rtol=1e-4, atol=1e-4):
             raise ReadoutError(
                 f"The readout of the last layer does not reproduce the model's logits (max difference "
@@ -123,11 +123,13 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         labels = inputs["labels"]
         with self.compute_loss_context_manager():
             out = self.model(**inputs, output_hidden_states=True)
+        hits = out.logits.argmax(-1) == labels
         return BatchScore(
-            correct=(out.logits.argmax(-1) == labels).sum().item(),
+            correct=hits.sum().item(),
             count=labels.numel(),
             nll=F.cross_entropy(out.logits.float(), labels, reduction="sum").item(),
-            layers=self._layer_losses(out, labels),
+            layers=self._layer_losses(out, labels, inputs.get("attention_mask")),
+            hits=hits.cpu(),
         )
 
     def _reset_eval_statistics(self) -> None:

@@ -35,6 +35,7 @@ class BatchScore:
     count: float  # supervised tokens (or examples)
     nll: float  # summed final-layer NLL
     layers: LayerLosses
+    hits: torch.Tensor | None = None  # [B] bool, per example (classifiers only): the paired-bootstrap input
 
 
 def constrained_args(args: Any, config_class: type, trainer: str) -> Any:

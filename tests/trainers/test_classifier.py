@@ -197,7 +197,8 @@ def classifier_dir(tmp_path):
     return str(path), str(tmp_path / "reviews.csv")
 
 
-def test_cli_trains_a_classifier_and_eval_robustness_reads_it(tmp_path, classifier_dir, capsys):
+@pytest.mark.parametrize("readout", ["head", "linear"])
+def test_cli_trains_a_classifier_and_eval_robustness_reads_it(tmp_path, classifier_dir, capsys, readout):
     from constrained_sft.cli import main as cli
 
     model, data = classifier_dir
@@ -228,11 +229,17 @@ def test_cli_trains_a_classifier_and_eval_robustness_reads_it(tmp_path, classifi
                 "0.5",
                 "--evaluate_before_training",
                 "true",
+                "--classifier_readout",
+                readout,
             ]
         )
         == 0
     )
     assert "accuracy" in capsys.readouterr().out and (out / "constraints.json").exists()
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["architectures"] == [
+        "PooledLinearForSequenceClassification" if readout == "linear" else "BertForSequenceClassification"
+    ]
     report = tmp_path / "report"
     assert (
         cli(
@@ -265,6 +272,11 @@ def test_cli_trains_a_classifier_and_eval_robustness_reads_it(tmp_path, classifi
     levels = results["models"]["trained"]["summary"]["levels"]
     assert [r["gamma"] for r in levels] == [0.0, 0.5, 1.0] and set(levels[0]["layer_loss"]) == {"1", "2", "3", "4"}
     assert 0 <= levels[0]["accuracy_mean"] <= 1 and "auc" in results["differences"]
+    hits = results["models"]["trained"]["hits"]  # per example, one string per noise seed, for paired comparisons
+    assert list(hits) == ["0.0", "0.5", "1.0"] and len(hits["0.5"]) == 2 and len(hits["0.5"][0]) == 12
+    assert hits["0.0"][0].count("1") / 12 == pytest.approx(
+        results["models"]["trained"]["summary"]["levels"][0]["accuracy_mean"]
+    )
 
 
 def test_predict_between_two_evaluations_changes_nothing(tmp_path):
