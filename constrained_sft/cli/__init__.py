@@ -19,6 +19,8 @@ commands:
   eval robustness    accuracy vs embedding noise, layer curves and descent statistics, with a report
   eval generate      answers to instructions (AlpacaEval or a local file) with embedding noise, alpaca_eval format
   eval alpaca        head-to-head AlpacaEval judging of two generators' answers at each noise level
+  sweep              Optuna search of a classification recipe on a validation split; --baseline erm compares the
+                     best constrained and ERM configurations on the test split with confidence intervals
 
 Run `constrained-sft <command> --help` for the options of a command."""
 
@@ -42,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise ValueError(f"`task` must be 'sft' or 'classification', got {task!r}.")
         return train(rest)
+    if command == "sweep":
+        from .sweep import main as sweep
+
+        return sweep(rest)
     if command == "eval" and rest and rest[0] == "robustness":
         from .eval_robustness import main as robustness
 

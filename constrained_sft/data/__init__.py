@@ -8,7 +8,7 @@ May import: `constrained_sft.utils` only. Trainers never need it; `evaluation` a
 """
 
 from .chat import DataArguments, DataError, load_train_eval
-from .classification import ClassificationDataArguments, load_classification
+from .classification import ClassificationDataArguments, load_classification, load_train_validation
 from .models import ModelPathError, has_classification_head, load_tokenizer, resolve_model_path
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "ModelPathError",
     "has_classification_head",
     "load_classification",
+    "load_train_validation",
     "load_tokenizer",
     "load_train_eval",
     "resolve_model_path",

@@ -178,7 +178,27 @@ def load_classification(args: ClassificationDataArguments, tokenizer, num_labels
         size = int(args.eval_size) if args.eval_size >= 1 else args.eval_size
         parts = train.train_test_split(test_size=size, seed=args.dataset_seed)
         train, held_out = parts["train"], parts["test"]
-    for split, ds in (("train", train), ("held-out", held_out)):
+    return _prepared(args, tokenizer, num_labels, train, held_out, "held-out")
+
+
+def load_train_validation(args: ClassificationDataArguments, tokenizer, num_labels: int | None, size: float):
+    """(train, validation, class names) for model selection: `size` rows (a fraction in (0, 1) or a count) carved
+    off the training split with `dataset_seed`. No other split of the source is touched: a sweep never sees the
+    test split."""
+    source = load_source(args)
+    if args.dataset_train_split not in source:
+        raise DataError(
+            f"Split {args.dataset_train_split!r} not found in {args.dataset_name!r}; it has {list(source)}."
+        )
+    parts = source[args.dataset_train_split].train_test_split(
+        test_size=int(size) if size >= 1 else size, seed=args.dataset_seed
+    )
+    return _prepared(args, tokenizer, num_labels, parts["train"], parts["test"], "validation")
+
+
+def _prepared(args, tokenizer, num_labels, train: Dataset, held_out: Dataset, held_out_name: str):
+    """Columns checked, classes matched to the head, rows subsampled (`max_*_samples`), both splits tokenized."""
+    for split, ds in (("train", train), (held_out_name, held_out)):
         if args.label_column not in ds.column_names:
             raise DataError(f"The {split} split has no column ['{args.label_column}']; it has {ds.column_names}.")
     names = label_names([train, held_out], args.label_column)
@@ -193,6 +213,6 @@ def load_classification(args: ClassificationDataArguments, tokenizer, num_labels
         held_out = held_out.shuffle(seed=args.dataset_seed).select(range(args.max_eval_samples))
     return (
         prepare(train, args, names, tokenizer, "train"),
-        prepare(held_out, args, names, tokenizer, "held-out"),
+        prepare(held_out, args, names, tokenizer, held_out_name),
         names,
     )

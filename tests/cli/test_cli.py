@@ -16,7 +16,9 @@ from constrained_sft.data import DataError, ModelPathError
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RECIPES = sorted(glob.glob(os.path.join(ROOT, "recipes", "**", "*.yaml"), recursive=True))
+ALL_YAML = sorted(glob.glob(os.path.join(ROOT, "recipes", "**", "*.yaml"), recursive=True))
+SPACES = [p for p in ALL_YAML if os.path.basename(p) == "sweep.yaml"]  # search spaces beside their recipes
+RECIPES = [p for p in ALL_YAML if p not in SPACES]
 ACCELERATE_CONFIGS = sorted(glob.glob(os.path.join(ROOT, "accelerate_configs", "*.yaml")))
 
 
@@ -202,6 +204,18 @@ def test_every_recipe_parses_and_starts_with_its_command(recipe):
     parser = classifier_parser() if recipe_task(["--config", recipe]) == "classification" else make_parser()
     script, model, training = parser.parse_args_and_config(["--config", recipe, *overrides])
     assert script.dataset_name and model.model_name_or_path and training.output_dir
+
+
+@pytest.mark.parametrize("space", SPACES, ids=lambda p: os.path.relpath(p, ROOT))
+def test_every_search_space_loads_and_starts_with_its_command(space):
+    from constrained_sft.sweep import load_space
+
+    first = Path(space).read_text().splitlines()[0]
+    assert first.startswith("# constrained-sft sweep --config ") and os.path.exists(
+        os.path.join(ROOT, first.split("--config ")[1].split()[0])
+    ), first
+    spaces = load_space(space)
+    assert set(spaces) == {"constrained", "erm"} and "dual_lr" in spaces["constrained"].names
 
 
 def test_recipe_twins_differ_only_in_constraints():

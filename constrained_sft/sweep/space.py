@@ -1,0 +1,108 @@
+"""
+The search space of a sweep, read from a small YAML file with one section per arm:
+
+    constrained:                                  # the constrained arms (one per readout)
+      dual_lr: {low: 0.01, high: 2.0, log: true}  # a float range, log-uniform
+      descent_alpha: {low: 0.0, high: 0.2}        # uniform
+      seed: {choices: [0, 1, 2, 3, 4]}            # categorical
+      num_train_epochs: {low: 1, high: 3, int: true}
+    erm:                                          # the ERM baseline: its own knobs only
+      learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}
+      seed: {choices: [0, 1, 2, 3, 4]}
+
+Every name is a field of `ConstrainedConfig`; an ERM section may not search constraint or dual fields (ERM has
+none to tune).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import ConstrainedConfig, ConstraintArguments
+
+SECTIONS = ("constrained", "erm")
+KEYS = ("low", "high", "log", "int", "choices")
+DEFAULT_ERM = {"learning_rate": {"low": 1.0e-5, "high": 1.0e-4, "log": True}, "seed": {"choices": [0, 1, 2, 3, 4]}}
+
+
+class SearchSpaceError(ValueError):
+    """A search-space file or entry that cannot be searched; the message names the entry and what is allowed."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    int: bool = False
+    choices: tuple | None = None
+
+    def suggest(self, trial) -> Any:
+        if self.choices is not None:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if self.int:
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
+        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
+
+
+def _param(section: str, name: str, spec: Any) -> Param:
+    where = f"search space `{section}.{name}`"
+    if name not in {f.name for f in dataclasses.fields(ConstrainedConfig)}:
+        raise SearchSpaceError(f"{where}: not a field of ConstrainedConfig (e.g. dual_lr, descent_alpha, seed).")
+    if section == "erm" and name in {f.name for f in dataclasses.fields(ConstraintArguments)}:
+        raise SearchSpaceError(f"{where}: ERM has no constraints; search it only in the `constrained` section.")
+    if not isinstance(spec, dict) or set(spec) - set(KEYS):
+        raise SearchSpaceError(f"{where}: a mapping with keys {list(KEYS)}, got {spec!r}.")
+    if "choices" in spec:
+        if set(spec) != {"choices"} or not isinstance(spec["choices"], list) or not spec["choices"]:
+            raise SearchSpaceError(f"{where}: `choices` must be a non-empty list and stand alone, got {spec!r}.")
+        return Param(name, choices=tuple(spec["choices"]))
+    try:
+        low, high = float(spec["low"]), float(spec["high"])
+    except (KeyError, TypeError, ValueError):
+        raise SearchSpaceError(f"{where}: needs numeric `low` and `high` (or `choices`), got {spec!r}.") from None
+    log, is_int = bool(spec.get("log", False)), bool(spec.get("int", False))
+    if not low < high:
+        raise SearchSpaceError(f"{where}: `low` must be < `high`, got {low} and {high}.")
+    if log and low <= 0:
+        raise SearchSpaceError(f"{where}: a log-scale range needs `low` > 0, got {low}.")
+    return Param(name, low, high, log, is_int)
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    params: tuple[Param, ...]
+
+    def suggest(self, trial) -> dict[str, Any]:
+        return {p.name: p.suggest(trial) for p in self.params}
+
+    @property
+    def names(self) -> list[str]:
+        return [p.name for p in self.params]
+
+
+def parse_space(raw: Any, source: str = "search space") -> dict[str, SearchSpace]:
+    """{'constrained': SearchSpace, 'erm': SearchSpace} from the YAML mapping; ERM defaults to `DEFAULT_ERM`."""
+    if not isinstance(raw, dict) or not raw or set(raw) - set(SECTIONS):
+        raise SearchSpaceError(f"{source}: a mapping with sections {list(SECTIONS)}, got {raw!r:.200}.")
+    out = {}
+    for section in SECTIONS:
+        entries = raw.get(section, DEFAULT_ERM if section == "erm" else None)
+        if not isinstance(entries, dict) or not entries:
+            raise SearchSpaceError(f"{source}: section `{section}` must map field names to ranges, got {entries!r}.")
+        out[section] = SearchSpace(tuple(_param(section, k, v) for k, v in entries.items()))
+    return out
+
+
+def load_space(path: str) -> dict[str, SearchSpace]:
+    import yaml
+
+    try:
+        with open(path) as f:
+            raw = yaml.safe_load(f)
+    except OSError as e:
+        raise SearchSpaceError(f"`--space` {path!r} cannot be read: {e.strerror}.") from None
+    return parse_space(raw, f"search space {path}")

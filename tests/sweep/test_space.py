@@ -1,0 +1,60 @@
+"""Search-space files: what is accepted, what is refused and how, and what a trial gets."""
+
+import optuna
+import pytest
+
+from constrained_sft.sweep import SearchSpaceError, parse_space
+from constrained_sft.sweep.space import DEFAULT_ERM
+
+GOOD = {
+    "constrained": {
+        "dual_lr": {"low": 0.01, "high": 1.0, "log": True},
+        "descent_alpha": {"low": 0.0, "high": 0.2},
+        "num_train_epochs": {"low": 1, "high": 3, "int": True},
+        "seed": {"choices": [0, 1, 2]},
+    }
+}
+
+
+def test_parses_and_suggests_within_the_ranges():
+    spaces = parse_space(GOOD)
+    assert spaces["erm"].names == list(DEFAULT_ERM)  # ERM gets its own knobs by default
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
+    for _ in range(5):
+        params = spaces["constrained"].suggest(study.ask())
+        assert 0.01 <= params["dual_lr"] <= 1.0 and 0 <= params["descent_alpha"] <= 0.2
+        assert params["num_train_epochs"] in (1, 2, 3) and params["seed"] in (0, 1, 2)
+    dist = study.trials[0].distributions
+    assert dist["dual_lr"].log and not dist["descent_alpha"].log
+
+
+@pytest.mark.parametrize(
+    "raw, match",
+    [
+        (
+            {"constrained": {"dual_learning_rate": {"low": 0, "high": 1}}},
+            r"constrained\.dual_learning_rate`: not a field",
+        ),
+        (
+            {"constrained": {"dual_lr": {"low": 0.0, "high": 1.0, "log": True}}},
+            r"dual_lr`: a log-scale range needs `low` > 0",
+        ),
+        ({"constrained": {"dual_lr": {"low": 1.0, "high": 0.5}}}, r"`low` must be < `high`"),
+        ({"constrained": {"dual_lr": {"low": 0.1}}}, r"needs numeric `low` and `high`"),
+        (
+            {"constrained": {"dual_lr": {"low": 0.1, "high": 1, "step": 2}}},
+            r"keys \['low', 'high', 'log', 'int', 'choices'\]",
+        ),
+        ({"constrained": {"seed": {"choices": []}}}, r"seed`: `choices` must be a non-empty list"),
+        (
+            {"constrained": GOOD["constrained"], "erm": {"dual_lr": {"low": 0.1, "high": 1}}},
+            r"erm\.dual_lr`: ERM has no constraints",
+        ),
+        ({"constraint": {}}, r"sections \['constrained', 'erm'\]"),
+        ({"erm": {"seed": {"choices": [0]}}}, r"section `constrained` must map field names"),
+        ([1, 2], r"sections"),
+    ],
+)
+def test_refuses_with_the_entry_and_the_allowed_values(raw, match):
+    with pytest.raises(SearchSpaceError, match=match):
+        parse_space(raw)

@@ -1,0 +1,168 @@
+"""`constrained-sft sweep` on a tiny encoder: trials on a validation split only, resume after SIGKILL, the
+comparison with intervals, and refused settings."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import optuna
+import pytest
+import transformers
+from datasets import Dataset, DatasetDict
+
+from constrained_sft.testing import tiny_tokenizer
+
+SPACE = """constrained:
+  dual_lr: {low: 0.01, high: 1.0, log: true}
+  descent_alpha: {low: 0.0, high: 0.2}
+erm:
+  learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}
+"""
+
+
+def rows(n, offset):
+    """Label 1 iff the text ends in s3; texts are unique per index, so train and test never share one."""
+    return [
+        {"text": " ".join(f"s{(i * 7 + j) % 24}" for j in range(5)) + f" s{i % 7 + 10}" + (" s3" if i % 2 else " s5"),
+         "label": ["neg", "pos"][i % 2]}
+        for i in range(offset, offset + n)
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    transformers.set_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=0,
+    )  # fmt: skip
+    transformers.BertModel(config).save_pretrained(root / "encoder")
+    tiny_tokenizer().save_pretrained(root / "encoder")
+    (root / "data").mkdir()
+    Dataset.from_list(rows(64, 0)).to_csv(root / "data" / "train.csv")
+    Dataset.from_list(rows(24, 1000)).to_csv(root / "data" / "test.csv")
+    (root / "space.yaml").write_text(SPACE)
+    return root
+
+
+def argv(root, out, *extra):
+    return [
+        "sweep", "--task", "classification", "--model_name_or_path", str(root / "encoder"),
+        "--dataset_name", str(root / "data"), "--max_seq_length", "16", "--output_dir", str(out),
+        "--max_steps", "4", "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", "--use_cpu", "true",
+        "--report_to", "none", "--noise_gamma", "0.5", "--space", str(root / "space.yaml"), "--validation_size", "16",
+        "--eval_batch_size", "16", "--logging_steps", "2", *extra,
+    ]  # fmt: skip
+
+
+def finished(storage, name):
+    study = optuna.load_study(study_name=name, storage=storage)
+    return [t for t in study.get_trials() if t.state.name in ("COMPLETE", "PRUNED")]
+
+
+def test_search_never_reads_the_test_split_then_compare_gives_intervals(assets, tmp_path, monkeypatch):
+    from constrained_sft.cli import main as cli
+    from constrained_sft.data import classification
+
+    real = classification.load_source
+    seen = []
+
+    class Guarded(DatasetDict):
+        def __getitem__(self, split):
+            seen.append(split)
+            if split == "test":
+                raise AssertionError("the sweep read the test split")
+            return super().__getitem__(split)
+
+    monkeypatch.setattr(classification, "load_source", lambda args: Guarded(real(args)))
+    out = tmp_path / "run"
+    common = argv(
+        assets, out, "--n_trials", "2", "--baseline", "erm", "--final_seeds", "2", "--bootstrap_samples", "200"
+    )
+    assert cli([*common, "--stage", "search"]) == 0
+    assert seen and "test" not in seen
+    sweep = tmp_path / "run-sweep"
+    study = optuna.load_study(study_name="run-sweep-constrained-head", storage=f"sqlite:///{sweep / 'study.db'}")
+    trial = study.trials[0]
+    assert {"dual_lr", "descent_alpha"} == set(trial.params) and trial.user_attrs["auc"] >= 0
+    assert (
+        "learning_rate" in optuna.load_study(study_name="run-sweep-erm-head", storage=study._storage).trials[0].params
+    )
+    assert (sweep / "trials-constrained-head.csv").exists() and (sweep / "history-constrained-head.png").exists()
+
+    monkeypatch.setattr(classification, "load_source", real)
+    assert cli([*common, "--stage", "compare"]) == 0  # the studies are complete: retrain, test, compare
+    import json
+
+    result = json.loads((sweep / "comparison.json").read_text())
+    pair = result["comparison"]["constrained-head - erm-head"]
+    auc = pair["auc"]["difference"]
+    assert auc["low"] <= auc["estimate"] <= auc["high"] and auc["verdict"] in ("better", "same", "worse")
+    assert set(pair) >= {"id_accuracy", "ood_accuracy", "auc", "accuracy@0", "accuracy@2", "descent_share"}
+    test = json.loads((sweep / "test" / "results.json").read_text())
+    assert test["settings"]["held_out_rows"] == 24 and len(test["models"]) == 4  # 2 arms x 2 seeds, on test.csv
+    assert all(len(h[0]) == 24 for h in test["models"]["erm-head/seed1"]["hits"].values())
+    report = (sweep / "report.md").read_text()
+    assert "## Test split" in report and "| constrained-head - erm-head | auc |" in report
+
+
+def test_three_trials_resume_after_sigkill(assets, tmp_path):
+    out = tmp_path / "killed"
+    storage = f"sqlite:///{tmp_path / 'killed-sweep' / 'study.db'}"
+    cmd = [sys.executable, "-m", "constrained_sft", *argv(assets, out, "--n_trials", "3", "--stage", "search")]
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            try:
+                if finished(storage, "killed-sweep-constrained-head"):
+                    break
+            except (KeyError, Exception):  # the study or its tables do not exist yet
+                continue
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    first = finished(storage, "killed-sweep-constrained-head")
+    assert 1 <= len(first) < 3
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    after = finished(storage, "killed-sweep-constrained-head")
+    assert len(after) == 3
+    kept = {t.number: (t.params, t.value) for t in after}
+    assert all(kept[t.number] == (t.params, t.value) for t in first)  # finished trials survive the kill unchanged
+
+
+@pytest.mark.parametrize(
+    "extra, match",
+    [
+        (["--objective", "accuracy"], r"--objective: invalid choice: 'accuracy' \(choose from 'auc', 'ood', 'id_with"),
+        (["--readouts", "pooler"], r"`readouts` must be among \['head', 'linear'\]"),
+        (
+            ["--classifier_readout", "pooler"],
+            r"--classifier_readout/--classifier-readout: invalid choice: 'pooler' \(choose from 'head', 'linear'\)",
+        ),
+        (["--n_trials", "0"], r"`n_trials` must be >= 1"),
+        (["--validation_size", "0"], r"`validation_size` must be a fraction"),
+        (["--gammas", "0.5"], r"`gammas` must be >= 2 levels"),
+        (["--stage", "compare"], r"pass `--baseline erm`"),
+        (["--constraints", "none", "--stage", "search"], r"sweep the constrained recipe"),
+    ],
+)
+def test_refused_settings_name_the_field_and_write_nothing(assets, tmp_path, capsys, extra, match):
+    """Choices are refused by the parser (exit 2, one usage line), bounds by `SweepArguments.validate`."""
+    import re
+
+    from constrained_sft.cli import main as cli
+
+    with pytest.raises((ValueError, SystemExit)) as refused:
+        cli(argv(assets, tmp_path / "bad", *extra))
+    message = str(refused.value) if refused.type is ValueError else capsys.readouterr().err
+    assert re.search(match, message), message
+    assert not (tmp_path / "bad-sweep").exists()
