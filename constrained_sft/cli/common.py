@@ -65,9 +65,10 @@ def summary_table(trainer, before: dict, after: dict, accuracy_key: str = "mean_
 
 
 def recipe_task(argv: list[str]) -> str:
-    """`task` from the command line, else from the `--config` YAML, else 'sft'."""
+    """`task` from the command line (the last one given, as the parser reads it), else from the `--config` YAML,
+    else 'sft'."""
     if "--task" in argv:
-        return argv[argv.index("--task") + 1]
+        return argv[len(argv) - argv[::-1].index("--task")]
     if "--config" in argv:
         import yaml
 

@@ -15,10 +15,17 @@ from trl import ModelConfig, TrlParser
 from ..config import ConstrainedConfig
 from ..sweep import SweepArguments, run
 from ..sweep.compare import table
+from .common import recipe_task
 from .train_classifier import ClassifierScriptArguments
 
 
 def main(argv: list[str] | None = None) -> int:
+    task = recipe_task(list(argv or []))
+    if task != "classification":
+        raise ValueError(
+            f"`constrained-sft sweep` searches classification recipes (`task: classification`); this one has task "
+            f"{task!r}. Sweeping SFT recipes is not supported yet."
+        )
     parser = TrlParser((SweepArguments, ClassifierScriptArguments, ModelConfig, ConstrainedConfig))
     settings, script_args, model_args, training_args = parser.parse_args_and_config(argv)
     out = run(settings, script_args, model_args, training_args)

@@ -77,16 +77,16 @@ def compare_arms(
     return out
 
 
-def evaluate_finals(arms: list[str], seeds: int, settings, data_args) -> dict[str, Any]:
+def evaluate_finals(arms: list[str], settings, train_gamma: float, data_args) -> dict[str, Any]:
     """`eval robustness` on the test split over every retrained model; results keyed '<arm>/seed<s>'."""
-    runs = [(arm, s) for arm in arms for s in range(seeds)]
+    runs = [(arm, s) for arm in arms for s in range(settings.final_seeds)]
     args = RobustnessArguments(
         task="classification",
         models=[seed_dir(settings.sweep_dir, arm, s) for arm, s in runs],
         names=[f"{arm}/seed{s}" for arm, s in runs],
         output_dir=os.path.join(settings.sweep_dir, "test"),
         gammas=settings.gammas,
-        train_gamma=settings.train_gamma,
+        train_gamma=train_gamma,
         seeds=1,
         batch_size=settings.eval_batch_size,
         curve_gammas=[settings.gammas[0], settings.gammas[-1]],

@@ -131,7 +131,6 @@ def run(settings: SweepArguments, script_args, model_args, training_args) -> dic
     noise = training_args.noise_gamma
     train_gamma = float(max(noise) if isinstance(noise, list) else noise or 0.0)
     settings.gammas = sorted(settings.gammas or [round(k * (train_gamma or 0.5), 6) for k in range(5)])
-    settings.train_gamma = train_gamma
     objective = Objective(settings.objective, settings.gammas, train_gamma, settings.ood_floor)
 
     path = resolve_model_path(model_args.model_name_or_path)
@@ -142,7 +141,6 @@ def run(settings: SweepArguments, script_args, model_args, training_args) -> dic
     base = dataclasses.replace(training_args, per_device_eval_batch_size=settings.eval_batch_size)
     arms = arms_of(settings, script_args.classifier_readout)
     pooling = script_args.classifier_pooling
-    settings.classifier_pooling = pooling
 
     studies = {
         arm.name: open_study(f"{name}-{arm.name}", storage, settings.sampler_seed, settings.pruner) for arm in arms
@@ -153,7 +151,9 @@ def run(settings: SweepArguments, script_args, model_args, training_args) -> dic
             search(
                 studies[arm.name],
                 settings.n_trials,
-                lambda trial, arm=arm, space=space: run_trial(trial, data, arm, space, base, objective, settings),
+                lambda trial, arm=arm, space=space: run_trial(
+                    trial, data, arm, space, base, objective, settings, pooling
+                ),
                 desc=f"sweep {arm.name}",
             )
     out: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "storage": storage}, "arms": {}}
@@ -162,7 +162,7 @@ def run(settings: SweepArguments, script_args, model_args, training_args) -> dic
     if settings.stage in ("compare", "all"):
         for arm in arms:
             retrain(arm, best_params(studies[arm.name]), settings, data, base, pooling)
-        results = compare.evaluate_finals([a.name for a in arms], settings.final_seeds, settings, script_args)
+        results = compare.evaluate_finals([a.name for a in arms], settings, train_gamma, script_args)
         pairs = [(f"constrained-{r}", f"erm-{r}") for r in settings.readouts or [script_args.classifier_readout]]
         out["comparison"] = compare.compare_arms(results, pairs, settings.final_seeds, settings.bootstrap_samples)
         out["test_report"] = results["files"]

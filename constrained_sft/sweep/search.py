@@ -117,7 +117,10 @@ def train_model(data, arm: Arm, args, pooling: str, callbacks=()) -> Constrained
     return trainer
 
 
-def run_trial(trial, data, arm: Arm, space: SearchSpace, base_args, objective: Objective, settings) -> float:
+def run_trial(
+    trial, data, arm: Arm, space: SearchSpace, base_args, objective: Objective, settings, pooling: str
+) -> float:
+    """One trial: the arm trained with the sampled values, scored on the validation split (pruned on the way)."""
     import optuna
 
     params = space.suggest(trial)
@@ -125,7 +128,7 @@ def run_trial(trial, data, arm: Arm, space: SearchSpace, base_args, objective: O
     steps_total = _total_steps(args, len(data.train))
     every = max(1, math.ceil(steps_total / settings.evaluations_per_trial))
     report = _Report(trial, objective, set(range(every, steps_total, every)))
-    trainer = train_model(data, arm, args, settings.classifier_pooling, [report])
+    trainer = train_model(data, arm, args, pooling, [report])
     trainer.train()
     if report.pruned:
         raise optuna.TrialPruned(f"pruned at step {trainer.state.global_step}")
