@@ -14,6 +14,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from sqlalchemy.engine import make_url
 from transformers import AutoConfig
 
 from ..data import load_tokenizer, load_train_validation, resolve_model_path
@@ -156,7 +157,8 @@ def run(settings: SweepArguments, script_args, model_args, training_args) -> dic
                 ),
                 desc=f"sweep {arm.name}",
             )
-    out: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "storage": storage}, "arms": {}}
+    shown = make_url(storage).render_as_string(hide_password=True)  # reports never carry a database password
+    out: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "storage": shown}, "arms": {}}
     for arm in arms:
         out["arms"][arm.name] = trials_summary(studies[arm.name], arm, settings.sweep_dir)
     if settings.stage in ("compare", "all"):
