@@ -108,6 +108,17 @@ def test_search_never_reads_the_test_split_then_compare_gives_intervals(assets, 
     report = (sweep / "report.md").read_text()
     assert "## Test split" in report and "| constrained-head - erm-head | auc |" in report
 
+    # run again: the saved models and the test evaluation are reused, nothing is trained or evaluated twice
+    from constrained_sft.sweep import compare, search
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the comparison trained or evaluated again")
+
+    monkeypatch.setattr(compare, "robustness", refuse)
+    monkeypatch.setattr(search.ConstrainedTrainer, "train", refuse)
+    assert cli([*common, "--stage", "compare"]) == 0
+    assert json.loads((sweep / "comparison.json").read_text())["comparison"] == result["comparison"]
+
 
 def test_three_trials_resume_after_sigkill(assets, tmp_path):
     out = tmp_path / "killed"
