@@ -28,7 +28,7 @@ def test_statistics_average_to_the_reported_numbers():
     assert stats["id_accuracy"].mean() == pytest.approx(np.mean(accs[:2]))
     assert stats["ood_accuracy"].mean() == pytest.approx(np.mean(accs[2:]))
     assert stats["accuracy@1"].mean() == 0.5
-    assert stats["drop 0->2"].mean() == pytest.approx(0.75)  # accuracy lost from clean inputs to the largest gamma
+    assert stats["change 0->2"].mean() == pytest.approx(-0.75)  # accuracy lost from clean inputs to the largest gamma
 
 
 def test_pairs_get_differences_with_intervals_and_a_table():
