@@ -113,6 +113,21 @@ class SweepData:
     dtype: Any
 
 
+def training_gamma(training_args) -> float:
+    """The training noise level, the ID / OOD boundary (the top of a gamma range)."""
+    noise = training_args.noise_gamma
+    return float(max(noise) if isinstance(noise, list) else noise or 0.0)
+
+
+def sweep_data(settings: SweepArguments, script_args, model_args) -> SweepData:
+    """The model source and the tokenized train / validation splits (the test split untouched)."""
+    path = resolve_model_path(model_args.model_name_or_path)
+    config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
+    tokenizer = load_tokenizer(path, model_args.model_revision)
+    train, validation, names = load_train_validation(script_args, tokenizer, None, settings.validation_size)
+    return SweepData(path, config, tokenizer, names, train, validation, model_args.dtype)
+
+
 def arms_of(settings: SweepArguments, recipe_readout: str) -> list[Arm]:
     readouts = settings.readouts or [recipe_readout]
     arms = [Arm(f"constrained-{r}", r, True) for r in readouts]
@@ -129,16 +144,10 @@ def run(settings: SweepArguments, script_args, model_args, training_args) -> dic
     settings.sweep_dir = settings.sweep_dir or f"{training_args.output_dir.rstrip('/')}-sweep"
     name = settings.study_name or os.path.basename(os.path.normpath(settings.sweep_dir))
     storage = settings.storage or f"sqlite:///{os.path.abspath(os.path.join(settings.sweep_dir, 'study.db'))}"
-    noise = training_args.noise_gamma
-    train_gamma = float(max(noise) if isinstance(noise, list) else noise or 0.0)
+    train_gamma = training_gamma(training_args)
     settings.gammas = sorted(settings.gammas or [round(k * (train_gamma or 0.5), 6) for k in range(5)])
     objective = Objective(settings.objective, settings.gammas, train_gamma, settings.ood_floor)
-
-    path = resolve_model_path(model_args.model_name_or_path)
-    config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
-    tokenizer = load_tokenizer(path, model_args.model_revision)
-    train, validation, names = load_train_validation(script_args, tokenizer, None, settings.validation_size)
-    data = SweepData(path, config, tokenizer, names, train, validation, model_args.dtype)
+    data = sweep_data(settings, script_args, model_args)
     base = dataclasses.replace(training_args, per_device_eval_batch_size=settings.eval_batch_size)
     arms = arms_of(settings, script_args.classifier_readout)
     pooling = script_args.classifier_pooling
