@@ -1,6 +1,7 @@
 """
 Tiny offline building blocks for tests, examples and benchmarks: a word-level tokenizer with a chat template,
-small random causal LMs of several architectures, and a learnable synthetic prompt-completion task.
+small random causal LMs of several architectures, tiny encoder classifiers (BERT, DistilBERT, RoBERTa), and a
+learnable synthetic prompt-completion task.
 """
 
 from __future__ import annotations
@@ -103,3 +104,34 @@ def successor_dataset(n: int = 256, length: int = 6, seed: int = 0) -> Dataset:
         seq = [SYMBOLS[(start + i * step) % len(SYMBOLS)] for i in range(length + 2)]
         rows.append({"prompt": " ".join(seq[:2]) + " =", "completion": " " + " ".join(seq[2:])})
     return Dataset.from_list(rows)
+
+
+def tiny_encoder(arch="bert", num_labels=2, layers=4, seed=0):
+    """A random encoder classifier without dropout, so runs compare exactly."""
+    transformers.set_seed(seed)
+    common = dict(vocab_size=32, num_labels=num_labels, pad_token_id=0)
+    if arch == "distilbert":
+        config = transformers.DistilBertConfig(
+            dim=32,
+            hidden_dim=64,
+            n_layers=layers,
+            n_heads=4,
+            max_position_embeddings=64,
+            dropout=0.0,
+            attention_dropout=0.0,
+            seq_classif_dropout=0.0,
+            **common,
+        )
+    else:
+        cls = {"bert": transformers.BertConfig, "roberta": transformers.RobertaConfig}[arch]
+        config = cls(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            max_position_embeddings=80,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+            **common,
+        )
+    return transformers.AutoModelForSequenceClassification.from_config(config)

@@ -7,18 +7,13 @@ from datasets import Dataset
 
 from constrained_sft import ConstrainedConfig, ConstrainedTrainer, PooledLinearForSequenceClassification
 from constrained_sft.readout import ClassifierReadout
+from constrained_sft.testing import tiny_encoder
 
 
 def encoder_dir(tmp_path, arch="bert"):
     """A tiny pretrained-looking encoder folder (no dropout) to build the readout on."""
-    transformers.set_seed(0)
-    cls = {"bert": transformers.BertConfig, "roberta": transformers.RobertaConfig}[arch]
-    config = cls(
-        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-        max_position_embeddings=80, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=0,
-    )  # fmt: skip
     path = tmp_path / arch
-    transformers.AutoModelForSequenceClassification.from_config(config).save_pretrained(path)
+    tiny_encoder(arch, layers=3).save_pretrained(path)
     return str(path)
 
 

@@ -9,10 +9,9 @@ import time
 
 import optuna
 import pytest
-import transformers
 from datasets import Dataset, DatasetDict
 
-from constrained_sft.testing import tiny_tokenizer
+from constrained_sft.testing import tiny_encoder, tiny_tokenizer
 
 SPACE = """constrained:
   dual_lr: {low: 0.01, high: 1.0, log: true}
@@ -34,12 +33,7 @@ def rows(n, offset):
 @pytest.fixture(scope="module")
 def assets(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
-    transformers.set_seed(0)
-    config = transformers.BertConfig(
-        vocab_size=32, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-        max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=0,
-    )  # fmt: skip
-    transformers.BertModel(config).save_pretrained(root / "encoder")
+    tiny_encoder("bert", layers=3).save_pretrained(root / "encoder")  # its head is dropped by the linear readout
     tiny_tokenizer().save_pretrained(root / "encoder")
     (root / "data").mkdir()
     Dataset.from_list(rows(64, 0)).to_csv(root / "data" / "train.csv")
@@ -56,6 +50,20 @@ def argv(root, out, *extra):
         "--report_to", "none", "--noise_gamma", "0.5", "--space", str(root / "space.yaml"), "--validation_size", "16",
         "--eval_batch_size", "16", "--logging_steps", "2", *extra,
     ]  # fmt: skip
+
+
+def complete_trials(db) -> int:
+    """COMPLETE trials in the SQLite file, read-only: opening it through Optuna could race the sweep's own schema
+    creation on a fresh file (both insert alembic's version row)."""
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as con:
+            return con.execute("SELECT count(*) FROM trials WHERE state = 'COMPLETE'").fetchone()[0]
+    except sqlite3.OperationalError:  # tables not created yet, or a write in progress
+        return 0
 
 
 def finished(storage, name):
@@ -122,25 +130,22 @@ def test_search_never_reads_the_test_split_then_compare_gives_intervals(assets, 
 
 def test_three_trials_resume_after_sigkill(assets, tmp_path):
     out = tmp_path / "killed"
-    storage = f"sqlite:///{tmp_path / 'killed-sweep' / 'study.db'}"
+    db = tmp_path / "killed-sweep" / "study.db"
+    storage = f"sqlite:///{db}"
     cmd = [sys.executable, "-m", "constrained_sft", *argv(assets, out, "--n_trials", "3", "--stage", "search")]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline and proc.poll() is None:
-            time.sleep(0.5)
-            try:
-                if finished(storage, "killed-sweep-constrained-head"):
-                    break
-            except (KeyError, Exception):  # the study or its tables do not exist yet
-                continue
-        assert proc.poll() is None, "the sweep ended before it could be killed"
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        if proc.poll() is None:
+    with open(tmp_path / "killed.log", "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, start_new_session=True)
+        try:
+            deadline = time.time() + 240
+            while time.time() < deadline and proc.poll() is None and complete_trials(db) < 1:
+                time.sleep(0.2)
+            assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
     first = finished(storage, "killed-sweep-constrained-head")
     assert 1 <= len(first) < 3
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)

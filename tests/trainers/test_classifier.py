@@ -9,40 +9,9 @@ from conftest import duals
 from datasets import Dataset
 
 from constrained_sft import ClassifierReadout, ConstrainedConfig, ConstrainedTrainer, ReadoutError
-from constrained_sft.testing import tiny_tokenizer
+from constrained_sft.testing import tiny_encoder, tiny_tokenizer
 
 ARCHS = ["bert", "distilbert", "roberta"]
-
-
-def tiny_encoder(arch="bert", num_labels=2, layers=4, seed=0):
-    """A random encoder classifier without dropout, so runs compare exactly."""
-    transformers.set_seed(seed)
-    common = dict(vocab_size=32, num_labels=num_labels, pad_token_id=0)
-    if arch == "distilbert":
-        config = transformers.DistilBertConfig(
-            dim=32,
-            hidden_dim=64,
-            n_layers=layers,
-            n_heads=4,
-            max_position_embeddings=64,
-            dropout=0.0,
-            attention_dropout=0.0,
-            seq_classif_dropout=0.0,
-            **common,
-        )
-    else:
-        cls = {"bert": transformers.BertConfig, "roberta": transformers.RobertaConfig}[arch]
-        config = cls(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=layers,
-            num_attention_heads=4,
-            max_position_embeddings=80,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-            **common,
-        )
-    return transformers.AutoModelForSequenceClassification.from_config(config)
 
 
 def synthetic(n=128, seed=0, length=10):
