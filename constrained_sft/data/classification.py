@@ -162,11 +162,7 @@ def prepare(ds: Dataset, args: ClassificationDataArguments, names: list[str], to
 def load_classification(args: ClassificationDataArguments, tokenizer, num_labels: int | None = None):
     """(train, held-out, class names), tokenized; `num_labels` (the model's head) must match the classes."""
     source = load_source(args)
-    if args.dataset_train_split not in source:
-        raise DataError(
-            f"Split {args.dataset_train_split!r} not found in {args.dataset_name!r}; it has {list(source)}."
-        )
-    train = source[args.dataset_train_split]
+    train = _train_split(source, args)
     test = args.dataset_test_split if args.dataset_test_split not in (None, "none", "None", "") else None
     if test is not None and test not in source and set(source) != {args.dataset_train_split}:
         raise DataError(
@@ -175,9 +171,7 @@ def load_classification(args: ClassificationDataArguments, tokenizer, num_labels
     if test is not None and test in source:
         held_out = source[test]
     else:  # no test split asked for, or a single-split source (one local file): carve one off, reproducibly
-        size = int(args.eval_size) if args.eval_size >= 1 else args.eval_size
-        parts = train.train_test_split(test_size=size, seed=args.dataset_seed)
-        train, held_out = parts["train"], parts["test"]
+        train, held_out = _carve(train, args.eval_size, args.dataset_seed)
     return _prepared(args, tokenizer, num_labels, train, held_out, "held-out")
 
 
@@ -185,15 +179,22 @@ def load_train_validation(args: ClassificationDataArguments, tokenizer, num_labe
     """(train, validation, class names) for model selection: `size` rows (a fraction in (0, 1) or a count) carved
     off the training split with `dataset_seed`. No other split of the source is touched: a sweep never sees the
     test split."""
-    source = load_source(args)
+    train, validation = _carve(_train_split(load_source(args), args), size, args.dataset_seed)
+    return _prepared(args, tokenizer, num_labels, train, validation, "validation")
+
+
+def _train_split(source: DatasetDict, args: ClassificationDataArguments) -> Dataset:
     if args.dataset_train_split not in source:
         raise DataError(
             f"Split {args.dataset_train_split!r} not found in {args.dataset_name!r}; it has {list(source)}."
         )
-    parts = source[args.dataset_train_split].train_test_split(
-        test_size=int(size) if size >= 1 else size, seed=args.dataset_seed
-    )
-    return _prepared(args, tokenizer, num_labels, parts["train"], parts["test"], "validation")
+    return source[args.dataset_train_split]
+
+
+def _carve(ds: Dataset, size: float, seed: int) -> tuple[Dataset, Dataset]:
+    """(rest, carved): `size` rows (a fraction in (0, 1) or a row count) split off `ds` with `seed`, reproducibly."""
+    parts = ds.train_test_split(test_size=int(size) if size >= 1 else size, seed=seed)
+    return parts["train"], parts["test"]
 
 
 def _prepared(args, tokenizer, num_labels, train: Dataset, held_out: Dataset, held_out_name: str):

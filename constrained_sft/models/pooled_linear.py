@@ -59,9 +59,9 @@ class PooledLinearForSequenceClassification(PreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_sdpa = True
 
-    def __init__(self, config: PooledLinearConfig):
+    def __init__(self, config: PooledLinearConfig, encoder: nn.Module | None = None):
         super().__init__(config)
-        self.encoder = _without_pooler(AutoModel.from_config(config.encoder))
+        self.encoder = _without_pooler(encoder if encoder is not None else AutoModel.from_config(config.encoder))
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)  # W, b: D -> C
         self.post_init()
 
@@ -84,9 +84,7 @@ class PooledLinearForSequenceClassification(PreTrainedModel):
             label2id=label2id,
             architectures=[cls.__name__],
         )
-        model = cls(config)
-        model.encoder = encoder
-        return model.to(next(encoder.parameters()).dtype)
+        return cls(config, encoder).to(next(encoder.parameters()).dtype)  # the pretrained encoder, no random one
 
     def get_input_embeddings(self) -> nn.Module:
         return self.encoder.get_input_embeddings()
@@ -96,8 +94,10 @@ class PooledLinearForSequenceClassification(PreTrainedModel):
 
     def pool(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """`[B, T, D]` -> `[B, D]`."""
-        if self.config.pooling == "cls" or attention_mask is None:
-            return hidden[:, 0] if self.config.pooling == "cls" else hidden.mean(1)
+        if self.config.pooling == "cls":
+            return hidden[:, 0]
+        if attention_mask is None:
+            return hidden.mean(1)
         mask = attention_mask.to(hidden.dtype).unsqueeze(-1)  # [B, T, 1]
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
 
