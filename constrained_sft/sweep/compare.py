@@ -20,6 +20,11 @@ from .bootstrap import paired_bootstrap
 DONE = "training_args.bin"  # Trainer.save_model writes it last: a seed folder holding it is complete
 
 
+def run_name(arm: str, seed: int) -> str:
+    """A retrained model's name in the test results: '<arm>/seed<s>'."""
+    return f"{arm}/seed{seed}"
+
+
 def seed_dir(sweep_dir: str, arm: str, seed: int) -> str:
     return os.path.join(sweep_dir, "final", arm, f"seed{seed}")
 
@@ -38,14 +43,11 @@ def hits_matrix(model_results: list[dict], gammas: list[float]) -> np.ndarray:
 def statistics(hits: np.ndarray, gammas: list[float], train_gamma: float) -> dict[str, np.ndarray]:
     """Per (seed, example) scores `[S, N]` whose mean is each reported statistic."""
     g = np.asarray(gammas, dtype=np.float64)
-    weights = np.zeros(len(g))  # trapezoid: AUC = sum_k w_k acc_k
-    weights[:-1] += np.diff(g) / 2
-    weights[1:] += np.diff(g) / 2
     out = {f"accuracy@{x:g}": hits[k] for k, x in enumerate(gammas)}
     out["id_accuracy"] = hits[g <= train_gamma].mean(0)
     if (g > train_gamma).any():
         out["ood_accuracy"] = hits[g > train_gamma].mean(0)
-    out["auc"] = np.tensordot(weights, hits, axes=1)
+    out["auc"] = np.trapezoid(hits, g, axis=0)  # as `metrics.auc`, per (seed, example): its mean is the AUC
     # the paper's reading of robustness: the accuracy change from clean inputs to the strongest noise (negative;
     # higher is better, like every other statistic, so one verdict rule serves all)
     out[f"change 0->{g.max():g}"] = hits[np.argmax(g)] - hits[np.argmin(g)]
@@ -61,10 +63,10 @@ def compare_arms(
     models = results["models"]
 
     def arm_stats(arm: str) -> dict[str, np.ndarray]:
-        return statistics(hits_matrix([models[f"{arm}/seed{s}"] for s in range(seeds)], gammas), gammas, train_gamma)
+        return statistics(hits_matrix([models[run_name(arm, s)] for s in range(seeds)], gammas), gammas, train_gamma)
 
     def descent(arm: str) -> float:
-        return float(np.mean([models[f"{arm}/seed{s}"]["summary"]["descent_share"] for s in range(seeds)]))
+        return float(np.mean([models[run_name(arm, s)]["summary"]["descent_share"] for s in range(seeds)]))
 
     out = {}
     for a, b in pairs:
@@ -91,13 +93,13 @@ def evaluate_finals(arms: list[str], settings, train_gamma: float, data_args) ->
         with open(saved) as f:
             results = json.load(f)
         same_levels = results["settings"]["gammas"] == settings.gammas
-        if same_levels and list(results["models"]) == [f"{a}/seed{s}" for a, s in runs]:
+        if same_levels and list(results["models"]) == [run_name(a, s) for a, s in runs]:
             results.setdefault("files", {"results": saved})
             return results
     args = RobustnessArguments(
         task="classification",
         models=[seed_dir(settings.sweep_dir, arm, s) for arm, s in runs],
-        names=[f"{arm}/seed{s}" for arm, s in runs],
+        names=[run_name(arm, s) for arm, s in runs],
         output_dir=os.path.join(settings.sweep_dir, "test"),
         gammas=settings.gammas,
         train_gamma=train_gamma,
@@ -138,7 +140,7 @@ def plot_arms(results: dict[str, Any], arms: list[str], seeds: int, path: str) -
     for arm in arms:
         acc = np.array(
             [
-                [r["accuracy_mean"] for r in results["models"][f"{arm}/seed{s}"]["summary"]["levels"]]
+                [r["accuracy_mean"] for r in results["models"][run_name(arm, s)]["summary"]["levels"]]
                 for s in range(seeds)
             ]
         )

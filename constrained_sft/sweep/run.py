@@ -99,6 +99,17 @@ class SweepArguments:
                 "`stage` 'compare' / 'all' compares with a baseline: pass `--baseline erm` (or --stage search)."
             )
 
+    def locate(self, output_dir: str) -> None:
+        """Fills the derived defaults: `sweep_dir` (<output_dir>-sweep), `study_name` (that folder's name) and
+        `storage` (a SQLite file in it)."""
+        self.sweep_dir = self.sweep_dir or f"{output_dir.rstrip('/')}-sweep"
+        self.study_name = self.study_name or os.path.basename(os.path.normpath(self.sweep_dir))
+        self.storage = self.storage or f"sqlite:///{os.path.abspath(os.path.join(self.sweep_dir, 'study.db'))}"
+
+    def study(self, arm: str):
+        """The Optuna study of one arm (after `locate`), created or loaded."""
+        return open_study(f"{self.study_name}-{arm}", self.storage, self.sampler_seed, self.pruner)
+
 
 @dataclass
 class SweepData:
@@ -141,9 +152,7 @@ def run(settings: SweepArguments, script_args, model_args, training_args) -> dic
     if training_args.constraints == "none":
         raise ValueError("The recipe has `constraints: none`; sweep the constrained recipe (its ERM twin is an arm).")
     spaces = load_space(settings.space)  # read before anything is written
-    settings.sweep_dir = settings.sweep_dir or f"{training_args.output_dir.rstrip('/')}-sweep"
-    name = settings.study_name or os.path.basename(os.path.normpath(settings.sweep_dir))
-    storage = settings.storage or f"sqlite:///{os.path.abspath(os.path.join(settings.sweep_dir, 'study.db'))}"
+    settings.locate(training_args.output_dir)
     train_gamma = training_gamma(training_args)
     settings.gammas = sorted(settings.gammas or [round(k * (train_gamma or 0.5), 6) for k in range(5)])
     objective = Objective(settings.objective, settings.gammas, train_gamma, settings.ood_floor)
@@ -152,9 +161,7 @@ def run(settings: SweepArguments, script_args, model_args, training_args) -> dic
     arms = arms_of(settings, script_args.classifier_readout)
     pooling = script_args.classifier_pooling
 
-    studies = {
-        arm.name: open_study(f"{name}-{arm.name}", storage, settings.sampler_seed, settings.pruner) for arm in arms
-    }
+    studies = {arm.name: settings.study(arm.name) for arm in arms}
     if settings.stage in ("search", "all"):
         for arm in arms:
             space = spaces["constrained" if arm.constrained else "erm"]
@@ -166,7 +173,7 @@ def run(settings: SweepArguments, script_args, model_args, training_args) -> dic
                 ),
                 desc=f"sweep {arm.name}",
             )
-    shown = make_url(storage).render_as_string(hide_password=True)  # reports never carry a database password
+    shown = make_url(settings.storage).render_as_string(hide_password=True)  # reports never carry a database password
     out: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "storage": shown}, "arms": {}}
     for arm in arms:
         out["arms"][arm.name] = trials_summary(studies[arm.name], arm, settings.sweep_dir)

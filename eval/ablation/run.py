@@ -24,7 +24,7 @@ from constrained_sft.cli.train_classifier import ClassifierScriptArguments
 from constrained_sft.config import ConstrainedConfig
 from constrained_sft.sweep import SweepArguments, compare
 from constrained_sft.sweep.run import retrain, sweep_data, training_gamma
-from constrained_sft.sweep.search import Arm, best_params, open_study
+from constrained_sft.sweep.search import Arm, best_params
 
 
 def split_argv(argv: list[str]) -> tuple[dict, list[str]]:
@@ -64,10 +64,8 @@ def main(argv: list[str]) -> None:
     parser = TrlParser((SweepArguments, ClassifierScriptArguments, ModelConfig, ConstrainedConfig))
     settings, script_args, model_args, training_args = parser.parse_args_and_config(rest)
     variants = [parse_variant(v) for v in own["variant"]]
-    settings.sweep_dir = settings.sweep_dir or f"{training_args.output_dir.rstrip('/')}-sweep"
-    storage = settings.storage or f"sqlite:///{os.path.abspath(os.path.join(settings.sweep_dir, 'study.db'))}"
-    name = settings.study_name or os.path.basename(os.path.normpath(settings.sweep_dir))
-    best = best_params(open_study(f"{name}-{own['arm']}", storage, settings.sampler_seed, settings.pruner))
+    settings.locate(training_args.output_dir)
+    best = best_params(settings.study(own["arm"]))
     with open(os.path.join(settings.sweep_dir, "test", "results.json")) as f:
         main_results = json.load(f)
     settings.gammas = main_results["settings"]["gammas"]
@@ -80,7 +78,7 @@ def main(argv: list[str]) -> None:
     results = compare.evaluate_finals([v for v, _ in variants], here, training_gamma(training_args), script_args)
     for arm in (own["arm"], own["against"]):  # same test rows and noise draws: their saved hits are comparable
         for s in range(settings.final_seeds):
-            results["models"][f"{arm}/seed{s}"] = main_results["models"][f"{arm}/seed{s}"]
+            results["models"][compare.run_name(arm, s)] = main_results["models"][compare.run_name(arm, s)]
     pairs = [(own["arm"], own["against"])] + [(v, own["against"]) for v, _ in variants]
     comparison = compare.compare_arms(results, pairs, settings.final_seeds, settings.bootstrap_samples)
     out = {"best": best, "variants": dict(variants), "comparison": comparison}
