@@ -106,6 +106,21 @@ def successor_dataset(n: int = 256, length: int = 6, seed: int = 0) -> Dataset:
     return Dataset.from_list(rows)
 
 
+def presence_dataset(n: int = 128, seed: int = 0, length: int = 10) -> Dataset:
+    """Tokenized classification rows for `tiny_encoder`: label 1 iff token 10 occurs, learnable in a few steps."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(n):
+        ids = torch.randint(11, 32, (length,), generator=g)
+        label = int(torch.rand(1, generator=g) < 0.5)
+        if label:
+            ids[torch.randint(1, length, (1,), generator=g)] = 10
+        rows.append({"input_ids": [2, *ids.tolist()], "attention_mask": [1] * (length + 1), "labels": label})
+    return Dataset.from_list(rows)
+
+
 def tiny_encoder(arch="bert", num_labels=2, layers=4, seed=0):
     """A random encoder classifier without dropout, so runs compare exactly."""
     transformers.set_seed(seed)

@@ -1,13 +1,15 @@
 """
-Small helpers every layer of the package may use: finding the transformers model inside wrappers, and writing JSON
+Small helpers every layer of the package may use: finding the transformers model inside wrappers, and writing files
 atomically. Imports nothing of the package.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from torch import nn
@@ -38,9 +40,30 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def write_json(path: str, value: Any) -> None:
-    """Write `value` to `path` through a temporary file and a rename, so a reader never sees half a file."""
+@contextlib.contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+    """
+    A temporary path beside `path` to write to; renamed over `path` (after an fsync) only when the block succeeds, so
+    a reader, or a run killed mid-write, sees the old file or the new one, never half of one. A kill can leave the
+    temporary behind; the next write of `path` reuses and consumes it.
+    """
     tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(json_safe(value), f, indent=2, sort_keys=True)
-    os.replace(tmp, path)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_text(path: str, text: str) -> None:
+    """Write `text` to `path` atomically (see [`atomic_path`])."""
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        f.write(text)
+
+
+def write_json(path: str, value: Any) -> None:
+    """Write `value` as indented JSON to `path` atomically (see [`atomic_path`])."""
+    write_text(path, json.dumps(json_safe(value), indent=2, sort_keys=True))

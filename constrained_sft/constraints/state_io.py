@@ -1,38 +1,95 @@
 """
 The primal-dual state in checkpoints: multipliers and dual-optimizer moments in safetensors, settings and recent
-history in JSON, never pickle. The end-of-training report's file name lives here too.
+history in JSON, never pickle. Both files are written atomically and carry a format version; reading either refuses,
+naming the file, what a killed save, a copy gone wrong or another version of the library can leave behind. The
+end-of-training report's file name lives here too.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
+import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..utils import write_json
+from ..utils import atomic_path, write_json
 from .primal_dual import PrimalDual
 
 STATE_TENSORS = "constraint_state.safetensors"
 STATE_JSON = "constraint_state.json"
 REPORT = "constraints.json"
+FORMAT_VERSION = 1  # of `STATE_JSON`; a file without the field predates it and reads as version 1
+
+
+class ConstraintStateError(ValueError):
+    """A checkpoint's constraint state that cannot be resumed from: the message names the file and what is wrong."""
 
 
 def save_state(primal_dual: PrimalDual, directory: str) -> None:
+    """Tensors first, then the JSON that describes them; each file appears whole or not at all."""
     os.makedirs(directory, exist_ok=True)
-    save_file(
-        {k: v.contiguous() for k, v in primal_dual.state_tensors().items()}, os.path.join(directory, STATE_TENSORS)
-    )
-    write_json(os.path.join(directory, STATE_JSON), primal_dual.state_json())
+    tensors = {k: v.contiguous() for k, v in primal_dual.state_tensors().items()}
+    with atomic_path(os.path.join(directory, STATE_TENSORS)) as tmp:
+        save_file(tensors, tmp)
+    write_json(os.path.join(directory, STATE_JSON), {"format_version": FORMAT_VERSION, **primal_dual.state_json()})
 
 
 def has_state(directory: str) -> bool:
-    return os.path.isfile(os.path.join(directory, STATE_TENSORS)) and os.path.isfile(
-        os.path.join(directory, STATE_JSON)
-    )
+    """Whether either constraint-state file is there (a directory with one of the two is damaged, not stateless)."""
+    return any(os.path.exists(os.path.join(directory, name)) for name in (STATE_TENSORS, STATE_JSON))
+
+
+def read_state(directory: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """
+    The tensors and settings saved in `directory`, checked for what a reader can check without a run: both files
+    present, whole and of a format this version reads. Raises [`ConstraintStateError`] naming the file otherwise.
+    """
+    json_path, tensor_path = os.path.join(directory, STATE_JSON), os.path.join(directory, STATE_TENSORS)
+    for path in (json_path, tensor_path):
+        if not os.path.isfile(path):
+            raise ConstraintStateError(
+                f"{path} is missing: this checkpoint holds no constraint state (multipliers and dual optimizer), so "
+                "it was not written by a constrained trainer or its save was cut short. Resume from a complete "
+                "checkpoint of the constrained run, or start a new run from the weights."
+            )
+    try:
+        with open(json_path) as f:
+            meta = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ConstraintStateError(
+            f"{json_path} is truncated or not JSON ({error.msg if hasattr(error, 'msg') else error}): the save that "
+            "wrote it was cut short. Resume from an earlier checkpoint."
+        ) from None
+    version = meta.get("format_version", 1) if isinstance(meta, dict) else None
+    if not isinstance(version, int) or not isinstance(meta.get("spec"), dict) or "dual_optimizer" not in meta:
+        raise ConstraintStateError(
+            f"{json_path} is not a constraint state written by constrained-sft (expected the keys 'format_version', "
+            f"'spec' and 'dual_optimizer', got {sorted(meta) if isinstance(meta, dict) else type(meta).__name__})."
+        )
+    if version > FORMAT_VERSION:
+        raise ConstraintStateError(
+            f"{json_path} has format_version {version}, written by a newer constrained-sft; this version reads "
+            f"format_version <= {FORMAT_VERSION}. Upgrade constrained-sft to resume this run."
+        )
+    try:
+        tensors = load_file(tensor_path)
+    except (SafetensorError, OSError) as error:
+        raise ConstraintStateError(
+            f"{tensor_path} is truncated or damaged ({error}): the save that wrote it was cut short. Resume from an "
+            "earlier checkpoint."
+        ) from None
+    if "multipliers" not in tensors:
+        raise ConstraintStateError(f"{tensor_path} holds no 'multipliers' tensor (it has {sorted(tensors)}).")
+    return tensors, meta
 
 
 def load_state(primal_dual: PrimalDual, directory: str) -> None:
-    with open(os.path.join(directory, STATE_JSON)) as f:
-        meta = json.load(f)
-    primal_dual.load_state(load_file(os.path.join(directory, STATE_TENSORS)), meta)
+    """Restore `primal_dual` from `directory`; a state for other constraints is refused naming the file."""
+    tensors, meta = read_state(directory)
+    try:
+        primal_dual.load_state(tensors, meta)
+    except (ValueError, KeyError, TypeError) as error:  # another constraint layout, or a hand-edited file
+        raise ConstraintStateError(f"{os.path.join(directory, STATE_JSON)}: {error}") from None

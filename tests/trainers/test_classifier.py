@@ -9,22 +9,10 @@ from conftest import duals
 from datasets import Dataset
 
 from constrained_sft import ClassifierReadout, ConstrainedConfig, ConstrainedTrainer, ReadoutError
+from constrained_sft.testing import presence_dataset as synthetic
 from constrained_sft.testing import tiny_encoder, tiny_tokenizer
 
 ARCHS = ["bert", "distilbert", "roberta"]
-
-
-def synthetic(n=128, seed=0, length=10):
-    """Label 1 iff token 10 occurs: learnable from a few steps."""
-    g = torch.Generator().manual_seed(seed)
-    rows = []
-    for _ in range(n):
-        ids = torch.randint(11, 32, (length,), generator=g)
-        label = int(torch.rand(1, generator=g) < 0.5)
-        if label:
-            ids[torch.randint(1, length, (1,), generator=g)] = 10
-        rows.append({"input_ids": [2, *ids.tolist()], "attention_mask": [1] * (length + 1), "labels": label})
-    return Dataset.from_list(rows)
 
 
 def make(tmp_path, model=None, **overrides):

@@ -1,0 +1,119 @@
+"""
+Which checkpoint a run resumes from. A kill can land inside a save and leave a `checkpoint-N` folder with some files
+and not others; transformers' `resume_from_checkpoint=True` picks the highest N regardless. Here a checkpoint counts
+as complete only once `checkpoint_complete.json` is written, after every rank has written its files; resuming with
+`True` takes the newest complete checkpoint whose constraint state reads back, and names the folders it skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from ..constraints.state_io import ConstraintStateError, read_state
+from ..utils import write_json
+
+logger = logging.getLogger(__name__)
+
+MARKER = "checkpoint_complete.json"
+TRAINER_STATE = "trainer_state.json"
+INCOMPLETE = "incomplete"
+_CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed from; the message names the folder and what is wrong."""
+
+
+def mark_complete(directory: str, global_step: int) -> None:
+    """Written last, by the main process, once every rank has saved: the folder is whole from here on."""
+    files = sorted(name for name in os.listdir(directory) if name != MARKER)
+    write_json(os.path.join(directory, MARKER), {"global_step": global_step, "files": files})
+
+
+def remove_if_incomplete(directory: str) -> bool:
+    """Remove the leftovers of a save that was cut short, before saving the same step again; True if removed."""
+    if os.path.isdir(directory) and not os.path.isfile(os.path.join(directory, MARKER)):
+        shutil.rmtree(directory)
+        return True
+    return False
+
+
+def checkpoint_problem(directory: str) -> str | None:
+    """None if `directory` is a complete checkpoint whose states read back, else what is wrong, in a few words."""
+    marker = os.path.join(directory, MARKER)
+    if not os.path.isfile(marker):
+        return f"{INCOMPLETE}, no {MARKER}: the run was stopped while saving it"
+    try:
+        with open(marker) as f:
+            files = json.load(f)["files"]
+        with open(os.path.join(directory, TRAINER_STATE)) as f:
+            json.load(f)
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"damaged ({type(error).__name__}: {error})"
+    missing = [name for name in files if not os.path.exists(os.path.join(directory, name))]
+    if missing:
+        return f"damaged: {', '.join(missing)} listed in {MARKER} but missing"
+    try:
+        read_state(directory)
+    except ConstraintStateError as error:
+        return str(error)
+    return None
+
+
+def checkpoints(output_dir: str) -> list[tuple[int, str]]:
+    """(step, path) of every `checkpoint-N` folder in `output_dir`, newest first."""
+    if not os.path.isdir(output_dir):
+        return []
+    found = [(_CHECKPOINT.match(name), os.path.join(output_dir, name)) for name in os.listdir(output_dir)]
+    return sorted(((int(m.group(1)), path) for m, path in found if m and os.path.isdir(path)), reverse=True)
+
+
+def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str) -> str | None:
+    """
+    The checkpoint to resume from: with `True` the newest complete one in `output_dir` (one log line per skipped
+    folder; None, training from step 0, when the run was killed before any checkpoint was complete); with a path,
+    that path if it is complete. Raises [`CheckpointError`] when there is nothing to resume from.
+    """
+    if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() in ("true", "false"):
+        resume_from_checkpoint = resume_from_checkpoint.strip().lower() == "true"  # from a command line or YAML
+    if resume_from_checkpoint is None or resume_from_checkpoint is False:
+        return None
+    if resume_from_checkpoint is not True:
+        path = str(resume_from_checkpoint)
+        if not os.path.isdir(path):
+            raise CheckpointError(f"`resume_from_checkpoint`: {path} is not a directory.")
+        problem = checkpoint_problem(path)
+        if problem is not None:
+            parent = os.path.dirname(os.path.abspath(path))
+            newest = next((p for _, p in checkpoints(parent) if checkpoint_problem(p) is None), None)
+            hint = f" The newest complete checkpoint there is {newest}." if newest else ""
+            raise CheckpointError(f"`resume_from_checkpoint`: {path} cannot be resumed from: {problem}.{hint}")
+        return path
+    found = checkpoints(output_dir)
+    if not found:
+        raise CheckpointError(
+            f"`resume_from_checkpoint=True`: no checkpoint-<step> folder in output_dir {output_dir}. Train without "
+            "resuming, or point `output_dir` at the run to resume."
+        )
+    skipped = []
+    for _, path in found:
+        problem = checkpoint_problem(path)
+        if problem is None:
+            break
+        skipped.append((path, problem))
+    else:
+        if any(not why.startswith(INCOMPLETE) for _, why in skipped):
+            details = "; ".join(f"{name}: {why}" for name, why in skipped)
+            raise CheckpointError(
+                f"`resume_from_checkpoint=True`: no checkpoint in {output_dir} can be resumed ({details})"
+            )
+        path = None  # killed before its first checkpoint was complete: nothing was saved, so step 0 it is
+    for name, why in skipped:
+        logger.warning("Skipped %s (%s); resuming from %s.", name, why, path or "step 0, no checkpoint is complete")
+    return path

@@ -1,0 +1,125 @@
+"""
+A constrained run SIGKILLed at chosen moments (between steps, inside a checkpoint save, during evaluation, while
+writing the report) and restarted with `resume_from_checkpoint=True` each time finishes bit-exactly like the run
+that was never interrupted: weights, multipliers, dual-optimizer moments and the feasibility history. Random kills
+from outside, more kill points and 2 processes run in the slow-marked tests and `benchmarks/crash_resume.py`.
+"""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import launch_on_cpu
+from safetensors.torch import load_file
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "crash_resume.py")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+
+
+def attempt(task, out, kill="none", processes=1):
+    """One attempt; returns its exit code (-9 when it killed itself)."""
+    if processes == 1:
+        cmd = [sys.executable, SCRIPT, task, str(out), kill]
+        result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+    else:
+        result = launch_on_cpu(processes, SCRIPT, task, str(out), kill)
+    if kill == "none":
+        assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def finished(out, suffix=""):
+    return load_file(str(out / f"final{suffix}.safetensors")), json.loads((out / f"final{suffix}.json").read_text())
+
+
+def largest_difference(a, b):
+    """Largest absolute difference between two finished runs; asserts they hold the same tensors and history."""
+    (ta, ja), (tb, jb) = a, b
+    assert ta.keys() == tb.keys()
+    assert ja == jb  # settings, dual-optimizer scalars (Adam's step), the feasibility history
+    return max((ta[k].double() - tb[k].double()).abs().max().item() for k in ta)
+
+
+def resume_chain(task, out, kills, processes=1):
+    """Run with each kill in turn, restarting with resume_from_checkpoint=True, then to the end; the stderr of each
+    attempt after the first."""
+    logs = []
+    for kill in kills:
+        result = attempt(task, out, kill, processes)
+        assert result.returncode != 0, f"{kill}: the run was not killed"
+        logs.append(result.stderr)
+    logs.append(attempt(task, out, "none", processes).stderr)
+    return logs[1:]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    cache = {}
+
+    def get(task):
+        if task not in cache:
+            out = tmp_path_factory.mktemp(f"full-{task}")
+            attempt(task, out)
+            cache[task] = finished(out)
+        return cache[task]
+
+    return get
+
+
+def test_killed_runs_resume_bit_exactly(tmp_path, reference):
+    """Killed halfway through trainer_state.json of checkpoint-4, during the noisy evaluation at step 8, inside the
+    atomic write of checkpoint-10's constraint state, and while writing constraints.json at the end."""
+    logs = resume_chain("sft", tmp_path, ["save:4:state", "eval:8", "save:10:constraint", "report"])
+    assert f"Skipped {tmp_path / 'checkpoint-4'} (incomplete" in logs[0]  # one line names the half-written folder
+    assert f"resuming from {tmp_path / 'checkpoint-2'}" in logs[0]
+    assert f"Skipped {tmp_path / 'checkpoint-10'} (incomplete" in logs[2]
+    assert largest_difference(finished(tmp_path), reference("sft")) == 0.0
+    assert json.loads((tmp_path / "constraints.json").read_text())["window_steps"] == [1, 12]
+    assert not list(tmp_path.rglob("*.tmp"))  # atomic writes: every temporary was consumed by the next write
+    assert all((tmp_path / f"checkpoint-{s}" / "checkpoint_complete.json").exists() for s in range(2, 13, 2))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("task", ["sft", "classifier"])
+def test_every_kill_point(tmp_path, reference, task):
+    """Inside every stage of a save (the first one included: the restart then trains from step 0), between steps,
+    in an evaluation, in the report."""
+    kills = [f"save:{s}:{stage}" for s, stage in [(2, "model"), (4, "rng"), (6, "state"), (8, "marker")]]
+    kills += ["step:9", "save:10:constraint", "step:11", "eval:12", "report"]
+    resume_chain(task, tmp_path, kills)
+    assert largest_difference(finished(tmp_path), reference(task)) == 0.0
+
+
+@pytest.mark.slow
+def test_random_external_kills(tmp_path, reference):
+    """SIGKILL from outside at random moments (seeded) until the run finishes."""
+    rng = random.Random(0)
+    kills = 0
+    while True:
+        cmd = [sys.executable, SCRIPT, "sft", str(tmp_path), "none"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=ENV)
+        time.sleep(rng.uniform(5.0, 9.0))  # ~5 s of imports, then about a second of training
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        _, stderr = proc.communicate()
+        if proc.returncode == 0:
+            break
+        assert proc.returncode == -signal.SIGKILL, stderr[-3000:]
+    assert kills >= 1
+    assert largest_difference(finished(tmp_path), reference("sft")) == 0.0
+
+
+@pytest.mark.slow
+def test_two_processes_kill_one_rank_resume_both(tmp_path):
+    full = tmp_path / "full"
+    attempt("sft", full, processes=2)
+    cut = tmp_path / "cut"
+    resume_chain("sft", cut, ["rank1:save:4:rng", "rank1:step:7", "rank0:eval:8"], processes=2)
+    for rank in (0, 1):
+        assert largest_difference(finished(cut, f".rank{rank}"), finished(full, f".rank{rank}")) == 0.0
