@@ -9,7 +9,7 @@ import json
 import os
 from typing import Any
 
-from ..utils import write_json
+from ..utils import atomic_path, write_json, write_text
 
 ALPACA_JSON = "alpaca_eval.json"
 ALPACA_PLOT = "alpaca_win_rate.png"
@@ -26,7 +26,8 @@ def _plt():
 
 def _save(fig, path: str) -> str:
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format=os.path.splitext(path)[1][1:])
     _plt().close(fig)
     return path
 
@@ -114,7 +115,7 @@ def write_csv(results: dict[str, Any], path: str) -> str:
         "ratio_median",
         *[f"layer_loss/{layer}" for layer in layers],
     ]
-    with open(path, "w", newline="") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         for name, model in results["models"].items():
@@ -207,11 +208,11 @@ def _write_html(path: str, sections: list[str]) -> str:
         "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}img{max-width:100%;margin:0.5em 0}"
     )
-    with open(path, "w") as f:
-        f.write(
-            f"<!doctype html><html><head><meta charset='utf-8'><title>Robustness report</title><style>{style}</style>"
-            f"</head><body>{''.join(sections)}</body></html>"
-        )
+    write_text(
+        path,
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Robustness report</title><style>{style}</style>"
+        f"</head><body>{''.join(sections)}</body></html>",
+    )
     return path
 
 

@@ -19,7 +19,7 @@ from transformers import AutoConfig
 
 from ..data import load_tokenizer, load_train_validation, resolve_model_path
 from ..models import READOUTS
-from ..utils import write_json
+from ..utils import atomic_path, write_json, write_text
 from . import compare
 from .search import Arm, Objective, best_params, open_study, run_trial, search, train_model, trial_args
 from .space import load_space
@@ -216,7 +216,7 @@ def trials_summary(study, arm: Arm, sweep_dir: str) -> dict[str, Any]:
         rows.append({"trial": t.number, "state": t.state.name, "value": t.value, **t.params, **t.user_attrs})
     keys = list(dict.fromkeys(k for r in rows for k in r))
     os.makedirs(sweep_dir, exist_ok=True)
-    with open(os.path.join(sweep_dir, f"trials-{arm.name}.csv"), "w", newline="") as f:
+    with atomic_path(os.path.join(sweep_dir, f"trials-{arm.name}.csv")) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
@@ -245,7 +245,8 @@ def optuna_plots(study, arm: str, sweep_dir: str) -> dict[str, str]:
             path = os.path.join(sweep_dir, f"{kind}-{arm}.png")
             fig.set_size_inches(7, 4)
             fig.tight_layout()
-            fig.savefig(path, dpi=110)
+            with atomic_path(path) as tmp:
+                fig.savefig(tmp, dpi=110, format="png")
             plt.close(fig)
             files[kind] = path
     return files
@@ -268,9 +269,7 @@ def write_report(out: dict[str, Any], sweep_dir: str) -> str:
         lines += ["## Test split: constrained - ERM (paired bootstrap, 95%)", "", compare.table(out["comparison"]), ""]
         lines += [f"![accuracy vs gamma]({os.path.basename(out['arm_plot'])})", ""]
     path = os.path.join(sweep_dir, "report.md")
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(lines))
-    os.replace(path + ".tmp", path)
+    write_text(path, "\n".join(lines))
     return path
 
 
