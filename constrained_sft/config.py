@@ -151,9 +151,14 @@ class ConstraintArguments:
         if self.dual_max is not None and self.dual_init > self.dual_max:
             raise ValueError(f"`dual_init` ({self.dual_init}) must not exceed `dual_max` ({self.dual_max}).")
         if self.descent_epsilon is not None and (
-            not _is_number(self.descent_epsilon) or not math.isfinite(self.descent_epsilon)
+            not _is_number(self.descent_epsilon)
+            or not math.isfinite(self.descent_epsilon)
+            or self.descent_epsilon <= 0
         ):
-            raise ValueError(f"`descent_epsilon` must be None or a finite number, got {self.descent_epsilon!r}.")
+            raise ValueError(
+                "`descent_epsilon` must be None or a finite number > 0 (a bound on the first constrained layer's loss, "
+                f"which is never negative), got {self.descent_epsilon!r}."
+            )
         if not isinstance(self.constraint_warmup_steps, int) or self.constraint_warmup_steps < 0:
             raise ValueError(
                 f"`constraint_warmup_steps` must be an integer >= 0, got {self.constraint_warmup_steps!r}."

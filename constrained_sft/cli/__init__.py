@@ -64,5 +64,22 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def console(argv: list[str] | None = None) -> int:
+    """
+    The `constrained-sft` executable: `main`, with a refused input (every error of the package is a `ValueError` or
+    `FileNotFoundError` that names the field and its allowed values) printed as one line instead of a stack trace.
+    `CONSTRAINED_SFT_TRACEBACK=1` shows the trace.
+    """
+    import os
+
+    try:
+        return main(argv)
+    except (ValueError, FileNotFoundError) as error:
+        if os.environ.get("CONSTRAINED_SFT_TRACEBACK"):
+            raise
+        print(f"constrained-sft: error: {error}", file=sys.stderr)
+        return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

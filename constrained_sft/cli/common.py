@@ -5,8 +5,10 @@ layer table on rank 0, and shut down cleanly; and which command a recipe's `task
 
 from __future__ import annotations
 
+import difflib
 import gc
 import os
+import re
 
 from ..constraints.state_io import REPORT
 
@@ -75,3 +77,42 @@ def recipe_task(argv: list[str]) -> str:
         with open(argv[argv.index("--config") + 1]) as f:
             return (yaml.safe_load(f) or {}).get("task", "sft")
     return "sft"
+
+
+def parse(parser, argv: list[str] | None, with_config: bool = True) -> tuple:
+    """
+    The parser's dataclasses from `argv` (and a `--config` YAML when `with_config`); an unknown key or flag is
+    refused with the closest known fields, so a typo in a recipe never passes as a default.
+    """
+    argv = list(argv or [])
+    if with_config and "--config" in argv:
+        import yaml
+
+        path = argv[argv.index("--config") + 1] if argv.index("--config") + 1 < len(argv) else ""
+        if not os.path.isfile(path):
+            raise ValueError(f"`--config` {path!r} is not a file; give the path of a YAML recipe (see recipes/).")
+        with open(path) as f:
+            recipe = yaml.safe_load(f)
+        if recipe is not None and not isinstance(recipe, dict):
+            raise ValueError(
+                f"`--config` {path} must be a YAML mapping of field names to values (see recipes/), got a "
+                f"{type(recipe).__name__}."
+            )
+    try:
+        if with_config:
+            return parser.parse_args_and_config(argv)
+        return parser.parse_args_into_dataclasses(argv)
+    except ValueError as error:
+        text = str(error)
+        source = "recipe key" if "config file" in text else "flag"
+        if "not used by the HfArgumentParser" not in text and "Unknown arguments" not in text:
+            raise
+        known = sorted({action.dest for action in parser._actions if action.dest != "help"})
+        hints = []
+        for name in dict.fromkeys(re.findall(r"'--([A-Za-z_][\w.-]*)'", text)):
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            hints.append(f"`{name}` (did you mean {' / '.join(f'`{c}`' for c in close)}?)" if close else f"`{name}`")
+        raise ValueError(
+            f"Unknown {source}(s): {', '.join(hints) or text}. Recipe keys and flags are the fields that `--help` "
+            "lists."
+        ) from None

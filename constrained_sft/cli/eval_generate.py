@@ -8,10 +8,11 @@ from __future__ import annotations
 from trl import TrlParser
 
 from ..evaluation.generate import GenerateArguments, run
+from .common import parse
 
 
 def main(argv: list[str]) -> int:
-    (args,) = TrlParser((GenerateArguments,)).parse_args_into_dataclasses(argv)
+    (args,) = parse(TrlParser((GenerateArguments,)), argv, with_config=False)
     for gamma, path in run(args).items():
         print(f"gamma={gamma}: {path}")
     return 0

@@ -18,6 +18,7 @@ from trl import TrlParser
 
 from ..data import ClassificationDataArguments, DataArguments
 from ..evaluation.robustness import RobustnessArguments, run
+from .common import parse
 
 
 def main(argv: list[str]) -> int:
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> int:
             defaults["max_length"] = recipe["max_length"]
         defaults["task"] = task
         parser.set_defaults_with_config(**defaults)
-    args, data_args = parser.parse_args_into_dataclasses(argv)
+    args, data_args = parse(parser, argv, with_config=False)
     results = run(args, data_args, recipe)
     for name, model in results["models"].items():
         s = model["summary"]

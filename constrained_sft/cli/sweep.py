@@ -15,7 +15,7 @@ from trl import ModelConfig, TrlParser
 from ..config import ConstrainedConfig
 from ..sweep import SweepArguments, run
 from ..sweep.compare import table
-from .common import recipe_task
+from .common import parse, recipe_task
 from .train_classifier import ClassifierScriptArguments
 
 
@@ -23,11 +23,11 @@ def main(argv: list[str] | None = None) -> int:
     task = recipe_task(list(argv or []))
     if task != "classification":
         raise ValueError(
-            f"`constrained-sft sweep` searches classification recipes (`task: classification`); this one has task "
+            f"`task` must be 'classification' for `constrained-sft sweep` (it searches classification recipes), got "
             f"{task!r}. Sweeping SFT recipes is not supported yet."
         )
     parser = TrlParser((SweepArguments, ClassifierScriptArguments, ModelConfig, ConstrainedConfig))
-    settings, script_args, model_args, training_args = parser.parse_args_and_config(argv)
+    settings, script_args, model_args, training_args = parse(parser, argv)
     out = run(settings, script_args, model_args, training_args)
     for arm, info in out["arms"].items():
         best = info["best"]

@@ -18,7 +18,7 @@ from trl import ModelConfig, TrlParser, get_peft_config
 from ..config import ConstrainedSFTConfig
 from ..data import DataArguments, load_train_eval, resolve_model_path
 from ..trainers import ConstrainedSFTTrainer
-from .common import train_and_report
+from .common import parse, train_and_report
 
 
 @dataclass
@@ -60,6 +60,6 @@ def run(script_args: ScriptArguments, model_args: ModelConfig, training_args: Co
 
 
 def main(argv: list[str] | None = None) -> int:
-    script_args, model_args, training_args = make_parser().parse_args_and_config(argv)
+    script_args, model_args, training_args = parse(make_parser(), argv)
     run(script_args, model_args, training_args)
     return 0

@@ -24,7 +24,7 @@ from ..data import (
 from ..evaluation import build_classifier
 from ..models import POOLINGS, READOUTS
 from ..trainers import ConstrainedTrainer
-from .common import train_and_report
+from .common import parse, train_and_report
 
 
 @dataclass
@@ -95,6 +95,6 @@ def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, trainin
 
 
 def main(argv: list[str] | None = None) -> int:
-    script_args, model_args, training_args = make_parser().parse_args_and_config(argv)
+    script_args, model_args, training_args = parse(make_parser(), argv)
     run(script_args, model_args, training_args)
     return 0

@@ -170,11 +170,14 @@ def load_local(path: str) -> DatasetDict:
         return load_dataset(kinds.pop(), data_files=by_split)
     ext = os.path.splitext(path)[1]
     if ext not in LOCAL_LOADERS:
-        raise DataError(f"Unsupported data file {path!r}; use one of {sorted(LOCAL_LOADERS)}.")
+        raise DataError(f"`dataset_name` {path!r}: unsupported data file; use one of {sorted(LOCAL_LOADERS)}.")
     try:
         return load_dataset(LOCAL_LOADERS[ext], data_files={"train": path})
     except Exception as e:  # pyarrow / json errors on a broken file
-        raise DataError(f"Could not read {path!r} as {LOCAL_LOADERS[ext]}: {e}") from e
+        raise DataError(
+            f"`dataset_name` {path!r}: could not read it as {LOCAL_LOADERS[ext]} ({e}); it must hold rows, one object "
+            "per training example."
+        ) from e
 
 
 # --- formats ----------------------------------------------------------------------------------------------------
@@ -191,7 +194,8 @@ def detect_format(columns: list[str]) -> str:
         return "text"
     raise DataError(
         f"Cannot tell the dataset format from its columns {columns}: expected `messages`, `conversations` "
-        "(ShareGPT), `instruction` + `output` (Alpaca), `prompt` + `completion`, or `text`."
+        "(ShareGPT), `instruction` + `output` (Alpaca), `prompt` + `completion`, or `text`, or set `dataset_format` "
+        f"to one of {[f for f in FORMATS if f != 'auto']} and give its columns."
     )
 
 
@@ -307,12 +311,15 @@ def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
     source = load_source(args)
     if args.dataset_train_split not in source:
         raise DataError(
-            f"Split {args.dataset_train_split!r} not found in {args.dataset_name!r}; it has {list(source)}."
+            f"`dataset_train_split` {args.dataset_train_split!r} is not a split of {args.dataset_name!r}; it has "
+            f"{list(source)}."
         )
     train = source[args.dataset_train_split]
     test_name = args.dataset_test_split
     if test_name is not None and test_name not in source:
-        raise DataError(f"Split {test_name!r} not found in {args.dataset_name!r}; it has {list(source)}.")
+        raise DataError(
+            f"`dataset_test_split` {test_name!r} is not a split of {args.dataset_name!r}; it has {list(source)}."
+        )
     if test_name is None:
         size = int(args.eval_size) if args.eval_size >= 1 else args.eval_size
         if len(train) < 2 or (isinstance(size, int) and size >= len(train)):

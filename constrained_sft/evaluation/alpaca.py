@@ -185,7 +185,9 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
     gammas = sorted(args.gammas) if args.gammas else common
     if not gammas:
         raise GenerationError(
-            f"no level has generations of both {args.model} and {args.reference} in {args.generations}."
+            f"no level has generations of both `--model` {args.model} and `--reference` {args.reference} in "
+            f"{args.generations} (it has {sorted(os.listdir(args.generations))}); run `constrained-sft eval generate` "
+            "for both, or name generators that exist."
         )
     import pandas as pd
     from alpaca_eval import evaluate

@@ -70,6 +70,13 @@ class GenerateArguments:
         if not self.model or not self.output_dir:
             raise GenerationError("`--model` and `--output_dir` are required.")
         parse_levels(self.gammas)
+        if self.name is not None and (
+            not self.name.strip() or self.name in (".", "..") or "/" in self.name or "\\" in self.name
+        ):
+            raise GenerationError(
+                f"`--name` {self.name!r} names a folder under --output_dir: a non-empty name without a path separator "
+                "('/' or '\\'), not '.' or '..'."
+            )
         if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
             raise GenerationError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
         for name in ("batch_size", "max_new_tokens"):
@@ -113,7 +120,7 @@ def load_instructions(source: str, max_instances: int | None = None) -> list[dic
             raise GenerationError(f"{source}: row {i} has no non-empty string `instruction` field.")
         out.append({"instruction": text, "dataset": str(row.get("dataset") or default_dataset)})
     if not out:
-        raise GenerationError(f"{source}: no instructions.")
+        raise GenerationError(f"`--instructions` {source}: no instructions; give a non-empty list of {{instruction}}.")
     return out[:max_instances] if max_instances else out
 
 

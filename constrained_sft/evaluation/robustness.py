@@ -183,7 +183,9 @@ class RobustnessArguments:
         if not self.output_dir:
             raise ValueError("`--output_dir` is required.")
         if self.names is not None and len(self.names) != len(self.models):
-            raise ValueError(f"`--names` has {len(self.names)} names for {len(self.models)} models.")
+            raise ValueError(
+                f"`--names` has {len(self.names)} names for {len(self.models)} models; give one name per model."
+            )
         for name, values in (
             ("gammas", self.gammas),
             ("curve_gammas", self.curve_gammas),
@@ -197,7 +199,9 @@ class RobustnessArguments:
             raise ValueError("`--seeds` and `--batch_size` must be >= 1.")
         for path in self.models:
             if not path.startswith("pkg:") and path.count("/") != 1 and not os.path.exists(path):
-                raise ModelPathError(f"Model path {path!r} does not exist.")
+                raise ModelPathError(
+                    f"`--models` {path!r} does not exist; allowed: a local model folder, a Hub id or a pkg: alias."
+                )
 
 
 def _train_gamma(args: RobustnessArguments, recipe: dict) -> float:

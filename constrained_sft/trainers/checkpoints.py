@@ -87,7 +87,10 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str) -
     if resume_from_checkpoint is not True:
         path = str(resume_from_checkpoint)
         if not os.path.isdir(path):
-            raise CheckpointError(f"`resume_from_checkpoint`: {path} is not a directory.")
+            raise CheckpointError(
+                f"`resume_from_checkpoint` {path} is not a directory; allowed: True (the newest complete checkpoint in "
+                "output_dir), False, or a checkpoint folder."
+            )
         problem = checkpoint_problem(path)
         if problem is not None:
             parent = os.path.dirname(os.path.abspath(path))

@@ -47,8 +47,9 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         config = base.config
         if config.num_labels < 2 or config.problem_type in ("regression", "multi_label_classification"):
             raise ValueError(
-                f"ConstrainedTrainer trains single-label classifiers; {type(base).__name__} has num_labels="
-                f"{config.num_labels}, problem_type={config.problem_type!r}."
+                f"ConstrainedTrainer trains single-label classifiers (`num_labels` >= 2, `problem_type` None or "
+                f"'single_label_classification'); {type(base).__name__} has num_labels={config.num_labels}, "
+                f"problem_type={config.problem_type!r}."
             )
         self.readout = readout if readout is not None else ClassifierReadout.from_model(base)
         self.num_layers = config.num_hidden_layers

@@ -120,9 +120,13 @@ class ConstrainedTrainerMixin:
             return given
         try:
             return embedding_sigma(self.model)
-        except EmbeddingNoiseError:
+        except EmbeddingNoiseError as error:
             if getattr(self.args, "uses_noise", False):
-                raise
+                raise EmbeddingNoiseError(
+                    f"`noise_gamma` / `eval_noise_gammas` perturb the input embeddings, but {error} Train this model "
+                    "with `noise_gamma: 0` and no `eval_noise_gammas`, or give `noise_sigma` and a model whose "
+                    "embeddings come from `get_input_embeddings()`."
+                ) from None
             return None  # a model without input embeddings, trained without noise
 
     # --- the loss -------------------------------------------------------------------------------------------------

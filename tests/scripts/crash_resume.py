@@ -61,17 +61,20 @@ def die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def arm(kill: str, rank: int, trainer) -> TrainerCallback | None:
+def arm(kill: str, rank: int, trainer) -> TrainerCallback:
     """Install the kill point `kill` (see the module docstring); a callback when it needs one."""
     if kill.startswith("rank"):
         target, kill = kill.split(":", 1)
-        if int(target.removeprefix("rank")) != rank:
-            return None
+        kill = kill if int(target.removeprefix("rank")) == rank else "none"
     where, *rest = kill.split(":")
     step = int(rest[0]) if rest else None
     state = {"step": -1}
 
     class Watch(TrainerCallback):
+        def on_train_begin(self, args, s, control, **kwargs):
+            if os.environ.get("CRASH_STARTED"):  # for kills from outside: training (not importing) has begun
+                open(os.environ["CRASH_STARTED"], "w").close()
+
         def on_step_end(self, args, s, control, **kwargs):
             state["step"] = s.global_step
             if where == "step" and s.global_step == step:
@@ -176,9 +179,7 @@ def dump(trainer, output_dir: str) -> None:
 def main(task: str, output_dir: str, kill: str, overrides: str = "{}") -> None:
     rank = int(os.environ.get("RANK", 0))
     trainer = build(task, output_dir, json.loads(overrides))
-    callback = arm(kill, rank, trainer)
-    if callback is not None:
-        trainer.add_callback(callback)
+    trainer.add_callback(arm(kill, rank, trainer))
     resume = bool(checkpoints.checkpoints(output_dir))
     trainer.train(resume_from_checkpoint=resume)
     dump(trainer, output_dir)

