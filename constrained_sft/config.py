@@ -15,6 +15,7 @@ from trl import SFTConfig
 
 CONSTRAINT_MODES = ("descent", "none")
 DUAL_OPTIMIZERS = ("sgd", "adam")
+CONSOLE_FORMATS = ("compact", "full")
 
 
 def _is_number(value: object) -> bool:
@@ -127,6 +128,16 @@ class ConstraintArguments:
             "(0.1 = 10%). Each sampled token costs 6 x hidden x vocabulary FLOPs per constrained layer."
         },
     )
+    console_format: str = field(
+        default="compact",
+        metadata={
+            "help": "What each logging step prints: 'compact' (one line: loss, f_L, feasible and descent fractions, "
+            "the largest multiplier and its layer, step time; one table row per noise level at evaluation) or 'full' "
+            "(transformers' dict of every metric). `report_to` backends and trainer_state.json get every metric "
+            "either way.",
+            "choices": list(CONSOLE_FORMATS),
+        },
+    )
     feasibility_window: int = field(
         default=20,
         metadata={
@@ -168,6 +179,8 @@ class ConstraintArguments:
             raise ValueError(
                 f"`readout_budget` must be a fraction of the step's FLOPs in (0, 10], got {self.readout_budget!r}."
             )
+        if self.console_format not in CONSOLE_FORMATS:
+            raise ValueError(f"`console_format` must be one of {list(CONSOLE_FORMATS)}, got {self.console_format!r}.")
         if not isinstance(self.feasibility_window, int) or self.feasibility_window < 1:
             raise ValueError(f"`feasibility_window` must be an integer >= 1, got {self.feasibility_window!r}.")
 

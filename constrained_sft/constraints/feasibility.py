@@ -21,6 +21,7 @@ import torch
 
 from .lagrangian import DescentConstraints
 
+SHOWN = 6  # constraints a message lists by name before "and N more"
 GAP_FLOOR = 1e-6  # nats: below this a relaxed constraint counts as met whatever the noise estimate says
 
 
@@ -105,10 +106,11 @@ def verdict_message(report: dict[str, Any], dual_max: float | None = None) -> tu
                 else "the multipliers have not settled (slack still above resilience x lambda): train longer or "
                 "raise `dual_lr`"
             )
+        slacks = ", ".join(f"{k}: {report['slack'][k]:+.3g}" for k in broken[:SHOWN])
+        more = f" and {len(broken) - SHOWN} more" if len(broken) > SHOWN else ""
         return logging.WARNING, (
-            f"Constrained training ended infeasible: the constraints on layers {broken} do not hold {where} "
-            f"(`feasible_by`: {report['feasible_by']}). Infeasible runs are the main failure mode of constrained "
-            f"learning: {advice}."
+            f"Constrained training ended infeasible. Constraints that do not hold {where} (`feasible_by`: "
+            f"{report['feasible_by']}), with their mean slack in nats: layer {slacks}{more}. To change: {advice}."
         )
     relaxed_only = [k for k, ok in report["holds_strict"].items() if not ok]
     if relaxed_only:

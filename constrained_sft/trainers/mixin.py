@@ -25,6 +25,7 @@ from ..constraints.state_io import REPORT, load_state, save_state
 from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_noise, embedding_sigma
 from ..utils import write_json
 from .checkpoints import mark_complete, remove_if_incomplete, resolve_resume
+from .console import use_compact_console
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,8 @@ class ConstrainedTrainerMixin:
             clean_prob=getattr(args, "noise_clean_prob", 0.0),
         )
         self.add_callback(_DualStep(self))
+        if getattr(args, "console_format", "compact") == "compact":
+            use_compact_console(self)
 
     def _reference_sigma(self) -> float | None:
         """sigma_x of every noisy forward of this trainer: `noise_sigma`, else the starting model's, measured now."""

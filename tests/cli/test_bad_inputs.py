@@ -153,6 +153,7 @@ ROWS = [
     Row("warmup", lambda c: c.config(constraint_warmup_steps=-1), ValueError, "`constraint_warmup_steps`", "integer >= 0"),
     Row("layer_loss_tokens", lambda c: c.config(layer_loss_tokens=0), ValueError, "`layer_loss_tokens`", "'auto'.*integer >= 1"),
     Row("readout_budget", lambda c: c.config(readout_budget=0.0), ValueError, "`readout_budget`", r"\(0, 10\]"),
+    Row("console_format", lambda c: c.config(console_format="json"), ValueError, "`console_format`", "compact.*full"),
     Row("feasibility_window", lambda c: c.config(feasibility_window=0), ValueError, "`feasibility_window`", ">= 1"),
     Row("gamma-negative", lambda c: c.config(noise_gamma=-1.0), ValueError, "`noise_gamma`", ">= 0"),
     Row("gamma-range-order", lambda c: c.config(noise_gamma=[2.0, 1.0]), ValueError, "`noise_gamma`", "gamma_min <= gamma_max"),
