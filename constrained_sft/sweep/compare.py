@@ -17,7 +17,7 @@ from ..evaluation.robustness import RobustnessArguments
 from ..evaluation.robustness import run as robustness
 from .bootstrap import paired_bootstrap
 
-DONE = "training_args.bin"  # Trainer.save_model writes it last: a seed folder holding it is complete
+DONE = "training_args.json"  # Trainer.save_model writes it last: a seed folder holding it is complete
 
 
 def run_name(arm: str, seed: int) -> str:

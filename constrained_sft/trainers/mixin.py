@@ -29,6 +29,8 @@ from .console import use_compact_console
 
 logger = logging.getLogger(__name__)
 
+ARGS_JSON = "training_args.json"  # written by every save, in place of transformers' pickled training_args.bin
+
 
 @dataclass
 class BatchScore:
@@ -286,6 +288,21 @@ class ConstrainedTrainerMixin:
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:  # a missing, damaged or foreign state is refused, naming the file
             load_state(self.primal_dual, checkpoint)
+
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        """
+        transformers' save, with the training arguments as JSON (`training_args.json`, `*_token` secrets masked)
+        instead of the pickled `training_args.bin`, which holds the arguments as a Python object, a Hub token in clear
+        included, and can only be read by unpickling.
+        """
+        super()._save(output_dir, state_dict)
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        pickled = os.path.join(output_dir, "training_args.bin")
+        if os.path.exists(pickled):
+            os.remove(pickled)
+        settings = self.args.to_dict()  # masks every `*_token`; the tokenizer's own tokens are no secret
+        settings.update({k: getattr(self.args, k) for k in ("eos_token", "pad_token") if hasattr(self.args, k)})
+        write_json(os.path.join(output_dir, ARGS_JSON), settings)
 
     def _save_checkpoint(self, model, trial) -> None:
         """

@@ -238,3 +238,35 @@ def test_gpt5_judge_sends_only_what_reasoning_models_accept(models, tmp_path, mo
     assert not {"max_tokens", "temperature", "top_p", "logprobs"} & set().union(*map(set, sent))
     assert result["judge_model"] == "gpt-5" and result["levels"][0]["unparsed"] == 0
     assert result["levels"][0]["n_total"] == 4
+
+
+def test_api_keys_never_reach_a_file_or_the_logs(models, tmp_path, monkeypatch, capsys, caplog):
+    """A judged run with the key in the environment: no file it writes (generations, annotations, reports, plots,
+    settings) and nothing it prints or logs holds the key's value."""
+    import logging
+    from types import SimpleNamespace
+
+    import openai
+
+    secret = "sk-SENTINEL-0f3c9e1d7a5b"
+    seen = []
+
+    def client(**kwargs):
+        seen.append(kwargs.get("api_key") or os.environ.get("OPENAI_API_KEY"))
+        reply = SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content="Output (a)"))])
+        return SimpleNamespace(chat=SimpleNamespace(completions=SimpleNamespace(create=lambda **_: reply)))
+
+    monkeypatch.setattr(openai, "OpenAI", client)
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    caplog.set_level(logging.DEBUG)
+    for name in models:
+        _generate(models, tmp_path, name, max_instances=3)
+    argv = ["eval", "alpaca", "--generations", str(tmp_path / "gens"), "--judge", "gpt5"]
+    assert cli([*argv, "--output_dir", str(tmp_path / "report")]) == 0
+    assert seen and all(key == secret for key in seen)  # the judge did run with the key
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(written) > 10
+    leaked = [str(p) for p in written if secret.encode() in p.read_bytes()]
+    assert not leaked
+    out = capsys.readouterr()
+    assert secret not in out.out + out.err + caplog.text
