@@ -57,15 +57,12 @@ def test_no_pickle_no_unsafe_torch_load_no_forced_remote_code():
 
 
 def test_trust_remote_code_is_off_unless_set():
-    from trl import ModelConfig
-
+    """The SFT command passes the user's `trust_remote_code` on (default False); the classifier command never sets it."""
     from constrained_sft.cli.train import make_parser
 
-    _, model_args, training_args = make_parser().parse_args_and_config(
-        ["--output_dir", "x", "--use_cpu", "true", "--bf16", "false"]
-    )
-    assert model_args.trust_remote_code is False and training_args.trust_remote_code is False
-    assert ModelConfig().trust_remote_code is False
+    argv = ["--output_dir", "x", "--use_cpu", "true", "--bf16", "false"]
+    assert make_parser().parse_args_and_config(argv)[2].trust_remote_code is False
+    assert make_parser().parse_args_and_config([*argv, "--trust_remote_code", "true"])[2].trust_remote_code is True
 
 
 @pytest.fixture(scope="module")
