@@ -1,0 +1,149 @@
+"""
+Soak: a long constrained run on 2 CPU processes, watched for growth. Every optimizer step records each rank's
+resident memory (RSS), the Python object count, and the sizes of what the trainer keeps between steps: the
+feasibility history (a window, bounded), the micro-batch statistics (emptied at every dual step), the logging
+buffers (emptied at every log), the probe (no request active, no forward hook left on the backbone) and TRL's metric
+lists. After step `--after` (warm-up: allocator pools, the first evaluation) RSS should be flat.
+
+    python benchmarks/soak.py --steps 300 --eval_steps 50
+
+launches itself with `accelerate launch --multi_gpu --num_processes 2` (gloo, `use_cpu`), trains the tiny Llama
+with token sampling, a training noise range and noisy evaluation every `--eval_steps` steps, and prints per rank the
+RSS slope after `--after` (least squares, MB per 100 steps) and every buffer's largest size after it. Writes
+benchmarks/results/soak.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULT = os.path.join(ROOT, "benchmarks", "results", "soak.json")
+
+
+def sizes(trainer) -> dict[str, int]:
+    """What the trainer holds between steps, as counts."""
+    from constrained_sft.readout.probe import _ForwardHook
+
+    base = trainer.model.module if hasattr(trainer.model, "module") else trainer.model
+    hook = _ForwardHook.of(base)
+    trl_metrics = getattr(trainer, "_metrics", {})
+    return {
+        "feasibility_history": len(trainer.primal_dual.history),
+        "train_stats_rows": 0 if trainer.primal_dual.train_stats.totals is None else 1,
+        "eval_stats_rows": 0 if trainer._eval_stats.totals is None else 1,
+        "log_buffer": sum(len(v) for v in trainer._constraint_metrics["train"].values()),
+        "noise_draw_counters": len(trainer._draws),
+        "probe_active_requests": 0 if hook is None or hook.active is None else 1,
+        "backbone_forward_hooks": len(base.base_model._forward_hooks),
+        "trl_metric_values": sum(len(v) for mode in trl_metrics.values() for v in mode.values()),
+        "python_objects": len(gc.get_objects()),
+        # grows by design: transformers keeps every log row for trainer_state.json
+        "log_history_rows": len(trainer.state.log_history),
+        "log_history_kb": len(json.dumps(trainer.state.log_history)) / 1024,
+    }
+
+
+def rank_main(args: argparse.Namespace) -> None:
+    warnings.filterwarnings("ignore")
+    import psutil
+    from transformers import TrainerCallback
+
+    from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer
+    from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
+
+    config = ConstrainedSFTConfig(
+        output_dir=args.output_dir, report_to="none", use_cpu=True, bf16=False, disable_tqdm=True, seed=0,
+        max_steps=args.steps, per_device_train_batch_size=4, per_device_eval_batch_size=8, learning_rate=3e-3,
+        logging_steps=10, save_strategy="no", eval_strategy="steps", eval_steps=args.eval_steps,
+        eval_noise_gammas=[0.5, 1.0], noise_gamma=[0.0, 1.0], noise_clean_prob=0.3, layer_loss_tokens=3,
+        dual_optimizer="adam", dual_lr=0.05, resilience=0.1, descent_alpha=0.05, console_format="compact",
+    )  # fmt: skip
+    trainer = ConstrainedSFTTrainer(
+        model=tiny_causal_lm("llama"),
+        args=config,
+        train_dataset=successor_dataset(512),
+        eval_dataset=successor_dataset(64, seed=1),
+        processing_class=tiny_tokenizer(),
+    )
+    process = psutil.Process()
+    rows = []
+
+    class Watch(TrainerCallback):
+        def on_step_end(self, a, state, control, **kwargs):
+            rows.append({"step": state.global_step, "rss_mb": process.memory_info().rss / 2**20, **sizes(trainer)})
+
+    trainer.add_callback(Watch())
+    trainer.train()
+    with open(os.path.join(args.output_dir, f"soak.rank{config.process_index}.json"), "w") as f:
+        json.dump(rows, f)
+    trainer.accelerator.wait_for_everyone()
+    trainer.end()
+
+
+def slope(rows: list[dict], key: str) -> float:
+    """Least-squares slope of `key` against the step, per 100 steps."""
+    import numpy as np
+
+    steps = np.array([r["step"] for r in rows], dtype=float)
+    values = np.array([r[key] for r in rows], dtype=float)
+    return float(np.polyfit(steps, values, 1)[0] * 100)
+
+
+def summarise(rows: list[dict], after: int) -> dict:
+    late = [r for r in rows if r["step"] > after]
+    buffers = [
+        k for k in rows[0] if k not in ("step", "rss_mb", "python_objects", "log_history_rows", "log_history_kb")
+    ]
+    return {
+        "steps": rows[-1]["step"],
+        "rss_mb_at_after": late[0]["rss_mb"],
+        "rss_mb_at_end": late[-1]["rss_mb"],
+        "rss_slope_mb_per_100_steps": slope(late, "rss_mb"),
+        "python_objects_slope_per_100_steps": slope(late, "python_objects"),
+        "python_objects_at_after_and_end": [late[0]["python_objects"], late[-1]["python_objects"]],
+        "log_history_rows_at_after_and_end": [late[0]["log_history_rows"], late[-1]["log_history_rows"]],
+        "log_history_kb_slope_per_100_steps": slope(late, "log_history_kb"),
+        "largest_after": {k: max(r[k] for r in late) for k in buffers},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--eval_steps", type=int, default=50)
+    parser.add_argument("--after", type=int, default=50)
+    parser.add_argument("--output_dir", default=None)
+    parser.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.rank:
+        return rank_main(args)
+    args.output_dir = args.output_dir or tempfile.mkdtemp(prefix="soak-")
+    cmd = [
+        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
+        "1", "--mixed_precision", "no", "--dynamo_backend", "no", __file__, "--rank", "--steps", str(args.steps),
+        "--eval_steps", str(args.eval_steps), "--output_dir", args.output_dir,
+    ]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
+    subprocess.run(cmd, check=True, env=env)
+    result = {"settings": vars(args), "ranks": []}
+    for rank in (0, 1):
+        with open(os.path.join(args.output_dir, f"soak.rank{rank}.json")) as f:
+            rows = json.load(f)
+        result["ranks"].append({"rank": rank, **summarise(rows, args.after), "series": rows})
+    os.makedirs(os.path.dirname(RESULT), exist_ok=True)
+    with open(RESULT, "w") as f:
+        json.dump(result, f, indent=1)
+    for r in result["ranks"]:
+        print(json.dumps({k: v for k, v in r.items() if k != "series"}))
+
+
+if __name__ == "__main__":
+    main()
