@@ -9,13 +9,16 @@ lists. After step `--after` (warm-up: allocator pools, the first evaluation) RSS
 
 launches itself with `accelerate launch --multi_gpu --num_processes 2` (gloo, `use_cpu`), trains the tiny Llama
 with token sampling, a training noise range and noisy evaluation every `--eval_steps` steps, and prints per rank the
-RSS slope after `--after` (least squares, MB per 100 steps) and every buffer's largest size after it. Writes
-benchmarks/results/soak.json.
+RSS slope after `--after` (least squares, MB per 100 steps) and every buffer's largest size after it. RSS is read
+every `--every` steps after `gc.collect()` and glibc's `malloc_trim(0)`, so it counts live memory rather than freed
+pages the allocator keeps. `--constraints none` runs the same soak as ERM, the baseline to compare with. Writes
+benchmarks/results/soak-<constraints>.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import os
@@ -25,7 +28,7 @@ import tempfile
 import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULT = os.path.join(ROOT, "benchmarks", "results", "soak.json")
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
 
 def sizes(trainer) -> dict[str, int]:
@@ -64,7 +67,7 @@ def rank_main(args: argparse.Namespace) -> None:
         max_steps=args.steps, per_device_train_batch_size=4, per_device_eval_batch_size=8, learning_rate=3e-3,
         logging_steps=10, save_strategy="no", eval_strategy="steps", eval_steps=args.eval_steps,
         eval_noise_gammas=[0.5, 1.0], noise_gamma=[0.0, 1.0], noise_clean_prob=0.3, layer_loss_tokens=3,
-        dual_optimizer="adam", dual_lr=0.05, resilience=0.1, descent_alpha=0.05, console_format="compact",
+        dual_optimizer="adam", dual_lr=0.05, resilience=0.1, descent_alpha=0.05, constraints=args.constraints,
     )  # fmt: skip
     trainer = ConstrainedSFTTrainer(
         model=tiny_causal_lm("llama"),
@@ -75,9 +78,18 @@ def rank_main(args: argparse.Namespace) -> None:
     )
     process = psutil.Process()
     rows = []
+    try:  # hand freed heap pages back first, so RSS measures live memory rather than the allocator's slack
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except OSError:
+        trim = None
 
     class Watch(TrainerCallback):
         def on_step_end(self, a, state, control, **kwargs):
+            if state.global_step % args.every:
+                return
+            gc.collect()
+            if trim is not None:
+                trim(0)
             rows.append({"step": state.global_step, "rss_mb": process.memory_info().rss / 2**20, **sizes(trainer)})
 
     trainer.add_callback(Watch())
@@ -120,6 +132,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--eval_steps", type=int, default=50)
     parser.add_argument("--after", type=int, default=50)
+    parser.add_argument("--every", type=int, default=5, help="sample every this many steps (gc + malloc_trim)")
+    parser.add_argument(
+        "--constraints", choices=["descent", "none"], default="descent", help="'none': ERM, to compare"
+    )
     parser.add_argument("--output_dir", default=None)
     parser.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -129,7 +145,8 @@ def main() -> None:
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines",
         "1", "--mixed_precision", "no", "--dynamo_backend", "no", __file__, "--rank", "--steps", str(args.steps),
-        "--eval_steps", str(args.eval_steps), "--output_dir", args.output_dir,
+        "--eval_steps", str(args.eval_steps), "--output_dir", args.output_dir, "--every", str(args.every),
+        "--constraints", args.constraints,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
     subprocess.run(cmd, check=True, env=env)
@@ -138,9 +155,9 @@ def main() -> None:
         with open(os.path.join(args.output_dir, f"soak.rank{rank}.json")) as f:
             rows = json.load(f)
         result["ranks"].append({"rank": rank, **summarise(rows, args.after), "series": rows})
-    os.makedirs(os.path.dirname(RESULT), exist_ok=True)
-    with open(RESULT, "w") as f:
-        json.dump(result, f, indent=1)
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(os.path.join(RESULTS, f"soak-{args.constraints}.json"), "w") as f:
+        json.dump(result, f)
     for r in result["ranks"]:
         print(json.dumps({k: v for k, v in r.items() if k != "series"}))
 

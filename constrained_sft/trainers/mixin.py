@@ -1,6 +1,6 @@
 """
 What every constrained trainer shares, whatever its readout: the Lagrangian term, the dual step once per optimizer
-step, the public metrics, the multipliers in checkpoints, and the feasibility report at the end of training.
+step, the public metrics, and the feasibility report at the end of training (checkpoints: `checkpoints`).
 """
 
 from __future__ import annotations
@@ -16,20 +16,17 @@ from typing import Any
 
 import torch
 from transformers import TrainerCallback, TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
 from ..config import ConstraintArguments
 from ..constraints import DescentConstraints, LayerLosses, LayerStats, PrimalDual, stats_metrics
 from ..constraints.feasibility import bound_message, verdict_message
-from ..constraints.state_io import REPORT, load_state, save_state
+from ..constraints.state_io import REPORT
 from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_noise, embedding_sigma
 from ..utils import write_json
-from .checkpoints import mark_complete, remove_if_incomplete, resolve_resume
+from .checkpoints import CheckpointingMixin
 from .console import use_compact_console
 
 logger = logging.getLogger(__name__)
-
-ARGS_JSON = "training_args.json"  # written by every save, in place of transformers' pickled training_args.bin
 
 
 @dataclass
@@ -76,7 +73,7 @@ class _DualStep(TrainerCallback):
         self.trainer._dual_step()
 
 
-class ConstrainedTrainerMixin:
+class ConstrainedTrainerMixin(CheckpointingMixin):
     """Mixed in before a `transformers.Trainer` subclass; `args` must carry [`ConstraintArguments`]."""
 
     primal_dual: PrimalDual
@@ -278,70 +275,11 @@ class ConstrainedTrainerMixin:
                 trl_metrics.clear()
         super().log(logs, start_time)
 
-    # --- checkpoints ----------------------------------------------------------------------------------------------
-    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        super()._save_optimizer_and_scheduler(output_dir)
-        if self.args.should_save:
-            save_state(self.primal_dual, output_dir)
-
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:  # a missing, damaged or foreign state is refused, naming the file
-            load_state(self.primal_dual, checkpoint)
-
-    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
-        """
-        transformers' save, with the training arguments as JSON (`training_args.json`, `*_token` secrets masked)
-        instead of the pickled `training_args.bin`, which holds the arguments as a Python object, a Hub token in clear
-        included, and can only be read by unpickling.
-        """
-        super()._save(output_dir, state_dict)
-        output_dir = output_dir if output_dir is not None else self.args.output_dir
-        pickled = os.path.join(output_dir, "training_args.bin")
-        if os.path.exists(pickled):
-            os.remove(pickled)
-        settings = self.args.to_dict()  # masks every `*_token`; the tokenizer's own tokens are no secret
-        settings.update({k: getattr(self.args, k) for k in ("eos_token", "pad_token") if hasattr(self.args, k)})
-        write_json(os.path.join(output_dir, ARGS_JSON), settings)
-
-    def _save_checkpoint(self, model, trial) -> None:
-        """
-        transformers' save, framed so that a kill at any moment leaves either a complete checkpoint or one that
-        `resume_from_checkpoint=True` skips: leftovers of a cut-short save of the same step are removed first, and
-        the completion marker is written once every rank has saved, before older checkpoints are rotated away.
-        """
-        run_dir = self._get_output_dir(trial=trial)
-        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        if self.args.should_save and remove_if_incomplete(folder):
-            logger.info("Removed %s, left incomplete by an interrupted save, before saving it again.", folder)
-        self.accelerator.wait_for_everyone()
-        limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotate once this one is complete
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = limit
-        self.accelerator.wait_for_everyone()  # every rank's files (its RNG state, its shards) are on disk
-        if self.args.should_save:
-            mark_complete(folder, self.state.global_step)
-            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint, use_mtime=True)
-
     # --- end of training ------------------------------------------------------------------------------------------
-    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
-        """`Trainer.train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `checkpoints`)."""
-        resume_from_checkpoint = resolve_resume(resume_from_checkpoint, self.args.output_dir)
-        output = super().train(resume_from_checkpoint, *args, **kwargs)
+    def train(self, *args, **kwargs):
+        output = super().train(*args, **kwargs)
         self.write_constraint_report()
         return output
-
-    def _run_epoch(self, *args, **kwargs):
-        """
-        transformers enters an epoch without checking the step budget, so a run resumed from the checkpoint of its
-        last step would train one step more (and move the multipliers); a finished run resumes to nothing to do.
-        """
-        if self.state.global_step >= self.state.max_steps > 0:
-            self.control.should_training_stop = True
-            return None
-        return super()._run_epoch(*args, **kwargs)
 
     def write_constraint_report(self) -> dict[str, Any]:
         """Write `constraints.json` to `output_dir`; warn when constrained training ended infeasible (see [`verdict_message`])."""

@@ -113,7 +113,6 @@ def arm(kill: str, rank: int, trainer) -> TrainerCallback:
                 return original_mark(directory, global_step)
 
             checkpoints.mark_complete = mark
-            sys.modules["constrained_sft.trainers.mixin"].mark_complete = mark
         elif stage == "constraint":
             kill_on_replace("constraint_state.json", lambda: state["step"] == step)
     elif where == "eval":

@@ -1,8 +1,9 @@
 """
 A constrained run SIGKILLed at chosen moments (between steps, inside a checkpoint save, during evaluation, while
 writing the report) and restarted with `resume_from_checkpoint=True` each time finishes bit-exactly like the run
-that was never interrupted: weights, multipliers, dual-optimizer moments and the feasibility history. Random kills
-from outside, more kill points and 2 processes run in the slow-marked tests and `benchmarks/crash_resume.py`.
+that was never interrupted: weights, multipliers, dual-optimizer moments and the feasibility history. The default
+suite kills the SFT trainer at 4 points (about 50 s); the slow-marked tests kill both trainers at every point, kill
+at random moments from outside, and kill one of 2 processes; `benchmarks/crash_resume.py` repeats random kills.
 """
 
 import json
