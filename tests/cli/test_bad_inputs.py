@@ -185,6 +185,7 @@ ROWS = [
     Row("data-missing", lambda c: c.train(str(c.tmp / "none.jsonl")), DataError, "`dataset_name`", "does not exist"),
     Row("data-extension", lambda c: c.train(c.file("d.txt", []) if False else str((c.tmp / "d.txt").write_text("x") and c.tmp / "d.txt")), DataError, "`dataset_name`", r"\.jsonl"),
     Row("data-unknown-columns", lambda c: c.train(c.file("d.jsonl", [{"foo": "a", "bar": "b"}] * 8)), DataError, "`dataset_format`", "messages.*prompt_completion"),
+    Row("data-missing-column", lambda c: c.train(c.pc(), "--dataset_format", "alpaca"), DataError, r"\['instruction', 'output'\]|'output'", "alpaca"),
     Row("data-format", lambda c: c.train(c.pc(), "--dataset_format", "csv"), SystemExit, "--dataset_format", "alpaca"),
     Row("data-empty", lambda c: c.train(c.file("d.json", [])), DataError, "`dataset_name`", "must hold rows"),
     Row("data-malformed-row", lambda c: c.train(c.pc(completion=None)), DataError, "`completion`", "strings"),
