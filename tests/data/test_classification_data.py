@@ -53,7 +53,7 @@ def test_offline_sources_in_their_real_formats(tmp_path, monkeypatch):
         "sport",
         "tech",
     ]
-    with pytest.raises(DataError, match=r"3 classes.*num_labels=2"):
+    with pytest.raises(DataError, match=r"3 classes.*`num_labels`=2"):
         load_classification(ClassificationDataArguments(dataset_name="pkg:bbc-news"), tiny_tokenizer(), num_labels=2)
 
 
@@ -66,13 +66,13 @@ def test_local_csv_with_label_names_and_bad_labels(tmp_path):
     assert names == ["neg", "pos"] and len(held) == 4 and set(train["labels"]) == {0, 1}
     bad = tmp_path / "bad.csv"
     Dataset.from_list([{"text": "s1", "label": i} for i in (0, 1, 7)]).to_csv(bad)
-    with pytest.raises(DataError, match="8 classes.*num_labels=2"):  # integer ids 0, 1, 7 -> classes 0..7
+    with pytest.raises(DataError, match="8 classes.*`num_labels`=2"):  # integer ids 0, 1, 7 -> classes 0..7
         load_classification(
             ClassificationDataArguments(dataset_name=str(bad), dataset_test_split=None, eval_size=1),
             tiny_tokenizer(),
             num_labels=2,
         )
-    with pytest.raises(DataError, match=r"no column \['sentence'\]"):
+    with pytest.raises(DataError, match=r"no column for `text_column` 'sentence'"):
         load_classification(
             ClassificationDataArguments(
                 dataset_name=str(path), text_column="sentence", dataset_test_split=None, eval_size=4

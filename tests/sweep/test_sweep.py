@@ -169,7 +169,7 @@ def test_three_trials_resume_after_sigkill(assets, tmp_path):
         (["--gammas", "0.5"], r"`gammas` must be >= 2 levels"),
         (["--stage", "compare"], r"pass `--baseline erm`"),
         (["--constraints", "none", "--stage", "search"], r"sweep the constrained recipe"),
-        (["--task", "sft"], r"searches classification recipes \(`task: classification`\); this one has task 'sft'"),
+        (["--task", "sft"], r"`task` must be 'classification' for `constrained-sft sweep`.*got 'sft'"),
     ],
 )
 def test_refused_settings_name_the_field_and_write_nothing(assets, tmp_path, capsys, extra, match):
