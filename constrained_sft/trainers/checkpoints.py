@@ -151,6 +151,8 @@ class CheckpointingMixin:
         included, and can only be read by unpickling.
         """
         super()._save(output_dir, state_dict)
+        if not self.args.should_save:  # transformers calls `_save` on every rank; only the main one writes
+            return
         output_dir = output_dir if output_dir is not None else self.args.output_dir
         pickled = os.path.join(output_dir, "training_args.bin")
         if os.path.exists(pickled):
