@@ -71,12 +71,27 @@ def recipe_task(argv: list[str]) -> str:
     else 'sft'."""
     if "--task" in argv:
         return argv[len(argv) - argv[::-1].index("--task")]
-    if "--config" in argv:
-        import yaml
+    return read_recipe(argv).get("task", "sft")
 
-        with open(argv[argv.index("--config") + 1]) as f:
-            return (yaml.safe_load(f) or {}).get("task", "sft")
-    return "sft"
+
+def read_recipe(argv: list[str]) -> dict:
+    """The `--config` YAML of `argv` ({} without one), refused unless it is a mapping of field names to values."""
+    if "--config" not in argv:
+        return {}
+    import yaml
+
+    at = argv.index("--config") + 1
+    path = argv[at] if at < len(argv) else ""
+    if not os.path.isfile(path):
+        raise ValueError(f"`--config` {path!r} is not a file; give the path of a YAML recipe (see recipes/).")
+    with open(path) as f:
+        recipe = yaml.safe_load(f)
+    if recipe is not None and not isinstance(recipe, dict):
+        raise ValueError(
+            f"`--config` {path} must be a YAML mapping of field names to values (see recipes/), got a "
+            f"{type(recipe).__name__}."
+        )
+    return recipe or {}
 
 
 def parse(parser, argv: list[str] | None, with_config: bool = True) -> tuple:
@@ -85,19 +100,8 @@ def parse(parser, argv: list[str] | None, with_config: bool = True) -> tuple:
     refused with the closest known fields, so a typo in a recipe never passes as a default.
     """
     argv = list(argv or [])
-    if with_config and "--config" in argv:
-        import yaml
-
-        path = argv[argv.index("--config") + 1] if argv.index("--config") + 1 < len(argv) else ""
-        if not os.path.isfile(path):
-            raise ValueError(f"`--config` {path!r} is not a file; give the path of a YAML recipe (see recipes/).")
-        with open(path) as f:
-            recipe = yaml.safe_load(f)
-        if recipe is not None and not isinstance(recipe, dict):
-            raise ValueError(
-                f"`--config` {path} must be a YAML mapping of field names to values (see recipes/), got a "
-                f"{type(recipe).__name__}."
-            )
+    if with_config:
+        read_recipe(argv)  # a clear error for a missing or malformed recipe, before the parser's own
     try:
         if with_config:
             return parser.parse_args_and_config(argv)

@@ -37,11 +37,6 @@ def save_state(primal_dual: PrimalDual, directory: str) -> None:
     write_json(os.path.join(directory, STATE_JSON), {"format_version": FORMAT_VERSION, **primal_dual.state_json()})
 
 
-def has_state(directory: str) -> bool:
-    """Whether either constraint-state file is there (a directory with one of the two is damaged, not stateless)."""
-    return any(os.path.exists(os.path.join(directory, name)) for name in (STATE_TENSORS, STATE_JSON))
-
-
 def read_state(directory: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """
     The tensors and settings saved in `directory`, checked for what a reader can check without a run: both files

@@ -75,11 +75,12 @@ def checkpoints(output_dir: str) -> list[tuple[int, str]]:
     return sorted(((int(m.group(1)), path) for m, path in found if m and os.path.isdir(path)), reverse=True)
 
 
-def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str) -> str | None:
+def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str, log: bool = True) -> str | None:
     """
     The checkpoint to resume from: with `True` the newest complete one in `output_dir` (one log line per skipped
     folder; None, training from step 0, when the run was killed before any checkpoint was complete); with a path,
-    that path if it is complete. Raises [`CheckpointError`] when there is nothing to resume from.
+    that path if it is complete. Raises [`CheckpointError`] when there is nothing to resume from. Every rank resolves
+    the same folder; `log` is False on all but one, so each note is printed once.
     """
     if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() in ("true", "false"):
         resume_from_checkpoint = resume_from_checkpoint.strip().lower() == "true"  # from a command line or YAML
@@ -118,7 +119,7 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str) -
                 f"`resume_from_checkpoint=True`: no checkpoint in {output_dir} can be resumed ({details})"
             )
         path = None  # killed before its first checkpoint was complete: nothing was saved, so step 0 it is
-    for name, why in skipped:
+    for name, why in skipped if log else []:
         logger.warning("Skipped %s (%s); resuming from %s.", name, why, path or "step 0, no checkpoint is complete")
     return path
 
@@ -132,7 +133,8 @@ class CheckpointingMixin:
 
     def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
         """`Trainer.train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `resolve_resume`)."""
-        return super().train(resolve_resume(resume_from_checkpoint, self.args.output_dir), *args, **kwargs)
+        checkpoint = resolve_resume(resume_from_checkpoint, self.args.output_dir, log=self.is_world_process_zero())
+        return super().train(checkpoint, *args, **kwargs)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         super()._save_optimizer_and_scheduler(output_dir)

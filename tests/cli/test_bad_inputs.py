@@ -176,6 +176,7 @@ ROWS = [
     # --- recipes and command-line flags ------------------------------------------------------------------------------
     Row("recipe-unknown-key", lambda c: sft_recipe(c, "descent_alpah: 0.1\n"), ValueError, "`descent_alpah`", "`descent_alpha`"),
     Row("recipe-not-a-mapping", lambda c: sft_recipe(c, "- 0.1\n"), ValueError, "--config", "mapping of field names"),
+    Row("recipe-missing", lambda c: cli(["train", "--config", str(c.tmp / "none.yaml"), "--output_dir", str(c.out)]), ValueError, "`--config`", "YAML recipe"),
     Row("flag-unknown", lambda c: c.train(c.pc(), "--descent_alhpa", "0.1"), ValueError, "`descent_alhpa`", "did you mean `descent_alpha`"),
     Row("flag-choice", lambda c: c.train(c.pc(), "--constraints", "soft"), SystemExit, "--constraints", "descent.*none"),
     Row("task", lambda c: c.train(c.pc(), task="regression"), ValueError, "`task`", "'sft' or 'classification'"),

@@ -7,7 +7,7 @@ import torch
 
 from constrained_sft import DescentConstraints, DualOptimizer, Multipliers, PrimalDual
 from constrained_sft.constraints import LayerLosses
-from constrained_sft.constraints.state_io import has_state, load_state, save_state
+from constrained_sft.constraints.state_io import load_state, read_state, save_state
 
 
 def test_sgd_step_is_projected_ascent_with_resilience():
@@ -66,7 +66,7 @@ def test_state_round_trip_without_pickle(tmp_path, kind):
         a.train_stats.add(losses)
         a.step(step, lambda t: t)
     save_state(a, str(tmp_path))
-    assert has_state(str(tmp_path))
+    assert read_state(str(tmp_path))[1]["format_version"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["constraint_state.json", "constraint_state.safetensors"]
     b = PrimalDual(spec, dual_optimizer=kind, dual_lr=0.1)
     load_state(b, str(tmp_path))
