@@ -112,7 +112,7 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
             clean_prob=getattr(args, "noise_clean_prob", 0.0),
         )
         self.add_callback(_DualStep(self))
-        if getattr(args, "console_format", "compact") == "compact":
+        if args.console_format == "compact":
             use_compact_console(self)
 
     def _reference_sigma(self) -> float | None:
@@ -126,8 +126,8 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
             if getattr(self.args, "uses_noise", False):
                 raise EmbeddingNoiseError(
                     f"`noise_gamma` / `eval_noise_gammas` perturb the input embeddings, but {error} Train this model "
-                    "with `noise_gamma: 0` and no `eval_noise_gammas`, or give `noise_sigma` and a model whose "
-                    "embeddings come from `get_input_embeddings()`."
+                    "with `noise_gamma: 0` and no `eval_noise_gammas`, or use a model whose token embeddings come "
+                    "from `get_input_embeddings()`."
                 ) from None
             return None  # a model without input embeddings, trained without noise
 
