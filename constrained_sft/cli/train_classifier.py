@@ -22,7 +22,7 @@ from ..data import (
     resolve_model_path,
 )
 from ..evaluation import build_classifier
-from ..models import POOLINGS, READOUTS
+from ..models import ARCHITECTURES, POOLINGS, READOUTS
 from ..trainers import ConstrainedTrainer
 from .common import parse, train_and_report
 
@@ -52,10 +52,36 @@ class ClassifierScriptArguments(ClassificationDataArguments):
         },
     )
 
+    classifier_architecture: str = field(
+        default="pretrained",
+        metadata={
+            "help": "'pretrained': the model at `model_name_or_path`; 'ut': the paper's unrolled transformer, trained "
+            "from scratch on that encoder's word embeddings (`ut_layers` layers; needs `classifier_readout: linear` "
+            "and `classifier_pooling: mean`, its readout).",
+            "choices": list(ARCHITECTURES),
+        },
+    )
+    ut_layers: int = field(default=3, metadata={"help": "Layers of the 'ut' architecture (the paper's: 3)."})
+
     def __post_init__(self):
-        for name, allowed in (("classifier_readout", READOUTS), ("classifier_pooling", POOLINGS)):
+        for name, allowed in (
+            ("classifier_readout", READOUTS),
+            ("classifier_pooling", POOLINGS),
+            ("classifier_architecture", ARCHITECTURES),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
+        if not isinstance(self.ut_layers, int) or self.ut_layers < 1:
+            raise ValueError(f"`ut_layers` must be an integer >= 1, got {self.ut_layers!r}.")
+        if self.classifier_architecture == "ut" and (self.classifier_readout, self.classifier_pooling) != (
+            "linear",
+            "mean",
+        ):
+            raise ValueError(
+                "`classifier_architecture: ut` reads every layer out by its shared linear layer on the mean of the "
+                "tokens: set `classifier_readout: linear` and `classifier_pooling: mean` (got "
+                f"{self.classifier_readout!r}, {self.classifier_pooling!r})."
+            )
 
 
 def make_parser() -> TrlParser:
@@ -74,6 +100,8 @@ def run(script_args: ClassifierScriptArguments, model_args: ModelConfig, trainin
         names,
         script_args.classifier_readout,
         script_args.classifier_pooling,
+        script_args.classifier_architecture,
+        script_args.ut_layers,
         revision=model_args.model_revision,
         dtype=model_args.dtype,
     )

@@ -14,7 +14,7 @@ import torch
 
 from ..constraints.state_io import REPORT
 from ..data.models import ModelPathError, has_classification_head, load_tokenizer, resolve_model_path
-from ..models import PooledLinearConfig, PooledLinearForSequenceClassification
+from ..models import PooledLinearConfig, PooledLinearForSequenceClassification, UTConfig, UTForSequenceClassification
 
 
 @dataclass
@@ -82,11 +82,21 @@ def load_model(spec: ModelSpec, dtype: torch.dtype, task: str = "sft"):
     return auto.from_pretrained(path, dtype=dtype), load_tokenizer(path)
 
 
-def build_classifier(path: str, config, names: list[str], readout: str = "head", pooling: str = "cls", **kwargs):
+def build_classifier(
+    path: str,
+    config,
+    names: list[str],
+    readout: str = "head",
+    pooling: str = "cls",
+    architecture: str = "pretrained",
+    ut_layers: int = 3,
+    **kwargs,
+):
     """A sequence classifier to train. `readout='head'`: the model's own head (a plain encoder, `config` without
     one, gets a new head with the dataset's classes `names`). `readout='linear'`: the encoder under the paper's
     shared linear readout (any pretrained head dropped; a model saved with that readout reloads as it is).
-    `kwargs` (revision, dtype) go to `from_pretrained`."""
+    `architecture='ut'`: a new `ut_layers`-layer unrolled transformer on the encoder's word embeddings (a saved UT
+    reloads as it is). `kwargs` (revision, dtype) go to `from_pretrained`."""
     from transformers import AutoModelForSequenceClassification
 
     labels = {
@@ -94,6 +104,12 @@ def build_classifier(path: str, config, names: list[str], readout: str = "head",
         "id2label": dict(enumerate(names)),
         "label2id": {n: i for i, n in enumerate(names)},
     }
+    if architecture == "ut" and not isinstance(config, UTConfig):
+        model = UTForSequenceClassification.from_pretrained_embeddings(
+            path, num_layers=ut_layers, revision=kwargs.get("revision"), **labels
+        )
+        dtype = kwargs.get("dtype")
+        return model.to(dtype) if isinstance(dtype, torch.dtype) else model
     if readout == "linear" and not isinstance(config, PooledLinearConfig):
         return PooledLinearForSequenceClassification.from_encoder(path, pooling=pooling, **labels, **kwargs)
     if has_classification_head(config):

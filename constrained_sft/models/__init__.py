@@ -14,8 +14,13 @@ from .pooled_linear import POOLINGS, PooledLinearConfig, PooledLinearForSequence
 from .ut import UTConfig, UTForSequenceClassification, UTModel
 
 READOUTS = ("head", "linear")  # `classifier_readout`: the model's own head, or the paper's shared linear layer
+ARCHITECTURES = (
+    "pretrained",
+    "ut",
+)  # `classifier_architecture`: the model at `model_name_or_path`, or a UT on its embeddings
 
 __all__ = [
+    "ARCHITECTURES",
     "POOLINGS",
     "READOUTS",
     "PooledLinearConfig",

@@ -142,11 +142,13 @@ class UTForSequenceClassification(UTPreTrainedModel):
         self.post_init()
 
     @classmethod
-    def from_pretrained_embeddings(cls, path: str, num_labels: int, num_layers: int = 3, **config_kwargs):
+    def from_pretrained_embeddings(
+        cls, path: str, num_labels: int, num_layers: int = 3, revision: str | None = None, **config_kwargs
+    ):
         """A UT whose word embeddings are a pretrained encoder's (`path`: a folder or Hub id), everything else Xavier;
         `hidden_size` and `vocab_size` follow the encoder's table."""
-        table = AutoModel.from_pretrained(path).get_input_embeddings().weight.detach()  # [V, D]
-        encoder = AutoConfig.from_pretrained(path)
+        table = AutoModel.from_pretrained(path, revision=revision).get_input_embeddings().weight.detach()  # [V, D]
+        encoder = AutoConfig.from_pretrained(path, revision=revision)
         config = UTConfig(
             vocab_size=table.shape[0],
             hidden_size=table.shape[1],

@@ -122,6 +122,8 @@ class SweepData:
     train: Any
     held_out: Any  # the validation split
     dtype: Any
+    architecture: str = "pretrained"  # `classifier_architecture`
+    ut_layers: int = 3
 
 
 def training_gamma(training_args) -> float:
@@ -136,7 +138,17 @@ def sweep_data(settings: SweepArguments, script_args, model_args) -> SweepData:
     config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
     tokenizer = load_tokenizer(path, model_args.model_revision)
     train, validation, names = load_train_validation(script_args, tokenizer, None, settings.validation_size)
-    return SweepData(path, config, tokenizer, names, train, validation, model_args.dtype)
+    return SweepData(
+        path,
+        config,
+        tokenizer,
+        names,
+        train,
+        validation,
+        model_args.dtype,
+        script_args.classifier_architecture,
+        script_args.ut_layers,
+    )
 
 
 def arms_of(settings: SweepArguments, recipe_readout: str) -> list[Arm]:

@@ -102,7 +102,9 @@ def trial_args(base, arm: Arm, params: dict[str, Any], output_dir: str):
 def train_model(data, arm: Arm, args, pooling: str, callbacks=()) -> ConstrainedTrainer:
     """A trainer for `arm` on `data` (tokenized train / held-out splits, class names, model path and config)."""
     torch.manual_seed(args.seed)  # the new readout's initialisation follows the trial's seed
-    model = build_classifier(data.path, data.config, data.names, arm.readout, pooling, dtype=data.dtype)
+    model = build_classifier(
+        data.path, data.config, data.names, arm.readout, pooling, data.architecture, data.ut_layers, dtype=data.dtype
+    )
     trainer = ConstrainedTrainer(
         model=model,
         args=args,

@@ -154,7 +154,19 @@ def classifier_dir(tmp_path):
     return str(path), str(tmp_path / "reviews.csv")
 
 
-@pytest.mark.parametrize("readout", ["head", "linear"])
+ARCHITECTURE_ARGS = {  # the model's own head, the paper's shared linear readout, the paper's UT on its embeddings
+    "head": ["--classifier_readout", "head"],
+    "linear": ["--classifier_readout", "linear"],
+    "ut": ["--classifier_architecture", "ut", "--classifier_readout", "linear", "--classifier_pooling", "mean"],
+}
+ARCHITECTURE_SAVED = {
+    "head": "BertForSequenceClassification",
+    "linear": "PooledLinearForSequenceClassification",
+    "ut": "UTForSequenceClassification",
+}
+
+
+@pytest.mark.parametrize("readout", list(ARCHITECTURE_ARGS))
 def test_cli_trains_a_classifier_and_eval_robustness_reads_it(tmp_path, classifier_dir, capsys, readout):
     from constrained_sft.cli import main as cli
 
@@ -186,17 +198,14 @@ def test_cli_trains_a_classifier_and_eval_robustness_reads_it(tmp_path, classifi
                 "0.5",
                 "--evaluate_before_training",
                 "true",
-                "--classifier_readout",
-                readout,
+                *ARCHITECTURE_ARGS[readout],
             ]
         )
         == 0
     )
     assert "accuracy" in capsys.readouterr().out and (out / "constraints.json").exists()
     saved = json.loads((out / "config.json").read_text())
-    assert saved["architectures"] == [
-        "PooledLinearForSequenceClassification" if readout == "linear" else "BertForSequenceClassification"
-    ]
+    assert saved["architectures"] == [ARCHITECTURE_SAVED[readout]]
     report = tmp_path / "report"
     assert (
         cli(
@@ -227,7 +236,9 @@ def test_cli_trains_a_classifier_and_eval_robustness_reads_it(tmp_path, classifi
     results = json.loads((report / "results.json").read_text())
     assert results["accuracy_label"] == "accuracy (examples)" and results["settings"]["train_gamma"] == 0.5
     levels = results["models"]["trained"]["summary"]["levels"]
-    assert [r["gamma"] for r in levels] == [0.0, 0.5, 1.0] and set(levels[0]["layer_loss"]) == {"1", "2", "3", "4"}
+    assert [r["gamma"] for r in levels] == [0.0, 0.5, 1.0] and set(levels[0]["layer_loss"]) == set(
+        "123" if readout == "ut" else "1234"
+    )
     assert 0 <= levels[0]["accuracy_mean"] <= 1 and "auc" in results["differences"]
     hits = results["models"]["trained"]["hits"]  # per example, one string per noise seed, for paired comparisons
     assert list(hits) == ["0.0", "0.5", "1.0"] and len(hits["0.5"]) == 2 and len(hits["0.5"][0]) == 12
