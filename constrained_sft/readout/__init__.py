@@ -1,6 +1,7 @@
 """
 How a layer becomes a prediction and a loss: the shared readouts psi (a causal LM's final norm + LM head,
-`causal_lm`; a classifier's own head on the pooled token, `classifier`), which next-token positions are scored
+`causal_lm`; a classifier's own head on the pooled token, `classifier`), the per-example losses of the readout
+contract (`losses`: cross-entropy, squared error), which next-token positions are scored
 (`tokens`), per-layer losses as pure functions (`layer_losses`), the probe that measures the layers inside the
 model's forward (`probe`), and the CPU kernel (`linear_nll`; the CUDA dispatch is in `causal_lm`).
 
@@ -12,6 +13,7 @@ from .base import ReadoutError
 from .causal_lm import CausalLMReadout
 from .classifier import ClassifierReadout
 from .layer_losses import aggregate, layer_token_nll, layers_token_nll
+from .losses import PER_EXAMPLE_LOSSES, cross_entropy, per_example_loss, squared_error
 from .probe import LayerProbe, ProbeRequest
 from .tokens import TokenSelection, select_tokens
 
@@ -19,10 +21,14 @@ __all__ = [
     "CausalLMReadout",
     "ClassifierReadout",
     "LayerProbe",
+    "PER_EXAMPLE_LOSSES",
     "ProbeRequest",
     "ReadoutError",
     "TokenSelection",
     "aggregate",
+    "cross_entropy",
+    "per_example_loss",
+    "squared_error",
     "layer_token_nll",
     "layers_token_nll",
     "select_tokens",

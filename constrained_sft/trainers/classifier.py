@@ -1,4 +1,10 @@
-"""`ConstrainedTrainer`: a `transformers.Trainer` for sequence classifiers whose every layer must reduce the loss."""
+"""
+`ConstrainedTrainer`: a `transformers.Trainer` whose every layer must reduce the loss, for any model that honours the
+readout contract: its forward takes `output_hidden_states=True` and returns `loss`, `logits` (its predictions) and
+`hidden_states` (h_0, ..., h_L), and a shared readout psi maps any h_l to predictions of the same kind, scored by a
+per-example loss (`readout.losses`: cross-entropy for classes, squared error for real-valued targets). Sequence
+classifiers (their own head, the paper's shared linear readout, the UT) are instances of it.
+"""
 
 from __future__ import annotations
 
@@ -7,22 +13,29 @@ from contextlib import nullcontext
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import Trainer
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from ..config import ConstrainedConfig
 from ..constraints import LayerLosses
-from ..readout import ClassifierReadout, ReadoutError
+from ..readout import ClassifierReadout, ReadoutError, per_example_loss
 from ..utils import unwrap_model
 from .mixin import BatchScore, ConstrainedTrainerMixin, constrained_args
 
 
 class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
     """
-    A drop-in for `transformers.Trainer` on single-label sequence classification. f_l is the mean cross-entropy of
-    layer l's hidden states read out through the model's own head ([`ClassifierReadout`]); the Lagrangian, dual
-    step, noise, logging, checkpoints and feasibility report are those of `ConstrainedSFTTrainer`.
+    A drop-in for `transformers.Trainer`. f_l is the mean per-example `loss` of layer l's hidden states read out by
+    `readout` (default: the model's own `readout(hidden, attention_mask)` method or classification head, see
+    [`ClassifierReadout`]); the Lagrangian, dual step, noise, logging, checkpoints and feasibility report are those
+    of `ConstrainedSFTTrainer`.
+
+    Args:
+        readout (`ClassifierReadout`, *optional*): psi, for a model whose head is not found automatically.
+        loss (`str` or callable, *optional*): `'cross_entropy'`, `'squared_error'` or `(predictions, targets) -> [B]`;
+            default from the model's config: squared error for `problem_type='regression'` or `num_labels=1`,
+            cross-entropy otherwise (single-label only; multi-label is refused).
+        num_layers (`int`, *optional*): L, for a model without `config.num_hidden_layers`.
 
     Gradient accumulation: classification heads in transformers 5 take `**kwargs` but ignore `num_items_in_batch`,
     which makes `Trainer` skip its division by the accumulation steps (transformers issue #47688). This trainer sets
@@ -36,6 +49,8 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         args: ConstrainedConfig | None = None,
         *rest: Any,
         readout: ClassifierReadout | None = None,
+        loss=None,
+        num_layers: int | None = None,
         **kwargs,
     ) -> None:
         if args is None:
@@ -44,15 +59,18 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
             args = constrained_args(args, ConstrainedConfig, type(self).__name__)
         super().__init__(model, args, *rest, **kwargs)
         base = unwrap_model(self.model)
-        config = base.config
-        if config.num_labels < 2 or config.problem_type in ("regression", "multi_label_classification"):
-            raise ValueError(
-                f"ConstrainedTrainer trains single-label classifiers (`num_labels` >= 2, `problem_type` None or "
-                f"'single_label_classification'); {type(base).__name__} has num_labels={config.num_labels}, "
-                f"problem_type={config.problem_type!r}."
-            )
+        config = getattr(base, "config", None)
+        self.loss_name = loss if isinstance(loss, str) or loss is None else getattr(loss, "__name__", "custom")
+        if loss is None:
+            self.loss_name = _default_loss(base, config)
+        self.loss_fn = per_example_loss(loss if loss is not None else self.loss_name)
         self.readout = readout if readout is not None else ClassifierReadout.from_model(base)
-        self.num_layers = config.num_hidden_layers
+        self.num_layers = num_layers if num_layers is not None else getattr(config, "num_hidden_layers", None)
+        if not isinstance(self.num_layers, int) or self.num_layers < 1:
+            raise ValueError(
+                f"`num_layers`: {type(base).__name__} has no `config.num_hidden_layers`; pass num_layers=L, the "
+                "number of layers whose outputs `hidden_states` holds after the input (an integer >= 1)."
+            )
         self.model_accepts_loss_kwargs = False
         self._init_constraints(self.num_layers)
         self._accuracy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
@@ -71,32 +89,35 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         if labels is not None:
             losses = self._layer_losses(outputs, labels, inputs.get("attention_mask"))
             loss = self._add_constraints(loss, losses, num_items_in_batch)
-            correct = torch.stack([(outputs.logits.argmax(-1) == labels).sum(), labels.new_tensor(labels.numel())])
-            mode = "train" if self.model.training else "eval"
-            self._accuracy[mode] = [
-                a + b for a, b in zip(self._accuracy[mode], self._reduce(correct).tolist(), strict=True)
-            ]
-        outputs = SequenceClassifierOutput(loss=outputs.loss, logits=outputs.logits)  # hidden states stay in the step
+            if self.loss_name == "cross_entropy":
+                hits = (outputs["logits"].argmax(-1) == labels).sum()
+                correct = torch.stack([hits, labels.new_tensor(labels.numel())])
+                mode = "train" if self.model.training else "eval"
+                self._accuracy[mode] = [
+                    a + b for a, b in zip(self._accuracy[mode], self._reduce(correct).tolist(), strict=True)
+                ]
+        # the hidden states stay in the step
+        outputs = SequenceClassifierOutput(loss=outputs.get("loss"), logits=outputs.get("logits"))
         return (loss, outputs) if return_outputs else loss
 
     def _layer_losses(self, outputs, labels: torch.Tensor, mask: torch.Tensor | None) -> LayerLosses:
-        """Per-example cross-entropy of every constrained layer: sums `[n]`, per-example `[n, B]`."""
-        hidden = outputs.hidden_states
+        """Per-example loss of every constrained layer: sums `[n]`, per-example `[n, B]`."""
+        hidden, predictions = outputs.get("hidden_states"), outputs.get("logits")
         if hidden is None or len(hidden) != self.num_layers + 1:
             raise ReadoutError(
                 f"Expected {self.num_layers + 1} hidden states from the encoder, got "
                 f"{None if hidden is None else len(hidden)}."
             )
         if not self._verified and not self.model.training:
-            self._verify(hidden[-1], outputs.logits, mask)
+            self._verify(hidden[-1], predictions, mask)
         grad = self._constraints_active()
         with nullcontext() if grad else torch.no_grad():
-            logits = [
-                outputs.logits if layer == self.num_layers else self.readout(hidden[layer], mask)
+            per_layer = [
+                predictions if layer == self.num_layers else self.readout(hidden[layer], mask)
                 for layer in self.primal_dual.spec.layers
             ]
-            nll = torch.stack([F.cross_entropy(x.float(), labels, reduction="none") for x in logits])  # [n, B]
-        B = labels.numel()
+            nll = torch.stack([self.loss_fn(x, labels) for x in per_layer])  # [n, B]
+        B = labels.shape[0]
         return LayerLosses(
             sums=nll.sum(1),
             per_sequence=nll.detach(),
@@ -118,6 +139,11 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
     @torch.no_grad()
     def score_batch(self, inputs: dict[str, Any]) -> BatchScore:
         """One held-out batch through the training code path: accuracy, cross-entropy, every constrained layer."""
+        if self.loss_name != "cross_entropy":
+            raise NotImplementedError(
+                f"Robustness evaluation reports accuracy and needs `loss='cross_entropy'`; this trainer's loss is "
+                f"{self.loss_name!r}. Use `trainer.evaluate()` with `eval_noise_gammas` for its loss per noise level."
+            )
         self.model.eval()
         inputs = self._prepare_inputs(inputs)
         inputs.pop("noise_gamma", None)
@@ -128,7 +154,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         return BatchScore(
             correct=hits.sum().item(),
             count=labels.numel(),
-            nll=F.cross_entropy(out.logits.float(), labels, reduction="sum").item(),
+            nll=self.loss_fn(out.logits, labels).sum().item(),
             layers=self._layer_losses(out, labels, inputs.get("attention_mask")),
             hits=hits.cpu(),
         )
@@ -145,3 +171,21 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
                 correct / total
             )
         super().log(logs, start_time)
+
+
+def _default_loss(base, config) -> str:
+    """The loss the model's config implies; a model without one must name it."""
+    if config is None:
+        raise ValueError(
+            f"`loss`: {type(base).__name__} has no config to tell its task from; pass loss='cross_entropy' (class "
+            "labels), 'squared_error' (real-valued targets) or a callable (predictions, targets) -> [B]."
+        )
+    problem = getattr(config, "problem_type", None)
+    if problem == "multi_label_classification":
+        raise ValueError(
+            f"ConstrainedTrainer does not train multi-label classifiers (`problem_type` None, "
+            f"'single_label_classification' or 'regression'); {type(base).__name__} has problem_type={problem!r}."
+        )
+    if problem == "regression" or getattr(config, "num_labels", 2) == 1:
+        return "squared_error"
+    return "cross_entropy"

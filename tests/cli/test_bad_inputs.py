@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import torch
 import yaml
 from datasets import Dataset
 
@@ -125,6 +126,12 @@ def no_norm_model():
     return model
 
 
+def multi_label_model():
+    model = tiny_encoder(num_labels=3)
+    model.config.problem_type = "multi_label_classification"
+    return model
+
+
 def no_head_model():
     model = tiny_causal_lm("llama")
     model.lm_head = None
@@ -191,7 +198,8 @@ ROWS = [
     Row("model-no-config", lambda c: c.train(c.pc(), model=str(c.tmp)), ModelPathError, "`model_name_or_path`", "config.json"),
     Row("model-no-final-norm", lambda c: c.trainer(model=no_norm_model()), ReadoutError, "readout=", r"CausalLMReadout\(final_norm="),
     Row("model-no-lm-head", lambda c: c.trainer(model=no_head_model()), ReadoutError, "readout=", r"lm_head=<the output projection>"),
-    Row("model-regression-head-api", lambda c: c.classifier(tiny_encoder(num_labels=1)), ValueError, "`num_labels`", ">= 2"),
+    Row("model-multi-label-head", lambda c: c.classifier(multi_label_model()), ValueError, "`problem_type`", "'single_label_classification' or 'regression'"),
+    Row("model-no-config-no-loss", lambda c: c.classifier(torch.nn.Linear(2, 2)), ValueError, "`loss`", "'squared_error'"),
     Row("model-no-embeddings", lambda c: c.trainer(model=no_embeddings_model(), noise_gamma=1.0), EmbeddingNoiseError, "`noise_gamma`", "noise_gamma: 0"),
     Row("model-regression-head", lambda c: c.train(c.reviews(), model=c.regression, task="classification"), DataError, "`num_labels`", "matching head"),
     # --- recipes and command-line flags ------------------------------------------------------------------------------

@@ -136,9 +136,11 @@ def test_encoder_without_a_recognisable_head(tmp_path):
         make(tmp_path, model)
 
 
-def test_regression_heads_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="single-label"):
-        make(tmp_path, tiny_encoder(num_labels=1))
+def test_multi_label_heads_are_refused(tmp_path):
+    model = tiny_encoder(num_labels=3)
+    model.config.problem_type = "multi_label_classification"
+    with pytest.raises(ValueError, match="multi-label.*'regression'"):
+        make(tmp_path, model)
 
 
 @pytest.fixture
