@@ -106,3 +106,32 @@ def test_a_model_without_a_config_must_name_its_loss_and_depth(tmp_path):
         ConstrainedTrainer(model=TinyRegressor(), args=args(tmp_path), num_layers=4)
     with pytest.raises(ValueError, match="`num_layers`"):
         ConstrainedTrainer(model=TinyRegressor(), args=args(tmp_path), loss="squared_error")
+
+
+def test_a_users_module_checkpoints_and_resumes_exactly(tmp_path):
+    """The contract's model keeps the constrained trainer's checkpoints: stop at step 10, resume, same end state."""
+    from transformers import TrainerCallback
+
+    full = ConstrainedTrainer(
+        model=TinyRegressor(), args=args(tmp_path / "full"), train_dataset=regression_data(),
+        loss="squared_error", num_layers=4,
+    )  # fmt: skip
+    full.train()
+
+    class StopAt10(TrainerCallback):
+        def on_step_end(self, a, state, control, **kwargs):
+            control.should_training_stop = state.global_step == 10
+
+    kw = dict(train_dataset=regression_data(), loss="squared_error", num_layers=4)
+    cut = ConstrainedTrainer(
+        model=TinyRegressor(), args=args(tmp_path / "cut", save_strategy="steps", save_steps=10), **kw
+    )
+    cut.add_callback(StopAt10())
+    cut.train()
+    resumed = ConstrainedTrainer(
+        model=TinyRegressor(), args=args(tmp_path / "cut", save_strategy="steps", save_steps=10), **kw
+    )
+    resumed.train(resume_from_checkpoint=True)
+    assert torch.equal(resumed.primal_dual.multipliers.value(), full.primal_dual.multipliers.value())
+    for a, b in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b)
