@@ -60,10 +60,10 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         super().__init__(model, args, *rest, **kwargs)
         base = unwrap_model(self.model)
         config = getattr(base, "config", None)
-        self.loss_name = loss if isinstance(loss, str) or loss is None else getattr(loss, "__name__", "custom")
         if loss is None:
-            self.loss_name = _default_loss(base, config)
-        self.loss_fn = per_example_loss(loss if loss is not None else self.loss_name)
+            loss = _default_loss(base, config)
+        self.loss_fn = per_example_loss(loss)
+        self.loss_name = loss if isinstance(loss, str) else getattr(loss, "__name__", "custom")
         self.readout = readout if readout is not None else ClassifierReadout.from_model(base)
         self.num_layers = num_layers if num_layers is not None else getattr(config, "num_hidden_layers", None)
         if not isinstance(self.num_layers, int) or self.num_layers < 1:
