@@ -22,10 +22,11 @@ import sys
 import tempfile
 import time
 
-from safetensors.torch import load_file
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "crash_resume.py")
+sys.path.insert(0, os.path.dirname(SCRIPT))
+from crash_resume import finished, largest_difference  # noqa: E402
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
 
 
@@ -47,15 +48,6 @@ def attempt(task: str, out: str, kill_after: float | None, started: str) -> tupl
             killed = kill_after
     _, stderr = proc.communicate()
     return proc.returncode, stderr, killed
-
-
-def difference(a: str, b: str) -> float:
-    ta, tb = load_file(os.path.join(a, "final.safetensors")), load_file(os.path.join(b, "final.safetensors"))
-    with open(os.path.join(a, "final.json")) as fa, open(os.path.join(b, "final.json")) as fb:
-        same_json = json.load(fa) == json.load(fb)
-    assert ta.keys() == tb.keys()
-    largest = max((ta[k].double() - tb[k].double()).abs().max().item() for k in ta)
-    return largest if same_json else float("inf")
 
 
 def main() -> None:
@@ -83,7 +75,13 @@ def main() -> None:
             if code != -signal.SIGKILL:
                 raise SystemExit(f"trial {t}: an attempt failed with exit code {code}:\n{stderr[-3000:]}")
             kills.append(round(killed, 3))
-        trials.append({"kills_at_s": kills, "skipped_checkpoints": skipped, "difference": difference(out, reference)})
+        trials.append(
+            {
+                "kills_at_s": kills,
+                "skipped_checkpoints": skipped,
+                "difference": largest_difference(finished(out), finished(reference)),
+            }
+        )
         print(json.dumps({"trial": t, **trials[-1]}), flush=True)
     summary = {
         "task": args.task,

@@ -23,11 +23,12 @@ import signal
 import sys
 import warnings
 
-warnings.filterwarnings("ignore")
+if __name__ == "__main__":  # imported by the test and the benchmark for `finished` / `largest_difference`
+    warnings.filterwarnings("ignore")
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 from transformers import Trainer, TrainerCallback, TrainerState  # noqa: E402
 
 from constrained_sft import (  # noqa: E402
@@ -173,6 +174,21 @@ def dump(trainer, output_dir: str) -> None:
     save_file(tensors, os.path.join(output_dir, f"final{suffix}.safetensors"))
     with open(os.path.join(output_dir, f"final{suffix}.json"), "w") as f:
         json.dump(trainer.primal_dual.state_json(), f, sort_keys=True)
+
+
+def finished(output_dir, suffix: str = "") -> tuple[dict, dict]:
+    """(tensors, constraint-state JSON) that `dump` wrote in `output_dir`."""
+    with open(os.path.join(output_dir, f"final{suffix}.json")) as f:
+        return load_file(os.path.join(output_dir, f"final{suffix}.safetensors")), json.load(f)
+
+
+def largest_difference(a: tuple[dict, dict], b: tuple[dict, dict]) -> float:
+    """Largest absolute difference between two `finished` runs holding the same tensors; inf when their JSON
+    (settings, dual-optimizer scalars such as Adam's step, the feasibility history) differs."""
+    (ta, ja), (tb, jb) = a, b
+    assert ta.keys() == tb.keys()
+    largest = max((ta[k].double() - tb[k].double()).abs().max().item() for k in ta)
+    return largest if ja == jb else float("inf")
 
 
 def main(task: str, output_dir: str, kill: str, overrides: str = "{}") -> None:

@@ -16,9 +16,11 @@ import time
 
 import pytest
 from conftest import launch_on_cpu
-from safetensors.torch import load_file
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "crash_resume.py")
+sys.path.insert(0, os.path.dirname(SCRIPT))
+from crash_resume import finished, largest_difference  # noqa: E402  (what the script's `dump` wrote, compared)
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
 
 
@@ -32,18 +34,6 @@ def attempt(task, out, kill="none", processes=1):
     if kill == "none":
         assert result.returncode == 0, result.stderr[-3000:]
     return result
-
-
-def finished(out, suffix=""):
-    return load_file(str(out / f"final{suffix}.safetensors")), json.loads((out / f"final{suffix}.json").read_text())
-
-
-def largest_difference(a, b):
-    """Largest absolute difference between two finished runs; asserts they hold the same tensors and history."""
-    (ta, ja), (tb, jb) = a, b
-    assert ta.keys() == tb.keys()
-    assert ja == jb  # settings, dual-optimizer scalars (Adam's step), the feasibility history
-    return max((ta[k].double() - tb[k].double()).abs().max().item() for k in ta)
 
 
 def resume_chain(task, out, kills, processes=1):
