@@ -102,6 +102,22 @@ class ConstraintArguments:
             "switch on; layer losses are still measured. The paper warms up for one epoch."
         },
     )
+    constraint_warmup_epochs: int = field(
+        default=0,
+        metadata={
+            "help": "The same warm-up counted in epochs (the paper's 'primal warm-up': 1); with both set, the longer "
+            "one applies."
+        },
+    )
+    resilience_restarts: bool = field(
+        default=False,
+        metadata={
+            "help": "The paper's video variant of resilience (B.2): each constraint's relaxation u is an explicit "
+            "variable, u <- max(0, u - dual_lr (u / resilience - lambda)) (it settles at resilience * lambda, as the "
+            "weight-decay form), reset to 0 at the start of every epoch after the first. Needs resilience > 0 and "
+            "dual_lr / resilience < 2 (a stable relaxation step)."
+        },
+    )
 
     # > The readout of intermediate layers
     readout_final_norm: bool = field(
@@ -173,6 +189,15 @@ class ConstraintArguments:
         if not isinstance(self.constraint_warmup_steps, int) or self.constraint_warmup_steps < 0:
             raise ValueError(
                 f"`constraint_warmup_steps` must be an integer >= 0, got {self.constraint_warmup_steps!r}."
+            )
+        if not isinstance(self.constraint_warmup_epochs, int) or self.constraint_warmup_epochs < 0:
+            raise ValueError(
+                f"`constraint_warmup_epochs` must be an integer >= 0, got {self.constraint_warmup_epochs!r}."
+            )
+        if self.resilience_restarts and not (self.resilience > 0 and self.dual_lr / self.resilience < 2):
+            raise ValueError(
+                "`resilience_restarts` needs `resilience` > 0 and `dual_lr` / `resilience` < 2 (the relaxation step "
+                f"is stable only then), got resilience={self.resilience}, dual_lr={self.dual_lr}."
             )
         self.layer_loss_tokens = _parse_tokens(self.layer_loss_tokens)
         if not _is_number(self.readout_budget) or not 0 < self.readout_budget <= 10:

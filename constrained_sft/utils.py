@@ -1,6 +1,6 @@
 """
-Small helpers every layer of the package may use: finding the transformers model inside wrappers, and writing files
-atomically. Imports nothing of the package.
+Small helpers every layer of the package may use: finding the transformers model inside wrappers, writing files
+atomically, and cutting frames into patches and back. Imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -67,3 +67,17 @@ def write_text(path: str, text: str) -> None:
 def write_json(path: str, value: Any) -> None:
     """Write `value` as indented JSON to `path` atomically (see [`atomic_path`])."""
     write_text(path, json.dumps(json_safe(value), indent=2, sort_keys=True))
+
+
+def patchify(frames, patch: int):
+    """Frames `[..., H, W]` -> non-overlapping row-major patches `[..., (H/p)(W/p), p*p]` (a view when possible)."""
+    *lead, H, W = frames.shape
+    x = frames.reshape(*lead, H // patch, patch, W // patch, patch).movedim(-3, -2)  # [..., H/p, W/p, p, p]
+    return x.reshape(*lead, (H // patch) * (W // patch), patch * patch)
+
+
+def unpatchify(patches, patch: int, height: int, width: int):
+    """The inverse of [`patchify`]: `[..., (H/p)(W/p), p*p]` -> `[..., H, W]`."""
+    *lead, _, _ = patches.shape
+    x = patches.reshape(*lead, height // patch, width // patch, patch, patch).movedim(-2, -3)
+    return x.reshape(*lead, height, width)

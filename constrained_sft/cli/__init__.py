@@ -1,7 +1,7 @@
 """
 The `constrained-sft` command line (also `python -m constrained_sft`): parsing arguments, choosing the command and
 printing what it returns. Every command is a thin layer over library code: `train` (`train` for causal LMs,
-`train_classifier` for `task: classification`, both through `common`), `eval robustness`, `eval generate` and
+`train_classifier` for `task: classification`, `train_video` for `task: video`, all through `common`), `eval robustness`, `eval generate` and
 `eval alpaca` (over `constrained_sft.evaluation`).
 
 May import: anything in the package; nothing imports it but `__main__`.
@@ -41,8 +41,10 @@ def main(argv: list[str] | None = None) -> int:
             from .train_classifier import main as train
         elif task == "sft":
             from .train import main as train
+        elif task == "video":
+            from .train_video import main as train
         else:
-            raise ValueError(f"`task` must be 'sft' or 'classification', got {task!r}.")
+            raise ValueError(f"`task` must be 'sft', 'classification' or 'video', got {task!r}.")
         return train(rest)
     if command == "sweep":
         from .sweep import main as sweep

@@ -13,7 +13,7 @@ import re
 from ..constraints.state_io import REPORT
 
 
-def train_and_report(trainer, evaluate_before: bool, accuracy_key: str = "mean_token_accuracy") -> dict:
+def train_and_report(trainer, evaluate_before: bool, accuracy_key: str | None = "mean_token_accuracy") -> dict:
     """Evaluate (optionally before), train, evaluate, save, print the layer table on rank 0, and shut down cleanly."""
     args = trainer.args
     before = trainer.evaluate(metric_key_prefix="before") if evaluate_before else {}
@@ -41,12 +41,12 @@ def finish(trainer) -> None:
     gc.collect()
 
 
-def summary_table(trainer, before: dict, after: dict, accuracy_key: str = "mean_token_accuracy") -> str:
+def summary_table(trainer, before: dict, after: dict, accuracy_key: str | None = "mean_token_accuracy") -> str:
     """Per-layer held-out losses before / after, the multipliers, and where the feasibility report is."""
     spec = trainer.primal_dual.spec
     duals = trainer.primal_dual.dual_metrics() if trainer.primal_dual.enabled else {}
 
-    def fmt(value: float | None, spec: str = ".3f") -> str:
+    def fmt(value: float | None, spec: str = ".4g") -> str:
         return "-" if value is None else format(value, spec)
 
     lines = [f"\n{'layer':>6} {'held-out loss before':>21} {'after':>9} {'lambda':>9}"]
@@ -55,11 +55,8 @@ def summary_table(trainer, before: dict, after: dict, accuracy_key: str = "mean_
             f"{layer:>6} {fmt(before.get(f'before_layer_loss/{layer}')):>21} "
             f"{fmt(after.get(f'eval_layer_loss/{layer}')):>9} {fmt(duals.get(f'dual/{layer}'), '.4f'):>9}"
         )
-    for key, label in (
-        ("descent_fraction", "descent fraction"),
-        ("feasible_fraction", "feasible fraction"),
-        (accuracy_key, "accuracy"),
-    ):
+    rows = [("descent_fraction", "descent fraction"), ("feasible_fraction", "feasible fraction")]
+    for key, label in rows + ([(accuracy_key, "accuracy")] if accuracy_key else []):
         lines.append(f"{label:>28}: {fmt(before.get(f'before_{key}'))} -> {fmt(after.get(f'eval_{key}'))}")
     lines.append(f"constraints report: {os.path.join(trainer.args.output_dir, REPORT)}")
     lines.append(f"model saved to: {trainer.args.output_dir}")

@@ -16,9 +16,21 @@ class DualOptimizer:
 
     Resilience (paper, Appendix A.5) is the gradient of `-resilience/2 * ||lambda||^2` added to the dual function:
     it relaxes each constraint by `resilience * lambda`, so a multiplier settles at about `slack / resilience`.
+
+    With `explicit_relaxation` (the form of Hounie et al. 2023 the paper's video experiments use, B.1-B.2) the
+    relaxation u_c >= 0 is its own variable with cost u^2 / (2 resilience): the ascent direction is `slack - u`, then
+    `u <- max(0, u - lr (u / resilience - lambda))`. It settles where the weight-decay form does (u = resilience *
+    lambda), but it can be restarted: `reset_relaxation()` sets u = 0 (the paper's "resilience restarts").
     """
 
-    def __init__(self, multipliers: Multipliers, kind: str = "sgd", lr: float = 0.01, resilience: float = 0.0) -> None:
+    def __init__(
+        self,
+        multipliers: Multipliers,
+        kind: str = "sgd",
+        lr: float = 0.01,
+        resilience: float = 0.0,
+        explicit_relaxation: bool = False,
+    ) -> None:
         if kind == "sgd":
             self.optimizer: torch.optim.Optimizer = torch.optim.SGD([multipliers.weight], lr=lr, maximize=True)
         elif kind == "adam":
@@ -28,6 +40,10 @@ class DualOptimizer:
         self.multipliers = multipliers
         self.kind = kind
         self.resilience = resilience
+        if explicit_relaxation and not resilience > 0:
+            raise ValueError(f"An explicit relaxation needs `resilience` > 0, got {resilience}.")
+        # [C] u, float64 like the multipliers; None in the weight-decay form
+        self.relaxation = torch.zeros_like(multipliers.weight.detach()) if explicit_relaxation else None
 
     @torch.no_grad()
     def step(self, slack: torch.Tensor) -> bool:
@@ -37,15 +53,35 @@ class DualOptimizer:
         if not bool(torch.isfinite(slack).all()):
             return False
         weight = self.multipliers.weight
-        weight.grad = slack.to(weight) - self.resilience * weight
+        if self.relaxation is None:
+            weight.grad = slack.to(weight) - self.resilience * weight
+        else:
+            weight.grad = slack.to(weight) - self.relaxation
         self.optimizer.step()
         weight.grad = None
         self.multipliers.project_()
+        if self.relaxation is not None:
+            lr = self.optimizer.param_groups[0]["lr"]
+            u = self.relaxation
+            u.sub_(lr * (u / self.resilience - weight.detach())).clamp_(min=0.0)
         return True
+
+    def reset_relaxation(self) -> None:
+        """u = 0 (explicit relaxation only): every constraint is tight again until the relaxation regrows."""
+        if self.relaxation is not None:
+            self.relaxation.zero_()
+
+    def relaxation_values(self) -> list[float]:
+        """u per constraint: the explicit variable, else resilience * lambda."""
+        if self.relaxation is not None:
+            return self.relaxation.tolist()
+        return (self.resilience * self.multipliers.weight.detach()).tolist()
 
     # Checkpoints hold tensors in safetensors and the rest in JSON, never pickle.
     def state_tensors(self) -> dict[str, torch.Tensor]:
         tensors = {"multipliers": self.multipliers.weight.detach().cpu().clone()}
+        if self.relaxation is not None:
+            tensors["relaxation"] = self.relaxation.cpu().clone()
         for name, value in self.optimizer.state_dict()["state"].get(0, {}).items():
             if torch.is_tensor(value):
                 tensors[f"optimizer.{name}"] = value.detach().cpu().clone().reshape(value.shape)
@@ -55,7 +91,13 @@ class DualOptimizer:
         state = self.optimizer.state_dict()
         scalars = {k: v for k, v in state["state"].get(0, {}).items() if not torch.is_tensor(v)}
         groups = [{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]]
-        return {"kind": self.kind, "resilience": self.resilience, "param_groups": groups, "scalars": scalars}
+        return {
+            "kind": self.kind,
+            "resilience": self.resilience,
+            "explicit_relaxation": self.relaxation is not None,
+            "param_groups": groups,
+            "scalars": scalars,
+        }
 
     def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         if meta.get("kind") != self.kind:
@@ -69,8 +111,15 @@ class DualOptimizer:
                 f"The checkpoint holds {saved.numel()} multipliers but this run has {len(self.multipliers)} "
                 "constraints; `constrained_layers` / `descent_epsilon` must match the run being resumed."
             )
+        if bool(meta.get("explicit_relaxation", False)) != (self.relaxation is not None):
+            raise ValueError(
+                f"The checkpoint was trained with `resilience_restarts={self.relaxation is None}` but this run "
+                f"has `resilience_restarts={self.relaxation is not None}`; resume with the same setting."
+            )
         with torch.no_grad():
             self.multipliers.weight.copy_(saved)
+            if self.relaxation is not None:
+                self.relaxation.copy_(tensors["relaxation"])
         per_param = {k.removeprefix("optimizer."): v for k, v in tensors.items() if k.startswith("optimizer.")}
         per_param.update(meta.get("scalars", {}))
         current = self.optimizer.state_dict()

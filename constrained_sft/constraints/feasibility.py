@@ -30,12 +30,17 @@ def window_means(rows: Sequence[dict[str, Any]], key: str) -> list[float]:
     return torch.tensor([r[key] for r in rows], dtype=torch.float64).mean(0).tolist() if rows else []
 
 
+def _relaxation(row: dict[str, Any], resilience: float) -> list[float]:
+    return row["relaxation"] if "relaxation" in row else [resilience * d for d in row["dual"]]
+
+
 def relaxed_holds(rows: Sequence[dict[str, Any]], resilience: float) -> list[bool]:
-    """Per constraint: is the mean of g_t - rho * lambda_t over the window not above zero (2 standard errors)?"""
+    """Per constraint: is the mean of g_t - u_t over the window not above zero (2 standard errors)? u_t is the
+    recorded relaxation (rho * lambda_t in the weight-decay form; older histories have none: rho * lambda_t)."""
     if not rows:
         return []
-    gap = torch.tensor([r["slack"] for r in rows], dtype=torch.float64) - resilience * torch.tensor(
-        [r["dual"] for r in rows], dtype=torch.float64
+    gap = torch.tensor([r["slack"] for r in rows], dtype=torch.float64) - torch.tensor(
+        [_relaxation(r, resilience) for r in rows], dtype=torch.float64
     )  # [steps, C]
     error = gap.std(0) / math.sqrt(len(rows)) if len(rows) > 1 else torch.zeros(gap.size(1), dtype=torch.float64)
     return (gap.mean(0) <= (2 * error).clamp(min=GAP_FLOOR)).tolist()
@@ -71,7 +76,13 @@ def feasibility_report(
         "layer_loss": dict(zip(map(str, spec.layers), layer_loss, strict=False)),
         "dual": dict(zip(keys, dual, strict=True)),
         "slack": dict(zip(keys, slack_mean, strict=False)),
-        "relaxation": dict(zip(keys, [resilience * d for d in window_means(rows, "dual")], strict=False)),
+        "relaxation": dict(
+            zip(
+                keys,
+                torch.tensor([_relaxation(r, resilience) for r in rows]).mean(0).tolist() if rows else [],
+                strict=False,
+            )
+        ),
         "holds_strict": dict(zip(keys, strict, strict=False)),
         "holds_relaxed": dict(zip(keys, relaxed, strict=False)),
         "holds": dict(zip(keys, holds, strict=False)),

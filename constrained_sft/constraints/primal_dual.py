@@ -35,12 +35,13 @@ class PrimalDual:
         dual_max: float | None = None,
         warmup_steps: int = 0,
         window: int = 20,
+        explicit_relaxation: bool = False,
     ) -> None:
         self.spec = spec
         self.enabled = enabled
         self.warmup_steps = warmup_steps
         self.multipliers = Multipliers(len(spec), init=dual_init, upper=dual_max)
-        self.dual = DualOptimizer(self.multipliers, dual_optimizer, dual_lr, resilience)
+        self.dual = DualOptimizer(self.multipliers, dual_optimizer, dual_lr, resilience, explicit_relaxation)
         self.train_stats = LayerStats(len(spec.layers))
         self.history: deque[dict[str, Any]] = deque(maxlen=window)
         self.skipped_steps = 0
@@ -82,6 +83,7 @@ class PrimalDual:
                 "layer_loss": [metrics[f"layer_loss/{layer}"] for layer in self.spec.layers],
                 "slack": values.tolist(),
                 "dual": lam,
+                "relaxation": self.dual.relaxation_values(),
                 "descent_fraction": metrics.get("descent_fraction"),
                 "dual_updated": updated,
             }

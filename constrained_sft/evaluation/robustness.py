@@ -123,8 +123,9 @@ class RobustnessArguments:
     task: str = field(
         default="sft",
         metadata={
-            "help": "'sft' (causal LMs) or 'classification'; a recipe's `task` sets it.",
-            "choices": ["sft", "classification"],
+            "help": "'sft' (causal LMs), 'classification' or 'video' (denoisers: RMSE instead of accuracy); a "
+            "recipe's `task` sets it.",
+            "choices": ["sft", "classification", "video"],
         },
     )
     models: list[str] = field(

@@ -7,7 +7,8 @@ real (non-padding) token position, on every forward call, including each decodin
 sigma_x is the standard deviation of the model's clean token embeddings over the whole vocabulary: the std of all
 V x D entries of the input embedding matrix, times the scale the embedding module applies to its output (e.g.
 Gemma's sqrt(D)). It is a property of the model, not of the batch, so training, evaluation and generation (where a
-step embeds one token) all use the same value. Comparisons fix it: the trainers measure it once on the starting
+step embeds one token) all use the same value. Video denoisers perturb their pixel inputs instead: their input module
+(`models.denoising.PixelInput`) has no table and carries sigma_x, the std of the clean training frames. Comparisons fix it: the trainers measure it once on the starting
 model and keep it (`noise_sigma`, recorded in constraints.json), and the evaluation commands use one value for every
 model they compare, so that twins whose training moved their embeddings differently are perturbed alike. Without a
 given `sigma`, `embedding_noise` measures the model as it is when the block is entered, in [rows, D] chunks
@@ -38,6 +39,8 @@ def input_embedding_module(model: nn.Module) -> nn.Module:
     """The module whose output are the token embeddings, for plain, PEFT-wrapped and distributed models."""
     base = unwrap_model(model)
     module = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
+    if isinstance(module, nn.Module) and getattr(module, "sigma", None) is not None:
+        return module  # pixel inputs (video denoisers): no table, sigma_x is the data's, carried by the module
     if not isinstance(module, nn.Module) or not isinstance(getattr(module, "weight", None), torch.Tensor):
         raise EmbeddingNoiseError(
             f"{type(base).__name__} has no input embedding module (`get_input_embeddings()` returned {module!r}); "
@@ -62,8 +65,10 @@ def module_sigma(module: nn.Module) -> float:
     """
     sigma_x of an embedding module as its weights are now, measured on every call: an optimizer step can change the
     table without bumping the weight's version counter (fused AdamW does not), so no cache could tell. Under ZeRO-3
-    the gather is a collective: every rank must call it.
+    the gather is a collective: every rank must call it. A module without a table carries its sigma_x (`sigma`).
     """
+    if getattr(module, "sigma", None) is not None:
+        return float(module.sigma)
     weight = module.weight
     with torch.no_grad(), maybe_gather_lm_head_ctx(weight):
         table = weight.full_tensor() if hasattr(weight, "full_tensor") else weight  # FSDP2 shards: a DTensor
@@ -179,7 +184,7 @@ def embedding_noise(
     """
     noise = EmbeddingNoise(model, gamma, mean, generator, sigma)
     if noise.generator is None and seed is not None:
-        device = noise.module.weight.device
+        device = getattr(noise.module, "weight", next(noise.model.parameters())).device
         noise.generator = torch.Generator(device=device if device.type != "meta" else "cpu").manual_seed(seed)
     # The backbone is always entered through __call__ with the attention mask as a keyword (PEFT calls the outer
     # model's `.forward` directly, which would skip a hook there).

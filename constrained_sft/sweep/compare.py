@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from ..evaluation.bootstrap import paired_bootstrap
 from ..evaluation.robustness import RobustnessArguments
 from ..evaluation.robustness import run as robustness
-from .bootstrap import paired_bootstrap
 
 DONE = "training_args.json"  # Trainer.save_model writes it last: a seed folder holding it is complete
 

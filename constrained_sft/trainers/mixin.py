@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import zlib
 from collections import defaultdict
@@ -72,6 +73,19 @@ class _DualStep(TrainerCallback):
     def on_optimizer_step(self, args, state, control, **kwargs):
         self.trainer._dual_step()
 
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        """`constraint_warmup_epochs` in optimizer steps, now that the epoch length is known."""
+        epochs = getattr(args, "constraint_warmup_epochs", 0)
+        if epochs and train_dataloader is not None:
+            per_epoch = max(math.ceil(len(train_dataloader) / args.gradient_accumulation_steps), 1)
+            pd = self.trainer.primal_dual
+            pd.warmup_steps = max(args.constraint_warmup_steps, epochs * per_epoch)
+
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        """Resilience restarts: u = 0 when an epoch after the first starts (not when a run resumes inside one)."""
+        if getattr(args, "resilience_restarts", False) and state.epoch and float(state.epoch).is_integer():
+            self.trainer.primal_dual.dual.reset_relaxation()
+
 
 class ConstrainedTrainerMixin(CheckpointingMixin):
     """Mixed in before a `transformers.Trainer` subclass; `args` must carry [`ConstraintArguments`]."""
@@ -98,6 +112,7 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
             dual_max=args.dual_max,
             warmup_steps=args.constraint_warmup_steps,
             window=args.feasibility_window,
+            explicit_relaxation=args.resilience_restarts,
         )
         self._eval_stats = LayerStats(len(spec.layers))
         self._constraint_metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list)}
@@ -176,7 +191,9 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
         args = self.args
         if not (self.model.training and getattr(args, "trains_with_noise", False)):
             return None
-        ids, positions = inputs["input_ids"], inputs.get("position_ids")
+        ids, positions = inputs.get("input_ids"), inputs.get("position_ids")
+        if ids is None:  # models fed something else (a denoiser's `input_values`): one level per row
+            ids = next(v for k, v in inputs.items() if torch.is_tensor(v) and k != "labels")
         n = int(positions.eq(0).sum()) if positions is not None and ids.shape[0] == 1 else ids.shape[0]
         levels = self._noise_levels.sample(max(n, 1), self._generator("noise-levels", torch.device("cpu")))
         return levels.to(ids.device)

@@ -211,7 +211,7 @@ ROWS = [
     Row("architecture", lambda c: c.train(c.reviews(), "--classifier_architecture", "lstm", task="classification"), SystemExit, "--classifier_architecture", "pretrained.*ut"),
     Row("ut-readout", lambda c: c.train(c.reviews(), "--classifier_architecture", "ut", task="classification"), ValueError, "`classifier_readout: linear`", "`classifier_pooling: mean`"),
     Row("ut-layers", lambda c: c.train(c.reviews(), "--ut_layers", "0", task="classification"), ValueError, "`ut_layers`", ">= 1"),
-    Row("task", lambda c: c.train(c.pc(), task="regression"), ValueError, "`task`", "'sft' or 'classification'"),
+    Row("task", lambda c: c.train(c.pc(), task="regression"), ValueError, "`task`", "'sft', 'classification' or 'video'"),
     Row("resume-missing", lambda c: c.train(c.pc(), "--resume_from_checkpoint", str(c.tmp / "ckpt")), CheckpointError, "`resume_from_checkpoint`", "checkpoint folder"),
     Row("resume-damaged", lambda c: c.train(c.pc(), "--resume_from_checkpoint", damaged_checkpoint(c)), CheckpointError, "constraint_state.json", "earlier checkpoint"),
     # --- data --------------------------------------------------------------------------------------------------------

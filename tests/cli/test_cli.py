@@ -155,8 +155,14 @@ def test_every_recipe_parses_and_starts_with_its_command(recipe):
     overrides = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
     from constrained_sft.cli.common import recipe_task
     from constrained_sft.cli.train_classifier import make_parser as classifier_parser
+    from constrained_sft.cli.train_video import make_parser as video_parser
 
-    parser = classifier_parser() if recipe_task(["--config", recipe]) == "classification" else make_parser()
+    task = recipe_task(["--config", recipe])
+    if task == "video":
+        script, training = video_parser().parse_args_and_config(["--config", recipe, *overrides])
+        assert script.video_source and script.architecture in rel and training.output_dir
+        return
+    parser = classifier_parser() if task == "classification" else make_parser()
     script, model, training = parser.parse_args_and_config(["--config", recipe, *overrides])
     assert script.dataset_name and model.model_name_or_path and training.output_dir
 

@@ -5,7 +5,7 @@ import itertools
 import numpy as np
 import pytest
 
-from constrained_sft.sweep import paired_bootstrap
+from constrained_sft.evaluation.bootstrap import paired_bootstrap
 
 
 def test_two_examples_by_hand():
