@@ -135,11 +135,11 @@ def write_report(results: dict, args) -> None:
             c, r = (np.mean(e["arms"][a]["rmse"][str(g)]) for a in ("constrained", "erm"))
             dc, de = (np.mean(e["arms"][a]["descent_share"][str(g)]) for a in ("constrained", "erm"))
             d = e["difference"]["per_gamma"][i]
-            lines.append(f"| {g:g} | {c:.2f} | {r:.2f} | {d['estimate']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] | "
+            lines.append(f"| {g:g} | {c:.2f} | {r:.2f} | {d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] | "
                          f"{d['verdict']} | {dc:.2f} / {de:.2f} |")  # fmt: skip
         for key in ("id", "ood"):
             d = e["difference"][key]
-            lines.append(f"| {key.upper()} mean | | | {d['estimate']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] | "
+            lines.append(f"| {key.upper()} mean | | | {d['estimate']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}] | "
                          f"{d['verdict']} | |")  # fmt: skip
         sec = {a: e["arms"][a]["seconds"] for a in ("constrained", "erm")}
         lines += ["", f"Training time per run (s): constrained {', '.join(f'{s:.0f}' for s in sec['constrained'])}; "

@@ -113,9 +113,8 @@ class ConstraintArguments:
         default=False,
         metadata={
             "help": "The paper's video variant of resilience (B.2): each constraint's relaxation u is an explicit "
-            "variable, u <- max(0, u - dual_lr (u / resilience - lambda)) (it settles at resilience * lambda, as the "
-            "weight-decay form), reset to 0 at the start of every epoch after the first. Needs resilience > 0 and "
-            "dual_lr / resilience < 2 (a stable relaxation step)."
+            "variable that moves toward resilience * lambda at rate min(1, dual_lr) per step (where the weight-decay "
+            "form keeps it), reset to 0 at the start of every epoch after the first. Needs resilience > 0."
         },
     )
 
@@ -194,10 +193,10 @@ class ConstraintArguments:
             raise ValueError(
                 f"`constraint_warmup_epochs` must be an integer >= 0, got {self.constraint_warmup_epochs!r}."
             )
-        if self.resilience_restarts and not (self.resilience > 0 and self.dual_lr / self.resilience < 2):
+        if self.resilience_restarts and not self.resilience > 0:
             raise ValueError(
-                "`resilience_restarts` needs `resilience` > 0 and `dual_lr` / `resilience` < 2 (the relaxation step "
-                f"is stable only then), got resilience={self.resilience}, dual_lr={self.dual_lr}."
+                "`resilience_restarts` resets the relaxations resilience gives: it needs `resilience` > 0, got "
+                f"{self.resilience}."
             )
         self.layer_loss_tokens = _parse_tokens(self.layer_loss_tokens)
         if not _is_number(self.readout_budget) or not 0 < self.readout_budget <= 10:

@@ -19,8 +19,10 @@ class DualOptimizer:
 
     With `explicit_relaxation` (the form of Hounie et al. 2023 the paper's video experiments use, B.1-B.2) the
     relaxation u_c >= 0 is its own variable with cost u^2 / (2 resilience): the ascent direction is `slack - u`, then
-    `u <- max(0, u - lr (u / resilience - lambda))`. It settles where the weight-decay form does (u = resilience *
-    lambda), but it can be restarted: `reset_relaxation()` sets u = 0 (the paper's "resilience restarts").
+    u moves toward its optimum resilience * lambda, `u <- u + min(1, lr) (resilience * lambda - u)` (a gradient step
+    on its cost preconditioned by `resilience`, stable for any resilience). It settles where the weight-decay form
+    does (u = resilience * lambda), but it can be restarted: `reset_relaxation()` sets u = 0 (the paper's
+    "resilience restarts").
     """
 
     def __init__(
@@ -61,9 +63,9 @@ class DualOptimizer:
         weight.grad = None
         self.multipliers.project_()
         if self.relaxation is not None:
-            lr = self.optimizer.param_groups[0]["lr"]
+            rate = min(1.0, self.optimizer.param_groups[0]["lr"])
             u = self.relaxation
-            u.sub_(lr * (u / self.resilience - weight.detach())).clamp_(min=0.0)
+            u.add_(rate * (self.resilience * weight.detach() - u)).clamp_(min=0.0)
         return True
 
     def reset_relaxation(self) -> None:

@@ -121,14 +121,14 @@ def verdict_message(report: dict[str, Any], dual_max: float | None = None) -> tu
         more = f" and {len(broken) - SHOWN} more" if len(broken) > SHOWN else ""
         return logging.WARNING, (
             f"Constrained training ended infeasible. Constraints that do not hold {where} (`feasible_by`: "
-            f"{report['feasible_by']}), with their mean slack in nats: layer {slacks}{more}. To change: {advice}."
+            f"{report['feasible_by']}), with their mean slack (in the loss: nats for cross-entropy): layer {slacks}{more}. To change: {advice}."
         )
     relaxed_only = [k for k, ok in report["holds_strict"].items() if not ok]
     if relaxed_only:
         sizes = ", ".join(f"{k}: {report['relaxation'][k]:.3g}" for k in relaxed_only)
         return logging.INFO, (
             f"The constraints on layers {relaxed_only} hold {where} only as relaxed by resilience x lambda (mean "
-            f"relaxation in nats: {sizes}); lower `resilience` for a stricter descent."
+            f"relaxation (in the loss): {sizes}); lower `resilience` for a stricter descent."
         )
     return None
 

@@ -273,7 +273,6 @@ ROWS = [
     Row("video-dictionary", lambda c: c.video("--dictionary_atoms_per_side", "8"), ValueError, "`dictionary_atoms_per_side`", ">= the patch side 16"),
     Row("warmup-epochs", lambda c: c.config(constraint_warmup_epochs=-1), ValueError, "`constraint_warmup_epochs`", ">= 0"),
     Row("restarts-resilience", lambda c: c.config(resilience_restarts=True), ValueError, "`resilience_restarts`", "`resilience` > 0"),
-    Row("restarts-step", lambda c: c.config(resilience_restarts=True, resilience=0.01, dual_lr=0.1), ValueError, "`resilience_restarts`", "dual_lr` / `resilience` < 2"),
     Row("sweep-task", lambda c: cli(["sweep", "--task", "sft", "--output_dir", str(c.out)]), ValueError, "`task`", "classification"),
     Row("sweep-space", lambda c: cli(["sweep", "--task", "classification", "--space", c.file("s.yaml", []) and str((c.tmp / "s.yaml").write_text(yaml.safe_dump({"constrained": {"dual_lr": {"low": 1}}})) and c.tmp / "s.yaml"), "--stage", "search", "--model_name_or_path", c.clf, "--dataset_name", c.reviews(), "--output_dir", str(c.out)]), SearchSpaceError, "dual_lr", "high"),
 ]  # fmt: skip

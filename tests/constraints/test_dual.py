@@ -113,8 +113,8 @@ def test_explicit_relaxation_steps_settles_at_rho_lambda_and_restarts():
     lam = Multipliers(1, init=0.0)
     dual = DualOptimizer(lam, "sgd", lr=0.1, resilience=0.5, explicit_relaxation=True)
     dual.step(torch.tensor([1.0], dtype=torch.float64))
-    # lambda <- max(0, 0 + 0.1 (1 - u=0)) = 0.1; u <- max(0, 0 - 0.1 (0 / 0.5 - 0.1)) = 0.01
-    assert lam.value().item() == pytest.approx(0.1) and dual.relaxation.item() == pytest.approx(0.01)
+    # lambda <- max(0, 0 + 0.1 (1 - u=0)) = 0.1; u <- 0 + min(1, 0.1) (0.5 x 0.1 - 0) = 0.005
+    assert lam.value().item() == pytest.approx(0.1) and dual.relaxation.item() == pytest.approx(0.005)
     for _ in range(3000):  # a constant violation of 1: equilibrium u = slack = 1, lambda = u / rho = 2
         dual.step(torch.tensor([1.0], dtype=torch.float64))
     assert dual.relaxation.item() == pytest.approx(1.0, abs=1e-3) and lam.value().item() == pytest.approx(
