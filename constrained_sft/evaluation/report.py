@@ -32,36 +32,44 @@ def _save(fig, path: str) -> str:
     return path
 
 
-def plot_accuracy(results: dict[str, Any], path: str) -> str:
+def plot_metric(results: dict[str, Any], path: str, key: str, ylabel: str, title: str) -> str:
+    """`<key>_mean` +- `<key>_std` against gamma, one line per model; the training level dotted."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, model in results["models"].items():
         levels = model["summary"]["levels"]
         ax.errorbar(
             [r["gamma"] for r in levels],
-            [r["accuracy_mean"] for r in levels],
-            yerr=[r["accuracy_std"] for r in levels],
+            [r[f"{key}_mean"] for r in levels],
+            yerr=[r[f"{key}_std"] for r in levels],
             marker="o",
             capsize=3,
             label=name,
         )
         ax.axvline(model["summary"]["train_gamma"], color="gray", lw=0.8, ls=":")
-    ax.set(xlabel="test noise level gamma", ylabel=results["accuracy_label"], title="Accuracy vs embedding noise")
+    ax.set(xlabel="test noise level gamma", ylabel=ylabel, title=title)
     ax.grid(alpha=0.3)
     ax.legend()
     return _save(fig, path)
 
 
-def plot_layers(results: dict[str, Any], path: str) -> str:
+def plot_accuracy(results: dict[str, Any], path: str) -> str:
+    return plot_metric(results, path, "accuracy", results["accuracy_label"], "Accuracy vs embedding noise")
+
+
+def plot_layers(
+    results: dict[str, Any], path: str, key: str = "layer_loss", ylabel: str = "held-out loss of the layer's readout"
+) -> str:
+    """`row[key]` (per-layer values) against the layer at each of the curve levels, one line per model."""
     plt = _plt()
     gammas = results["settings"]["curve_gammas"]
     fig, axes = plt.subplots(1, len(gammas), figsize=(4.5 * len(gammas), 3.8), squeeze=False)
     for ax, gamma in zip(axes[0], gammas, strict=True):
         for name, model in results["models"].items():
             row = next(r for r in model["summary"]["levels"] if r["gamma"] == gamma)
-            layers = sorted(row["layer_loss"], key=int)
-            ax.plot([int(x) for x in layers], [row["layer_loss"][x] for x in layers], marker=".", label=name)
-        ax.set(xlabel="layer", ylabel="held-out loss of the layer's readout", title=f"gamma = {gamma:g}")
+            layers = sorted(row[key], key=int)
+            ax.plot([int(x) for x in layers], [row[key][x] for x in layers], marker=".", label=name)
+        ax.set(xlabel="layer", ylabel=ylabel, title=f"gamma = {gamma:g}")
         ax.grid(alpha=0.3)
     axes[0][0].legend()
     return _save(fig, path)

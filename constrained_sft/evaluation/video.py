@@ -23,23 +23,14 @@ from ..noise import embedding_noise
 from ..trainers import ConstrainedTrainer
 from .bootstrap import Interval
 from .metrics import step_ratios
+from .robustness import _measure_only
 
 GREY = 255.0
 
 
 def video_eval_trainer(model, dataset, layers, batch_size: int, output_dir: str, sigma: float | None):
     """A ConstrainedTrainer that only measures (no constraints), on the test clips."""
-    args = ConstrainedConfig(
-        output_dir=output_dir,
-        per_device_eval_batch_size=batch_size,
-        use_cpu=not torch.cuda.is_available(),
-        report_to="none",
-        constraints="none",
-        constrained_layers=layers,
-        noise_sigma=sigma,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
+    args = ConstrainedConfig(**_measure_only(output_dir, batch_size, False, layers, sigma))
     return ConstrainedTrainer(
         model=model, args=args, eval_dataset=dataset, data_collator=default_data_collator, loss="squared_error"
     )

@@ -22,7 +22,7 @@ from transformers import AutoModel
 from ..data.video import VideoDataArguments, load_video
 from ..models import ViTForDenoising
 from ..utils import atomic_path, write_json
-from .report import _img, _plt, _save, _table, _write_html, plot_descent
+from .report import _img, _plt, _save, _table, _write_html, plot_descent, plot_layers, plot_metric
 from .robustness import _layers, _train_gamma
 from .video import (
     GREY,
@@ -97,35 +97,6 @@ def run_video(args, data_args: VideoDataArguments, recipe: dict | None = None) -
     return results
 
 
-def plot_rmse(results: dict[str, Any], path: str) -> str:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name, model in results["models"].items():
-        levels = model["summary"]["levels"]
-        ax.errorbar([r["gamma"] for r in levels], [r["rmse_mean"] for r in levels],
-                    yerr=[r["rmse_std"] for r in levels], marker="o", capsize=3, label=name)  # fmt: skip
-    ax.axvline(results["settings"]["train_gamma"], color="gray", lw=0.8, ls=":")
-    ax.set(xlabel="test noise level gamma", ylabel="RMSE (grey levels, 0-255)", title="RMSE vs pixel noise")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return _save(fig, path)
-
-
-def plot_layer_rmse(results: dict[str, Any], path: str) -> str:
-    plt = _plt()
-    gammas = results["settings"]["curve_gammas"]
-    fig, axes = plt.subplots(1, len(gammas), figsize=(4.5 * len(gammas), 3.8), squeeze=False)
-    for ax, gamma in zip(axes[0], gammas, strict=True):
-        for name, model in results["models"].items():
-            row = next(r for r in model["summary"]["levels"] if r["gamma"] == gamma)
-            layers = sorted(row["layer_rmse"], key=int)
-            ax.plot([int(x) for x in layers], [row["layer_rmse"][x] for x in layers], marker=".", label=name)
-        ax.set(xlabel="layer", ylabel="RMSE of the layer's readout", title=f"gamma = {gamma:g}")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend()
-    return _save(fig, path)
-
-
 def plot_frames(frames: dict, clean: torch.Tensor, path: str, shown: int = 4) -> str:
     """Rows: clean; then per gamma the noisy input and each model's reconstruction. Columns: frames of one clip."""
     plt = _plt()
@@ -153,8 +124,16 @@ def write_video_report(results: dict[str, Any], frames: dict, clean: torch.Tenso
     os.makedirs(output_dir, exist_ok=True)
     paths = {"json": os.path.join(output_dir, "results.json"), "csv": os.path.join(output_dir, "results.csv")}
     plots = {
-        "rmse": plot_rmse(results, os.path.join(output_dir, "rmse_vs_gamma.png")),
-        "layers": plot_layer_rmse(results, os.path.join(output_dir, "layer_losses.png")),
+        "rmse": plot_metric(
+            results,
+            os.path.join(output_dir, "rmse_vs_gamma.png"),
+            "rmse",
+            "RMSE (grey levels, 0-255)",
+            "RMSE vs pixel noise",
+        ),
+        "layers": plot_layers(
+            results, os.path.join(output_dir, "layer_losses.png"), "layer_rmse", "RMSE of the layer's readout (0-255)"
+        ),
         "descent": plot_descent(results, os.path.join(output_dir, "descent_vs_gamma.png")),
         "frames": plot_frames(frames, clean, os.path.join(output_dir, "frames.png")),
     }
