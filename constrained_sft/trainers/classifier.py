@@ -3,7 +3,8 @@
 readout contract: its forward takes `output_hidden_states=True` and returns `loss`, `logits` (its predictions) and
 `hidden_states` (h_0, ..., h_L), and a shared readout psi maps any h_l to predictions of the same kind, scored by a
 per-example loss (`readout.losses`: cross-entropy for classes, squared error for real-valued targets). Sequence
-classifiers (their own head, the paper's shared linear readout, the UT) are instances of it.
+classifiers (their own head, the paper's shared linear readout, the UT) and the video denoisers (DUST, video UT, ViT;
+squared error on pixels) are instances of it.
 """
 
 from __future__ import annotations
