@@ -45,14 +45,14 @@ def evaluate(model_dir: str, recipe: str, gammas: list[float], noise_seeds: int)
     from transformers import AutoModel
 
     from constrained_sft.cli.train_video import VideoScriptArguments
-    from constrained_sft.data.video import load_video
+    from constrained_sft.data.video import VideoDenoisingDataset, read_clips
     from constrained_sft.evaluation.video import evaluate_video_level, video_eval_trainer
 
     fields = _recipe(recipe)
     known = set(VideoScriptArguments.__dataclass_fields__)
     script = VideoScriptArguments(**{k: v for k, v in fields.items() if k in known})
     model = AutoModel.from_pretrained(model_dir)
-    test = load_video(script, script.sequence_axis).test
+    test = VideoDenoisingDataset(*read_clips(script, ("test",))[0]["test"], script.patch_size, script.sequence_axis)
     with tempfile.TemporaryDirectory() as scratch:
         trainer = video_eval_trainer(model, test, "all", 256, scratch, model.config.data_std)
         return [[evaluate_video_level(trainer, g, s) for s in range(noise_seeds)] for g in gammas]

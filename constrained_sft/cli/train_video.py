@@ -20,6 +20,7 @@ from trl import TrlParser
 
 from ..config import ConstrainedConfig
 from ..data.video import VideoDataArguments, VideoDataError, load_video
+from ..evaluation.video import GREY  # RMSE on the 0-255 scale of the paper's tables
 from ..models import (
     DENOISERS,
     DUSTConfig,
@@ -32,8 +33,6 @@ from ..models import (
 from ..trainers import ConstrainedTrainer
 from ..utils import write_json
 from .common import parse, train_and_report
-
-GREY_LEVELS = 255.0  # RMSE is reported on the 0-255 scale, as the paper's tables
 
 
 @dataclass
@@ -153,7 +152,7 @@ def run(script_args: VideoScriptArguments, training_args: ConstrainedConfig) -> 
     results = train_and_report(trainer, script_args.evaluate_before_training, accuracy_key=None)
     loss = results["after"].get("eval_loss")
     if loss is not None and trainer.is_world_process_zero():
-        print(f"held-out RMSE (grey levels 0-255, clean test input): {math.sqrt(loss) * GREY_LEVELS:.2f}")
+        print(f"held-out RMSE (grey levels 0-255, clean test input): {math.sqrt(loss) * GREY:.2f}")
     return results
 
 

@@ -132,7 +132,7 @@ def discover(root: str) -> list[VideoSource]:
         rel = os.path.relpath(folder, root)
         parts = [] if rel == "." else rel.split(os.sep)
         if any(f.lower().endswith(FRAME_EXTENSIONS) for f in files) and parts:
-            found.append(VideoSource("/".join(parts), folder, _split_of(parts[:-1] + [parts[-1]]), True))
+            found.append(VideoSource("/".join(parts), folder, _split_of(parts), True))
         for f in sorted(files):
             if f.lower().endswith(VIDEO_EXTENSIONS):
                 name = "/".join([*parts, os.path.splitext(f)[0]])
@@ -198,10 +198,15 @@ class VideoDenoisingDataset(Dataset):
         return {"input_values": x, "labels": x}
 
     def to_clips(self, values: torch.Tensor) -> torch.Tensor:
-        """Per-example tokens `[E, S, P]` (e.g. reconstructions, in dataset order) back to clips `[C, T, F, F]`."""
-        C, T, F = self.clips.shape[0], self.clips.shape[1], self.clips.shape[-1]
+        """Per-example tokens `[E, S, P]` of whole clips in dataset order (all of them, or one clip's rows, e.g.
+        reconstructions) back to clips `[E / examples per clip, T, F, F]`."""
+        T, F = self.clips.shape[1], self.clips.shape[-1]
         N = (F // self.patch) ** 2
-        tokens = values.reshape(C, N, T, -1).transpose(1, 2) if self.axis == "time" else values.reshape(C, T, N, -1)
+        tokens = (
+            values.reshape(-1, N, T, values.shape[-1]).transpose(1, 2)
+            if self.axis == "time"
+            else values.reshape(-1, T, N, values.shape[-1])
+        )
         return unpatchify(tokens, self.patch, F, F)
 
 
@@ -213,8 +218,11 @@ class VideoSplits:
     summary: dict
 
 
-def load_video(args: VideoDataArguments, axis: str) -> VideoSplits:
-    """Read, split by video, clip and patch the source (module docstring)."""
+def read_clips(args: VideoDataArguments, splits: tuple[str, ...] = ("train", "test")) -> tuple[dict, dict]:
+    """
+    Find the videos, split them by video (module docstring) and decode only the `splits` asked for: per split the
+    clips `[C, T, F, F]`, its video names and each clip's video index; and a summary of what was read.
+    """
     root = source_root(args.video_source)
     found = discover(root)
     names = [v.name for v in found]
@@ -235,7 +243,8 @@ def load_video(args: VideoDataArguments, axis: str) -> VideoSplits:
                 "train*/test* folders."
             )
     built, summary = {}, {"source": args.video_source, "root": root}
-    for split, members in by_split.items():
+    for split in splits:
+        members = by_split[split]
         clips, clip_video = [], []
         for index, v in enumerate(members):
             c = clips_of(read_frames(v, args.frame_size, args.max_frames_per_video), args.clip_frames)
@@ -250,10 +259,15 @@ def load_video(args: VideoDataArguments, axis: str) -> VideoSplits:
             "clips": len(stacked),
             "frames": stacked.shape[0] * stacked.shape[1],
         }
-    sigma = float(built["train"][0].double().std())
+    return built, summary
+
+
+def load_video(args: VideoDataArguments, axis: str) -> VideoSplits:
+    """Both splits as denoising datasets read along `axis`, and sigma_x of the training pixels."""
+    built, summary = read_clips(args)
     return VideoSplits(
         VideoDenoisingDataset(*built["train"], args.patch_size, axis),
         VideoDenoisingDataset(*built["test"], args.patch_size, axis),
-        sigma,
+        float(built["train"][0].double().std()),
         summary,
     )

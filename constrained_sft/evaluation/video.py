@@ -181,5 +181,4 @@ def reconstruct_clip(model, dataset, clip: int, gamma: float, seed: int, sigma: 
             recon = model(input_values=clean).logits
         finally:
             handle.remove()
-    one = type(dataset)(dataset.clips[clip : clip + 1], ["clip"], [0], dataset.patch, dataset.axis)
-    return one.to_clips(noisy["x"].cpu())[0], one.to_clips(recon.cpu())[0].clamp(0, 1)
+    return dataset.to_clips(noisy["x"].cpu())[0], dataset.to_clips(recon.cpu())[0].clamp(0, 1)

@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import AutoModel
 
-from ..data.video import VideoDataArguments, load_video
+from ..data.video import VideoDataArguments, VideoDenoisingDataset, read_clips
 from ..models import ViTForDenoising
 from ..utils import atomic_path, write_json
 from .report import _img, _plt, _save, _table, _write_html, plot_descent, plot_layers, plot_metric
@@ -51,8 +51,9 @@ def run_video(args, data_args: VideoDataArguments, recipe: dict | None = None) -
     names = args.names or [os.path.basename(os.path.normpath(p)) or p for p in args.models]
     models = [AutoModel.from_pretrained(p) for p in args.models]
     sigma = args.sigma_x or models[0].config.data_std
-    splits = {axis: load_video(data_args, axis) for axis in {_axis(m) for m in models}}
-    test = next(iter(splits.values())).test
+    clips = read_clips(data_args, ("test",))[0]["test"]  # decoded once; sigma_x comes from the models
+    tests = {axis: VideoDenoisingDataset(*clips, data_args.patch_size, axis) for axis in {_axis(m) for m in models}}
+    test = next(iter(tests.values()))
     results: dict[str, Any] = {
         "settings": {
             "description": f"test videos {test.videos} ({len(test.clips)} clips of {test.clips.shape[1]} frames); "
@@ -74,7 +75,7 @@ def run_video(args, data_args: VideoDataArguments, recipe: dict | None = None) -
     clip = len(test.clips) // 2
     with tempfile.TemporaryDirectory() as scratch:
         for name, path, model in zip(names, args.models, models, strict=True):
-            dataset = splits[_axis(model)].test
+            dataset = tests[_axis(model)]
             trainer = video_eval_trainer(model, dataset, _layers(args, path), args.batch_size, scratch, sigma)
             levels = []
             for gamma in tqdm(gammas, desc=f"evaluating {name}"):

@@ -91,7 +91,7 @@ class DUSTForDenoising(DenoiserMixin, DUSTPreTrainedModel):
 
     def __init__(self, config: DUSTConfig) -> None:
         super().__init__(config)
-        P, m = config.patch_size**2, config.num_atoms
+        m = config.num_atoms
         start = dct_dictionary(config.patch_size, config.dictionary_atoms_per_side)  # [P, m]
         count = 1 if config.tie_dictionaries else config.num_hidden_layers
         self.dictionaries = nn.ParameterList(nn.Parameter(start.clone()) for _ in range(count))
@@ -99,7 +99,6 @@ class DUSTForDenoising(DenoiserMixin, DUSTPreTrainedModel):
         self.register_buffer("lipschitz", torch.linalg.matrix_norm(start, ord=2).square(), persistent=True)
         self.pixels = PixelInput(config.data_std)
         self.scale = 1 / math.sqrt(m)
-        assert start.shape == (P, m)
         self.post_init()
 
     def dictionary(self, layer: int) -> torch.Tensor:
