@@ -2,8 +2,8 @@
 Constrained fine-tuning for the Hugging Face stack: every layer must reduce the loss.
 
 The package, bottom to top (a folder imports only from the floors below it; `tests/test_layout.py` checks it):
-`utils`, `config` -> `constraints` -> `readout`, `noise`, `data`, `models` -> `trainers` -> `evaluation` -> `sweep`
--> `cli`.
+`utils`, `config` -> `constraints` -> `readout`, `noise`, `data`, `models` -> `trainers` -> `tasks` -> `evaluation`
+-> `sweep` -> `cli`.
 """
 
 from .config import ConstrainedConfig, ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
@@ -12,8 +12,7 @@ from .models import PooledLinearConfig, PooledLinearForSequenceClassification
 from .noise import EmbeddingNoiseCollator, EmbeddingNoiseError, embedding_noise, embedding_sigma
 from .readout import CausalLMReadout, ClassifierReadout, ReadoutError
 from .trainers import ConstrainedSFTTrainer, ConstrainedTrainer
-
-__version__ = "0.1.0"
+from .utils import VERSION as __version__  # noqa: F401 - the package version, for `constrained_sft.__version__`
 
 __all__ = [
     "PooledLinearConfig",

@@ -296,6 +296,17 @@ class NoiseArguments:
         return max(gamma) > 0 if isinstance(gamma, list) else gamma > 0
 
 
+def training_level(noise_gamma: object) -> float:
+    """
+    The training noise level of a `noise_gamma` value (a level, a `[gamma_min, gamma_max]` range: its top, or unset:
+    0), the boundary between in-distribution (gamma <= it) and out-of-distribution test levels. Read from a config or
+    from the value a run recorded in its `constraints.json`.
+    """
+    if isinstance(noise_gamma, (list, tuple)):
+        return float(max(noise_gamma)) if noise_gamma else 0.0
+    return float(noise_gamma or 0.0)
+
+
 def _parse_tokens(value: object) -> int | str | None:
     """'auto', None (every token; also 'all' / 'none'), or an integer >= 1; the CLI hands over strings."""
     if isinstance(value, str):

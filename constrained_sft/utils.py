@@ -1,6 +1,6 @@
 """
 Small helpers every layer of the package may use: finding the transformers model inside wrappers, writing files
-atomically, and cutting frames into patches and back. Imports nothing of the package.
+(and figures) atomically, and cutting frames into patches and back. Imports nothing of the package.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from torch import nn
+
+VERSION = "0.1.0"  # the package version (pyproject.toml says the same; a test checks)
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -67,6 +69,25 @@ def write_text(path: str, text: str) -> None:
 def write_json(path: str, value: Any) -> None:
     """Write `value` as indented JSON to `path` atomically (see [`atomic_path`])."""
     write_text(path, json.dumps(json_safe(value), indent=2, sort_keys=True))
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: str, dpi: int = 120) -> str:
+    """Lay out, write `fig` to `path` atomically (format from the extension) and close it."""
+    fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=dpi, format=os.path.splitext(path)[1][1:])
+    pyplot().close(fig)
+    return path
 
 
 def patchify(frames, patch: int):

@@ -15,7 +15,8 @@ PACKAGE = os.path.join(ROOT, "constrained_sft")
 BELOW_TRAINERS = {"utils", "config", "constraints", "readout", "noise"}
 
 # unit -> the units it may import (its own modules always). Floors, bottom to top: utils, config, testing ->
-# constraints -> readout, noise, data -> trainers -> evaluation -> cli; the package's __init__ / __main__ on top.
+# constraints -> readout, noise, data, models -> trainers -> tasks -> evaluation -> sweep -> cli; the package's
+# __init__ / __main__ on top.
 ALLOWED = {
     "utils": set(),
     "config": set(),
@@ -26,9 +27,10 @@ ALLOWED = {
     "data": {"utils"},
     "models": {"utils"},
     "trainers": BELOW_TRAINERS,
-    "evaluation": BELOW_TRAINERS | {"data", "models", "trainers"},
-    "sweep": BELOW_TRAINERS | {"data", "models", "trainers", "evaluation"},
-    "cli": BELOW_TRAINERS | {"data", "models", "trainers", "evaluation", "sweep"},
+    "tasks": BELOW_TRAINERS | {"data", "models", "trainers"},
+    "evaluation": BELOW_TRAINERS | {"data", "models", "trainers", "tasks"},
+    "sweep": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "evaluation"},
+    "cli": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "evaluation", "sweep"},
     "__init__": BELOW_TRAINERS | {"models", "trainers"},
     "__main__": {"cli"},
 }

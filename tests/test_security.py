@@ -58,11 +58,15 @@ def test_no_pickle_no_unsafe_torch_load_no_forced_remote_code():
 
 def test_trust_remote_code_is_off_unless_set():
     """The SFT command passes the user's `trust_remote_code` on (default False); the classifier command never sets it."""
-    from constrained_sft.cli.train import make_parser
+    from trl import TrlParser
 
+    from constrained_sft.tasks import get_task
+
+    sft = get_task("sft")
     argv = ["--output_dir", "x", "--use_cpu", "true", "--bf16", "false"]
-    assert make_parser().parse_args_and_config(argv)[2].trust_remote_code is False
-    assert make_parser().parse_args_and_config([*argv, "--trust_remote_code", "true"])[2].trust_remote_code is True
+    parse = lambda extra: sft.recipe(TrlParser(sft.parser_classes()).parse_args_and_config([*argv, *extra]))  # noqa: E731
+    assert parse([]).training.trust_remote_code is False
+    assert parse(["--trust_remote_code", "true"]).training.trust_remote_code is True
 
 
 @pytest.fixture(scope="module")

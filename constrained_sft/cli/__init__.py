@@ -1,69 +1,65 @@
 """
-The `constrained-sft` command line (also `python -m constrained_sft`): parsing arguments, choosing the command and
-printing what it returns. Every command is a thin layer over library code: `train` (`train` for causal LMs,
-`train_classifier` for `task: classification`, `train_video` for `task: video`, all through `common`), `eval robustness`, `eval generate` and
-`eval alpaca` (over `constrained_sft.evaluation`).
+The `constrained-sft` command line (also `python -m constrained_sft`), in TRL's shape: argparse subparsers, one
+`Command` per verb (`train`, `sweep`, the `eval` group of `robustness`, `generate`, `alpaca`), each parsing the
+fields of library dataclasses and printing what the library returns. Nothing here knows a task: the recipe's `task`
+is looked up in `constrained_sft.tasks`.
 
 May import: anything in the package; nothing imports it but `__main__`.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import warnings
 
-USAGE = """usage: constrained-sft <command> [options]
+from ..utils import VERSION
+from .base import Command, Group
+from .eval_alpaca import AlpacaCommand
+from .eval_generate import GenerateCommand
+from .eval_robustness import RobustnessCommand
+from .sweep import SweepCommand
+from .train import TrainCommand
 
-commands:
-  train              fine-tune from a YAML recipe: constrained-sft train --config <recipe.yaml> [--field value ...]
-  eval robustness    accuracy vs embedding noise, layer curves and descent statistics, with a report
-  eval generate      answers to instructions (AlpacaEval or a local file) with embedding noise, alpaca_eval format
-  eval alpaca        head-to-head AlpacaEval judging of two generators' answers at each noise level
-  sweep              Optuna search of a classification recipe on a validation split; --baseline erm compares the
-                     best constrained and ERM configurations on the test split with confidence intervals
+PROG = "constrained-sft"
 
-Run `constrained-sft <command> --help` for the options of a command."""
+
+class EvalGroup(Group):
+    name = "eval"
+    help = "measure trained models: robustness to noise with intervals, noisy generation, AlpacaEval judging"
+    commands = (RobustnessCommand(), GenerateCommand(), AlpacaCommand())
+
+
+COMMANDS: tuple[Command, ...] = (TrainCommand(), EvalGroup(), SweepCommand())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Constrained fine-tuning for the Hugging Face stack: every layer must reduce the loss.",
+        epilog=f"Run `{PROG} <command> --help` for the options of a command.",
+        allow_abbrev=False,
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {VERSION}")
+    sub = parser.add_subparsers(title="commands", metavar="<command>", dest="command")
+    for command in COMMANDS:
+        command.register(sub)
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE)
+    parser = build_parser()
+    by_name = {c.name: c for c in COMMANDS}
+    if not argv:
+        parser.print_help()
         return 0
+    if argv[0] not in by_name:
+        parser.parse_args(argv)  # --help / --version, or argparse's error for an unknown command (exit 2)
+        return 2
     # TRL's config always sets `gradient_checkpointing`, which transformers 5 reports as renamed on every run
     warnings.filterwarnings("ignore", message=".*`gradient_checkpointing` is deprecated.*")
-    command, rest = argv[0], argv[1:]
-    if command == "train":
-        from .common import recipe_task
-
-        task = recipe_task(rest)
-        if task == "classification":
-            from .train_classifier import main as train
-        elif task == "sft":
-            from .train import main as train
-        elif task == "video":
-            from .train_video import main as train
-        else:
-            raise ValueError(f"`task` must be 'sft', 'classification' or 'video', got {task!r}.")
-        return train(rest)
-    if command == "sweep":
-        from .sweep import main as sweep
-
-        return sweep(rest)
-    if command == "eval" and rest and rest[0] == "robustness":
-        from .eval_robustness import main as robustness
-
-        return robustness(rest[1:])
-    if command == "eval" and rest and rest[0] == "generate":
-        from .eval_generate import main as generate
-
-        return generate(rest[1:])
-    if command == "eval" and rest and rest[0] == "alpaca":
-        from .eval_alpaca import main as alpaca
-
-        return alpaca(rest[1:])
-    print(f"constrained-sft: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
-    return 2
+    return by_name[argv[0]].run(argv[1:], f"{PROG} {argv[0]}")
 
 
 def console(argv: list[str] | None = None) -> int:
@@ -79,7 +75,7 @@ def console(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as error:
         if os.environ.get("CONSTRAINED_SFT_TRACEBACK"):
             raise
-        print(f"constrained-sft: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
 
 

@@ -5,14 +5,17 @@
 
 from __future__ import annotations
 
-from trl import TrlParser
-
 from ..evaluation.alpaca import AlpacaArguments, quiet_alpaca_eval, result_lines, run
-from .common import parse
+from .base import Command, dataclass_parser, parse
 
 
-def main(argv: list[str]) -> int:
-    (args,) = parse(TrlParser((AlpacaArguments,)), argv, with_config=False)
-    quiet_alpaca_eval()
-    print("\n".join(result_lines(run(args))))
-    return 0
+class AlpacaCommand(Command):
+    name = "alpaca"
+    help = "head-to-head AlpacaEval judging of two generators' answers at each noise level"
+
+    def run(self, argv: list[str], prog: str) -> int:
+        parser = dataclass_parser((AlpacaArguments,), prog, f"{prog} --generations DIR --output_dir DIR: {self.help}.")
+        (args,) = parse(parser, argv, with_config=False)
+        quiet_alpaca_eval()
+        print("\n".join(result_lines(run(args))))
+        return 0

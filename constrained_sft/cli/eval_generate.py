@@ -1,18 +1,21 @@
 """
 `constrained-sft eval generate`: answers to instructions with embedding noise, one alpaca_eval-format file per model
-and level (see `constrained_sft.evaluation.generate`).
+and level (see `constrained_sft.evaluation.alpaca.generate`).
 """
 
 from __future__ import annotations
 
-from trl import TrlParser
-
-from ..evaluation.generate import GenerateArguments, run
-from .common import parse
+from ..evaluation.alpaca.generate import GenerateArguments, run
+from .base import Command, dataclass_parser, parse
 
 
-def main(argv: list[str]) -> int:
-    (args,) = parse(TrlParser((GenerateArguments,)), argv, with_config=False)
-    for gamma, path in run(args).items():
-        print(f"gamma={gamma}: {path}")
-    return 0
+class GenerateCommand(Command):
+    name = "generate"
+    help = "answers to instructions (AlpacaEval or a local file) with embedding noise, in alpaca_eval's format"
+
+    def run(self, argv: list[str], prog: str) -> int:
+        parser = dataclass_parser((GenerateArguments,), prog, f"{prog} --model DIR --output_dir DIR: {self.help}.")
+        (args,) = parse(parser, argv, with_config=False)
+        for gamma, path in run(args).items():
+            print(f"gamma={gamma}: {path}")
+        return 0

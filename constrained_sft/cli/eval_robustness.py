@@ -1,10 +1,11 @@
 """
-`constrained-sft eval robustness`: accuracy against embedding noise, layerwise curves and descent statistics for
-one or more models on a held-out set, written as results.json / results.csv / PNG plots / report.html.
+`constrained-sft eval robustness`: the headline (token accuracy, accuracy or RMSE) against the noise level, layerwise
+curves and descent statistics for models or arms of models on held-out data, with every difference between arms
+given a 95% paired interval and a verdict; written as results.json / results.csv / PNG plots / report.html.
 
     constrained-sft eval robustness --recipe recipes/smollm2-135m/sharegpt/constrained.yaml \\
-        --models outputs/smollm2-135m-sharegpt-constrained outputs/smollm2-135m-sharegpt-erm \\
-        --names constrained erm --output_dir outputs/robustness
+        --arm constrained=outputs/c-seed0,outputs/c-seed1 --arm erm=outputs/e-seed0,outputs/e-seed1 \\
+        --output_dir outputs/robustness
 
 With `--recipe`, the held-out rows are the ones the training run carved off (same data fields and seed).
 """
@@ -13,57 +14,30 @@ from __future__ import annotations
 
 import dataclasses
 
-import yaml
-from trl import TrlParser
-
-from ..data import ClassificationDataArguments, DataArguments
-from ..data.video import VideoDataArguments
-from ..evaluation.robustness import RobustnessArguments, run
-from .common import parse
+from ..evaluation import RobustnessArguments, run
+from ..evaluation.robustness import console_lines
+from .base import Command, dataclass_parser, other_tasks, parse, recipe_and_task
 
 
-def main(argv: list[str]) -> int:
-    recipe: dict = {}
-    if "--recipe" in argv:
-        with open(argv[argv.index("--recipe") + 1]) as f:
-            recipe = yaml.safe_load(f) or {}
-    task = argv[argv.index("--task") + 1] if "--task" in argv else recipe.get("task", "sft")
-    data_class = {"classification": ClassificationDataArguments, "video": VideoDataArguments}.get(task, DataArguments)
-    parser = TrlParser((RobustnessArguments, data_class))
-    if recipe:
-        data_fields = {f.name for f in dataclasses.fields(data_class)}
-        defaults = {k: v for k, v in recipe.items() if k in data_fields}
-        if recipe.get("max_length"):  # evaluate with the truncation the model was trained with
-            defaults["max_length"] = recipe["max_length"]
-        defaults["task"] = task
-        parser.set_defaults_with_config(**defaults)
-    args, data_args = parse(parser, argv, with_config=False)
-    if task == "video":
-        return _video(args, data_args, recipe)
-    results = run(args, data_args, recipe)
-    for name, model in results["models"].items():
-        s = model["summary"]
-        print(
-            f"{name}: AUC {s['auc']:.4f}, ID accuracy {s['id_accuracy']:.4f}, OOD accuracy {s['ood_accuracy']:.4f}, "
-            f"descent share {s['descent_share']:.4f}"
+class RobustnessCommand(Command):
+    name = "robustness"
+    help = "the headline metric vs noise, layer curves, descent; differences between arms with 95% intervals"
+
+    def run(self, argv: list[str], prog: str) -> int:
+        recipe, task, argv = recipe_and_task(argv, prog, flag="--recipe")
+        description = (
+            f"{prog} (--models DIR [DIR ...] | --arm NAME=DIR[,DIR...] --arm ...) --output_dir DIR [--recipe "
+            "<recipe.yaml>]: evaluate models against the noise level and compare arms with intervals."
         )
-    print(f"report: {results['files']['html']}")
-    return 0
-
-
-def _video(args, data_args, recipe: dict) -> int:
-    from ..evaluation.video_report import run_video
-
-    results = run_video(args, data_args, recipe)
-    for name, model in results["models"].items():
-        s = model["summary"]
-        rmse = ", ".join(f"{r['gamma']:g}: {r['rmse_mean']:.2f}" for r in s["levels"])
-        print(
-            f"{name}: RMSE by gamma {{{rmse}}}; ID {s['id_rmse']:.2f}, OOD {s['ood_rmse']:.2f}, descent share {s['descent_share']:.3f}"
+        parser = dataclass_parser(
+            (RobustnessArguments, task.data_arguments), prog, description, other_tasks(prog, task)
         )
-    if d := results.get("differences"):
-        print(d["label"])
-        for r in d["per_gamma"] + [{"gamma": k.upper(), **d[k]} for k in ("id", "ood") if k in d]:
-            print(f"  {r['gamma']}: {r['estimate']:+.2f} [{r['low']:+.2f}, {r['high']:+.2f}] {r['verdict']}")
-    print(f"report: {results['files']['html']}")
-    return 0
+        if recipe:
+            data_fields = {f.name for f in dataclasses.fields(task.data_arguments)}
+            defaults = {k: v for k, v in recipe.items() if k in data_fields}
+            if recipe.get("max_length"):  # evaluate with the truncation the model was trained with
+                defaults["max_length"] = recipe["max_length"]
+            parser.set_defaults_with_config(**defaults, task=task.name)
+        args, data_args = parse(parser, argv, with_config=False)
+        print("\n".join(console_lines(run(args, data_args, recipe))))
+        return 0

@@ -1,41 +1,43 @@
 """
-`constrained-sft sweep`: hyperparameter search for a classification recipe, and the constrained-vs-ERM comparison.
+`constrained-sft sweep`: hyperparameter search of a recipe of any task, and the constrained-vs-ERM comparison.
 
-    constrained-sft sweep --config recipes/minilm/rotten-tomatoes/constrained.yaml \
+    constrained-sft sweep --config recipes/minilm/rotten-tomatoes/constrained.yaml \\
         --space recipes/minilm/rotten-tomatoes/sweep.yaml --n_trials 20 --baseline erm
 
-The recipe's keys (data, model, `ConstrainedConfig`) set everything a trial does not search; the sweep's own options
-are the fields of `SweepArguments`.
+The recipe's keys set everything a trial does not search; the sweep's own options are the fields of
+`SweepArguments` (`constrained_sft.sweep`).
 """
 
 from __future__ import annotations
 
-from trl import ModelConfig, TrlParser
-
-from ..config import ConstrainedConfig
+from ..evaluation.compare import table
 from ..sweep import SweepArguments, run
-from ..sweep.compare import table
-from .common import parse, recipe_task
-from .train_classifier import ClassifierScriptArguments
+from .base import Command, dataclass_parser, other_tasks, parse, recipe_and_task
 
 
-def main(argv: list[str] | None = None) -> int:
-    task = recipe_task(list(argv or []))
-    if task != "classification":
-        raise ValueError(
-            f"`task` must be 'classification' for `constrained-sft sweep` (it searches classification recipes), got "
-            f"{task!r}. Sweeping SFT recipes is not supported yet."
+class SweepCommand(Command):
+    name = "sweep"
+    help = (
+        "Optuna search of a recipe (SFT, classification or video) on a validation carve-off; --baseline erm "
+        "compares the best constrained and ERM configurations on held-out data with confidence intervals"
+    )
+
+    def run(self, argv: list[str], prog: str) -> int:
+        _, task, argv = recipe_and_task(argv, prog)
+        description = (
+            f"{prog} --config <constrained recipe.yaml> --space <sweep.yaml> [--baseline erm] [--field value ...]: "
+            "search the recipe's hyperparameters, then compare the best configurations."
         )
-    parser = TrlParser((SweepArguments, ClassifierScriptArguments, ModelConfig, ConstrainedConfig))
-    settings, script_args, model_args, training_args = parse(parser, argv)
-    out = run(settings, script_args, model_args, training_args)
-    for arm, info in out["arms"].items():
-        best = info["best"]
-        print(
-            f"{arm}: {len(info['trials'])} trials; best "
-            + ("none" if best is None else f"{best['value']:.4f} (trial {best['trial']})")
-        )
-    if "comparison" in out:
-        print(table(out["comparison"]))
-    print(f"report: {settings.sweep_dir}/report.md")
-    return 0
+        parser = dataclass_parser((SweepArguments, *task.parser_classes()), prog, description, other_tasks(prog, task))
+        settings, *recipe = parse(parser, argv)
+        out = run(settings, task, task.recipe(tuple(recipe)))
+        for arm, info in out["arms"].items():
+            best = info["best"]
+            print(
+                f"{arm}: {len(info['trials'])} trials; best "
+                + ("none" if best is None else f"{best['value']:.4f} (trial {best['trial']})")
+            )
+        if "comparison" in out:
+            print(table(out["comparison"]))
+        print(f"report: {settings.sweep_dir}/report.md")
+        return 0

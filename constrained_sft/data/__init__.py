@@ -4,20 +4,31 @@ Where training and evaluation data and models come from: chat / instruction data
 the offline assets shipped inside PyPI packages (`assets`). Rows are validated here, with errors naming the split,
 row and field.
 
-May import: `constrained_sft.utils` only. Trainers never need it; `evaluation` and `cli` do.
+May import: `constrained_sft.utils` only. Trainers never need it; `tasks` and the floors above do.
 """
 
-from .chat import DataArguments, DataError, load_train_eval
+from .chat import DataArguments, DataError, carve, load_chat_train_validation, load_train_eval
 from .classification import ClassificationDataArguments, load_classification, load_train_validation
-from .models import ModelPathError, has_classification_head, load_tokenizer, resolve_model_path
+from .models import (
+    ModelPathError,
+    ModelSpec,
+    has_classification_head,
+    load_pretrained,
+    load_tokenizer,
+    resolve_model_path,
+)
 
 __all__ = [
     "ClassificationDataArguments",
     "DataArguments",
     "DataError",
     "ModelPathError",
+    "carve",
+    "load_chat_train_validation",
+    "ModelSpec",
     "has_classification_head",
     "load_classification",
+    "load_pretrained",
     "load_train_validation",
     "load_tokenizer",
     "load_train_eval",

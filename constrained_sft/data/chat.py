@@ -306,6 +306,16 @@ def _text(row: dict, _mode: str) -> dict:
 
 
 # --- splits -----------------------------------------------------------------------------------------------------
+def carve(ds: Dataset, size: float, seed: int, field: str) -> tuple[Dataset, Dataset]:
+    """(rest, carved): `size` rows (a fraction in (0, 1) or a row count) split off `ds` with `seed`, reproducibly;
+    `field` is the setting `size` came from, named when the rows are too few."""
+    rows = int(size) if size >= 1 else size
+    if len(ds) < 2 or (isinstance(rows, int) and rows >= len(ds)):
+        raise DataError(f"Cannot carve {rows} held-out rows from {len(ds)} training rows; lower `{field}`.")
+    parts = ds.train_test_split(test_size=rows, seed=seed, shuffle=True)
+    return parts["train"], parts["test"]
+
+
 def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
     """(train, held-out) in TRL's format; the held-out split is the source's own, or carved reproducibly."""
     source = load_source(args)
@@ -321,11 +331,7 @@ def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
             f"`dataset_test_split` {test_name!r} is not a split of {args.dataset_name!r}; it has {list(source)}."
         )
     if test_name is None:
-        size = int(args.eval_size) if args.eval_size >= 1 else args.eval_size
-        if len(train) < 2 or (isinstance(size, int) and size >= len(train)):
-            raise DataError(f"Cannot carve {size} held-out rows from {len(train)} training rows; lower `eval_size`.")
-        parts = train.train_test_split(test_size=size, seed=args.dataset_seed, shuffle=True)
-        train, held_out = parts["train"], parts["test"]
+        train, held_out = carve(train, args.eval_size, args.dataset_seed, "eval_size")
     else:
         held_out = source[test_name]
     if args.max_train_samples is not None and len(train) > args.max_train_samples:
@@ -336,3 +342,10 @@ def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
         to_trl_format(train, args.dataset_format, args.conversation_mode, "train"),
         to_trl_format(held_out, args.dataset_format, args.conversation_mode, "held-out"),
     )
+
+
+def load_chat_train_validation(args: DataArguments, size: float) -> tuple[Dataset, Dataset]:
+    """(train, validation) for model selection: `size` rows (a fraction or a count) carved with `dataset_seed` off the
+    training rows that remain once the held-out rows are set aside, so no held-out row is trained or scored on."""
+    train, _ = load_train_eval(args)
+    return carve(train, size, args.dataset_seed, "validation_size")

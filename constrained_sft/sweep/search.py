@@ -1,83 +1,92 @@
 """
-The search: one Optuna study per arm (a constrained model per readout, and its ERM baseline), TPE sampling, trials
-pruned from their intermediate validation scores, every trial trained on the training rows and scored on a
-validation split carved from the training split (`load_train_validation`); the test split is never loaded here.
+The search, for every task: one Optuna study per arm (a constrained model per readout, and its ERM baseline), TPE
+sampling, trials pruned from their intermediate validation scores, every trial trained on the training rows and
+scored on a validation carve-off of them (`Task.sweep_data`); the held-out / test data is never loaded here.
 
 The study lives in an Optuna storage: a SQLite file in the sweep folder by default (a killed sweep resumes where it
 stopped: finished trials are kept, the trial cut short is marked failed by its stopped heartbeat), or any RDB URL
-shared by several machines running the same command (Optuna's distributed mode: each worker asks the storage for
-its next trial; the sweep stops when the study holds `n_trials` finished ones).
+shared by several machines running the same command (each worker asks the storage for its next trial). A study ends
+with exactly `n_trials` finished trials however many workers share it: a trial starts only while the finished and
+running trials numbered before it are fewer than `n_trials`; one that would exceed them waits for the running ones
+(a killed worker's trial frees its place once its heartbeat is stale) and is dropped, marked failed as surplus, when
+they finish.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
+import socket
+import statistics
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from transformers import DataCollatorWithPadding, TrainerCallback
+from transformers import TrainerCallback
 
-from ..evaluation import build_classifier
-from ..evaluation.metrics import summarize
-from ..evaluation.robustness import evaluate_level
-from ..trainers import ConstrainedTrainer
+from ..evaluation import evaluate_level, summarize
+from ..tasks import Arm, Headline
 from .space import SearchSpace
 
 FINISHED = ("COMPLETE", "PRUNED")
+OBJECTIVES = ("auc", "ood", "id_with_ood_floor", "loss")
 
 
-@dataclass(frozen=True)
-class Arm:
-    """One model family of the comparison: its readout, and whether the descent constraints are on."""
-
-    name: str  # 'constrained-linear', 'erm-linear', ...
-    readout: str
-    constrained: bool
+class Surplus(Exception):
+    """A trial started after the study already had its finished trials: dropped (marked failed), never run."""
 
 
 @dataclass
 class Objective:
-    """What a trial is scored by, on the validation split over the gamma grid (one noise seed per level)."""
+    """What a trial is scored by, on the validation rows over the gamma grid (one noise seed per level)."""
 
-    name: str  # 'auc' | 'ood' | 'id_with_ood_floor'
+    name: str  # one of OBJECTIVES
     gammas: list[float]
     train_gamma: float
+    headline: Headline
     ood_floor: float = 0.0
 
+    @property
+    def maximize(self) -> bool:
+        """The held-out loss is minimised; the headline's own statistics go its way (accuracy up, RMSE down)."""
+        return self.name != "loss" and self.headline.higher_is_better
+
     def __call__(self, summary: dict[str, Any]) -> float:
+        key = self.headline.key
         if self.name == "auc":
             return summary["auc"]
         if self.name == "ood":
-            return summary["ood_accuracy"]
+            return summary[f"ood_{key}"]
+        if self.name == "loss":
+            return statistics.fmean(r["loss_mean"] for r in summary["levels"])
         # ID accuracy among trials whose OOD accuracy reaches the floor; below it, a value under every feasible one
-        ood = summary["ood_accuracy"]
-        return summary["id_accuracy"] if ood >= self.ood_floor else ood - 1.0
+        ood = summary[f"ood_{key}"]
+        return summary[f"id_{key}"] if ood >= self.ood_floor else ood - 1.0
 
 
-def validation_summary(trainer, objective: Objective) -> dict[str, Any]:
-    """The trainer's model on its eval (validation) split at every gamma of the grid, noise seed 0 (the same noisy
-    inputs for every trial), summarised as `eval robustness` does."""
+def validation_summary(task, trainer, objective: Objective) -> dict[str, Any]:
+    """The trainer's model on its validation rows at every gamma of the grid, noise seed 0 (the same noisy inputs
+    for every trial), summarised as `eval robustness` does."""
     was_training = trainer.model.training
-    levels = [[evaluate_level(trainer, g, seed=0)] for g in objective.gammas]
+    levels = [[evaluate_level(task, trainer, g, seed=0)] for g in objective.gammas]
     trainer.model.train(was_training)
-    return summarize(levels, objective.train_gamma)
+    return summarize(levels, objective.train_gamma, task.headline.key)
 
 
 class _Report(TrainerCallback):
-    """At `steps`, scores the model on the validation split, reports it to the trial and stops a hopeless one."""
+    """At `steps`, scores the model on the validation rows, reports it to the trial and stops a hopeless one."""
 
-    def __init__(self, trial, objective: Objective, steps: set[int]) -> None:
-        self.trial, self.objective, self.steps = trial, objective, steps
+    def __init__(self, task, trial, objective: Objective, steps: set[int]) -> None:
+        self.task, self.trial, self.objective, self.steps = task, trial, objective, steps
         self.trainer = None
         self.pruned = False
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step in self.steps:
-            value = self.objective(validation_summary(self.trainer, self.objective))
+            value = self.objective(validation_summary(self.task, self.trainer, self.objective))
             self.trial.report(value, state.global_step)
             if self.trial.should_prune():
                 self.pruned = True
@@ -86,7 +95,7 @@ class _Report(TrainerCallback):
 
 
 def trial_args(base, arm: Arm, params: dict[str, Any], output_dir: str):
-    """The recipe's `ConstrainedConfig` with the trial's values, the arm's constraints, and no checkpoints."""
+    """The recipe's trainer config with the trial's values, the arm's constraints, and no checkpoints."""
     return dataclasses.replace(
         base,
         **params,
@@ -99,44 +108,25 @@ def trial_args(base, arm: Arm, params: dict[str, Any], output_dir: str):
     )
 
 
-def train_model(data, arm: Arm, args, pooling: str, callbacks=()) -> ConstrainedTrainer:
-    """A trainer for `arm` on `data` (tokenized train / held-out splits, class names, model path and config)."""
-    torch.manual_seed(args.seed)  # the new readout's initialisation follows the trial's seed
-    model = build_classifier(
-        data.path, data.config, data.names, arm.readout, pooling, data.architecture, data.ut_layers, dtype=data.dtype
-    )
-    trainer = ConstrainedTrainer(
-        model=model,
-        args=args,
-        train_dataset=data.train,
-        eval_dataset=data.held_out,
-        processing_class=data.tokenizer,
-        data_collator=DataCollatorWithPadding(data.tokenizer),
-        callbacks=list(callbacks),
-    )
-    for cb in callbacks:
-        cb.trainer = trainer
-    return trainer
-
-
-def run_trial(
-    trial, data, arm: Arm, space: SearchSpace, base_args, objective: Objective, settings, pooling: str
-) -> float:
-    """One trial: the arm trained with the sampled values, scored on the validation split (pruned on the way)."""
+def run_trial(task, trial, data, arm: Arm, space: SearchSpace, base_args, objective: Objective, sweep_dir: str,
+              evaluations: int) -> float:  # fmt: skip
+    """One trial: the arm trained with the sampled values, scored on the validation rows (pruned on the way)."""
     import optuna
 
     params = space.suggest(trial)
-    args = trial_args(base_args, arm, params, os.path.join(settings.sweep_dir, "trials", arm.name, str(trial.number)))
+    args = trial_args(base_args, arm, params, os.path.join(sweep_dir, "trials", arm.name, str(trial.number)))
     steps_total = _total_steps(args, len(data.train))
-    every = max(1, math.ceil(steps_total / settings.evaluations_per_trial))
-    report = _Report(trial, objective, set(range(every, steps_total, every)))
-    trainer = train_model(data, arm, args, pooling, [report])
+    every = max(1, math.ceil(steps_total / evaluations))
+    report = _Report(task, trial, objective, set(range(every, steps_total, every)))
+    trainer = task.trial_trainer(data, arm, args, [report])
     trainer.train()
     if report.pruned:
         raise optuna.TrialPruned(f"pruned at step {trainer.state.global_step}")
-    summary = validation_summary(trainer, objective)
-    for key in ("auc", "id_accuracy", "ood_accuracy", "descent_share"):
-        trial.set_user_attr(key, summary[key])
+    summary = validation_summary(task, trainer, objective)
+    key = task.headline.key
+    for name in ("auc", f"id_{key}", f"ood_{key}", "descent_share"):
+        trial.set_user_attr(name, summary[name])
+    trial.set_user_attr("loss", statistics.fmean(r["loss_mean"] for r in summary["levels"]))
     trial.set_user_attr("seconds", trainer.state.log_history[-1].get("train_runtime"))
     return objective(summary)
 
@@ -148,30 +138,76 @@ def _total_steps(args, rows: int) -> int:
     return max(1, math.ceil(rows / per_step) * math.ceil(args.num_train_epochs))
 
 
-def open_study(name: str, storage: str, seed: int, pruner: str):
-    """The arm's study, created or loaded (so a killed sweep resumes); TPE, median pruning after 2 trials."""
+def open_study(name: str, storage: str, seed: int, pruner: str, objective: Objective, heartbeat: int = 10):
+    """The arm's study, created or loaded (so a killed sweep resumes); TPE, median pruning after 2 trials. A study
+    made for another objective is refused: its values could not be compared."""
     import optuna
 
     if storage.startswith("sqlite:///"):
         os.makedirs(os.path.dirname(os.path.abspath(storage[len("sqlite:///") :])), exist_ok=True)
-    with warnings.catch_warnings():  # heartbeats are marked experimental; they mark a killed worker's trial failed
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        rdb = optuna.storages.RDBStorage(storage, heartbeat_interval=10, grace_period=30)
-    return optuna.create_study(
+    rdb = _storage(storage, heartbeat)
+    study = optuna.create_study(
         study_name=name,
         storage=rdb,
         sampler=optuna.samplers.TPESampler(seed=seed),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2) if pruner == "median" else optuna.pruners.NopPruner(),
-        direction="maximize",
+        direction="maximize" if objective.maximize else "minimize",
         load_if_exists=True,
     )
+    recorded = study.user_attrs.get("objective")
+    if recorded is None:
+        study.set_user_attr("objective", objective.name)
+    elif recorded != objective.name:
+        raise ValueError(
+            f"`objective`: study {name!r} in the storage was searched with objective {recorded!r}, not "
+            f"{objective.name!r}; pass `--objective {recorded}` to resume it, or a new `--study_name`."
+        )
+    return study
+
+
+def _storage(url: str, heartbeat: int, attempts: int = 5):
+    """Optuna's RDB storage with heartbeats (they mark a killed worker's trial failed). Workers started together
+    race to create its tables on an empty database; the loser sees the winner's tables on a retry."""
+    import optuna
+    from sqlalchemy.exc import SQLAlchemyError
+
+    for attempt in range(attempts):
+        try:
+            with warnings.catch_warnings():  # heartbeats are marked experimental
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat, grace_period=3 * heartbeat)
+        except SQLAlchemyError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1.0 + attempt)
 
 
 def finished(study) -> int:
     return sum(t.state.name in FINISHED for t in study.get_trials(deepcopy=False))
 
 
-def search(study, n_trials: int, trial_fn, desc: str) -> None:
+def claim(study, trial, n_trials: int, poll: float = 2.0) -> bool:
+    """
+    Whether `trial` may run: True once the finished and running trials numbered before it are fewer than
+    `n_trials`, False once the finished ones alone reach it. Between the two it waits, failing stale trials (a
+    killed worker's) so that their places free up.
+    """
+    import optuna
+
+    while True:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(study)
+        earlier = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
+        done = sum(t.state.name in FINISHED for t in earlier)
+        if done + sum(t.state.name == "RUNNING" for t in earlier) < n_trials:
+            return True
+        if done >= n_trials:
+            return False
+        time.sleep(poll)
+
+
+def search(study, n_trials: int, trial_fn, desc: str, poll: float = 2.0) -> None:
     """Runs trials until the study holds `n_trials` finished ones (counting those other workers finished)."""
     import optuna
     from tqdm.auto import tqdm
@@ -180,21 +216,49 @@ def search(study, n_trials: int, trial_fn, desc: str) -> None:
     if done >= n_trials:
         return
     states = tuple(getattr(optuna.trial.TrialState, s) for s in FINISHED)
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+
+    def guarded(trial):
+        if not claim(study, trial, n_trials, poll):
+            trial.set_user_attr("surplus", True)
+            raise Surplus(f"the study already holds {n_trials} finished trials")
+        trial.set_user_attr("worker", worker)
+        return trial_fn(trial)
+
     with tqdm(total=n_trials, initial=done, desc=desc, unit="trial") as bar:
 
         def progress(study, trial):
             bar.n = finished(study)
             bar.refresh()
 
-        study.optimize(
-            trial_fn,
-            callbacks=[optuna.study.MaxTrialsCallback(n_trials, states=states), progress],
-            gc_after_trial=True,
-        )
+        quiet = _QuietSurplus()  # Optuna logs a caught exception with its traceback; a surplus trial is no error
+        logger = logging.getLogger("optuna.study._optimize")
+        logger.addFilter(quiet)
+        try:
+            study.optimize(
+                guarded,
+                callbacks=[optuna.study.MaxTrialsCallback(n_trials, states=states), progress],
+                catch=(Surplus,),
+                gc_after_trial=True,
+            )
+        finally:
+            logger.removeFilter(quiet)
 
 
-def best_params(study) -> dict[str, Any]:
+class _QuietSurplus(logging.Filter):
+    """Replaces Optuna's failure report of a surplus trial (a warning with a traceback) by one plain line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, Surplus):
+            print(f"{record.getMessage().split(' failed')[0]} not run: {error}.")
+            return False
+        return True
+
+
+def best_params(study, maximize: bool) -> dict[str, Any]:
     complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
     if not complete:
         raise RuntimeError(f"Study {study.study_name!r} has no complete trial: every trial failed or was pruned.")
-    return dict(max(complete, key=lambda t: t.value).params)
+    pick = max if maximize else min
+    return dict(pick(complete, key=lambda t: t.value).params)

@@ -10,8 +10,10 @@ The search space of a sweep, read from a small YAML file with one section per ar
       learning_rate: {low: 1.0e-5, high: 1.0e-4, log: true}
       seed: {choices: [0, 1, 2, 3, 4]}
 
-Every name is a field of `ConstrainedConfig`; an ERM section may not search constraint or dual fields (ERM has
-none to tune).
+Every name is a field of the recipe's trainer config (`ConstrainedSFTConfig` for SFT recipes, `ConstrainedConfig`
+otherwise); an ERM section may not search constraint or dual fields (ERM has none to tune). Every bound and choice is
+checked against the field's own validation (`check_ranges`) before the first trial: `descent_alpha` up to 1.5 is
+refused, naming the entry, with nothing written.
 """
 
 from __future__ import annotations
@@ -48,10 +50,12 @@ class Param:
         return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
 
 
-def _param(section: str, name: str, spec: Any) -> Param:
+def _param(section: str, name: str, spec: Any, config_class: type) -> Param:
     where = f"search space `{section}.{name}`"
-    if name not in {f.name for f in dataclasses.fields(ConstrainedConfig)}:
-        raise SearchSpaceError(f"{where}: not a field of ConstrainedConfig (e.g. dual_lr, descent_alpha, seed).")
+    if name not in {f.name for f in dataclasses.fields(config_class)}:
+        raise SearchSpaceError(
+            f"{where}: not a field of {config_class.__name__} (e.g. dual_lr, descent_alpha, learning_rate, seed)."
+        )
     if section == "erm" and name in {f.name for f in dataclasses.fields(ConstraintArguments)}:
         raise SearchSpaceError(f"{where}: ERM has no constraints; search it only in the `constrained` section.")
     if not isinstance(spec, dict) or set(spec) - set(KEYS):
@@ -83,8 +87,23 @@ class SearchSpace:
     def names(self) -> list[str]:
         return [p.name for p in self.params]
 
+    def check(self, base, section: str) -> None:
+        """Every bound (or choice) set on the recipe's config `base` must pass that config's own validation."""
+        for p in self.params:
+            values = p.choices if p.choices is not None else (p.low, p.high)
+            for value in values:
+                value = int(value) if p.int and p.choices is None else value
+                try:
+                    dataclasses.replace(base, **{p.name: value})
+                except (ValueError, TypeError) as error:
+                    raise SearchSpaceError(
+                        f"search space `{section}.{p.name}`: {value!r} is outside what the field allows: {error}"
+                    ) from None
 
-def parse_space(raw: Any, source: str = "search space") -> dict[str, SearchSpace]:
+
+def parse_space(
+    raw: Any, source: str = "search space", config_class: type = ConstrainedConfig
+) -> dict[str, SearchSpace]:
     """{'constrained': SearchSpace, 'erm': SearchSpace} from the YAML mapping; ERM defaults to `DEFAULT_ERM`."""
     if not isinstance(raw, dict) or not raw or set(raw) - set(SECTIONS):
         raise SearchSpaceError(f"{source}: a mapping with sections {list(SECTIONS)}, got {raw!r:.200}.")
@@ -93,11 +112,17 @@ def parse_space(raw: Any, source: str = "search space") -> dict[str, SearchSpace
         entries = raw.get(section, DEFAULT_ERM if section == "erm" else None)
         if not isinstance(entries, dict) or not entries:
             raise SearchSpaceError(f"{source}: section `{section}` must map field names to ranges, got {entries!r}.")
-        out[section] = SearchSpace(tuple(_param(section, k, v) for k, v in entries.items()))
+        out[section] = SearchSpace(tuple(_param(section, k, v, config_class) for k, v in entries.items()))
     return out
 
 
-def load_space(path: str) -> dict[str, SearchSpace]:
+def check_ranges(spaces: dict[str, SearchSpace], base) -> None:
+    """Refuse, before any trial, a bound or choice the recipe's config (`base`) would refuse in a trial."""
+    for section, space in spaces.items():
+        space.check(base, section)
+
+
+def load_space(path: str, config_class: type = ConstrainedConfig) -> dict[str, SearchSpace]:
     import yaml
 
     try:
@@ -105,4 +130,8 @@ def load_space(path: str) -> dict[str, SearchSpace]:
             raw = yaml.safe_load(f)
     except OSError as e:
         raise SearchSpaceError(f"`--space` {path!r} cannot be read: {e.strerror}.") from None
-    return parse_space(raw, f"search space {path}")
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SearchSpaceError(f"`--space` {path} is not valid YAML{where}: {getattr(e, 'problem', e)}.") from None
+    return parse_space(raw, f"search space {path}", config_class)

@@ -139,26 +139,23 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
 
     @torch.no_grad()
     def score_batch(self, inputs: dict[str, Any]) -> BatchScore:
-        """One held-out batch through the training code path: accuracy, cross-entropy, every constrained layer."""
-        if self.loss_name != "cross_entropy":
-            raise NotImplementedError(
-                f"Robustness evaluation reports accuracy and needs `loss='cross_entropy'`; this trainer's loss is "
-                f"{self.loss_name!r}. Use `trainer.evaluate()` with `eval_noise_gammas` for its loss per noise level."
-            )
+        """
+        One held-out batch through the training code path: per example the final layer's loss (`loss`, this trainer's
+        per-example loss), `count` = 1 and, with cross-entropy, the top-1 hit (`correct`); every constrained layer.
+        """
         self.model.eval()
         inputs = self._prepare_inputs(inputs)
         inputs.pop("noise_gamma", None)
         labels = inputs["labels"]
         with self.compute_loss_context_manager():
             out = self.model(**inputs, output_hidden_states=True)
-        hits = out.logits.argmax(-1) == labels
-        return BatchScore(
-            correct=hits.sum().item(),
-            count=labels.numel(),
-            nll=self.loss_fn(out.logits, labels).sum().item(),
-            layers=self._layer_losses(out, labels, inputs.get("attention_mask")),
-            hits=hits.cpu(),
-        )
+        examples = {
+            "count": torch.ones(labels.shape[0], dtype=torch.float64, device=labels.device),
+            "loss": self.loss_fn(out.logits, labels).double(),
+        }
+        if self.loss_name == "cross_entropy":
+            examples["correct"] = (out.logits.argmax(-1) == labels).double()
+        return BatchScore(examples=examples, layers=self._layer_losses(out, labels, inputs.get("attention_mask")))
 
     def _reset_eval_statistics(self) -> None:
         super()._reset_eval_statistics()

@@ -32,13 +32,16 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class BatchScore:
-    """A held-out batch as `score_batch` sees it: final-layer hits and NLL, and the measured layers' losses."""
+    """
+    A held-out batch as `score_batch` sees it: per-example sums of the final layer's scores, and the measured layers'
+    losses. Each tensor of `examples` is `[B]` (one entry per row, in batch order): `count` (supervised tokens of the
+    row, or 1 for a classifier or denoiser example), `loss` (the row's summed final-layer loss: token NLL, class
+    cross-entropy or squared error) and, with class or token targets, `correct` (top-1 hits). Summed over rows and
+    divided by `count`, they give the batch's accuracy and mean loss.
+    """
 
-    correct: float  # tokens (or examples) whose top-1 prediction is right
-    count: float  # supervised tokens (or examples)
-    nll: float  # summed final-layer NLL
+    examples: dict[str, torch.Tensor]
     layers: LayerLosses
-    hits: torch.Tensor | None = None  # [B] bool, per example (classifiers only): the paired-bootstrap input
 
 
 def constrained_args(args: Any, config_class: type, trainer: str) -> Any:

@@ -99,8 +99,9 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
     @torch.no_grad()
     def score_batch(self, inputs: dict[str, Any]) -> BatchScore:
         """
-        One held-out batch through the training code path (readout, probe, and any active embedding noise): the
-        final layer's token accuracy and NLL on supervised tokens, and every measured layer's losses.
+        One held-out batch through the training code path (readout, probe, and any active embedding noise): per
+        sequence (row) the final layer's correct top-1 tokens, supervised tokens and summed NLL, and every measured
+        layer's losses.
         """
         self.model.eval()
         inputs = self._prepare_inputs(inputs)
@@ -108,12 +109,13 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         request = self._probe_request(inputs)
         with self.compute_loss_context_manager(), self.probe.serving(unwrap_model(self.model), request):
             out = self.model(**inputs, use_cache=False, fused_lm_head=True)
-        return BatchScore(
-            correct=out.is_top1.sum().item(),
-            count=out.label_mask.sum().item(),
-            nll=-out.log_probs.sum().item(),
-            layers=self._measured(request),
-        )
+        # TRL's fused head: `[B, T-1]` per shifted position, zero where the label is masked
+        examples = {
+            "correct": out.is_top1.sum(-1).double(),
+            "count": out.label_mask.sum(-1).double(),
+            "loss": -out.log_probs.double().sum(-1),
+        }
+        return BatchScore(examples=examples, layers=self._measured(request))
 
     def _measured(self, request: ProbeRequest) -> LayerLosses:
         """The layers' losses the probe measured in the forward; an error if the forward never reached the probe."""

@@ -18,13 +18,15 @@ import os
 import sys
 
 import yaml
-from trl import ModelConfig, TrlParser
 
-from constrained_sft.cli.train_classifier import ClassifierScriptArguments
-from constrained_sft.config import ConstrainedConfig
-from constrained_sft.sweep import SweepArguments, compare
-from constrained_sft.sweep.run import retrain, sweep_data, training_gamma
-from constrained_sft.sweep.search import Arm, best_params
+from constrained_sft.config import training_level
+from constrained_sft.evaluation import compare, table
+from constrained_sft.sweep import Objective, SweepArguments
+from constrained_sft.sweep.compare import evaluate_finals, run_name
+from constrained_sft.sweep.run import retrain
+from constrained_sft.sweep.search import best_params
+from constrained_sft.tasks import Arm
+from constrained_sft.tasks.recipes import dataclass_parser, parse, recipe_and_task
 
 
 def split_argv(argv: list[str]) -> tuple[dict, list[str]]:
@@ -43,13 +45,13 @@ def split_argv(argv: list[str]) -> tuple[dict, list[str]]:
     return own, rest
 
 
-def parse_variant(text: str) -> tuple[str, dict]:
+def parse_variant(text: str, config_class: type) -> tuple[str, dict]:
     name, _, assignments = text.partition(":")
     params = {}
     for item in assignments.split(","):
         key, _, value = item.partition("=")
-        if key not in {f.name for f in dataclasses.fields(ConstrainedConfig)}:
-            raise SystemExit(f"--variant {text!r}: `{key}` is not a ConstrainedConfig field.")
+        if key not in {f.name for f in dataclasses.fields(config_class)}:
+            raise SystemExit(f"--variant {text!r}: `{key}` is not a {config_class.__name__} field.")
         parsed = yaml.safe_load(value)  # YAML 1.1 reads 2e-3 (no dot) as a string
         params[key] = (
             float(parsed)
@@ -61,33 +63,42 @@ def parse_variant(text: str) -> tuple[str, dict]:
 
 def main(argv: list[str]) -> None:
     own, rest = split_argv(argv)
-    parser = TrlParser((SweepArguments, ClassifierScriptArguments, ModelConfig, ConstrainedConfig))
-    settings, script_args, model_args, training_args = parser.parse_args_and_config(rest)
-    variants = [parse_variant(v) for v in own["variant"]]
-    settings.locate(training_args.output_dir)
-    best = best_params(settings.study(own["arm"]))
+    _, task, rest = recipe_and_task(rest, "eval/ablation/run.py")
+    parser = dataclass_parser((SweepArguments, *task.parser_classes()), "eval/ablation/run.py", __doc__)
+    settings, *parsed = parse(parser, rest)
+    recipe = task.recipe(tuple(parsed))
+    variants = [parse_variant(v, type(recipe.training)) for v in own["variant"]]
+    settings.locate(recipe.training.output_dir)
+    arms = {a.name: a for a in task.arms(recipe, settings.readouts, baseline=True)}
+    if own["arm"] not in arms or own["against"] not in arms:
+        raise SystemExit(f"--arm / --against must be arms of the sweep: {list(arms)}.")
     with open(os.path.join(settings.sweep_dir, "test", "results.json")) as f:
         main_results = json.load(f)
+    train_gamma = training_level(recipe.training.noise_gamma)
+    objective = Objective(settings.objective, main_results["settings"]["gammas"], train_gamma, task.headline)
+    best = best_params(settings.study(own["arm"], objective), objective.maximize)
     settings.gammas = main_results["settings"]["gammas"]
     here = dataclasses.replace(settings, sweep_dir=os.path.join(settings.sweep_dir, "ablation"))
-    data = sweep_data(settings, script_args, model_args)
-    base = dataclasses.replace(training_args, per_device_eval_batch_size=settings.eval_batch_size)
-    readout = own["arm"].split("-", 1)[1]
-    for variant, params in variants:
-        retrain(Arm(variant, readout, True), {**best, **params}, here, data, base, script_args.classifier_pooling)
-    results = compare.evaluate_finals([v for v, _ in variants], here, training_gamma(training_args), script_args)
-    for arm in (own["arm"], own["against"]):  # same test rows and noise draws: their saved hits are comparable
-        for s in range(settings.final_seeds):
-            results["models"][compare.run_name(arm, s)] = main_results["models"][compare.run_name(arm, s)]
+    data = task.sweep_data(recipe, settings.validation_size)
+    base = dataclasses.replace(recipe.training, per_device_eval_batch_size=settings.eval_batch_size)
+    readout = arms[own["arm"]].readout
+    ablated = [Arm(variant, readout, True) for variant, _ in variants]
+    for arm, (_, params) in zip(ablated, variants, strict=True):
+        retrain(task, arm, {**best, **params}, here, data, base)
+    results = evaluate_finals(task, ablated, here, train_gamma, recipe.script, pairs=[])
+    for arm in (own["arm"], own["against"]):  # same held-out units and noise draws: their saved scores are comparable
+        names = [run_name(arm, s) for s in range(settings.final_seeds)]
+        results["arms"][arm] = names
+        results["models"].update({n: main_results["models"][n] for n in names})
     pairs = [(own["arm"], own["against"])] + [(v, own["against"]) for v, _ in variants]
-    comparison = compare.compare_arms(results, pairs, settings.final_seeds, settings.bootstrap_samples)
+    comparison = compare(results, task, pairs, settings.bootstrap_samples)
     out = {"best": best, "variants": dict(variants), "comparison": comparison}
     with open(os.path.join(here.sweep_dir, "ablation.json"), "w") as f:
         json.dump(out, f, indent=2)
-    table = compare.table(comparison)
+    text = table(comparison)
     with open(os.path.join(here.sweep_dir, "ablation.md"), "w") as f:
-        f.write(f"Best {own['arm']} trial: {best}\n\nVariants: {dict(variants)}\n\n{table}\n")
-    print(table)
+        f.write(f"Best {own['arm']} trial: {best}\n\nVariants: {dict(variants)}\n\n{text}\n")
+    print(text)
 
 
 if __name__ == "__main__":

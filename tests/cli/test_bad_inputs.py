@@ -25,7 +25,7 @@ from constrained_sft import (
 from constrained_sft.cli import main as cli
 from constrained_sft.data import DataError, ModelPathError
 from constrained_sft.evaluation.alpaca import JudgeError
-from constrained_sft.evaluation.generate import GenerationError
+from constrained_sft.evaluation.alpaca.generate import GenerationError
 from constrained_sft.noise import EmbeddingNoiseError
 from constrained_sft.sweep import SearchSpaceError
 from constrained_sft.testing import presence_dataset, successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
@@ -101,6 +101,10 @@ class Ctx:
     def robustness(self, *extra):
         data = self.pc()
         cli(["eval", "robustness", "--models", self.lm, "--dataset_name", data, "--output_dir", str(self.out), *extra])
+
+    def robustness_arms(self, *arms):
+        data = self.pc()
+        cli(["eval", "robustness", "--arm", *arms, "--dataset_name", data, "--output_dir", str(self.out)])
 
     def generate(self, *extra, instructions=None):
         source = instructions or self.file("instructions.json", [{"instruction": "s1 s2 ="}])
@@ -273,7 +277,13 @@ ROWS = [
     Row("video-dictionary", lambda c: c.video("--dictionary_atoms_per_side", "8"), ValueError, "`dictionary_atoms_per_side`", ">= the patch side 16"),
     Row("warmup-epochs", lambda c: c.config(constraint_warmup_epochs=-1), ValueError, "`constraint_warmup_epochs`", ">= 0"),
     Row("restarts-resilience", lambda c: c.config(resilience_restarts=True), ValueError, "`resilience_restarts`", "`resilience` > 0"),
-    Row("sweep-task", lambda c: cli(["sweep", "--task", "sft", "--output_dir", str(c.out)]), ValueError, "`task`", "classification"),
+    Row("sweep-task", lambda c: cli(["sweep", "--task", "regression", "--output_dir", str(c.out)]), ValueError, "`task`", "'sft', 'classification' or 'video'"),
+    Row("sweep-range", lambda c: cli(["sweep", "--space", c.file("s.yaml", []) and str((c.tmp / "s.yaml").write_text(yaml.safe_dump({"constrained": {"descent_alpha": {"low": 0.1, "high": 1.5}}})) and c.tmp / "s.yaml"), "--stage", "search", "--model_name_or_path", c.lm, "--dataset_name", c.pc(), "--output_dir", str(c.out), "--use_cpu", "true"]), SearchSpaceError, "`constrained.descent_alpha`", r"\(0, 1\)"),
+    Row("robustness-arm", lambda c: c.robustness_arms("a", f"b={c.lm}"), ValueError, "`--arm`", r"NAME=DIR\[,DIR\.\.\.\]"),
+    Row("robustness-arm-seeds", lambda c: c.robustness_arms(f"a={c.lm},{c.lm}", f"b={c.lm}"), ValueError, "'a' and 'b'", "same number of seeds"),
+    Row("robustness-models-and-arms", lambda c: c.robustness("--arm", f"a={c.lm}"), ValueError, "`--models`", "`--arm NAME=DIR"),
+    Row("robustness-reference", lambda c: c.robustness_arms(f"a={c.lm}", f"b={c.lm}", "--reference", "c"), ValueError, "`--reference`", r"\['a', 'b'\]"),
+    Row("robustness-duplicate-names", lambda c: cli(["eval", "robustness", "--models", c.lm, c.lm, "--dataset_name", c.pc(), "--output_dir", str(c.out)]), ValueError, "`--names`", "distinct"),
     Row("sweep-space", lambda c: cli(["sweep", "--task", "classification", "--space", c.file("s.yaml", []) and str((c.tmp / "s.yaml").write_text(yaml.safe_dump({"constrained": {"dual_lr": {"low": 1}}})) and c.tmp / "s.yaml"), "--stage", "search", "--model_name_or_path", c.clf, "--dataset_name", c.reviews(), "--output_dir", str(c.out)]), SearchSpaceError, "dual_lr", "high"),
 ]  # fmt: skip
 

@@ -11,7 +11,6 @@ from conftest import launch_on_cpu
 from datasets import Dataset
 
 from constrained_sft.cli import main as cli
-from constrained_sft.cli.train import make_parser
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -151,32 +150,44 @@ def test_every_recipe_parses_and_starts_with_its_command(recipe):
     assert "constrained-sft train" in first or "-m constrained_sft train" in first, first
     import torch
 
+    from constrained_sft.tasks.recipes import dataclass_parser, parse, recipe_and_task
+
     # bf16 recipes are for GPUs; transformers refuses bf16 at parse time elsewhere unless use_cpu is set
     overrides = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
-    from constrained_sft.cli.common import recipe_task
-    from constrained_sft.cli.train_classifier import make_parser as classifier_parser
-    from constrained_sft.cli.train_video import make_parser as video_parser
-
-    task = recipe_task(["--config", recipe])
-    if task == "video":
-        script, training = video_parser().parse_args_and_config(["--config", recipe, *overrides])
-        assert script.video_source and script.architecture in rel and training.output_dir
-        return
-    parser = classifier_parser() if task == "classification" else make_parser()
-    script, model, training = parser.parse_args_and_config(["--config", recipe, *overrides])
-    assert script.dataset_name and model.model_name_or_path and training.output_dir
+    _, task, argv = recipe_and_task(["--config", recipe, *overrides], "constrained-sft train")
+    recipe_ = task.recipe(parse(dataclass_parser(task.parser_classes(), "train", ""), argv))
+    assert recipe_.script.task == task.name and recipe_.training.output_dir
+    if task.name == "video":
+        assert recipe_.script.video_source and recipe_.script.architecture in rel
+    else:
+        assert recipe_.script.dataset_name and recipe_.model.model_name_or_path
 
 
 @pytest.mark.parametrize("space", SPACES, ids=lambda p: os.path.relpath(p, ROOT))
 def test_every_search_space_loads_and_starts_with_its_command(space):
-    from constrained_sft.sweep import load_space
+    """Each space file sits beside its recipe, starts with the command that runs it, and every bound passes the
+    recipe's own config validation."""
+    import torch
 
-    first = Path(space).read_text().splitlines()[0]
-    assert first.startswith("# constrained-sft sweep --config ") and os.path.exists(
-        os.path.join(ROOT, first.split("--config ")[1].split()[0])
-    ), first
-    spaces = load_space(space)
+    from constrained_sft.sweep import check_ranges, load_space
+    from constrained_sft.tasks.recipes import dataclass_parser, parse, recipe_and_task
+
+    lines = Path(space).read_text().splitlines()
+    command = lines[0]
+    for line in lines[1:]:  # the command, continued over comment lines ending in a backslash
+        if not command.endswith("\\"):
+            break
+        command = command[:-1] + line.lstrip("# ")
+    assert command.startswith("# constrained-sft sweep --config "), command
+    config = command.split("--config ")[1].split()[0]
+    rel = os.path.relpath(space, ROOT)
+    assert os.path.dirname(config) == os.path.dirname(rel) and f"--space {rel}" in command, command
+    overrides = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
+    _, task, argv = recipe_and_task(["--config", os.path.join(ROOT, config), *overrides], "sweep")
+    recipe = task.recipe(parse(dataclass_parser(task.parser_classes(), "sweep", ""), argv))
+    spaces = load_space(space, type(recipe.training))
     assert set(spaces) == {"constrained", "erm"} and "dual_lr" in spaces["constrained"].names
+    check_ranges(spaces, recipe.training)
 
 
 def test_recipe_twins_differ_only_in_constraints():

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from constrained_sft.cli import main
-from constrained_sft.evaluation.video import rmse_difference
+from constrained_sft.evaluation.bootstrap import Statistic, paired_bootstrap
+from constrained_sft.tasks import get_task
 from constrained_sft.testing import write_video
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -52,13 +53,15 @@ def test_train_and_evaluate_video_denoisers(videos, tmp_path, capsys):
         rmse = [r["rmse_mean"] for r in levels]
         assert rmse == sorted(rmse)  # more noise, worse reconstruction
         assert set(levels[0]["layer_rmse"]) == {"1", "2", "3"} and 0 <= levels[0]["descent_share"] <= 1
-    diff = results["differences"]
-    assert len(diff["per_gamma"]) == 4 and {"id", "ood"} <= set(diff)
-    assert diff["per_gamma"][1]["low"] <= diff["per_gamma"][1]["estimate"] <= diff["per_gamma"][1]["high"]
-    for f in ("results.csv", "report.html", "rmse_vs_gamma.png", "layer_losses.png", "descent_vs_gamma.png",
-              "frames.png"):  # fmt: skip
+    diff = results["comparisons"]["constrained - erm"]
+    assert {"rmse@0", "rmse@0.5", "rmse@1", "rmse@1.5", "id_rmse", "ood_rmse", "auc", "descent_share"} <= set(diff)
+    half = diff["rmse@0.5"]["difference"]
+    assert half["low"] <= half["estimate"] <= half["high"]
+    assert half["estimate"] == pytest.approx(diff["rmse@0.5"]["constrained"] - diff["rmse@0.5"]["erm"])
+    for f in ("results.csv", "report.html", "rmse_vs_gamma.png", "difference_vs_gamma.png", "layer_losses.png",
+              "descent_vs_gamma.png", "frames.png"):  # fmt: skip
         assert (out / f).stat().st_size > 0, f
-    assert "constrained - erm" in capsys.readouterr().out
+    assert "constrained - erm (95% paired bootstrap" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("architecture", ["ut", "vit"])
@@ -74,19 +77,24 @@ def test_other_architectures_train_from_a_recipe(videos, tmp_path, architecture)
     assert config["model_type"] == {"ut": "constrained-video-ut", "vit": "constrained-vit-denoiser"}[architecture]
 
 
-def test_rmse_difference_by_hand():
-    a = np.full((1, 5), 0.04)  # RMSE 0.2 -> 51 grey levels
-    b = np.full((1, 5), 0.01)  # RMSE 0.1 -> 25.5
-    interval = rmse_difference(a, b, n_boot=200)
-    assert interval.estimate == pytest.approx(25.5) and interval.low == pytest.approx(25.5)
-    same = rmse_difference(a, a, n_boot=200)
-    assert same.low == same.high == 0.0
-    rng = np.random.default_rng(0)
-    noisy = rng.uniform(0.01, 0.05, size=(3, 40))
-    iv = rmse_difference(noisy, noisy * 0.81, n_boot=500)  # B's RMSE is 0.9 x A's
-    assert iv.low < iv.estimate < iv.high and iv.estimate == pytest.approx(0.1 * math.sqrt(noisy.mean()) * 255)
-    with pytest.raises(ValueError, match="seeds, clips"):
-        rmse_difference(a, b[:, :3])
+def test_rmse_differences_by_hand():
+    """RMSE is the root of the squared error pooled over the drawn clips, in grey levels; lower is better."""
+    video = get_task("video")
+    rmse = Statistic("rmse", lambda s: video.metric(s)[..., 0], higher_is_better=False)
+
+    def clips(mse):  # per clip: summed squared error of its examples and their count, as [K=1, S, C]
+        mse = np.asarray(mse, np.float64)
+        return {"loss": 4 * mse[None], "count": np.full_like(mse, 4.0)[None]}
+
+    a, b = np.full((1, 5), 0.04), np.full((1, 5), 0.01)  # RMSE 0.2 -> 51 grey levels; 0.1 -> 25.5
+    iv = paired_bootstrap(clips(a), clips(b), [rmse], n_boot=200)["rmse"]
+    assert iv.estimate == pytest.approx(25.5) and iv.low == pytest.approx(25.5) and iv.verdict == "worse"
+    same = paired_bootstrap(clips(a), clips(a), [rmse], n_boot=200)["rmse"]
+    assert same.low == same.high == 0.0 and same.verdict == "same"
+    noisy = np.random.default_rng(0).uniform(0.01, 0.05, size=(3, 40))
+    iv = paired_bootstrap(clips(noisy * 0.81), clips(noisy), [rmse], n_boot=500)["rmse"]  # RMSE 0.9 x B's
+    assert iv.low < iv.estimate < iv.high < 0 and iv.verdict == "better"
+    assert iv.estimate == pytest.approx(-0.1 * math.sqrt(noisy.mean()) * 255)
 
 
 def test_video_recipe_refuses_unknown_architecture(tmp_path):

@@ -9,9 +9,14 @@ import transformers
 from constrained_sft.cli import main as cli
 from constrained_sft.evaluation.alpaca import AlpacaArguments, JudgeError, length_controlled
 from constrained_sft.evaluation.alpaca import run as judge
-from constrained_sft.evaluation.generate import ALPACA_EVAL, GenerateArguments, GenerationError, load_instructions
-from constrained_sft.evaluation.generate import run as generate
-from constrained_sft.evaluation.judges import HERE, offline_test_completions
+from constrained_sft.evaluation.alpaca.generate import (
+    ALPACA_EVAL,
+    GenerateArguments,
+    GenerationError,
+    load_instructions,
+)
+from constrained_sft.evaluation.alpaca.generate import run as generate
+from constrained_sft.evaluation.alpaca.judges import HERE, offline_test_completions
 from constrained_sft.testing import SYMBOLS, tiny_causal_lm, tiny_tokenizer
 
 pytest.importorskip("alpaca_eval")

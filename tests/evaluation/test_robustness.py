@@ -7,11 +7,13 @@ import torch
 from datasets import Dataset
 
 from constrained_sft.constraints import LayerLosses, descent_counts
-from constrained_sft.data import DataArguments, DataError, ModelPathError
-from constrained_sft.evaluation import ModelSpec, eval_trainer, evaluate_level, load_model
-from constrained_sft.evaluation.metrics import step_ratios
-from constrained_sft.evaluation.robustness import RobustnessArguments, run
+from constrained_sft.data import DataArguments, DataError, ModelPathError, ModelSpec
+from constrained_sft.evaluation import RobustnessArguments, evaluate_level, run
+from constrained_sft.evaluation.metrics import example_descents, step_ratios
+from constrained_sft.tasks import Measure, get_task
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
+
+SFT = get_task("sft")
 
 
 @pytest.fixture(scope="module")
@@ -31,14 +33,14 @@ def data_file(tmp_path_factory):
 
 
 def _trainer(model_dir, rows, tmp_path):
-    model, tokenizer = load_model(ModelSpec("m", model_dir), torch.float32)
-    return eval_trainer(model, tokenizer, rows, "all", 8, 64, False, str(tmp_path))
+    model, tokenizer = SFT.load_model(ModelSpec("m", model_dir), torch.float32)
+    return SFT.measuring_trainer(model, tokenizer, rows, Measure("all", 8, 64, False, str(tmp_path), None))
 
 
 def test_clean_accuracy_equals_a_direct_computation(model_dir, tmp_path):
     rows = successor_dataset(12, seed=5)
     trainer = _trainer(model_dir, rows, tmp_path)
-    result = evaluate_level(trainer, gamma=0.0, seed=0)
+    result = evaluate_level(SFT, trainer, gamma=0.0, seed=0)
     correct = total = nll = 0.0
     model = trainer.model.eval()
     for batch in trainer.get_eval_dataloader():
@@ -49,16 +51,19 @@ def test_clean_accuracy_equals_a_direct_computation(model_dir, tmp_path):
         correct += (logits.argmax(-1) == labels)[mask].sum().item()
         total += mask.sum().item()
         nll += torch.nn.functional.cross_entropy(logits[mask], labels[mask], reduction="sum").item()
-    assert result.accuracy == pytest.approx(correct / total, abs=1e-12)
+    assert result.metric == pytest.approx(correct / total, abs=1e-12)
     assert result.loss == pytest.approx(nll / total, rel=1e-5)
     assert result.layer_loss[4] == pytest.approx(nll / total, rel=1e-5)  # the last layer's readout is the model
+    # per sequence (one unit per held-out row): the sums that pool into the level's numbers
+    assert len(result.scores["count"]) == len(rows) and result.scores["count"].sum() == total
+    assert result.scores["correct"].sum() == correct and result.scores["loss"].sum() == pytest.approx(nll, rel=1e-5)
 
 
 def test_seeded_noise_is_reproducible(model_dir, tmp_path):
     trainer = _trainer(model_dir, successor_dataset(12, seed=5), tmp_path)
-    a, b = evaluate_level(trainer, 1.0, seed=7), evaluate_level(trainer, 1.0, seed=7)
-    c = evaluate_level(trainer, 1.0, seed=8)
-    assert (a.accuracy, a.loss, a.ratios) == (b.accuracy, b.loss, b.ratios)
+    a, b = evaluate_level(SFT, trainer, 1.0, seed=7), evaluate_level(SFT, trainer, 1.0, seed=7)
+    c = evaluate_level(SFT, trainer, 1.0, seed=8)
+    assert (a.metric, a.loss, a.ratios.tolist()) == (b.metric, b.loss, b.ratios.tolist())
     assert a.loss != c.loss
 
 
@@ -71,6 +76,8 @@ def test_descent_share_on_a_hand_made_example():
     assert ratios.tolist() == pytest.approx([3.0 / 4.0, 2.5 / 2.0, 3.5 / 3.0, 1.0 / 2.5])
     assert ratios.lt(1).double().mean().item() == 0.5
     assert descent_counts(losses)[0].item() / descent_counts(losses)[1].item() == 0.5
+    descents, steps = example_descents(losses)  # per sequence: what a unit carries into the intervals
+    assert descents.tolist() == [1, 1, 0] and steps.tolist() == [2, 2, 0]
 
 
 def test_report_files_hold_the_numbers(model_dir, data_file, tmp_path):
@@ -106,13 +113,23 @@ def test_report_files_hold_the_numbers(model_dir, data_file, tmp_path):
         (clean["accuracy_mean"] + summary["levels"][1]["accuracy_mean"]) / 2
     )
     assert summary["ood_accuracy"] == pytest.approx(summary["levels"][2]["accuracy_mean"])
-    assert saved["differences"]["auc"] == 0.0  # the same model twice
+    same = saved["comparisons"]["a - b"]  # the same model twice: every difference is 0, with no width
+    assert same["auc"]["difference"] == {
+        "estimate": 0.0,
+        "low": 0.0,
+        "high": 0.0,
+        "confidence": 0.95,
+        "verdict": "same",
+    }
     page = (out / "report.html").read_text()
     assert (
         f"{summary['auc']:.4f}" in page and f"{clean['accuracy_mean']:.4f}" in page and "data:image/png;base64" in page
     )
+    assert "<h2>a - b</h2>" in page and "accuracy@0.5" in page
     csv = (out / "results.csv").read_text().splitlines()
-    assert len(csv) == 1 + 2 * 3 and csv[1].startswith("a,0.0,")
+    statistics = 3 + 4  # accuracy at 3 levels, ID, OOD, AUC, change, descent share
+    assert len(csv) == 1 + 2 * 3 + statistics + 1 and csv[1].startswith("level,a,0.0,")
+    assert any(line.startswith("difference,a - b,0.5,") for line in csv)
     assert results["models"]["a"]["summary"]["auc"] == summary["auc"]
 
 
@@ -137,7 +154,7 @@ def test_bad_input(model_dir, data_file, tmp_path):
 
 def test_one_noise_scale_for_every_model_compared(model_dir, data_file, tmp_path, monkeypatch):
     """Twins whose training moved their embeddings apart are perturbed with the sigma_x their training recorded."""
-    from constrained_sft.evaluation import robustness
+    from constrained_sft.evaluation import levels
     from constrained_sft.noise import embedding_sigma
 
     moved = tmp_path / "moved"  # the same model with its embedding table scaled by 3: its own sigma_x triples
@@ -149,8 +166,8 @@ def test_one_noise_scale_for_every_model_compared(model_dir, data_file, tmp_path
     recorded = 0.0123
     (moved / "constraints.json").write_text(json.dumps({"layers": [2, 3, 4], "noise_sigma_x": recorded}))
     used = []
-    original = robustness.embedding_noise
-    monkeypatch.setattr(robustness, "embedding_noise", lambda *a, **kw: used.append(kw["sigma"]) or original(*a, **kw))
+    original = levels.embedding_noise
+    monkeypatch.setattr(levels, "embedding_noise", lambda *a, **kw: used.append(kw["sigma"]) or original(*a, **kw))
     args = RobustnessArguments(
         models=[str(moved), model_dir], names=["a", "b"], output_dir=str(tmp_path / "r"), gammas=[0.0, 1.0], seeds=1
     )
@@ -163,7 +180,7 @@ def test_one_noise_scale_for_every_model_compared(model_dir, data_file, tmp_path
         models=[model_dir, str(moved)], names=["b", "a"], output_dir=str(tmp_path / "s"), gammas=[1.0], seeds=1
     )
     results = run(args, DataArguments(dataset_name=data_file, eval_size=8))
-    own = embedding_sigma(load_model(ModelSpec("b", model_dir), torch.float32)[0])
+    own = embedding_sigma(SFT.load_model(ModelSpec("b", model_dir), torch.float32)[0])
     assert (
         used == [pytest.approx(own)] * 2
         and results["settings"]["sigma_x_source"] == "measured on b's input embeddings"

@@ -15,7 +15,7 @@ from constrained_sft.testing import tiny_encoder, tiny_tokenizer
 
 SPACE = """constrained:
   dual_lr: {low: 0.01, high: 1.0, log: true}
-  descent_alpha: {low: 0.0, high: 0.2}
+  descent_alpha: {low: 0.01, high: 0.2}
 erm:
   learning_rate: {low: 1.0e-4, high: 1.0e-2, log: true}
 """
@@ -112,18 +112,19 @@ def test_search_never_reads_the_test_split_then_compare_gives_intervals(assets, 
     assert set(pair) >= {"id_accuracy", "ood_accuracy", "auc", "accuracy@0", "accuracy@2", "descent_share"}
     test = json.loads((sweep / "test" / "results.json").read_text())
     assert test["settings"]["held_out_rows"] == 24 and len(test["models"]) == 4  # 2 arms x 2 seeds, on test.csv
-    assert all(len(h[0]) == 24 for h in test["models"]["erm-head/seed1"]["hits"].values())
+    assert all(len(level["count"]) == 24 for level in test["models"]["erm-head/seed1"]["scores"].values())
     report = (sweep / "report.md").read_text()
-    assert "## Test split" in report and "| constrained-head - erm-head | auc |" in report
+    assert "## Held-out data" in report and "| constrained-head - erm-head | auc |" in report
 
     # run again: the saved models and the test evaluation are reused, nothing is trained or evaluated twice
-    from constrained_sft.sweep import compare, search
+    from constrained_sft.sweep import compare
+    from constrained_sft.trainers import ConstrainedTrainer
 
     def refuse(*args, **kwargs):
         raise AssertionError("the comparison trained or evaluated again")
 
     monkeypatch.setattr(compare, "robustness", refuse)
-    monkeypatch.setattr(search.ConstrainedTrainer, "train", refuse)
+    monkeypatch.setattr(ConstrainedTrainer, "train", refuse)
     assert cli([*common, "--stage", "compare"]) == 0
     assert json.loads((sweep / "comparison.json").read_text())["comparison"] == result["comparison"]
 
@@ -169,17 +170,65 @@ def test_three_trials_resume_after_sigkill(assets, tmp_path):
         (["--gammas", "0.5"], r"`gammas` must be >= 2 levels"),
         (["--stage", "compare"], r"pass `--baseline erm`"),
         (["--constraints", "none", "--stage", "search"], r"sweep the constrained recipe"),
-        (["--task", "sft"], r"`task` must be 'classification' for `constrained-sft sweep`.*got 'sft'"),
+        (["--task", "regression"], r"`task` must be 'sft', 'classification' or 'video', got 'regression'"),
+        (["--heartbeat_interval", "0"], r"`heartbeat_interval` must be >= 1"),
+        (
+            ["--stage", "search", "--space", "{out}/alpha.yaml"],
+            r"search space `constrained.descent_alpha`: 1.5 is outside .*`descent_alpha`",
+        ),
+        (
+            ["--stage", "search", "--space", "{out}/lr.yaml"],
+            r"search space `erm.lr_scheduler_type`: 'bogus' is outside .*bogus",
+        ),
+        (
+            ["--stage", "search", "--space", "{out}/broken.yaml"],
+            r"`--space` .*broken.yaml is not valid YAML at line 2, column",
+        ),
     ],
 )
 def test_refused_settings_name_the_field_and_write_nothing(assets, tmp_path, capsys, extra, match):
-    """Choices are refused by the parser (exit 2, one usage line), bounds by `SweepArguments.validate`."""
+    """Choices are refused by the parser (exit 2, one usage line), bounds by `SweepArguments.validate`, a search
+    space the recipe's config would refuse in a trial before the first trial."""
     import re
 
     from constrained_sft.cli import main as cli
 
+    (tmp_path / "alpha.yaml").write_text(
+        SPACE.replace("descent_alpha: {low: 0.01, high: 0.2}", "descent_alpha: {low: 0.1, high: 1.5}")
+    )
+    (tmp_path / "lr.yaml").write_text(SPACE + "  lr_scheduler_type: {choices: [linear, bogus]}\n")
+    (tmp_path / "broken.yaml").write_text("constrained:\n\tdual_lr: {low: 0.1}\n")
+    extra = [e.replace("{out}", str(tmp_path)) for e in extra]
     with pytest.raises((ValueError, SystemExit)) as refused:
         cli(argv(assets, tmp_path / "bad", *extra))
-    message = str(refused.value) if refused.type is ValueError else capsys.readouterr().err
+    message = str(refused.value) if issubclass(refused.type, ValueError) else capsys.readouterr().err
     assert re.search(match, message), message
     assert not (tmp_path / "bad-sweep").exists()
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")  # ask / tell by hand: no optimize loop beats for us
+def test_a_trial_starts_only_within_n_trials_and_a_stale_one_frees_its_place(tmp_path):
+    """`claim`: a trial waits while running trials before it hold the remaining places, runs once a stale one (its
+    worker killed) is failed, and is dropped as surplus once the finished trials alone reach `n_trials`."""
+    import threading
+
+    from constrained_sft.sweep.search import _storage, claim
+
+    storage = _storage(f"sqlite:///{tmp_path / 'study.db'}", heartbeat=1)  # stale after 3 s without a heartbeat
+    study = optuna.create_study(study_name="s", storage=storage)
+    first = study.ask()
+    study.tell(first, 1.0)
+    killed = study.ask()
+    storage.record_heartbeat(killed._trial_id)  # beat once, then its worker "dies"
+    waiting = study.ask()
+    started = time.time()
+    assert claim(study, waiting, n_trials=2, poll=0.2) is True  # after the killed trial's place was freed
+    assert time.time() - started >= 2.0 and study.trials[killed.number].state.name == "FAIL"
+    study.tell(waiting, 2.0)
+    late = study.ask()
+    assert claim(study, late, n_trials=2, poll=0.2) is False  # two finished before it: surplus
+    busy = study.ask()  # a place held by a live trial: wait, then stop when it finishes
+    storage.record_heartbeat(busy._trial_id)
+    third = study.ask()
+    threading.Timer(1.0, lambda: study.tell(busy, 3.0)).start()
+    assert claim(study, third, n_trials=3, poll=0.2) is False

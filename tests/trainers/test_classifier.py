@@ -236,17 +236,16 @@ def test_cli_trains_a_classifier_and_eval_robustness_reads_it(tmp_path, classifi
         == 0
     )
     results = json.loads((report / "results.json").read_text())
-    assert results["accuracy_label"] == "accuracy (examples)" and results["settings"]["train_gamma"] == 0.5
+    assert results["headline"]["label"] == "accuracy (examples)" and results["settings"]["train_gamma"] == 0.5
     levels = results["models"]["trained"]["summary"]["levels"]
     assert [r["gamma"] for r in levels] == [0.0, 0.5, 1.0] and set(levels[0]["layer_loss"]) == set(
         "123" if readout == "ut" else "1234"
     )
-    assert 0 <= levels[0]["accuracy_mean"] <= 1 and "auc" in results["differences"]
-    hits = results["models"]["trained"]["hits"]  # per example, one string per noise seed, for paired comparisons
-    assert list(hits) == ["0.0", "0.5", "1.0"] and len(hits["0.5"]) == 2 and len(hits["0.5"][0]) == 12
-    assert hits["0.0"][0].count("1") / 12 == pytest.approx(
-        results["models"]["trained"]["summary"]["levels"][0]["accuracy_mean"]
-    )
+    assert 0 <= levels[0]["accuracy_mean"] <= 1 and "auc" in results["comparisons"]["trained - base"]
+    scores = results["models"]["trained"]["scores"]  # per example, summed over the 2 noise seeds: paired comparisons
+    assert list(scores) == ["0.0", "0.5", "1.0"] and len(scores["0.5"]["correct"]) == 12
+    assert set(scores["0.5"]["count"]) == {2.0}  # one per example and noise seed
+    assert sum(scores["0.0"]["correct"]) / 24 == pytest.approx(levels[0]["accuracy_mean"])
 
 
 def test_predict_between_two_evaluations_changes_nothing(tmp_path):

@@ -1,14 +1,10 @@
-"""
-What both training commands do around training: evaluate (optionally before), train, evaluate, save, print the
-layer table on rank 0, and shut down cleanly; and which command a recipe's `task` selects.
-"""
+"""What every task's `train` does around training: evaluate (optionally before), train, evaluate, save, print the
+layer table on rank 0, and shut down cleanly."""
 
 from __future__ import annotations
 
-import difflib
 import gc
 import os
-import re
 
 from ..constraints.state_io import REPORT
 
@@ -61,59 +57,3 @@ def summary_table(trainer, before: dict, after: dict, accuracy_key: str | None =
     lines.append(f"constraints report: {os.path.join(trainer.args.output_dir, REPORT)}")
     lines.append(f"model saved to: {trainer.args.output_dir}")
     return "\n".join(lines)
-
-
-def recipe_task(argv: list[str]) -> str:
-    """`task` from the command line (the last one given, as the parser reads it), else from the `--config` YAML,
-    else 'sft'."""
-    if "--task" in argv:
-        return argv[len(argv) - argv[::-1].index("--task")]
-    return read_recipe(argv).get("task", "sft")
-
-
-def read_recipe(argv: list[str]) -> dict:
-    """The `--config` YAML of `argv` ({} without one), refused unless it is a mapping of field names to values."""
-    if "--config" not in argv:
-        return {}
-    import yaml
-
-    at = argv.index("--config") + 1
-    path = argv[at] if at < len(argv) else ""
-    if not os.path.isfile(path):
-        raise ValueError(f"`--config` {path!r} is not a file; give the path of a YAML recipe (see recipes/).")
-    with open(path) as f:
-        recipe = yaml.safe_load(f)
-    if recipe is not None and not isinstance(recipe, dict):
-        raise ValueError(
-            f"`--config` {path} must be a YAML mapping of field names to values (see recipes/), got a "
-            f"{type(recipe).__name__}."
-        )
-    return recipe or {}
-
-
-def parse(parser, argv: list[str] | None, with_config: bool = True) -> tuple:
-    """
-    The parser's dataclasses from `argv` (and a `--config` YAML when `with_config`); an unknown key or flag is
-    refused with the closest known fields, so a typo in a recipe never passes as a default.
-    """
-    argv = list(argv or [])
-    if with_config:
-        read_recipe(argv)  # a clear error for a missing or malformed recipe, before the parser's own
-    try:
-        if with_config:
-            return parser.parse_args_and_config(argv)
-        return parser.parse_args_into_dataclasses(argv)
-    except ValueError as error:
-        text = str(error)
-        source = "recipe key" if "config file" in text else "flag"
-        if "not used by the HfArgumentParser" not in text and "Unknown arguments" not in text:
-            raise
-        known = sorted({action.dest for action in parser._actions if action.dest != "help"})
-        hints = []
-        for name in dict.fromkeys(re.findall(r"'--([A-Za-z_][\w.-]*)'", text)):
-            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-            hints.append(f"`{name}` (did you mean {' / '.join(f'`{c}`' for c in close)}?)" if close else f"`{name}`")
-        raise ValueError(
-            f"Unknown {source}(s): {', '.join(hints) or text}. Recipe keys and flags are the fields that `--help` "
-            "lists."
-        ) from None

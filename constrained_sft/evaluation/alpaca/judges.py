@@ -77,9 +77,10 @@ def offline_test_completions(prompts: Sequence[str], **_: object) -> dict[str, l
 
 @functools.lru_cache(maxsize=1)
 def _judge_model(model_name: str, dtype: str):
-    from .loading import ModelSpec, load_model
+    from ...data import ModelSpec
+    from ...tasks.sft import load_causal_lm
 
-    model, tokenizer = load_model(ModelSpec("judge", model_name), getattr(torch, dtype))
+    model, tokenizer = load_causal_lm(ModelSpec("judge", model_name), getattr(torch, dtype))
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:

@@ -22,9 +22,11 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 from tqdm.auto import tqdm
 
-from ..noise import embedding_noise, embedding_sigma, parse_levels
-from ..utils import write_json
-from .loading import ModelSpec, load_model, reference_sigma
+from ...data import ModelSpec
+from ...noise import embedding_noise, embedding_sigma, parse_levels
+from ...tasks.sft import load_causal_lm
+from ...utils import write_json
+from ..loading import reference_sigma
 
 ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions, the set AlpacaEval's length control is fitted on
 ALPACA_EVAL_SIZE = 805
@@ -220,7 +222,7 @@ def run(args: GenerateArguments) -> dict[float, str]:
     name = args.name or os.path.basename(os.path.normpath(args.model))
     args = replace(args, sigma_x=reference_sigma(args.sigma_x, args.model)[0])  # else measured below
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    model, tokenizer = load_model(
+    model, tokenizer = load_causal_lm(
         ModelSpec(name, args.model, args.base_model), torch.bfloat16 if bf16 else torch.float32
     )
     if args.sigma_x is None:

@@ -1,0 +1,59 @@
+"""
+What every command shares, in TRL's shape (`trl/cli`): a `Command` registers its subparser and runs on the rest of
+the command line; its options are the fields of library dataclasses, parsed by the library's recipe parser
+(`constrained_sft.tasks.recipes`: `--config` YAML recipes, `--help` from argparse itself).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from ..tasks import TASKS, Task
+from ..tasks.recipes import dataclass_parser, parse, percent, recipe_and_task
+
+__all__ = ["Command", "Group", "dataclass_parser", "other_tasks", "parse", "recipe_and_task"]
+
+
+class Command(ABC):
+    """A top-level command (or a subcommand of a group): its name, one line of help, and how it runs."""
+
+    name: str
+    help: str
+
+    def register(self, subparsers) -> None:
+        """A subparser without options of its own: the command parses the rest of the line itself."""
+        subparsers.add_parser(self.name, help=percent(self.help), add_help=False)
+
+    @abstractmethod
+    def run(self, argv: list[str], prog: str) -> int:
+        """Parse `argv` (everything after the command's name) and run; `prog` is how the command is invoked."""
+
+
+class Group(Command):
+    """A command whose first argument names one of its subcommands (`constrained-sft eval robustness ...`)."""
+
+    commands: tuple[Command, ...] = ()
+
+    def register(self, subparsers) -> None:
+        self.parser = subparsers.add_parser(self.name, help=percent(self.help), description=percent(self.help))
+        sub = self.parser.add_subparsers(title="subcommands", metavar="<subcommand>", dest="subcommand")
+        for command in self.commands:
+            command.register(sub)
+
+    def run(self, argv: list[str], prog: str) -> int:
+        by_name = {c.name: c for c in self.commands}
+        if not argv or argv[0] not in by_name:
+            self.parser.parse_args(argv)  # prints help (-h), or argparse's error for an unknown subcommand
+            self.parser.print_help()  # no subcommand at all
+            return 0
+        return by_name[argv[0]].run(argv[1:], f"{prog} {argv[0]}")
+
+
+def other_tasks(command: str, task: Task) -> str:
+    """The help epilog: which task's fields are shown, and how to see another's."""
+    others = [name for name in TASKS if name != task.name]
+    return (
+        f"These are the fields of `task: {task.name}` recipes (YAML keys and flags alike). Another task's: "
+        + ", ".join(f"`{command} --task {n} --help`" for n in others)
+        + "."
+    )

@@ -1,0 +1,63 @@
+"""
+The tasks: one module per kind of recipe, behind one small protocol (`base.Task`), and the registry that maps a
+recipe's `task` to it. A task owns its recipe fields, model building, training, the trainer that measures a saved
+model, per-example scoring and its headline metric with its direction:
+
+- `sft` (the default): causal-LM fine-tuning with `ConstrainedSFTTrainer`; per-sequence token scores, token accuracy;
+- `classification`: sequence classifiers with `ConstrainedTrainer`; per-example hits, accuracy;
+- `video`: video denoisers with `ConstrainedTrainer`; per-clip squared error, RMSE (lower is better).
+
+Everything above this floor (`evaluation`, `sweep`, `cli`) is task-agnostic: it asks `get_task(name)` and calls the
+protocol; this registry is the only place a task is chosen by its name.
+
+May import: `utils`, `config`, `constraints`, `readout`, `noise`, `data`, `models`, `trainers`.
+"""
+
+from .base import Arm, Headline, Measure, Recipe, Task, measure_only
+from .classification import ClassificationTask, ClassifierScriptArguments, build_classifier
+from .sft import ScriptArguments, SFTTask
+from .training import finish, summary_table, train_and_report
+from .video import VideoScriptArguments, VideoTask, build_denoiser
+
+TASKS: dict[str, Task] = {task.name: task for task in (SFTTask(), ClassificationTask(), VideoTask())}
+DEFAULT_TASK = SFTTask.name
+
+
+def allowed_tasks() -> str:
+    """The task names as a message lists them: "'sft', 'classification' or 'video'"."""
+    names = [repr(n) for n in TASKS]
+    return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def get_task(name: str | None) -> Task:
+    """The registered task `name` (None: the default, SFT); an unknown name is refused with the allowed ones."""
+    if name is None:
+        return TASKS[DEFAULT_TASK]
+    if name not in TASKS:
+        raise ValueError(f"`task` must be {allowed_tasks()}, got {name!r}.")
+    return TASKS[name]
+
+
+__all__ = [
+    "DEFAULT_TASK",
+    "TASKS",
+    "Arm",
+    "ClassificationTask",
+    "ClassifierScriptArguments",
+    "Headline",
+    "Measure",
+    "Recipe",
+    "SFTTask",
+    "ScriptArguments",
+    "Task",
+    "VideoScriptArguments",
+    "VideoTask",
+    "allowed_tasks",
+    "build_classifier",
+    "build_denoiser",
+    "finish",
+    "get_task",
+    "measure_only",
+    "summary_table",
+    "train_and_report",
+]

@@ -1,0 +1,181 @@
+"""
+The task protocol: everything the task-agnostic upper half (`evaluation`, `sweep`, `cli`) asks of a task (causal-LM
+SFT, sequence classification, video denoising), so that no code above this floor decides anything by a task's name.
+
+A task owns its recipe fields, its model building and training, the trainer that measures a saved model, how a
+held-out batch becomes per-example scores, and its headline metric with its direction. Scores are per-example sums
+(`BatchScore.examples`) grouped into *units*, the things a confidence interval resamples: sequences (SFT), examples
+(classification) or clips (video). Every unit carries
+
+    count      the metric's denominator (supervised tokens; 1 per classifier example; denoiser examples of the clip)
+    loss       summed final-layer loss (token NLL, cross-entropy, squared error)
+    correct    top-1 hits (tasks with class or token targets)
+    descents   (sequence, layer step) pairs whose loss went down, and
+    steps      every such pair: the descent share is descents / steps,
+
+so every statistic is computed from sums over units, the way the metric itself is defined (token accuracy pooled over
+tokens, RMSE as the root of the pooled squared error).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from ..trainers import BatchScore
+
+
+@dataclass(frozen=True)
+class Headline:
+    """A task's headline metric: result keys `<key>_mean`, `id_<key>`, `<key>@<gamma>`; its label and direction."""
+
+    key: str  # 'accuracy' | 'rmse'
+    label: str
+    higher_is_better: bool
+
+
+@dataclass
+class Recipe:
+    """A parsed recipe: the task's own fields, TRL's `ModelConfig` (None for tasks without one), the trainer config."""
+
+    script: Any
+    model: Any | None
+    training: Any
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One model family of a comparison: its name, its readout (tasks with several), and whether constrained."""
+
+    name: str  # 'constrained', 'erm', 'constrained-linear', ...
+    readout: str | None
+    constrained: bool
+
+
+@dataclass
+class Measure:
+    """How a saved model is measured: its constrained layers, batch size, truncation, precision, noise scale."""
+
+    layers: Any  # 'all' or 1-based indices
+    batch_size: int
+    max_length: int
+    bf16: bool
+    output_dir: str  # the trainer's scratch folder (nothing is saved there)
+    sigma: float | None  # sigma_x of the comparison; None: the model's own
+
+
+def measure_only(measure: Measure, bf16: bool | None = None) -> dict[str, Any]:
+    """Trainer-config fields of a trainer that only measures: no constraints, no logging, every layer of
+    `measure.layers` measured, noise at the comparison's sigma_x."""
+    return dict(
+        noise_sigma=measure.sigma,
+        output_dir=measure.output_dir,
+        per_device_eval_batch_size=measure.batch_size,
+        bf16=measure.bf16 if bf16 is None else bf16,
+        use_cpu=not torch.cuda.is_available(),
+        report_to="none",
+        constraints="none",
+        constrained_layers=measure.layers,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+
+
+def ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, nan where the denominator is 0 (a resample of units without a supervised token)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.divide(numerator, denominator)
+
+
+class Task(ABC):
+    """One kind of recipe. Subclasses set the class attributes and implement the abstract methods."""
+
+    name: ClassVar[str]
+    headline: ClassVar[Headline]
+    data_arguments: ClassVar[type]  # the held-out data fields `eval robustness` takes (the recipe's data fields)
+    readouts: ClassVar[tuple[str, ...]] = ()  # readouts a sweep may compare (one arm each); () = the model's own
+    layer_curve: ClassVar[tuple[str, str]] = ("layer_loss", "held-out loss of the layer's readout")
+
+    # --- recipes and training ------------------------------------------------------------------------------------
+    @abstractmethod
+    def parser_classes(self) -> tuple[type, ...]:
+        """The dataclasses whose fields are the recipe's keys (and the `train` command's flags)."""
+
+    @abstractmethod
+    def recipe(self, parsed: tuple) -> Recipe:
+        """The parsed dataclasses of `parser_classes()` as a `Recipe`."""
+
+    @abstractmethod
+    def train(self, recipe: Recipe) -> dict:
+        """What `constrained-sft train` does for this task: train, evaluate, save, print the layer table."""
+
+    # --- evaluation ----------------------------------------------------------------------------------------------
+    @abstractmethod
+    def load_model(self, spec, dtype: torch.dtype) -> tuple[Any, Any]:
+        """(model, tokenizer or None) of a saved model (`data.ModelSpec`)."""
+
+    @abstractmethod
+    def evaluation_data(self, data_args) -> Any:
+        """The held-out data, read once for every model compared."""
+
+    @abstractmethod
+    def describe(self, data: Any, data_args) -> str:
+        """One sentence on the held-out data and the noise, for reports."""
+
+    @abstractmethod
+    def measuring_trainer(self, model, tokenizer, data: Any, measure: Measure):
+        """A trainer that only measures `model` on the held-out data through the training code path."""
+
+    def score(self, trainer, batch: dict[str, Any]) -> BatchScore:
+        """One held-out batch: per-example scores (`BatchScore.examples`) and the measured layers' losses."""
+        return trainer.score_batch(batch)
+
+    def units(self, dataset) -> torch.Tensor | None:
+        """`[E]` the unit of each held-out example (in dataset order), or None: every example is its own unit."""
+        return None
+
+    @abstractmethod
+    def metric(self, sums: dict[str, np.ndarray]) -> np.ndarray:
+        """The headline from unit scores summed over the units (any leading shape): e.g. correct / count."""
+
+    def level_extras(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Task-specific numbers added to a summary row (e.g. per-layer RMSE)."""
+        return {}
+
+    def snapshot(self, model, trainer, data: Any, gammas: list[float], sigma: float | None, mean: float) -> Any:
+        """What a report figure needs from a model while it is loaded (None: nothing)."""
+        return None
+
+    def figures(self, snapshots: dict[str, Any], data: Any, output_dir: str) -> dict[str, str]:
+        """Extra report figures from the models' snapshots: {name: path}."""
+        return {}
+
+    # --- search --------------------------------------------------------------------------------------------------
+    @abstractmethod
+    def sweep_data(self, recipe: Recipe, validation_size: float) -> Any:
+        """What every trial shares: the model source and the training rows minus a validation carve-off (the
+        held-out / test data is never touched)."""
+
+    @abstractmethod
+    def trial_trainer(self, data: Any, arm: Arm, args, callbacks=()):
+        """A trainer of `arm` on the sweep data's training rows, evaluating on its validation rows."""
+
+    def recipe_readout(self, recipe: Recipe) -> str | None:
+        """The readout the recipe trains with (tasks with `readouts`)."""
+        return None
+
+    def arms(self, recipe: Recipe, readouts: list[str] | None, baseline: bool) -> list[Arm]:
+        """A constrained arm per readout (or one), and with `baseline` an ERM twin of each."""
+        if readouts and not self.readouts:
+            raise ValueError(
+                f"`readouts` chooses among a classifier's readouts; `task: {self.name}` recipes have one readout."
+            )
+        if bad := [r for r in readouts or [] if r not in self.readouts]:
+            raise ValueError(f"`readouts` must be among {list(self.readouts)}, got {bad}.")
+        chosen = readouts or [self.recipe_readout(recipe)]
+        arms = [Arm("constrained" + (f"-{r}" if r else ""), r, True) for r in chosen]
+        return arms + ([Arm("erm" + (f"-{r}" if r else ""), r, False) for r in chosen] if baseline else [])

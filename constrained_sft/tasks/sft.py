@@ -1,0 +1,165 @@
+"""
+`task: sft` (the default): supervised fine-tuning of a causal LM with `ConstrainedSFTTrainer`, the way `trl sft` does.
+
+    constrained-sft train --config recipes/smollm2-135m/sharegpt/constrained.yaml [--max_steps 10 ...]
+    accelerate launch --config_file accelerate_configs/ddp.yaml -m constrained_sft train --config <recipe>
+
+Recipe keys are exactly the fields of `ScriptArguments`, TRL's `ModelConfig` and `ConstrainedSFTConfig`. Held-out
+scores are per sequence (correct top-1 tokens, supervised tokens, summed NLL); the headline is the mean token
+accuracy of the final layer, pooled over tokens: total correct / total supervised tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from transformers import AutoConfig, AutoModelForCausalLM
+from trl import ModelConfig, get_peft_config
+
+from ..config import ConstrainedSFTConfig
+from ..data import (
+    DataArguments,
+    has_classification_head,
+    load_chat_train_validation,
+    load_pretrained,
+    load_train_eval,
+    resolve_model_path,
+)
+from ..trainers import ConstrainedSFTTrainer
+from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio
+from .training import train_and_report
+
+NAME = "sft"
+
+
+@dataclass
+class ScriptArguments(DataArguments):
+    """Data source fields, plus what the `train` command does around training."""
+
+    task: str = field(
+        default=NAME,
+        metadata={"help": "The recipe's task: 'sft' (causal LM fine-tuning, this recipe kind).", "choices": [NAME]},
+    )
+    evaluate_before_training: bool = field(
+        default=False,
+        metadata={"help": "Evaluate the held-out split before training too, for a before / after layer table."},
+    )
+
+
+@dataclass
+class SFTSweepData:
+    """What every trial of an SFT sweep shares: the model source, its init kwargs, LoRA, the two row sets."""
+
+    model_path: str
+    init_kwargs: dict[str, Any]
+    peft_config: Any
+    train: Any
+    validation: Any
+
+
+def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) -> dict[str, Any]:
+    """`model_init_kwargs` of the trainer from the recipe's model fields (the trainer loads the model by path)."""
+    base = {
+        "revision": model_args.model_revision,
+        "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation,
+        "dtype": model_args.dtype,
+    }
+    return {**base, **(training_args.model_init_kwargs or {})}
+
+
+class SFTTask(Task):
+    name = NAME
+    headline = Headline("accuracy", "mean token accuracy (final layer, supervised tokens)", higher_is_better=True)
+    data_arguments = DataArguments
+
+    def parser_classes(self) -> tuple[type, ...]:
+        return (ScriptArguments, ModelConfig, ConstrainedSFTConfig)
+
+    def recipe(self, parsed: tuple) -> Recipe:
+        script, model, training = parsed
+        return Recipe(script, model, training)
+
+    def train(self, recipe: Recipe) -> dict:
+        model_path = resolve_model_path(recipe.model.model_name_or_path)
+        train_dataset, eval_dataset = load_train_eval(recipe.script)
+        recipe.training.model_init_kwargs = init_kwargs(recipe.model, recipe.training)
+        trainer = ConstrainedSFTTrainer(
+            model=model_path,
+            args=recipe.training,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            peft_config=get_peft_config(recipe.model),
+        )
+        return train_and_report(trainer, recipe.script.evaluate_before_training)
+
+    # --- evaluation ----------------------------------------------------------------------------------------------
+    def load_model(self, spec, dtype):
+        return load_causal_lm(spec, dtype)
+
+    def evaluation_data(self, data_args: DataArguments):
+        return load_train_eval(data_args)[1]
+
+    def describe(self, data, data_args: DataArguments) -> str:
+        return f"{len(data)} held-out rows of {data_args.dataset_name}; noise on every token embedding"
+
+    def measuring_trainer(self, model, tokenizer, data, measure: Measure) -> ConstrainedSFTTrainer:
+        """Training's data path on the held-out rows; sequences are never packed, so a row is a scored unit."""
+        args = ConstrainedSFTConfig(
+            **measure_only(measure),
+            max_length=measure.max_length,
+            packing=False,
+            padding_free=False,
+            gradient_checkpointing=False,  # TRL turns it on by default; evaluation has no backward
+        )
+        return ConstrainedSFTTrainer(
+            model=model, args=args, train_dataset=data, eval_dataset=data, processing_class=tokenizer
+        )
+
+    def metric(self, sums: dict[str, np.ndarray]) -> np.ndarray:
+        return ratio(sums["correct"], sums["count"])
+
+    # --- search --------------------------------------------------------------------------------------------------
+    def sweep_data(self, recipe: Recipe, validation_size: float) -> SFTSweepData:
+        train, validation = load_chat_train_validation(recipe.script, validation_size)
+        return SFTSweepData(
+            model_path=resolve_model_path(recipe.model.model_name_or_path),
+            init_kwargs=init_kwargs(recipe.model, recipe.training),
+            peft_config=get_peft_config(recipe.model),
+            train=train,
+            validation=validation,
+        )
+
+    def trial_trainer(self, data: SFTSweepData, arm: Arm, args, callbacks=()) -> ConstrainedSFTTrainer:
+        args = dataclasses.replace(args, model_init_kwargs=data.init_kwargs)
+        trainer = ConstrainedSFTTrainer(
+            model=data.model_path,
+            args=args,
+            train_dataset=data.train,
+            eval_dataset=data.validation,
+            peft_config=data.peft_config,
+            callbacks=list(callbacks),
+        )
+        for callback in callbacks:
+            callback.trainer = trainer
+        return trainer
+
+
+def load_causal_lm(spec, dtype):
+    """(model, tokenizer) of a causal LM (`data.ModelSpec`: a folder, Hub id, alias or LoRA adapter); a sequence
+    classifier is refused, naming the task that evaluates it."""
+    if not spec.path.startswith("pkg:") and _is_classifier(spec.path):
+        raise ValueError(f"Model {spec.name!r} is a sequence classifier; evaluate it with `--task classification`.")
+    return load_pretrained(spec, AutoModelForCausalLM, dtype)
+
+
+def _is_classifier(path: str) -> bool:
+    """Whether a saved model (or an adapter's base) names a sequence-classification head."""
+    try:
+        config = AutoConfig.from_pretrained(resolve_model_path(path))
+    except (OSError, ValueError):
+        return False
+    return has_classification_head(config)

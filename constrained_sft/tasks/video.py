@@ -1,0 +1,269 @@
+"""
+`task: video`: a video denoiser (DUST, UT or ViT; paper Section 4) trained with `ConstrainedTrainer` on clean clips
+whose pixels are perturbed at its input.
+
+    constrained-sft train --config recipes/dust/skvideo/constrained.yaml
+
+Recipe keys are exactly the fields of `VideoScriptArguments` (with the data fields of `VideoDataArguments`) and
+`ConstrainedConfig`. sigma_x, the noise scale, is the std of the clean training pixels: measured on the training
+videos, saved in the model's config (`data_std`) and recorded in constraints.json.
+
+Held-out scores are per test clip (the unit an interval resamples): the summed per-example squared error and the
+number of examples; the headline is RMSE = sqrt(mean squared error over every test pixel), in grey levels of 0-255
+(the scale of the paper's tables), lower is better.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import AutoModel, default_data_collator
+
+from ..config import ConstrainedConfig
+from ..data import load_pretrained
+from ..data.video import (
+    VideoDataArguments,
+    VideoDataError,
+    VideoDenoisingDataset,
+    load_video,
+    load_video_validation,
+    read_clips,
+)
+from ..models import (
+    DENOISERS,
+    DUSTConfig,
+    DUSTForDenoising,
+    VideoUTConfig,
+    VideoUTForDenoising,
+    ViTDenoiserConfig,
+    ViTForDenoising,
+)
+from ..trainers import ConstrainedTrainer
+from ..utils import write_json
+from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio
+from .training import train_and_report
+from .video_frames import GREY, plot_frames, reconstruct_clip
+
+NAME = "video"
+
+
+@dataclass
+class VideoScriptArguments(VideoDataArguments):
+    task: str = field(
+        default=NAME, metadata={"help": "The recipe's task: 'video' (this recipe kind).", "choices": [NAME]}
+    )
+    architecture: str = field(
+        default="dust",
+        metadata={
+            "help": "'dust' (De Weerdt et al. 2023), 'ut' (Yang et al. 2022, on patch sequences) or 'vit' (a "
+            "ViTModel with a shared linear un-patching readout).",
+            "choices": list(DENOISERS),
+        },
+    )
+    num_layers: int = field(default=3, metadata={"help": "L, the unrolled layers (ViT: its encoder layers)."})
+    dictionary_atoms_per_side: int | None = field(
+        default=None,
+        metadata={"help": "DUST / UT: sqrt of the DCT dictionary size m (default: dust 20 -> 400, ut 16 -> 256)."},
+    )
+    sparsity_weight: float = field(default=0.02, metadata={"help": "DUST: lambda_1, fixed (C.4)."})
+    attention_weight: float = field(default=0.2, metadata={"help": "DUST: lambda_2 in [0, 1], fixed (C.4)."})
+    tie_dictionaries: bool = field(
+        default=False,
+        metadata={
+            "help": "DUST: one dictionary for every layer (the paper's unconstrained DUST) instead of one each."
+        },
+    )
+    vit_model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "ViT: pretrained weights (a folder or Hub id such as google/vit-base-patch16-224-in21k); unset: a "
+            "config-built ViT of `vit_hidden_size` trained from scratch (offline)."
+        },
+    )
+    vit_hidden_size: int = field(default=192, metadata={"help": "Config-built ViT: width (heads of 64)."})
+    vit_intermediate_size: int = field(default=768, metadata={"help": "Config-built ViT: MLP width."})
+    evaluate_before_training: bool = field(
+        default=False, metadata={"help": "Evaluate the test videos before training too."}
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.architecture not in DENOISERS:
+            raise VideoDataError(f"`architecture` must be one of {list(DENOISERS)}, got {self.architecture!r}.")
+        if not isinstance(self.num_layers, int) or self.num_layers < 1:
+            raise VideoDataError(f"`num_layers` must be an integer >= 1, got {self.num_layers!r}.")
+        if self.architecture == "vit" and self.vit_hidden_size % 64 and self.vit_model_name_or_path is None:
+            raise VideoDataError(
+                f"`vit_hidden_size` must be a multiple of 64 (heads of 64), got {self.vit_hidden_size}."
+            )
+
+    @property
+    def sequence_axis(self) -> str:
+        """DUST and UT read a patch position over time; the ViT reads one frame (B.2)."""
+        return "space" if self.architecture == "vit" else "time"
+
+
+def build_denoiser(args: VideoScriptArguments, sigma_x: float):
+    """The recipe's denoiser, its noise scale sigma_x saved in its config."""
+    if args.architecture == "dust":
+        config = DUSTConfig(
+            patch_size=args.patch_size,
+            dictionary_atoms_per_side=args.dictionary_atoms_per_side or 20,
+            num_hidden_layers=args.num_layers,
+            sparsity_weight=args.sparsity_weight,
+            attention_weight=args.attention_weight,
+            tie_dictionaries=args.tie_dictionaries,
+            data_std=sigma_x,
+            architectures=[DUSTForDenoising.__name__],
+        )
+        return DUSTForDenoising(config)
+    if args.architecture == "ut":
+        config = VideoUTConfig(
+            patch_size=args.patch_size,
+            dictionary_atoms_per_side=args.dictionary_atoms_per_side or 16,
+            num_hidden_layers=args.num_layers,
+            data_std=sigma_x,
+            architectures=[VideoUTForDenoising.__name__],
+        )
+        return VideoUTForDenoising(config)
+    frame = dict(frame_size=args.frame_size, data_std=sigma_x)
+    if args.vit_model_name_or_path:
+        return ViTForDenoising.from_pretrained_vit(args.vit_model_name_or_path, **frame)
+    config = ViTDenoiserConfig(
+        hidden_size=args.vit_hidden_size,
+        num_attention_heads=args.vit_hidden_size // 64,
+        intermediate_size=args.vit_intermediate_size,
+        num_hidden_layers=args.num_layers,
+        image_size=args.frame_size,
+        patch_size=args.patch_size,
+        num_channels=1,
+        architectures=[ViTForDenoising.__name__],
+        **frame,
+    )
+    return ViTForDenoising(config)
+
+
+def denoiser_trainer(model, args, train=None, held_out=None, callbacks=()) -> ConstrainedTrainer:
+    """`ConstrainedTrainer` on clean clips with the per-example squared error as the loss."""
+    return ConstrainedTrainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        eval_dataset=held_out,
+        data_collator=default_data_collator,
+        loss="squared_error",
+        callbacks=list(callbacks),
+    )
+
+
+@dataclass
+class VideoEvalData:
+    """The test clips, decoded once, and their denoising datasets per sequence axis (built when a model needs one)."""
+
+    clips: tuple  # (clips [C, T, F, F], video names, clip -> video)
+    patch_size: int
+    datasets: dict[str, VideoDenoisingDataset] = field(default_factory=dict)
+
+    def dataset(self, axis: str) -> VideoDenoisingDataset:
+        if axis not in self.datasets:
+            self.datasets[axis] = VideoDenoisingDataset(*self.clips, self.patch_size, axis)
+        return self.datasets[axis]
+
+
+@dataclass
+class VideoSweepData:
+    """What every trial of a video sweep shares: the recipe, the training and validation clips, sigma_x."""
+
+    recipe: VideoScriptArguments
+    train: VideoDenoisingDataset
+    validation: VideoDenoisingDataset
+    sigma_x: float
+
+
+def _axis(model) -> str:
+    return "space" if isinstance(model, ViTForDenoising) else "time"
+
+
+class VideoTask(Task):
+    name = NAME
+    headline = Headline("rmse", "RMSE (grey levels, 0-255)", higher_is_better=False)
+    data_arguments = VideoDataArguments
+    layer_curve = ("layer_rmse", "RMSE of the layer's readout (0-255)")
+
+    def parser_classes(self) -> tuple[type, ...]:
+        return (VideoScriptArguments, ConstrainedConfig)
+
+    def recipe(self, parsed: tuple) -> Recipe:
+        script, training = parsed
+        return Recipe(script, None, training)
+
+    def train(self, recipe: Recipe) -> dict:
+        script, training_args = recipe.script, recipe.training
+        splits = load_video(script, script.sequence_axis)
+        trainer = denoiser_trainer(build_denoiser(script, splits.sigma_x), training_args, splits.train, splits.test)
+        if trainer.is_world_process_zero():
+            os.makedirs(training_args.output_dir, exist_ok=True)
+            write_json(
+                os.path.join(training_args.output_dir, "video_data.json"),
+                {**splits.summary, "sigma_x": splits.sigma_x},
+            )
+        results = train_and_report(trainer, script.evaluate_before_training, accuracy_key=None)
+        loss = results["after"].get("eval_loss")
+        if loss is not None and trainer.is_world_process_zero():
+            print(f"held-out RMSE (grey levels 0-255, clean test input): {math.sqrt(loss) * GREY:.2f}")
+        return results
+
+    # --- evaluation ----------------------------------------------------------------------------------------------
+    def load_model(self, spec, dtype):
+        """Denoisers are measured in fp32 whatever `dtype`: their pixel errors (~1e-3) are below bf16's resolution."""
+        return load_pretrained(spec, AutoModel, torch.float32, tokenizer=False)
+
+    def evaluation_data(self, data_args: VideoDataArguments) -> VideoEvalData:
+        return VideoEvalData(read_clips(data_args, ("test",))[0]["test"], data_args.patch_size)
+
+    def describe(self, data: VideoEvalData, data_args) -> str:
+        clips, videos, _ = data.clips
+        return f"test videos {videos} ({len(clips)} clips of {clips.shape[1]} frames); noise on every pixel"
+
+    def measuring_trainer(self, model, tokenizer, data: VideoEvalData, measure: Measure) -> ConstrainedTrainer:
+        args = ConstrainedConfig(**measure_only(measure, bf16=False))
+        return denoiser_trainer(model, args, held_out=data.dataset(_axis(model)))
+
+    def units(self, dataset: VideoDenoisingDataset) -> torch.Tensor:
+        return dataset.clip_of
+
+    def metric(self, sums: dict[str, np.ndarray]) -> np.ndarray:
+        return np.sqrt(ratio(sums["loss"], sums["count"])) * GREY
+
+    def level_extras(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"layer_rmse": {k: math.sqrt(v) * GREY for k, v in row["layer_loss"].items()}}
+
+    def snapshot(self, model, trainer, data: VideoEvalData, gammas, sigma, mean):
+        dataset = data.dataset(_axis(model))
+        clip = len(data.clips[0]) // 2
+        return {g: reconstruct_clip(model, dataset, clip, g, 0, sigma, mean) for g in gammas}
+
+    def figures(self, snapshots: dict[str, Any], data: VideoEvalData, output_dir: str) -> dict[str, str]:
+        if not snapshots:
+            return {}
+        clean = data.clips[0][len(data.clips[0]) // 2]
+        return {"frames": plot_frames(snapshots, clean, os.path.join(output_dir, "frames.png"))}
+
+    # --- search --------------------------------------------------------------------------------------------------
+    def sweep_data(self, recipe: Recipe, validation_size: float) -> VideoSweepData:
+        """Training clips minus a validation carve from the ends of the training videos; the test videos untouched."""
+        splits = load_video_validation(recipe.script, recipe.script.sequence_axis, validation_size)
+        return VideoSweepData(recipe.script, splits.train, splits.test, splits.sigma_x)
+
+    def trial_trainer(self, data: VideoSweepData, arm: Arm, args, callbacks=()) -> ConstrainedTrainer:
+        torch.manual_seed(args.seed)  # a config-built ViT's initialisation follows the trial's seed
+        model = build_denoiser(data.recipe, data.sigma_x)
+        trainer = denoiser_trainer(model, args, data.train, data.validation, callbacks)
+        for callback in callbacks:
+            callback.trainer = trainer
+        return trainer

@@ -1,0 +1,147 @@
+"""
+Several machines searching one study: two `constrained-sft sweep --stage search` workers on a real PostgreSQL server
+(a throw-away cluster this fixture makes on a local port and tears down), one of them killed mid-trial. The study
+must end with exactly `--n_trials` finished trials, each run by one worker, the killed trial failed (once its
+heartbeat is stale) and replaced, never counted.
+
+The server comes from Debian's `postgresql` package, the driver from PyPI (`psycopg`, the `postgres` extra).
+Where either is missing the test is skipped saying so, unless CONSTRAINED_SFT_REQUIRE_POSTGRES=1 (set by `.ci/run`,
+which installs the server), where it fails.
+"""
+
+import glob
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import optuna
+import pytest
+from conftest import free_port
+from datasets import Dataset
+
+from constrained_sft.testing import tiny_encoder, tiny_tokenizer
+
+N_TRIALS = 6
+
+
+def missing(reason: str):
+    if os.environ.get("CONSTRAINED_SFT_REQUIRE_POSTGRES"):
+        pytest.fail(f"CONSTRAINED_SFT_REQUIRE_POSTGRES is set but {reason}")
+    pytest.skip(reason)
+
+
+def as_server(*cmd: str, **kwargs) -> subprocess.CompletedProcess:
+    """A server binary, run as the `postgres` user when we are root (`initdb` refuses to run as root)."""
+    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    return subprocess.run([*prefix, *cmd], check=True, capture_output=True, text=True, timeout=120, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """The URL of a database on a fresh PostgreSQL cluster; the cluster is stopped and deleted afterwards."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or [shutil.which("initdb")]
+    if not found[-1]:
+        missing("no PostgreSQL server binaries (Debian: apt-get install postgresql)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        missing('no PostgreSQL driver (pip install "psycopg[binary]", the `postgres` extra)')
+    bindir = os.path.dirname(found[-1])
+    root = tempfile.mkdtemp(prefix="csft-pg-")  # not under pytest's 0700 tmp tree: the postgres user must enter it
+    os.chmod(root, 0o755)
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    data, port = os.path.join(root, "data"), free_port()
+    try:
+        as_server(os.path.join(bindir, "initdb"), "-D", data, "-A", "trust", "-U", "postgres", "--no-sync")
+        options = f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        as_server(
+            os.path.join(bindir, "pg_ctl"), "-D", data, "-o", options, "-l", os.path.join(root, "log"), "-w", "start"
+        )
+        as_server(os.path.join(bindir, "createdb"), "-h", "127.0.0.1", "-p", port, "-U", "postgres", "sweeps")
+        yield f"postgresql://postgres@127.0.0.1:{port}/sweeps"
+    finally:
+        if os.path.isdir(data):
+            subprocess.run(["runuser", "-u", "postgres", "--"] * (os.geteuid() == 0)
+                           + [os.path.join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "stop"],
+                           capture_output=True, timeout=60)  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def recipe(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pg-sweep")
+    tiny_encoder("bert", layers=3).save_pretrained(root / "encoder")
+    tiny_tokenizer().save_pretrained(root / "encoder")
+    rows = [{"text": f"s{i % 24} s{(i * 7) % 24} s{(i * 5) % 24}" + (" s3" if i % 2 else " s5"), "label": i % 2}
+            for i in range(96)]  # fmt: skip
+    (root / "data").mkdir()
+    Dataset.from_list(rows).to_csv(root / "data" / "train.csv")
+    (root / "space.yaml").write_text(
+        "constrained:\n  dual_lr: {low: 0.01, high: 1.0, log: true}\n  descent_alpha: {low: 0.01, high: 0.2}\n"
+    )
+    return root
+
+
+def worker(recipe, storage, log) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "constrained_sft", "sweep", "--task", "classification",
+           "--model_name_or_path", str(recipe / "encoder"), "--dataset_name", str(recipe / "data"),
+           "--dataset_test_split", "none", "--max_seq_length", "16", "--output_dir", str(recipe / "out"),
+           "--max_steps", "24", "--per_device_train_batch_size", "8", "--use_cpu", "true", "--report_to", "none",
+           "--noise_gamma", "0.5", "--space", str(recipe / "space.yaml"), "--validation_size", "16",
+           "--eval_batch_size", "16", "--stage", "search", "--n_trials", str(N_TRIALS), "--pruner", "none",
+           "--storage", storage, "--study_name", "pg", "--heartbeat_interval", "2", "--disable_tqdm", "true"]  # fmt: skip
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
+
+
+def trials(storage):
+    try:
+        return optuna.load_study(study_name="pg-constrained-head", storage=storage).get_trials(deepcopy=False)
+    except KeyError:  # the study is not created yet
+        return []
+
+
+def test_two_workers_share_one_study_and_a_killed_worker_loses_nothing(postgres, recipe, tmp_path):
+    start = time.time()
+    with open(tmp_path / "a.log", "w") as log_a, open(tmp_path / "b.log", "w") as log_b:
+        a = worker(recipe, postgres, log_a)
+        time.sleep(1.0)  # both create the study's tables otherwise; the second would race the first
+        b = worker(recipe, postgres, log_b)
+        killed_name = f"{socket.gethostname()}:{a.pid}"
+        try:
+            deadline = time.time() + 300
+            killed = None
+            while time.time() < deadline and a.poll() is None:  # kill A inside a trial, once a trial has finished
+                now = trials(postgres)
+                running = [t for t in now if t.state.name == "RUNNING" and t.user_attrs.get("worker") == killed_name]
+                if running and sum(t.state.name == "COMPLETE" for t in now) >= 1:
+                    killed = running[0].number
+                    os.killpg(a.pid, signal.SIGKILL)
+                    break
+                time.sleep(0.2)
+            assert killed is not None, (tmp_path / "a.log").read_text()[-3000:]
+            assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()[-3000:]
+        finally:
+            for proc in (a, b):
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+    wall = time.time() - start
+    final = trials(postgres)
+    done = [t for t in final if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(done) == N_TRIALS, [(t.number, t.state.name, t.user_attrs) for t in final]
+    assert {t.number: t.state.name for t in final}[killed] == "FAIL"  # stale heartbeat: failed, not counted
+    by_worker = {}
+    for t in done:
+        by_worker.setdefault(t.user_attrs["worker"], []).append(t.number)
+    assert set(by_worker) <= {killed_name, f"{socket.gethostname()}:{b.pid}"}
+    assert sum(len(v) for v in by_worker.values()) == len({t.number for t in done}) == N_TRIALS  # none ran twice
+    surplus = [t.number for t in final if t.user_attrs.get("surplus")]
+    assert all({t.number: t.state.name for t in final}[n] == "FAIL" for n in surplus)
+    print(f"\ntrials per worker: { {w: sorted(n) for w, n in by_worker.items()} }; killed trial {killed}; surplus "
+          f"{surplus}; wall {wall:.0f} s")  # fmt: skip
