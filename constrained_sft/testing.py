@@ -172,3 +172,13 @@ def write_video(path, level: int, frames: int = 12, size: tuple[int, int] = (40,
         for packet in stream.encode():
             container.mux(packet)
     return str(path)
+
+
+def tiny_videos(root, frames: int = 16, size: tuple[int, int] = (48, 40)) -> str:
+    """Four tiny mp4s `a`..`d` in `root` (grey levels 60, 120, 180, 240): train on a and b, test on c, leave out d
+    (`video_test: [c]`, `video_exclude: [d]`)."""
+    import os
+
+    for name, level in (("a", 60), ("b", 120), ("c", 180), ("d", 240)):
+        write_video(os.path.join(root, f"{name}.mp4"), level, frames=frames, size=size)
+    return str(root)

@@ -161,6 +161,7 @@ def write_html(path: str, sections: list[str], title: str = "Robustness report")
     style = (
         "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}img{max-width:100%;margin:0.5em 0}"
+        "pre{white-space:pre-wrap;word-break:break-all}"
     )
     write_text(
         path,

@@ -119,6 +119,7 @@ def run_trial(task, trial, data, arm: Arm, space: SearchSpace, base_args, object
     every = max(1, math.ceil(steps_total / evaluations))
     report = _Report(task, trial, objective, set(range(every, steps_total, every)))
     trainer = task.trial_trainer(data, arm, args, [report])
+    report.trainer = trainer  # the callback scores the model through the trainer that trains it
     trainer.train()
     if report.pruned:
         raise optuna.TrialPruned(f"pruned at step {trainer.state.global_step}")

@@ -246,7 +246,7 @@ class ClassificationTask(Task):
             script.ut_layers,
             dtype=data.dtype,
         )
-        trainer = ConstrainedTrainer(
+        return ConstrainedTrainer(
             model=model,
             args=args,
             train_dataset=data.train,
@@ -255,6 +255,3 @@ class ClassificationTask(Task):
             data_collator=DataCollatorWithPadding(data.tokenizer),
             callbacks=list(callbacks),
         )
-        for callback in callbacks:
-            callback.trainer = trainer
-        return trainer

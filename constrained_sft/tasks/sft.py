@@ -135,7 +135,7 @@ class SFTTask(Task):
 
     def trial_trainer(self, data: SFTSweepData, arm: Arm, args, callbacks=()) -> ConstrainedSFTTrainer:
         args = dataclasses.replace(args, model_init_kwargs=data.init_kwargs)
-        trainer = ConstrainedSFTTrainer(
+        return ConstrainedSFTTrainer(
             model=data.model_path,
             args=args,
             train_dataset=data.train,
@@ -143,9 +143,6 @@ class SFTTask(Task):
             peft_config=data.peft_config,
             callbacks=list(callbacks),
         )
-        for callback in callbacks:
-            callback.trainer = trainer
-        return trainer
 
 
 def load_causal_lm(spec, dtype):

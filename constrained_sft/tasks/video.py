@@ -263,7 +263,4 @@ class VideoTask(Task):
     def trial_trainer(self, data: VideoSweepData, arm: Arm, args, callbacks=()) -> ConstrainedTrainer:
         torch.manual_seed(args.seed)  # a config-built ViT's initialisation follows the trial's seed
         model = build_denoiser(data.recipe, data.sigma_x)
-        trainer = denoiser_trainer(model, args, data.train, data.validation, callbacks)
-        for callback in callbacks:
-            callback.trainer = trainer
-        return trainer
+        return denoiser_trainer(model, args, data.train, data.validation, callbacks)

@@ -11,7 +11,7 @@ import pytest
 from constrained_sft.cli import main
 from constrained_sft.evaluation.bootstrap import Statistic, paired_bootstrap
 from constrained_sft.tasks import get_task
-from constrained_sft.testing import write_video
+from constrained_sft.testing import tiny_videos
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECIPE = os.path.join(ROOT, "recipes", "dust", "skvideo", "constrained.yaml")
@@ -19,10 +19,7 @@ RECIPE = os.path.join(ROOT, "recipes", "dust", "skvideo", "constrained.yaml")
 
 @pytest.fixture(scope="module")
 def videos(tmp_path_factory):
-    root = tmp_path_factory.mktemp("videos")
-    for name, level in (("a", 60), ("b", 120), ("c", 180), ("d", 240)):
-        write_video(root / f"{name}.mp4", level, frames=16, size=(48, 40))
-    return root
+    return tiny_videos(tmp_path_factory.mktemp("videos"))
 
 
 def _train(videos, out, constraints="descent", architecture="dust"):

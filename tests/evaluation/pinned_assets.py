@@ -12,7 +12,7 @@ import os
 import torch
 from datasets import Dataset
 
-from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer, write_video
+from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer, tiny_videos
 
 GAMMAS = [0.0, 0.5, 1.0, 2.0]
 VIDEO_GAMMAS = [0.0, 0.5, 1.0, 1.5]
@@ -68,9 +68,7 @@ def sft_assets(root) -> dict:
 def video_assets(root) -> dict:
     from constrained_sft.models import DUSTConfig, DUSTForDenoising
 
-    videos = os.path.join(root, "videos")
-    for name, level in (("a", 60), ("b", 120), ("c", 180), ("d", 240)):
-        write_video(os.path.join(videos, f"{name}.mp4"), level, frames=16, size=(48, 40))
+    videos = tiny_videos(os.path.join(root, "videos"))
     models = []
     for i in range(2):
         model = DUSTForDenoising(DUSTConfig(dictionary_atoms_per_side=16, num_hidden_layers=3, data_std=0.2))

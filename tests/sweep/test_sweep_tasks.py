@@ -8,7 +8,7 @@ import optuna
 import pytest
 
 from constrained_sft.cli import main as cli
-from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer, write_video
+from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer, tiny_videos
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SPACE = """constrained:
@@ -84,10 +84,7 @@ def test_sft_sweep_rows_never_include_the_held_out_rows(lm):
 
 @pytest.fixture(scope="module")
 def videos(tmp_path_factory):
-    root = tmp_path_factory.mktemp("video-sweep")
-    for name, level in (("a", 60), ("b", 120), ("c", 180), ("d", 240)):
-        write_video(root / f"{name}.mp4", level, frames=16, size=(48, 40))
-    return root
+    return tiny_videos(tmp_path_factory.mktemp("video-sweep"))
 
 
 def test_video_sweep_minimises_rmse_and_compares(videos, tmp_path):
