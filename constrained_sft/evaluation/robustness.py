@@ -105,9 +105,11 @@ class RobustnessArguments:
 
     def validate(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> None:
         """Every field checked before any work; `arms`: models given by the caller instead of --models / --arm."""
-        if (arms is not None) + bool(self.models) + bool(self.arm) != 1:
+        given = (arms is not None) + bool(self.models) + bool(self.arm)
+        if given != 1:
             raise ValueError(
-                "Give the models to evaluate with `--models` or with `--arm NAME=DIR[,DIR...]`, not both."
+                "Give the models to evaluate with `--models DIR [DIR ...]` or with `--arm NAME=DIR[,DIR...]` (one per "
+                f"arm): {'not both' if given else 'one of them is required'}."
             )
         if not self.output_dir:
             raise ValueError("`--output_dir` is required.")

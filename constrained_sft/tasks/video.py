@@ -246,7 +246,8 @@ class VideoTask(Task):
     def snapshot(self, model, trainer, data: VideoEvalData, gammas, sigma, mean):
         dataset = data.dataset(_axis(model))
         clip = len(data.clips[0]) // 2
-        return {g: reconstruct_clip(model, dataset, clip, g, 0, sigma, mean) for g in gammas}
+        noisy = [g for g in gammas if g > 0] or gammas  # a clean "noisy" row would repeat the clean one
+        return {g: reconstruct_clip(model, dataset, clip, g, 0, sigma, mean) for g in noisy}
 
     def figures(self, snapshots: dict[str, Any], data: VideoEvalData, output_dir: str) -> dict[str, str]:
         if not snapshots:
