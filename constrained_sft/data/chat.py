@@ -311,7 +311,7 @@ def carve(ds: Dataset, size: float, seed: int, field: str) -> tuple[Dataset, Dat
     `field` is the setting `size` came from, named when the rows are too few."""
     rows = int(size) if size >= 1 else size
     if len(ds) < 2 or (isinstance(rows, int) and rows >= len(ds)):
-        raise DataError(f"Cannot carve {rows} held-out rows from {len(ds)} training rows; lower `{field}`.")
+        raise DataError(f"Cannot carve {rows} rows from {len(ds)} training rows; lower `{field}`.")
     parts = ds.train_test_split(test_size=rows, seed=seed, shuffle=True)
     return parts["train"], parts["test"]
 

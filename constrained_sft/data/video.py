@@ -307,4 +307,4 @@ def load_video_validation(args: VideoDataArguments, axis: str, size: float) -> V
         for rows in (keep, held)
     ]
     summary["validation"] = {"clips": len(held)}
-    return VideoSplits(parts[0], parts[1], float(clips[keep].double().std()), summary)
+    return VideoSplits(parts[0], parts[1], float(clips[keep].double().std()), summary)  # `test`: the validation clips

@@ -104,3 +104,14 @@ def test_patchify_roundtrip_row_major():
     assert patches.shape == (2, 4, 256)
     assert torch.equal(patches[0, 1], frames[0, :16, 16:].reshape(-1))  # second patch: top right
     assert torch.equal(unpatchify(patches, 16, 32, 32), frames)
+
+
+def test_validation_clips_come_from_the_ends_of_the_training_videos():
+    from constrained_sft.data.video import VideoDataError, validation_clips
+
+    clip_video = [0, 0, 0, 1, 1]  # video 0: clips 0-2, video 1: clips 3-4
+    assert validation_clips(clip_video, 2) == [2, 4]  # the last clip of each video
+    assert validation_clips(clip_video, 3) == [1, 2, 4]  # then the second-to-last, video by video
+    assert validation_clips(clip_video, 0.4) == [2, 4]  # a fraction of the 5 clips
+    with pytest.raises(VideoDataError, match="Cannot carve 5 validation clips from 5 training clips"):
+        validation_clips(clip_video, 5)
