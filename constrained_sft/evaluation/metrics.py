@@ -54,7 +54,8 @@ def summarize(levels: list[list], train_gamma: float, key: str, extras=None) -> 
     """
     One model's `[level][noise seed]` results (`levels.LevelResult`): per level the mean and std over noise seeds of
     the headline (`<key>_mean`, `<key>_std`) and the loss, layer losses, descent share and layer-ratio distribution;
-    then the AUC of the headline over the levels and its ID (gamma <= train) and OOD (gamma > train) means.
+    then the AUC of the headline over the levels, its ID (gamma <= train) and OOD (gamma > train) means, and the
+    loss's mean over the levels.
     `extras(row)` adds task-specific numbers to each row.
     """
     rows = []
@@ -88,4 +89,5 @@ def summarize(levels: list[list], train_gamma: float, key: str, extras=None) -> 
         f"id_{key}": statistics.fmean(values[ind]) if ind.any() else math.nan,
         f"ood_{key}": statistics.fmean(values[ood]) if ood.any() else math.nan,
         "descent_share": statistics.fmean(r["descent_share"] for r in rows),
+        "loss": statistics.fmean(r["loss_mean"] for r in rows),  # held-out loss, mean over the levels
     }

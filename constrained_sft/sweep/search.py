@@ -19,7 +19,6 @@ import logging
 import math
 import os
 import socket
-import statistics
 import time
 import warnings
 from dataclasses import dataclass
@@ -61,7 +60,7 @@ class Objective:
         if self.name == "ood":
             return summary[f"ood_{key}"]
         if self.name == "loss":
-            return statistics.fmean(r["loss_mean"] for r in summary["levels"])
+            return summary["loss"]
         # ID accuracy among trials whose OOD accuracy reaches the floor; below it, a value under every feasible one
         ood = summary[f"ood_{key}"]
         return summary[f"id_{key}"] if ood >= self.ood_floor else ood - 1.0
@@ -125,9 +124,8 @@ def run_trial(task, trial, data, arm: Arm, space: SearchSpace, base_args, object
         raise optuna.TrialPruned(f"pruned at step {trainer.state.global_step}")
     summary = validation_summary(task, trainer, objective)
     key = task.headline.key
-    for name in ("auc", f"id_{key}", f"ood_{key}", "descent_share"):
+    for name in ("auc", f"id_{key}", f"ood_{key}", "descent_share", "loss"):
         trial.set_user_attr(name, summary[name])
-    trial.set_user_attr("loss", statistics.fmean(r["loss_mean"] for r in summary["levels"]))
     trial.set_user_attr("seconds", trainer.state.log_history[-1].get("train_runtime"))
     return objective(summary)
 
