@@ -140,12 +140,17 @@ def test_judge_pipeline_end_to_end_with_the_offline_judge(models, tmp_path, caps
     for lv in result["levels"]:
         gens = [_load(tmp_path / "gens" / n / f"gamma_{lv['gamma']}.json") for n in ("constrained", "erm")]
         assert lv["win_rate"] == pytest.approx(_expected_win_rate(*gens))
-        assert lv["n_total"] == 10 and lv["unparsed"] == 0 and 0 < lv["standard_error"] < 50
+        assert lv["n_verdicts"] == 20 and lv["unparsed"] == 0  # 10 pairs, each judged in both orders
+        assert lv["low"] <= lv["win_rate"] <= lv["high"] and lv["high"] - lv["low"] > 0
+        assert lv["order_agreement"] == 1.0  # the test judge reads both answers alike, whatever their order
         assert lv["lc_win_rate"] is None
     assert "805 AlpacaEval instructions" in result["lc_missing_reason"]
     assert os.path.isfile(report / "alpaca_win_rate.png")
-    assert "AlpacaEval: constrained vs erm" in (report / "report.html").read_text()
-    assert os.path.isfile(report / "alpaca_eval" / "gamma_1.5" / "annotations.json")
+    assert "Head-to-head: constrained vs erm" in (report / "report.html").read_text()
+    raw = _load(report / "alpaca_eval" / "gamma_1.5" / "annotations-0.json")
+    assert len(raw) == 20 and {(r["output_1"], r["output_2"]) for r in raw[:10]} == {
+        (r["output_2"], r["output_1"]) for r in raw[10:]
+    }  # both orders shown
     assert "constrained beats erm" in capsys.readouterr().out
 
 
@@ -179,20 +184,20 @@ def test_judge_input_errors(models, tmp_path, monkeypatch):
         judge(_judge_args(tmp_path, judge="gpt4"))
     with pytest.raises(JudgeError, match="needs `--judge_model`"):
         judge(_judge_args(tmp_path, judge="local"))
-    with pytest.raises(JudgeError, match="allowed are gpt5, gpt4, local, test"):
+    with pytest.raises(JudgeError, match="allowed are gpt5, gpt4, local, proxy, test"):
         judge(_judge_args(tmp_path, judge="gpt5-typo"))
     assert not os.path.exists(tmp_path / "report" / "alpaca_eval.json")  # nothing half-written by a refused run
     judge(_judge_args(tmp_path, judge="test", gammas=[0.0], allow_empty_outputs=True))
-    assert _load(tmp_path / "report" / "alpaca_eval.json")["levels"][0]["n_total"] == 10
+    assert _load(tmp_path / "report" / "alpaca_eval.json")["levels"][0]["n_verdicts"] == 20
 
 
 def test_local_judge_runs_a_chat_model_and_reports_unparseable_verdicts(models, tmp_path):
     for name in models:
         _generate(models, tmp_path, name)
-    with pytest.raises(JudgeError, match="no parseable verdict on any of the 10 pairs"):  # a random tiny judge
+    with pytest.raises(JudgeError, match="no parseable verdict on any of the 20 judgements"):  # a random tiny judge
         judge(_judge_args(tmp_path, judge="local", judge_model=models["erm"], gammas=[0.0]))
-    raw = _load(tmp_path / "report" / "alpaca_eval" / "gamma_0.0" / "annotations.json")
-    assert len(raw) == 10 and all(r["preference"] is None for r in raw)
+    raw = _load(tmp_path / "report" / "alpaca_eval" / "gamma_0.0" / "annotations-0.json")
+    assert len(raw) == 20 and all(r["preference"] is None for r in raw)
 
 
 def test_generation_uses_the_recorded_noise_scale(models, tmp_path):
@@ -239,10 +244,12 @@ def test_gpt5_judge_sends_only_what_reasoning_models_accept(models, tmp_path, mo
         judge(args)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-real")
     result = judge(args)
-    assert len(sent) == 4 and all(k["model"] == "gpt-5" and k["max_completion_tokens"] > 0 for k in sent)
+    assert len(sent) == 8 and all(k["model"] == "gpt-5" and k["max_completion_tokens"] > 0 for k in sent)
     assert not {"max_tokens", "temperature", "top_p", "logprobs"} & set().union(*map(set, sent))
-    assert result["judge_model"] == "gpt-5" and result["levels"][0]["unparsed"] == 0
-    assert result["levels"][0]["n_total"] == 4
+    level = result["levels"][0]
+    assert result["judge_model"] == "gpt-5" and level["unparsed"] == 0 and level["n_verdicts"] == 8
+    # the fake always answers "Output (b)": the second shown wins in both orders, so the orders never agree
+    assert level["win_rate"] == 50.0 and level["order_agreement"] == 0.0 and level["first_position_rate"] == 0.0
 
 
 def test_api_keys_never_reach_a_file_or_the_logs(models, tmp_path, monkeypatch, capsys, caplog):

@@ -4,11 +4,23 @@ AlpacaEval, the paper's generation benchmark (Section 6), as its own product: no
 judging and win rates (`judging`, `constrained-sft eval alpaca`) and their part of the report folder (`report`).
 """
 
-from .judging import AlpacaArguments, JudgeError, judge_setup, length_controlled, quiet_alpaca_eval, result_lines, run
+from .judging import (
+    AlpacaArguments,
+    JudgeError,
+    build_judge,
+    judge_level,
+    judge_setup,
+    length_controlled,
+    quiet_alpaca_eval,
+    result_lines,
+    run,
+)
 
 __all__ = [
     "AlpacaArguments",
     "JudgeError",
+    "build_judge",
+    "judge_level",
     "judge_setup",
     "length_controlled",
     "quiet_alpaca_eval",

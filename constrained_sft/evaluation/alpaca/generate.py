@@ -101,7 +101,8 @@ def _rows_from_file(path: str) -> list[dict]:
 
 
 def load_instructions(source: str, max_instances: int | None = None) -> list[dict[str, str]]:
-    """[{instruction, dataset}] in file order from a local JSON/JSONL file or the AlpacaEval set on the Hub."""
+    """[{instruction, dataset, reference?}] in file order from a local JSON/JSONL file or the AlpacaEval set on the
+    Hub; `reference` (or `output`) is a reference answer, used by the proxy judge."""
     if os.path.isfile(source):
         if not source.endswith((".json", ".jsonl")):
             raise GenerationError(f"`--instructions` {source!r}: allowed local files are .json or .jsonl.")
@@ -120,7 +121,11 @@ def load_instructions(source: str, max_instances: int | None = None) -> list[dic
         text = row.get("instruction") if isinstance(row, dict) else None
         if not isinstance(text, str) or not text.strip():
             raise GenerationError(f"{source}: row {i} has no non-empty string `instruction` field.")
-        out.append({"instruction": text, "dataset": str(row.get("dataset") or default_dataset)})
+        row_out = {"instruction": text, "dataset": str(row.get("dataset") or default_dataset)}
+        reference = row.get("reference", row.get("output"))  # AlpacaEval's rows carry a reference model's `output`
+        if isinstance(reference, str) and reference.strip():
+            row_out["reference"] = reference
+        out.append(row_out)
     if not out:
         raise GenerationError(f"`--instructions` {source}: no instructions; give a non-empty list of {{instruction}}.")
     return out[:max_instances] if max_instances else out
@@ -209,6 +214,7 @@ def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, g
         answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         done += [
             {"instruction": r["instruction"], "output": a.strip(), "generator": name, "dataset": r["dataset"]}
+            | ({"reference": r["reference"]} if "reference" in r else {})
             for r, a in zip(batch, answers, strict=True)
         ]
         write_json(path, done)

@@ -5,9 +5,11 @@ noise level, the constrained model as "model" and its ERM twin as "reference", a
     constrained-sft eval alpaca --generations outputs/alpaca --model constrained --reference erm \\
         --judge gpt5 --output_dir outputs/robustness
 
-reads <generations>/<model>/gamma_<g>.json and <generations>/<reference>/gamma_<g>.json (from `eval generate`) and
-writes alpaca_eval.json, alpaca_win_rate.png and an AlpacaEval section of report.html in --output_dir, with
-alpaca_eval's own annotations and leaderboard per level under <output_dir>/alpaca_eval/gamma_<g>/.
+reads <generations>/<model>/gamma_<g>.json and <generations>/<reference>/gamma_<g>.json (from `eval generate`),
+judges every pair in both orders (`headtohead`), and writes alpaca_eval.json (win rate with its 95% bootstrap
+interval, order agreement, LC win rate or why not), alpaca_win_rate.png and an AlpacaEval section of report.html in
+--output_dir, with each pair's verdicts (and an alpaca_eval judge's raw annotations) under
+<output_dir>/alpaca_eval/gamma_<g>/.
 """
 
 from __future__ import annotations
@@ -19,16 +21,20 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from ...utils import write_json
 from .generate import GenerationError, output_path
+from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
 from .judges import (
     CONFIGS,
     GPT5,
-    annotator_class,
     local_chat_completions,
     offline_test_completions,
     openai_reasoning_completions,
     required_credentials,
 )
+from .proxy import ReferenceProxyJudge
 from .report import write_alpaca
 
 
@@ -47,14 +53,22 @@ class AlpacaArguments:
         metadata={
             "help": "'gpt4' (alpaca_eval's AlpacaEval 2 annotator, weighted GPT-4-turbo), 'gpt5' (the paper's judge: "
             "GPT-5, or the OpenAI reasoning model --judge_model names), both needing OPENAI_API_KEY; 'local' (a chat "
-            "model from --judge_model), 'test' (deterministic, offline), or an alpaca_eval annotator config name/path."
+            "model from --judge_model), 'proxy' (offline stand-in, no quality judge: the answer closer to the "
+            "reference answer in MiniLM embeddings), 'test' (deterministic, offline), or an alpaca_eval annotator "
+            "config name/path. Every pair is judged in both orders."
         },
     )
     judge_model: str | None = field(
         default=None,
-        metadata={"help": "For --judge local: model folder, Hub id or `pkg:` alias; for --judge gpt5: the model."},
+        metadata={
+            "help": "For --judge local: model folder, Hub id or `pkg:` alias; for --judge gpt5: the model; for --judge "
+            "proxy: the sentence encoder (default pkg:all-minilm-l6-v2)."
+        },
     )
-    judge_batch_size: int = field(default=8, metadata={"help": "For --judge local: prompts per generate() call."})
+    judge_batch_size: int = field(
+        default=8, metadata={"help": "For --judge local / proxy: prompts (texts) per forward pass."}
+    )
+    bootstrap_samples: int = field(default=2000, metadata={"help": "Bootstrap resamples of each win-rate interval."})
     gammas: list[float] | None = field(
         default=None, metadata={"help": "Levels to judge (default: every level both generators have)."}
     )
@@ -122,7 +136,7 @@ def judge_setup(args: AlpacaArguments) -> tuple[str, dict[str, Any]]:
     known = os.path.exists(config) or os.path.isdir(os.path.join(constants.EVALUATORS_CONFIG_DIR, config))
     if not known:
         raise JudgeError(
-            f"`--judge` {args.judge!r}: allowed are gpt5, gpt4, local, test, an alpaca_eval annotator config name "
+            f"`--judge` {args.judge!r}: allowed are gpt5, gpt4, local, proxy, test, an alpaca_eval annotator config name "
             f"(a folder of {constants.EVALUATORS_CONFIG_DIR}) or a path to a configs.yaml."
         )
     for names in required_credentials(config):
@@ -150,17 +164,41 @@ def length_controlled(annotations: list[dict], full_set: bool) -> tuple[dict | N
     return {"lc_win_rate": lc["length_controlled_winrate"], "lc_standard_error": lc.get("lc_standard_error")}, None
 
 
-def parsed_win_rate(annotations) -> dict[str, float]:
-    """alpaca_eval's win rate over the verdicts the judge gave in a parseable form (missing ones are None or -1)."""
-    from alpaca_eval import utils
-    from alpaca_eval.metrics import get_winrate
+def build_judge(args: AlpacaArguments, caching_path: str | None) -> Judge:
+    """The judge `args` names, checked (credentials, judge model) before any pair is judged."""
+    if args.judge == "proxy":
+        return ReferenceProxyJudge(args.judge_model, args.judge_batch_size)
+    config, judge_kwargs = judge_setup(args)
+    if caching_path:
+        os.makedirs(os.path.dirname(caching_path), exist_ok=True)
+    model = judge_kwargs.get("completions_kwargs", {}).get("model_name")
+    name = os.path.basename(os.path.dirname(config)) if os.path.exists(config) else config
+    return AlpacaEvalJudge(config, judge_kwargs, caching_path, name + (f" ({model})" if model else ""))
 
-    df = utils.convert_to_dataframe(annotations)
-    parsed = df[df["preference"].apply(lambda p: p is not None and p == p and p >= 0)]
-    if parsed.empty:
-        return {"win_rate": float("nan"), "standard_error": float("nan"), "n_wins": 0, "n_wins_base": 0,
-                "n_draws": 0, "n_total": 0}  # fmt: skip
-    return get_winrate(parsed)
+
+def judge_level(judge: Judge, pairs: list[tuple[list[dict], list[dict]]], workdir: str, n_boot: int, full_set: bool):
+    """One noise level: every (model rows, reference rows) pair (one per training seed) judged in both orders; the
+    win rate with its interval, order agreement and LC win rate (or why not). Verdicts go to `workdir`."""
+    verdicts = []
+    for s, (model, reference) in enumerate(pairs):
+        v = judge_both_orders(judge, [r["output"] for r in model], [r["output"] for r in reference], model)
+        write_verdicts(os.path.join(workdir, f"verdicts-{s}.json"), v, model, reference)
+        if isinstance(judge, AlpacaEvalJudge):
+            write_json(os.path.join(workdir, f"annotations-{s}.json"), judge.raw)  # raw completions, both orders
+        verdicts.append(v)
+    level = win_rate_level(verdicts, n_boot)
+    if level["win_rate"] is None:
+        raise JudgeError(
+            f"judge {judge.name!r} gave no parseable verdict on any of the {2 * sum(len(m) for m, _ in pairs)} judgements of a "
+            f"level (its raw answers: {workdir}); use a stronger judge model."
+        )
+    per_seed = [length_controlled(lc_annotations(v, *pair), full_set) for v, pair in zip(verdicts, pairs, strict=True)]
+    reason = next((r for _, r in per_seed if r), None)
+    lc = None
+    if reason is None:  # one LC win rate per training seed pair; their mean (and its SE when there is one pair)
+        lc = {"lc_win_rate": float(np.mean([x["lc_win_rate"] for x, _ in per_seed])),
+              "lc_standard_error": per_seed[0][0]["lc_standard_error"] if len(per_seed) == 1 else None}  # fmt: skip
+    return {**level, **(lc or {"lc_win_rate": None, "lc_standard_error": None})}, reason
 
 
 def _full_alpaca_eval(args: AlpacaArguments) -> bool:
@@ -180,7 +218,10 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
         raise GenerationError("`--generations` and `--output_dir` are required.")
     if args.model == args.reference:
         raise GenerationError(f"`--model` and `--reference` must differ, both are {args.model!r}.")
-    config, judge_kwargs = judge_setup(args)
+    if args.bootstrap_samples < 1:
+        raise GenerationError(f"`--bootstrap_samples` must be >= 1, got {args.bootstrap_samples}.")
+    if args.judge != "proxy":
+        judge_setup(args)  # a missing credential or judge model fails before any file is read
     common = sorted(set(levels(args.generations, args.model)) & set(levels(args.generations, args.reference)))
     gammas = sorted(args.gammas) if args.gammas else common
     if not gammas:
@@ -189,49 +230,18 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
             f"{args.generations} (it has {sorted(os.listdir(args.generations))}); run `constrained-sft eval generate` "
             "for both, or name generators that exist."
         )
-    import pandas as pd
-    from alpaca_eval import evaluate
-
     pairs = {gamma: load_pair(args, gamma) for gamma in gammas}  # every level checked before any is judged
+    judge = build_judge(args, os.path.join(args.output_dir, "alpaca_eval", "annotations_cache.json"))
     full_set = _full_alpaca_eval(args)
-    out: dict[str, Any] = {"model": args.model, "reference": args.reference, "judge": args.judge, "levels": []}
-    out["judge_config"] = os.path.basename(os.path.dirname(config)) if os.path.exists(config) else config
-    out["judge_model"] = judge_kwargs.get("completions_kwargs", {}).get("model_name")
-    for gamma, (model, reference) in pairs.items():
+    out: dict[str, Any] = {
+        "model": args.model, "reference": args.reference, "judge": args.judge, "judge_config": judge.name,
+        "judge_is_proxy": judge.proxy, "orders": "both", "levels": [], "bootstrap_samples": args.bootstrap_samples,
+    }  # fmt: skip
+    out["judge_model"] = args.judge_model or (GPT5 if args.judge == "gpt5" else None)
+    for gamma, pair in pairs.items():
         workdir = os.path.join(args.output_dir, "alpaca_eval", f"gamma_{float(gamma)}")
-        os.makedirs(workdir, exist_ok=True)
-        leaderboard, annotations = evaluate(
-            model_outputs=pd.DataFrame(model),
-            reference_outputs=pd.DataFrame(reference),
-            annotators_config=config,
-            output_path=workdir,
-            precomputed_leaderboard=None,
-            is_return_instead_of_print=True,
-            fn_metric=parsed_win_rate,
-            sort_by="win_rate",
-            is_cache_leaderboard=False,
-            caching_path=os.path.join(workdir, "annotations_cache.json"),  # a rerun pays only for new verdicts
-            Annotator=annotator_class(),
-            **judge_kwargs,
-        )
-        row = leaderboard.loc[args.model].to_dict()
-        if not row["n_total"]:
-            raise JudgeError(
-                f"judge {args.judge!r} gave no parseable verdict on any of the {len(model)} pairs at gamma={gamma} "
-                f"(its raw answers: {workdir}/annotations.json); use a stronger judge model."
-            )
-        lc, reason = length_controlled(annotations, full_set)
-        out["levels"].append(
-            {
-                "gamma": float(gamma),
-                "win_rate": float(row["win_rate"]),  # percent; draws count half
-                "standard_error": float(row["standard_error"]),
-                **{k: int(row[k]) for k in ("n_wins", "n_wins_base", "n_draws", "n_total")},
-                "unparsed": len(model) - int(row["n_total"]),  # verdicts the judge gave in no parseable form
-                **(lc or {"lc_win_rate": None, "lc_standard_error": None}),
-            }
-        )
-        out["lc_missing_reason"] = reason
+        level, out["lc_missing_reason"] = judge_level(judge, [pair], workdir, args.bootstrap_samples, full_set)
+        out["levels"].append({"gamma": float(gamma), **level})
     out["files"] = write_alpaca(out, args.output_dir)
     return out
 
@@ -244,13 +254,17 @@ def quiet_alpaca_eval() -> None:
 
 
 def result_lines(result: dict[str, Any]) -> list[str]:
-    """What a judging run prints: the win rate at each level, why LC is missing if it is, the report's path."""
+    """What a judging run prints: the win rate at each level with its interval and the judge's order agreement, why
+    LC is missing if it is, the report's path."""
+    proxy = " [proxy judge: not a quality judgement]" if result.get("judge_is_proxy") else ""
     lines = []
     for r in result["levels"]:
         lc = "" if r["lc_win_rate"] is None else f", LC {r['lc_win_rate']:.1f}%"
+        agreement = "-" if r["order_agreement"] is None else f"{r['order_agreement']:.2f}"
         lines.append(
             f"gamma={r['gamma']}: {result['model']} beats {result['reference']} {r['win_rate']:.1f}% "
-            f"(SE {r['standard_error']:.1f}, n={r['n_total']}){lc}"
+            f"[{r['low']:.1f}, {r['high']:.1f}] (95% bootstrap; {r['n_verdicts']} verdicts, both orders; order "
+            f"agreement {agreement}){lc}{proxy}"
         )
     if result["lc_missing_reason"]:
         lines.append(f"no length-controlled win rate: {result['lc_missing_reason']}")

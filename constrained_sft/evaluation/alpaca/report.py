@@ -14,35 +14,62 @@ ALPACA_JSON = "alpaca_eval.json"
 ALPACA_PLOT = "alpaca_win_rate.png"
 
 
+def judge_label(alpaca: dict[str, Any]) -> str:
+    """The judge's name, marked as a proxy where it is one."""
+    proxy = " - PROXY, not a quality judge" if alpaca.get("judge_is_proxy") else ""
+    return f"{alpaca['judge_config']}{proxy}"
+
+
 def plot_win_rates(alpaca: dict[str, Any], path: str) -> str:
-    """Win rate (and LC win rate) of the model over the reference against gamma, +- one standard error."""
+    """Win rate (and LC win rate) of the model over the reference against gamma, with the 95% bootstrap interval."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    rows = alpaca["levels"]
+    rows = [r for r in alpaca["levels"] if r["win_rate"] is not None]
     gammas = [r["gamma"] for r in rows]
-    ax.errorbar(gammas, [r["win_rate"] for r in rows], yerr=[r["standard_error"] for r in rows], marker="o",
-                capsize=3, label="win rate")  # fmt: skip
+    ax.plot(gammas, [r["win_rate"] for r in rows], marker="o", label="win rate (both orders, draws half)")
+    ax.fill_between(gammas, [r["low"] for r in rows], [r["high"] for r in rows], alpha=0.2, label="95% interval")
     if any(r["lc_win_rate"] is not None for r in rows):
         ax.plot(gammas, [r["lc_win_rate"] for r in rows], marker="s", label="length-controlled win rate")
     ax.axhline(50, color="grey", linestyle="--", linewidth=1)
     ax.set(xlabel="embedding noise gamma", ylabel="win rate (%)", ylim=(0, 100))
-    ax.set_title(f"{alpaca['model']} vs {alpaca['reference']} (judge: {alpaca['judge_config']})")
-    ax.legend()
+    ax.set_title(f"{alpaca['model']} vs {alpaca['reference']}\njudge: {judge_label(alpaca)}", fontsize=9)
+    ax.legend(fontsize=8)
     return save_figure(fig, path)
 
 
-def alpaca_section(alpaca: dict[str, Any], output_dir: str) -> str:
+def level_rows(alpaca: dict[str, Any]) -> tuple[list[str], list[list]]:
+    """(headers, rows) of the win-rate table, shared by the HTML and Markdown reports."""
+    headers = ["gamma", "win rate %", "low", "high", "order agreement", "first-position rate", "LC win rate", "wins",
+               "losses", "draws", "verdicts", "unparsed"]  # fmt: skip
+
+    def num(v, spec: str = ".1f"):
+        return "-" if v is None else format(v, spec)
+
     rows = [
-        [r["gamma"], r["win_rate"], r["standard_error"], "-" if r["lc_win_rate"] is None else r["lc_win_rate"],
-         r["n_wins"], r["n_wins_base"], r["n_draws"], r["n_total"], r["unparsed"]]
+        [f"{r['gamma']:g}", num(r["win_rate"]), num(r["low"]), num(r["high"]), num(r.get("order_agreement"), ".2f"),
+         num(r.get("first_position_rate"), ".2f"), num(r["lc_win_rate"]), r.get("n_wins", 0), r.get("n_losses", 0),
+         r.get("n_draws", 0), r["n_verdicts"], r["unparsed"]]
         for r in alpaca["levels"]
     ]  # fmt: skip
+    return headers, rows
+
+
+def alpaca_section(alpaca: dict[str, Any], output_dir: str) -> str:
     note = alpaca.get("lc_missing_reason")
     plot = os.path.join(output_dir, ALPACA_PLOT)
+    proxy = (
+        "<p><b>Proxy judge:</b> it prefers the answer closer to the data's reference answer in sentence embeddings; "
+        "it measures resemblance to the reference, not quality.</p>"
+        if alpaca.get("judge_is_proxy")
+        else ""
+    )
     return (
-        f"<h2>AlpacaEval: {html.escape(alpaca['model'])} vs {html.escape(alpaca['reference'])}</h2>"
-        f"<p>judge: {html.escape(alpaca['judge_config'])}; win rates in percent, draws count half.</p>"
-        + table(["gamma", "win rate", "SE", "LC win rate", "wins", "losses", "draws", "judged", "unparsed"], rows)
+        f"<h2>Head-to-head: {html.escape(alpaca['model'])} vs {html.escape(alpaca['reference'])}</h2>"
+        f"<p>judge: {html.escape(judge_label(alpaca))}. Every pair judged in both orders; win rates in percent, draws "
+        "count half, 95% bootstrap interval over instructions (and training seeds). Order agreement: share of pairs "
+        "judged alike in both orders; first-position rate: share of decided verdicts for the answer shown first.</p>"
+        + proxy
+        + table(*level_rows(alpaca))
         + (f"<p>No length-controlled win rate: {html.escape(note)}.</p>" if note else "")
         + (img(plot) if os.path.isfile(plot) else "")
     )

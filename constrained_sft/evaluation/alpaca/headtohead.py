@@ -1,0 +1,173 @@
+"""
+Head-to-head judging with numbers a user can trust, for every judge: each pair of answers is judged in both orders
+(the model's answer shown first, then the reference's), so a judge's position bias cancels in the win rate and is
+measured as the *order agreement*; the win rate (draws count half) comes with a 95% bootstrap interval over
+instructions, and over training seeds when several model / reference pairs answered.
+
+A judge is anything with `prefer(pairs) -> preferences` (1 = first shown better, 2 = second, 1.5 = draw, None = no
+parseable verdict), a `name` and a `proxy` flag (a stand-in that is no quality judge; every report says so):
+`AlpacaEvalJudge` runs an alpaca_eval annotator config (API judges, the local chat-model judge, the offline test
+judge) with its own order randomisation off; `proxy.ReferenceProxyJudge` compares answers with a reference answer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..bootstrap import Statistic, bootstrap_interval
+
+
+@dataclass(frozen=True)
+class Pair:
+    instruction: str
+    first: str
+    second: str
+    reference: str | None = None  # the data's own answer, for judges that compare with it
+
+
+class Judge(Protocol):
+    name: str
+    proxy: bool
+
+    def prefer(self, pairs: Sequence[Pair]) -> list[float | None]: ...
+
+
+class AlpacaEvalJudge:
+    """An alpaca_eval annotator config (`judges.CONFIGS` or any config name / path) asked about each pair exactly as
+    shown: alpaca_eval's random order switch is off, since `judge_both_orders` shows both orders itself. Verdicts are
+    cached in `caching_path`, so a rerun pays only for new pairs."""
+
+    proxy = False
+
+    def __init__(self, config: str, judge_kwargs: dict[str, Any], caching_path: str | None, name: str):
+        from .judges import annotator_class
+
+        self.name = name
+        self.annotator = annotator_class()(
+            annotators_config=config, caching_path=caching_path, is_randomize_output_order=False, **judge_kwargs
+        )
+        self.raw: list[dict] = []  # alpaca_eval's annotations of the last call, raw completions included
+
+    def prefer(self, pairs: Sequence[Pair]) -> list[float | None]:
+        rows = [{"instruction": p.instruction, "output_1": p.first, "output_2": p.second} for p in pairs]
+        self.raw = self.annotator.annotate_pairs(rows)
+        found = {(r["instruction"], r["output_1"], r["output_2"]): r.get("preference") for r in self.raw}
+        return [_parsed(found.get((r["instruction"], r["output_1"], r["output_2"]))) for r in rows]
+
+
+def _parsed(preference) -> float | None:
+    """alpaca_eval marks a verdict it could not parse as None, NaN or -1."""
+    if preference is None or preference != preference or not 1 <= float(preference) <= 2:
+        return None
+    return float(preference)
+
+
+def judge_both_orders(judge: Judge, model: list[str], reference: list[str], rows: list[dict]) -> list[dict]:
+    """
+    Per instruction of `rows` ({instruction, reference?}): the verdict with the model's answer first and with the
+    reference's first, each turned into the model's share of the win (1 win, 0.5 draw, 0 loss; None unparsed).
+    """
+    refs = [r.get("reference") for r in rows]
+    shown = [Pair(r["instruction"], m, b, ref) for r, m, b, ref in zip(rows, model, reference, refs, strict=True)]
+    swapped = [Pair(p.instruction, p.second, p.first, p.reference) for p in shown]
+    prefs = judge.prefer(shown + swapped)
+    n = len(rows)
+    return [
+        {
+            "instruction": r["instruction"],
+            "model_first": None if prefs[i] is None else 2.0 - prefs[i],  # preference 1: the first shown won
+            "model_second": None if prefs[n + i] is None else prefs[n + i] - 1.0,
+        }
+        for i, r in enumerate(rows)
+    ]
+
+
+def _win_rate(sums: dict[str, np.ndarray]) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):  # a resample of unparsed pairs only: NaN, left out
+        return 100.0 * sums["wins"] / sums["count"]
+
+
+WIN_RATE = Statistic("win_rate", _win_rate)
+
+
+def unit_scores(verdicts: list[list[dict]]) -> dict[str, np.ndarray]:
+    """`verdicts[s][i]` (seed pair s, instruction i) -> `{wins, count, agree, both, first, decided}` as `[S, N]`:
+    the model's win shares summed over the parsed orders, and the counts behind the agreement and position rates."""
+    keys = ("wins", "count", "agree", "both", "first", "decided")
+    out = {k: np.zeros((len(verdicts), len(verdicts[0]))) for k in keys}
+    for s, seed in enumerate(verdicts):
+        for i, v in enumerate(seed):
+            a, b = v["model_first"], v["model_second"]
+            parsed = [x for x in (a, b) if x is not None]
+            out["wins"][s, i], out["count"][s, i] = sum(parsed), len(parsed)
+            if a is not None and b is not None:
+                out["both"][s, i], out["agree"][s, i] = 1, float(a == b)
+            # position: a non-draw verdict for the first shown answer (model first: a win; reference first: a loss)
+            out["first"][s, i] = (a == 1.0) + (b == 0.0)
+            out["decided"][s, i] = sum(x != 0.5 for x in parsed)
+    return out
+
+
+def win_rate_level(verdicts: list[list[dict]], n_boot: int, confidence: float = 0.95) -> dict[str, Any]:
+    """The level's win rate (percent, draws half) with its percentile bootstrap interval over seed pairs and
+    instructions (`bootstrap.bootstrap_interval`), the verdict counts, and the judge's order agreement (share of pairs
+    judged alike in both orders) and first-position rate (share of decided verdicts for the answer shown first)."""
+    scores = unit_scores(verdicts)
+    n_pairs = int(scores["count"].size)
+    if not scores["count"].sum():
+        return {"win_rate": None, "low": None, "high": None, "n_verdicts": 0, "unparsed": 2 * n_pairs}
+    stacked = {k: scores[k][None] for k in ("wins", "count")}  # [1, S, N]: one level
+    value, low, high = bootstrap_interval(stacked, WIN_RATE, n_boot, confidence)
+    wins_first = [v["model_first"] for seed in verdicts for v in seed]
+    wins_second = [v["model_second"] for seed in verdicts for v in seed]
+    parsed = [x for x in wins_first + wins_second if x is not None]
+    both = scores["both"].sum()
+    return {
+        "win_rate": float(value[0]),
+        "low": float(low[0]),
+        "high": float(high[0]),
+        "confidence": confidence,
+        "n_wins": sum(x == 1.0 for x in parsed),
+        "n_losses": sum(x == 0.0 for x in parsed),
+        "n_draws": sum(x == 0.5 for x in parsed),
+        "n_verdicts": len(parsed),
+        "unparsed": 2 * n_pairs - len(parsed),
+        "order_agreement": float(scores["agree"].sum() / both) if both else None,
+        "first_position_rate": float(scores["first"].sum() / scores["decided"].sum())
+        if scores["decided"].sum()
+        else None,
+    }
+
+
+def lc_annotations(verdicts: list[dict], model: list[dict], reference: list[dict]) -> list[dict]:
+    """alpaca_eval-style annotations for its length-controlled win rate: the model as output_2, the preference its
+    mean share of the win over the parsed orders (1 + share, in alpaca_eval's 1..2 scale)."""
+    out = []
+    for v, m, r in zip(verdicts, model, reference, strict=True):
+        parsed = [x for x in (v["model_first"], v["model_second"]) if x is not None]
+        if parsed:
+            out.append(
+                {"instruction": v["instruction"], "output_1": r["output"], "output_2": m["output"],
+                 "generator_1": r["generator"], "generator_2": m["generator"], "preference": 1 + float(np.mean(parsed)),
+                 "annotator": "both_orders"}
+            )  # fmt: skip
+    return out
+
+
+def write_verdicts(path: str, verdicts: list[dict], model: list[dict], reference: list[dict]) -> None:
+    """Every pair's answers and both verdicts, for a reader who wants to check the judge."""
+    from ...utils import write_json
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json(
+        path,
+        [
+            {**v, "model_output": m["output"], "reference_output": r["output"], "reference": m.get("reference")}
+            for v, m, r in zip(verdicts, model, reference, strict=True)
+        ],
+    )
