@@ -316,28 +316,36 @@ def carve(ds: Dataset, size: float, seed: int, field: str) -> tuple[Dataset, Dat
     return parts["train"], parts["test"]
 
 
-def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
-    """(train, held-out) in TRL's format; the held-out split is the source's own, or carved reproducibly."""
+def source_splits(args: DataArguments) -> tuple[Dataset, Dataset, Dataset]:
+    """(training pool, train, held-out) as the source's rows: the pool is every row not held out (what
+    `max_train_samples` subsamples `train` from); the held-out split is the source's own, or carved reproducibly."""
     source = load_source(args)
     if args.dataset_train_split not in source:
         raise DataError(
             f"`dataset_train_split` {args.dataset_train_split!r} is not a split of {args.dataset_name!r}; it has "
             f"{list(source)}."
         )
-    train = source[args.dataset_train_split]
+    pool = source[args.dataset_train_split]
     test_name = args.dataset_test_split
     if test_name is not None and test_name not in source:
         raise DataError(
             f"`dataset_test_split` {test_name!r} is not a split of {args.dataset_name!r}; it has {list(source)}."
         )
     if test_name is None:
-        train, held_out = carve(train, args.eval_size, args.dataset_seed, "eval_size")
+        pool, held_out = carve(pool, args.eval_size, args.dataset_seed, "eval_size")
     else:
         held_out = source[test_name]
-    if args.max_train_samples is not None and len(train) > args.max_train_samples:
-        train = train.shuffle(seed=args.dataset_seed).select(range(args.max_train_samples))
+    train = pool
+    if args.max_train_samples is not None and len(pool) > args.max_train_samples:
+        train = pool.shuffle(seed=args.dataset_seed).select(range(args.max_train_samples))
     if args.max_eval_samples is not None and len(held_out) > args.max_eval_samples:
         held_out = held_out.shuffle(seed=args.dataset_seed).select(range(args.max_eval_samples))
+    return pool, train, held_out
+
+
+def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
+    """(train, held-out) in TRL's format (`source_splits`)."""
+    _, train, held_out = source_splits(args)
     return (
         to_trl_format(train, args.dataset_format, args.conversation_mode, "train"),
         to_trl_format(held_out, args.dataset_format, args.conversation_mode, "held-out"),
