@@ -15,7 +15,7 @@ PACKAGE = os.path.join(ROOT, "constrained_sft")
 BELOW_TRAINERS = {"utils", "config", "constraints", "readout", "noise"}
 
 # unit -> the units it may import (its own modules always). Floors, bottom to top: utils, config, testing ->
-# constraints -> readout, noise, data, models -> trainers -> tasks -> evaluation -> sweep -> cli; the package's
+# constraints -> readout, noise, data, models -> trainers -> tasks -> evaluation -> sweep, study -> cli; the package's
 # __init__ / __main__ on top.
 ALLOWED = {
     "utils": set(),
@@ -30,7 +30,8 @@ ALLOWED = {
     "tasks": BELOW_TRAINERS | {"data", "models", "trainers"},
     "evaluation": BELOW_TRAINERS | {"data", "models", "trainers", "tasks"},
     "sweep": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "evaluation"},
-    "cli": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "evaluation", "sweep"},
+    "study": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "evaluation"},
+    "cli": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "evaluation", "sweep", "study"},
     "__init__": BELOW_TRAINERS | {"models", "trainers"},
     "__main__": {"cli"},
 }

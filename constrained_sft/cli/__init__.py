@@ -1,6 +1,6 @@
 """
 The `constrained-sft` command line (also `python -m constrained_sft`), in TRL's shape: argparse subparsers, one
-`Command` per verb (`train`, `sweep`, the `eval` group of `robustness`, `generate`, `alpaca`), each parsing the
+`Command` per verb (`train`, `sweep`, `study`, the `eval` group of `robustness`, `generate`, `alpaca`), each parsing the
 fields of library dataclasses and printing what the library returns. Nothing here knows a task: the recipe's `task`
 is looked up in `constrained_sft.tasks`.
 
@@ -18,6 +18,7 @@ from .base import Command, Group
 from .eval_alpaca import AlpacaCommand
 from .eval_generate import GenerateCommand
 from .eval_robustness import RobustnessCommand
+from .study import StudyCommand
 from .sweep import SweepCommand
 from .train import TrainCommand
 
@@ -30,7 +31,7 @@ class EvalGroup(Group):
     commands = (RobustnessCommand(), GenerateCommand(), AlpacaCommand())
 
 
-COMMANDS: tuple[Command, ...] = (TrainCommand(), EvalGroup(), SweepCommand())
+COMMANDS: tuple[Command, ...] = (TrainCommand(), EvalGroup(), SweepCommand(), StudyCommand())
 
 
 def build_parser() -> argparse.ArgumentParser:

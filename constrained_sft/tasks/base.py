@@ -99,6 +99,7 @@ class Task(ABC):
     data_arguments: ClassVar[type]  # the held-out data fields `eval robustness` takes (the recipe's data fields)
     readouts: ClassVar[tuple[str, ...]] = ()  # readouts a sweep may compare (one arm each); () = the model's own
     layer_curve: ClassVar[tuple[str, str]] = ("layer_loss", "held-out loss of the layer's readout")
+    generates: ClassVar[bool] = False  # its models answer instructions (`eval generate`, the study's head-to-head)
 
     # --- recipes and training ------------------------------------------------------------------------------------
     @abstractmethod
@@ -110,8 +111,9 @@ class Task(ABC):
         """The parsed dataclasses of `parser_classes()` as a `Recipe`."""
 
     @abstractmethod
-    def train(self, recipe: Recipe) -> dict:
-        """What `constrained-sft train` does for this task: train, evaluate, save, print the layer table."""
+    def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
+        """What `constrained-sft train` does for this task: train, evaluate, save, print the layer table.
+        `more_runs`: more runs follow in this process (a study), so the distributed process group is kept."""
 
     # --- evaluation ----------------------------------------------------------------------------------------------
     @abstractmethod

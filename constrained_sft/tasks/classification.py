@@ -164,7 +164,7 @@ class ClassificationTask(Task):
     def recipe_readout(self, recipe: Recipe) -> str:
         return recipe.script.classifier_readout
 
-    def train(self, recipe: Recipe) -> dict:
+    def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
         script, model_args = recipe.script, recipe.model
         path = resolve_model_path(model_args.model_name_or_path)
         tokenizer = load_tokenizer(path, model_args.model_revision)
@@ -196,7 +196,7 @@ class ClassificationTask(Task):
             processing_class=tokenizer,
             data_collator=DataCollatorWithPadding(tokenizer),
         )
-        return train_and_report(trainer, script.evaluate_before_training, accuracy_key="accuracy")
+        return train_and_report(trainer, script.evaluate_before_training, accuracy_key="accuracy", end=not more_runs)
 
     # --- evaluation ----------------------------------------------------------------------------------------------
     def load_model(self, spec, dtype):

@@ -75,6 +75,7 @@ class SFTTask(Task):
     name = NAME
     headline = Headline("accuracy", "mean token accuracy (final layer, supervised tokens)", higher_is_better=True)
     data_arguments = DataArguments
+    generates = True
 
     def parser_classes(self) -> tuple[type, ...]:
         return (ScriptArguments, ModelConfig, ConstrainedSFTConfig)
@@ -83,7 +84,7 @@ class SFTTask(Task):
         script, model, training = parsed
         return Recipe(script, model, training)
 
-    def train(self, recipe: Recipe) -> dict:
+    def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
         model_path = resolve_model_path(recipe.model.model_name_or_path)
         train_dataset, eval_dataset = load_train_eval(recipe.script)
         recipe.training.model_init_kwargs = init_kwargs(recipe.model, recipe.training)
@@ -94,7 +95,7 @@ class SFTTask(Task):
             eval_dataset=eval_dataset,
             peft_config=get_peft_config(recipe.model),
         )
-        return train_and_report(trainer, recipe.script.evaluate_before_training)
+        return train_and_report(trainer, recipe.script.evaluate_before_training, end=not more_runs)
 
     # --- evaluation ----------------------------------------------------------------------------------------------
     def load_model(self, spec, dtype):

@@ -9,8 +9,11 @@ import os
 from ..constraints.state_io import REPORT
 
 
-def train_and_report(trainer, evaluate_before: bool, accuracy_key: str | None = "mean_token_accuracy") -> dict:
-    """Evaluate (optionally before), train, evaluate, save, print the layer table on rank 0, and shut down cleanly."""
+def train_and_report(
+    trainer, evaluate_before: bool, accuracy_key: str | None = "mean_token_accuracy", end: bool = True
+) -> dict:
+    """Evaluate (optionally before), train, evaluate, save, print the layer table on rank 0, and shut down cleanly
+    (`end`: also destroy the process group; False when more runs follow in this process)."""
     args = trainer.args
     before = trainer.evaluate(metric_key_prefix="before") if evaluate_before else {}
     trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
@@ -18,11 +21,11 @@ def train_and_report(trainer, evaluate_before: bool, accuracy_key: str | None = 
     trainer.save_model(args.output_dir)
     if trainer.is_world_process_zero():
         print(summary_table(trainer, before, after, accuracy_key=accuracy_key))
-    finish(trainer)
+    finish(trainer, end)
     return {"before": before, "after": after}
 
 
-def finish(trainer) -> None:
+def finish(trainer, end: bool = True) -> None:
     """Wait for every rank, close trackers and the process group, then drop the DDP wrapper while Python is alive.
 
     Without the barrier a non-main rank (which writes no shards) tears its group down while rank 0 still saves. A
@@ -30,7 +33,7 @@ def finish(trainer) -> None:
     freeing them there can abort the process at exit ("terminate called without an active exception").
     """
     trainer.accelerator.wait_for_everyone()
-    if hasattr(trainer, "end"):  # transformers >= 5.18: finish trackers, destroy the process group
+    if end and hasattr(trainer, "end"):  # transformers >= 5.18: finish trackers, destroy the process group
         trainer.end()
     trainer.accelerator.free_memory()  # the prepared model / optimizer / scheduler references, then gc.collect()
     trainer.model_wrapped = trainer.model

@@ -202,7 +202,7 @@ class VideoTask(Task):
         script, training = parsed
         return Recipe(script, None, training)
 
-    def train(self, recipe: Recipe) -> dict:
+    def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
         script, training_args = recipe.script, recipe.training
         splits = load_video(script, script.sequence_axis)
         trainer = denoiser_trainer(build_denoiser(script, splits.sigma_x), training_args, splits.train, splits.test)
@@ -212,7 +212,7 @@ class VideoTask(Task):
                 os.path.join(training_args.output_dir, "video_data.json"),
                 {**splits.summary, "sigma_x": splits.sigma_x},
             )
-        results = train_and_report(trainer, script.evaluate_before_training, accuracy_key=None)
+        results = train_and_report(trainer, script.evaluate_before_training, accuracy_key=None, end=not more_runs)
         loss = results["after"].get("eval_loss")
         if loss is not None and trainer.is_world_process_zero():
             print(f"held-out RMSE (grey levels 0-255, clean test input): {math.sqrt(loss) * GREY:.2f}")

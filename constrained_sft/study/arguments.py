@@ -1,0 +1,99 @@
+"""The study's own options (`constrained-sft study --help`), beside the constrained recipe's fields."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+from ..evaluation.alpaca.generate import ALPACA_EVAL
+
+STAGES = ("train", "evaluate", "all")
+HELD_OUT = "held_out"
+
+
+@dataclass
+class StudyArguments:
+    erm_config: str = field(
+        default=None,
+        metadata={"help": "The ERM twin's recipe: the constrained recipe (--config) with `constraints: none`."},
+    )
+    study_dir: str | None = field(
+        default=None, metadata={"help": "Where the study writes (default: <the recipe's output_dir>-study)."}
+    )
+    training_seeds: int = field(
+        default=3, metadata={"help": "Training seeds per arm (0..N-1); a finished run is reused, so a study resumes."}
+    )
+    stage: str = field(
+        default="all",
+        metadata={
+            "help": "'train' (the runs only: what `accelerate launch` runs on several GPUs), 'evaluate' (robustness, "
+            "generation, judging and the report, in one process) or 'all'.",
+            "choices": list(STAGES),
+        },
+    )
+    gammas: list[float] | None = field(
+        default=None,
+        metadata={"help": "Robustness noise levels (default: 0 to 4x the training level in 5 steps)."},
+    )
+    noise_seeds: int = field(default=1, metadata={"help": "Noise seeds per robustness level and model."})
+    bootstrap_samples: int = field(default=2000, metadata={"help": "Bootstrap resamples per interval."})
+    generation_gammas: list[float] = field(
+        default_factory=lambda: [0.0, 1.5],
+        metadata={"help": "Levels at which the models answer the instructions (the paper judges gamma 1.5)."},
+    )
+    instructions: str = field(
+        default=HELD_OUT,
+        metadata={
+            "help": f"'{HELD_OUT}' (the first user turns of the recipe's held-out conversations never trained on, "
+            f"with their answers as references), {ALPACA_EVAL!r} (Hub: AlpacaEval's 805) or a .json/.jsonl file "
+            "with an `instruction` (and `reference`) field."
+        },
+    )
+    max_instances: int | None = field(default=None, metadata={"help": "Answer only the first N instructions."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Longest answer, in tokens (greedy decoding)."})
+    generation_batch_size: int = field(default=8, metadata={"help": "Instructions per generate() call."})
+    judge: str = field(
+        default="proxy",
+        metadata={
+            "help": "'proxy' (offline stand-in, no quality judge: prefers the answer closer to the reference answer "
+            "in MiniLM sentence embeddings), 'local' (a chat model from --judge_model, on the GPU when there is one), "
+            "'gpt5' (the paper's judge) or 'gpt4' (both need OPENAI_API_KEY), 'test', or an alpaca_eval annotator "
+            "config. Every pair is judged in both orders."
+        },
+    )
+    judge_model: str | None = field(
+        default=None,
+        metadata={"help": "local: a chat model (folder, Hub id, pkg: alias); proxy: the encoder; gpt5: the model."},
+    )
+    judge_batch_size: int = field(default=8, metadata={"help": "local / proxy judge: prompts per forward pass."})
+    examples: int = field(default=3, metadata={"help": "Answers shown side by side per level in the report."})
+
+    def validate(self) -> None:
+        if not self.erm_config:
+            raise ValueError(
+                "`--erm_config` is required: the ERM twin's recipe (the same recipe, `constraints: none`)."
+            )
+        if not os.path.isfile(self.erm_config):
+            raise FileNotFoundError(f"`--erm_config` {self.erm_config!r} does not exist; give the ERM recipe's path.")
+        if self.stage not in STAGES:
+            raise ValueError(f"`--stage` must be one of {list(STAGES)}, got {self.stage!r}.")
+        for name in ("training_seeds", "noise_seeds", "bootstrap_samples", "max_new_tokens", "generation_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`--{name}` must be >= 1, got {getattr(self, name)}.")
+        if self.examples < 0 or (self.max_instances is not None and self.max_instances < 1):
+            raise ValueError("`--examples` must be >= 0 and `--max_instances` >= 1 or unset.")
+        for name in ("gammas", "generation_gammas"):
+            values = getattr(self, name)
+            if values is not None and (not values or any(not math.isfinite(g) or g < 0 for g in values)):
+                raise ValueError(f"`--{name}` must be non-empty, finite and >= 0, got {values}.")
+        if self.gammas is not None and len(set(self.gammas)) < 2:
+            raise ValueError(f"`--gammas` needs >= 2 distinct levels for the curves, got {self.gammas}.")
+        source = self.instructions
+        if source not in (HELD_OUT, ALPACA_EVAL) and not (
+            os.path.isfile(source) and source.endswith((".json", ".jsonl"))
+        ):
+            raise ValueError(
+                f"`--instructions` {source!r}: allowed are {HELD_OUT!r}, {ALPACA_EVAL!r} or an existing .json/.jsonl "
+                "file."
+            )

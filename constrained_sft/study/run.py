@@ -1,0 +1,280 @@
+"""
+The paper's LLM comparison (Section 6) as one resumable run: a constrained recipe and its ERM twin, each trained with
+seeds 0..N-1; every model's token accuracy and loss against the noise level with paired-bootstrap intervals over
+training seeds and held-out sequences (`evaluation.run`); the models' answers to an instruction set generated with
+noise at chosen levels (`evaluation.alpaca.generate`); constrained vs ERM judged head to head in both orders, seed s
+against seed s (`evaluation.alpaca.judge_level`); and one report (`report`). Writes into `study_dir`:
+
+    train/<arm>/seed<s>/   the trained models (a folder holding training_args.json is finished and reused)
+    robustness/            `eval robustness` of all 2N models (reused when its models and levels are unchanged)
+    instructions.jsonl     the instruction set (held-out first turns with their reference answers, by default)
+    generations/<arm>-seed<s>/gamma_<g>.json, judging/gamma_<g>/verdicts-<s>.json
+    study.json, timings.json, report.html, report.md
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+from ..config import ConstraintArguments, NoiseArguments, training_level
+from ..data.instructions import held_out_instructions
+from ..evaluation import RobustnessArguments, default_gammas
+from ..evaluation import run as robustness
+from ..evaluation.alpaca import AlpacaArguments, build_judge, judge_level
+from ..evaluation.alpaca.generate import ALPACA_EVAL, ALPACA_EVAL_SIZE, GenerateArguments, load_instructions
+from ..evaluation.alpaca.generate import run as generate
+from ..evaluation.loading import versions
+from ..tasks import Recipe
+from ..utils import write_json, write_text
+from .arguments import HELD_OUT, StudyArguments
+from .report import write_study_report
+
+ARMS = ("constrained", "erm")
+DONE = "training_args.json"  # Trainer.save_model writes it last: a run folder holding it is finished
+BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}
+
+
+def twin_differences(constrained: Recipe, erm: Recipe) -> list[str]:
+    """Training fields (not constraints, noise or bookkeeping) on which the twins differ; data, model or noise
+    differences are refused: the arms would not see the same data, start or perturbation."""
+    refused = []
+    for label, a, b in (("data", constrained.script, erm.script), ("model", constrained.model, erm.model)):
+        da, db = dataclasses.asdict(a), dataclasses.asdict(b)
+        refused += [f"{label} field `{k}` ({da[k]!r} vs {db[k]!r})" for k in da if k != "task" and da[k] != db.get(k)]
+    noise = {f.name for f in dataclasses.fields(NoiseArguments)}
+    constraint = {f.name for f in dataclasses.fields(ConstraintArguments)}
+    ta, tb = vars(constrained.training), vars(erm.training)
+    refused += [f"`{k}` ({ta[k]!r} vs {tb[k]!r})" for k in sorted(noise) if ta[k] != tb[k]]
+    if refused:
+        raise ValueError(
+            "--config and --erm_config must be twins (same data, model and noise; they differ in constraints): they "
+            f"differ in {'; '.join(refused)}."
+        )
+    skip = noise | constraint | BOOKKEEPING
+    return [
+        f"{k}: {ta[k]!r} vs {tb[k]!r}"
+        for k in sorted(ta)
+        if k not in skip and not k.startswith("_") and ta[k] != tb[k]
+    ]
+
+
+def check(args: StudyArguments, task, recipes: dict[str, Recipe]) -> None:
+    """Everything checked before any work: the options, the task, which arm is constrained."""
+    args.validate()
+    if not task.generates:
+        raise ValueError(f"`task: {task.name}` models do not answer instructions; the study compares LLM recipes.")
+    if recipes["constrained"].training.constraints == "none":
+        raise ValueError(
+            "--config has `constraints: none`; give the constrained recipe (its ERM twin is --erm_config)."
+        )
+    if recipes["erm"].training.constraints != "none":
+        raise ValueError(
+            f"--erm_config has `constraints: {recipes['erm'].training.constraints}`; the ERM twin needs "
+            "`constraints: none`."
+        )
+
+
+def run_dir(study_dir: str, arm: str, seed: int) -> str:
+    return os.path.join(study_dir, "train", arm, f"seed{seed}")
+
+
+def train_runs(args: StudyArguments, task, recipes: dict[str, Recipe], timings: dict) -> dict[str, list[str]]:
+    """Every arm x seed trained into its folder (finished folders kept); {arm: [folder per seed]}."""
+    folders = {arm: [run_dir(args.study_dir, arm, s) for s in range(args.training_seeds)] for arm in ARMS}
+    for seed in range(args.training_seeds):  # seed-major: a study stopped early still has comparable pairs
+        for arm in ARMS:
+            folder = folders[arm][seed]
+            if os.path.isfile(os.path.join(folder, DONE)):
+                continue
+            checkpoints = os.path.isdir(folder) and any(f.startswith("checkpoint-") for f in os.listdir(folder))
+            training = dataclasses.replace(
+                recipes[arm].training,
+                output_dir=folder,
+                seed=seed,
+                resume_from_checkpoint=True if checkpoints else None,
+            )
+            start = time.perf_counter()
+            task.train(Recipe(recipes[arm].script, recipes[arm].model, training), more_runs=True)
+            timings["train"][f"{arm}/seed{seed}"] = round(time.perf_counter() - start, 1)
+            write_json(os.path.join(args.study_dir, "timings.json"), timings)
+    if world_size() > 1:  # the runs kept the process group for each other; the last one is done with it
+        from accelerate import PartialState
+
+        PartialState().destroy_process_group()
+    return folders
+
+
+def world_size() -> int:
+    """Processes of this launch (`accelerate launch` / torchrun set WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def measure(args: StudyArguments, task, recipe: Recipe, folders: dict[str, list[str]]) -> dict[str, Any]:
+    """`eval robustness` of every model, arms paired by seed; a finished evaluation of the same models, levels and
+    noise seeds is reused (its intervals recomputed), so a resumed study does not evaluate again."""
+    train_gamma = training_level(recipe.training.noise_gamma)
+    gammas = sorted(set(args.gammas or default_gammas(train_gamma)))
+    arms = {arm: [(f"{arm}/seed{s}", p) for s, p in enumerate(folders[arm])] for arm in ARMS}
+    out = os.path.join(args.study_dir, "robustness")
+    saved = os.path.join(out, "results.json")
+    if os.path.isfile(saved):
+        with open(saved) as f:
+            results = json.load(f)
+        same = results["settings"]["gammas"] == gammas and results["settings"]["seeds"] == args.noise_seeds
+        paths = {n: m["path"] for n, m in results["models"].items()}
+        if same and paths == {n: p for members in arms.values() for n, p in members}:
+            return results
+    settings = RobustnessArguments(
+        task=task.name,
+        output_dir=out,
+        gammas=gammas,
+        train_gamma=train_gamma,
+        seeds=args.noise_seeds,
+        batch_size=recipe.training.per_device_eval_batch_size,
+        max_length=recipe.training.max_length or 1024,
+        bootstrap_samples=args.bootstrap_samples,
+    )
+    return robustness(settings, recipe.script, arms=arms, pairs=[("constrained", "erm")])
+
+
+def instruction_set(args: StudyArguments, recipe: Recipe) -> tuple[str, dict]:
+    """The instruction file every model answers, and how it was built."""
+    if args.instructions != HELD_OUT:
+        rows = load_instructions(args.instructions, args.max_instances)
+        full = args.instructions == ALPACA_EVAL and len(rows) == ALPACA_EVAL_SIZE
+        return args.instructions, {"source": args.instructions, "used": len(rows), "is_full_alpaca_eval": full}
+    rows, counts = held_out_instructions(recipe.script, args.max_instances)
+    path = os.path.join(args.study_dir, "instructions.jsonl")
+    write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+    return path, {"source": f"held-out first turns of {recipe.script.dataset_name}", **counts}
+
+
+def answer(args: StudyArguments, path: str, folders: dict[str, list[str]], sigma: float) -> str:
+    """Every model's answers at every generation level, one noise draw shared by all (same seed, same sigma_x)."""
+    out = os.path.join(args.study_dir, "generations")
+    for seed in range(args.training_seeds):
+        for arm in ARMS:
+            generate(
+                GenerateArguments(
+                    model=folders[arm][seed],
+                    name=f"{arm}-seed{seed}",
+                    output_dir=out,
+                    instructions=path,
+                    max_instances=args.max_instances,
+                    gammas=args.generation_gammas,
+                    sigma_x=sigma,
+                    batch_size=args.generation_batch_size,
+                    max_new_tokens=args.max_new_tokens,
+                )
+            )
+    return out
+
+
+def head_to_head(args: StudyArguments, generations: str, full_set: bool) -> dict[str, Any]:
+    """Constrained seed s vs ERM seed s at each generation level, both orders, win rate with its interval."""
+    judging = AlpacaArguments(
+        judge=args.judge,
+        judge_model=args.judge_model,
+        judge_batch_size=args.judge_batch_size,
+        bootstrap_samples=args.bootstrap_samples,
+    )
+    judge = build_judge(judging, os.path.join(args.study_dir, "judging", "annotations_cache.json"))
+    out: dict[str, Any] = {
+        "model": "constrained",
+        "reference": "erm",
+        "judge": args.judge,
+        "judge_config": judge.name,
+        "judge_is_proxy": judge.proxy,
+        "orders": "both",
+        "levels": [],
+    }
+    for gamma in args.generation_gammas:
+        pairs = []
+        for seed in range(args.training_seeds):
+            rows = []
+            for arm in ARMS:
+                with open(os.path.join(generations, f"{arm}-seed{seed}", f"gamma_{float(gamma)}.json")) as f:
+                    rows.append(json.load(f))
+            pairs.append(tuple(rows))
+        workdir = os.path.join(args.study_dir, "judging", f"gamma_{float(gamma)}")
+        level, out["lc_missing_reason"] = judge_level(judge, pairs, workdir, args.bootstrap_samples, full_set)
+        out["levels"].append({"gamma": float(gamma), **level})
+    return out
+
+
+def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> dict[str, Any]:
+    """The study's stages (`args.stage`); every input checked before the first run starts."""
+    recipes = {"constrained": constrained, "erm": erm}
+    check(args, task, recipes)
+    if world_size() > 1 and args.stage != "train":
+        raise ValueError(
+            f"`--stage {args.stage}` under {world_size()} processes: training runs on every process "
+            "(`accelerate launch ... study --stage train`), then evaluation, generation and judging in one process "
+            "on one GPU (`constrained-sft study ... --stage evaluate`)."
+        )
+    differences = twin_differences(constrained, erm)
+    if args.judge != "proxy" and args.stage != "train":
+        from ..evaluation.alpaca import judge_setup
+
+        judge_setup(AlpacaArguments(judge=args.judge, judge_model=args.judge_model))  # credentials, before training
+    args.study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
+    os.makedirs(args.study_dir, exist_ok=True)
+    timings_path = os.path.join(args.study_dir, "timings.json")
+    timings = {"train": {}}
+    if os.path.isfile(timings_path):
+        with open(timings_path) as f:
+            timings = json.load(f)
+    folders = train_runs(args, task, recipes, timings)
+    if args.stage == "train":
+        return {"folders": folders, "timings": timings}
+    if missing := [p for members in folders.values() for p in members if not os.path.isfile(os.path.join(p, DONE))]:
+        raise FileNotFoundError(f"unfinished training runs {missing}; run `--stage train` (or `all`) first.")
+    stages: dict[str, Any] = {}
+
+    def timed(name, fn, *a):
+        start = time.perf_counter()
+        stages[name] = fn(*a)
+        timings[name] = round(time.perf_counter() - start, 1)
+        write_json(timings_path, timings)
+        return stages[name]
+
+    results = timed("robustness", measure, args, task, constrained, folders)
+    path, instructions = instruction_set(args, constrained)
+    generations = timed("generation", answer, args, path, folders, results["settings"]["sigma_x"])
+    judged = timed("judging", head_to_head, args, generations, instructions.get("is_full_alpaca_eval", False))
+    study = {
+        "settings": {
+            "study": dataclasses.asdict(args),
+            "constrained_recipe": constrained.training.to_dict(),
+            "twin_differences": differences,
+            "instructions": instructions,
+            "budget": budget(constrained, args, results),
+        },
+        "versions": versions("torch", "transformers", "trl", "alpaca_eval"),
+        "robustness": {k: results[k] for k in ("settings", "headline", "arms", "comparisons", "files")},
+        "summaries": {n: m["summary"] for n, m in results["models"].items()},
+        "head_to_head": judged,
+        "timings": timings,
+    }
+    study["files"] = write_study_report(study, args.study_dir, generations, args.examples)
+    write_json(os.path.join(args.study_dir, "study.json"), study)
+    return study
+
+
+def budget(recipe: Recipe, args: StudyArguments, results: dict) -> dict[str, Any]:
+    """What the study spent: the numbers that bound what it can resolve."""
+    t = recipe.training
+    return {
+        "training_seeds_per_arm": args.training_seeds,
+        "max_steps": t.max_steps,
+        "batch": t.per_device_train_batch_size * t.gradient_accumulation_steps,
+        "max_length": t.max_length,
+        "held_out_sequences": results["settings"].get("held_out_rows"),
+        "noise_seeds": args.noise_seeds,
+        "generation_gammas": args.generation_gammas,
+        "max_new_tokens": args.max_new_tokens,
+    }

@@ -1,0 +1,143 @@
+"""`constrained-sft study` end to end on tiny models: two training seeds per arm, robustness with intervals, the
+held-out instruction set, answers judged in both orders by the proxy judge, one report; a resumed study reuses
+every finished stage; refused twins."""
+
+import json
+import os
+
+import pytest
+
+from constrained_sft.cli import main as cli
+from constrained_sft.testing import tiny_causal_lm, tiny_encoder, tiny_tokenizer
+
+pytest.importorskip("alpaca_eval")
+
+RECIPE = """model_name_or_path: {model}
+dataset_name: {data}
+eval_size: 12
+max_length: 32
+max_steps: 4
+per_device_train_batch_size: 8
+per_device_eval_batch_size: 16
+learning_rate: 1.0e-2
+dual_init: 2.0
+use_cpu: true
+bf16: false
+gradient_checkpointing: false
+report_to: none
+save_strategy: "no"
+noise_gamma: 0.5
+constraints: {constraints}
+output_dir: {out}
+"""
+
+
+def rows(n: int) -> list[dict]:
+    """Prompt / completion rows; prompt i repeats prompt i - 40 for i >= 40, so some held-out prompts were trained on."""
+    return [{"prompt": f"s{i % 40 // 24} s{i % 24} =", "completion": f" s{(i + 1) % 24} s{i % 5}"} for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory):
+    root = tmp_path_factory.mktemp("study")
+    tiny_causal_lm("llama", seed=1).save_pretrained(root / "model")
+    tiny_tokenizer().save_pretrained(root / "model")
+    tiny_encoder("bert", layers=2).save_pretrained(root / "encoder")  # the proxy judge's sentence encoder
+    tiny_tokenizer().save_pretrained(root / "encoder")
+    (root / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(56)))
+    for kind in ("descent", "none"):
+        (root / f"{kind}.yaml").write_text(
+            RECIPE.format(model=root / "model", data=root / "rows.jsonl", constraints=kind, out=root / "run")
+        )
+    return root
+
+
+def study_argv(root, study_dir, *extra):
+    return ["study", "--config", str(root / "descent.yaml"), "--erm_config", str(root / "none.yaml"),
+            "--study_dir", str(study_dir), "--training_seeds", "2", "--bootstrap_samples", "300",
+            "--generation_gammas", "0", "1.5", "--max_new_tokens", "4", "--judge", "proxy",
+            "--judge_model", str(root / "encoder"), "--max_steps", "3", *extra]  # fmt: skip
+
+
+def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "study"
+    assert cli(study_argv(assets, out)) == 0
+    printed = capsys.readouterr().out
+    study = json.loads((out / "study.json").read_text())
+    for arm in ("constrained", "erm"):
+        for seed in (0, 1):
+            args = json.loads((out / "train" / arm / f"seed{seed}" / "training_args.json").read_text())
+            assert args["seed"] == seed and args["max_steps"] == 3  # the command line's override reached both twins
+    assert study["robustness"]["arms"] == {"constrained": ["constrained/seed0", "constrained/seed1"],
+                                           "erm": ["erm/seed0", "erm/seed1"]}  # fmt: skip
+    pair = study["robustness"]["comparisons"]["constrained - erm"]
+    assert {"accuracy@0", "accuracy@2", "id_accuracy", "ood_accuracy", "auc", "descent_share"} <= set(pair)
+    for row in pair.values():
+        d = row["difference"]
+        assert d["low"] <= d["estimate"] <= d["high"] and len(row["seed_std"]) == 2
+
+    # the instruction set: held-out first turns, none of which opens a training row
+    instructions = [json.loads(line) for line in (out / "instructions.jsonl").read_text().splitlines()]
+    counts = study["settings"]["instructions"]
+    assert counts["used"] == len(instructions) > 0 and counts["in_training"] > 0  # repeats were dropped, and counted
+    from constrained_sft.data.chat import DataArguments, source_splits
+
+    pool, _, _ = source_splits(DataArguments(dataset_name=str(assets / "rows.jsonl"), eval_size=12))
+    assert not {r["instruction"] for r in instructions} & {r["prompt"] for r in pool}
+    assert all(r["reference"] for r in instructions)
+
+    head = study["head_to_head"]
+    assert head["judge_is_proxy"] and head["orders"] == "both" and [lv["gamma"] for lv in head["levels"]] == [0, 1.5]
+    for lv in head["levels"]:
+        assert lv["n_verdicts"] + lv["unparsed"] == 2 * 2 * len(instructions)  # 2 seed pairs x 2 orders
+        assert lv["low"] <= lv["win_rate"] <= lv["high"]
+        assert lv["order_agreement"] == 1.0  # the proxy scores each answer alone
+    verdicts = json.loads((out / "judging" / "gamma_1.5" / "verdicts-1.json").read_text())
+    assert len(verdicts) == len(instructions) and {"model_first", "model_second"} <= set(verdicts[0])
+
+    html, md = (out / "report.html").read_text(), (out / "report.md").read_text()
+    for text in (html, md):
+        assert "PROXY" in text and "Answers at gamma = 1.5" in text and "constrained - erm" in text
+    assert "| constrained - erm | auc |" in md and "![win rate](win_rate_vs_gamma.png)" in md
+    assert "order agreement" in html and "data:image/png;base64" in html
+    timings = json.loads((out / "timings.json").read_text())
+    assert set(timings["train"]) == {f"{a}/seed{s}" for a in ("constrained", "erm") for s in (0, 1)}
+    assert {"robustness", "generation", "judging"} <= set(timings)
+    assert "constrained beats ERM" in printed and "PROXY" in printed.upper() and "resolved" in printed
+
+    # resumed: no training and no evaluation run again, the same numbers come back
+    from constrained_sft.evaluation import robustness
+    from constrained_sft.tasks import sft
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished stage ran again")
+
+    monkeypatch.setattr(sft.SFTTask, "train", refuse)
+    monkeypatch.setattr(robustness, "evaluate_level", refuse)
+    assert cli(study_argv(assets, out)) == 0
+    again = json.loads((out / "study.json").read_text())
+    assert again["robustness"]["comparisons"] == study["robustness"]["comparisons"]
+    assert again["head_to_head"]["levels"] == head["levels"]
+
+
+def test_study_refuses_recipes_that_are_not_twins(assets, tmp_path, capsys, monkeypatch):
+    from constrained_sft.cli import console
+
+    other = tmp_path / "other.yaml"
+    other.write_text((assets / "none.yaml").read_text().replace("eval_size: 12", "eval_size: 10"))
+    argv = ["study", "--config", str(assets / "descent.yaml"), "--erm_config", str(other),
+            "--study_dir", str(tmp_path / "s")]  # fmt: skip
+    assert console(argv) == 2
+    err = capsys.readouterr().err
+    assert "must be twins" in err and "`eval_size` (12 vs 10)" in err
+    assert not os.path.exists(tmp_path / "s")
+    swapped = ["study", "--config", str(assets / "none.yaml"), "--erm_config", str(assets / "descent.yaml")]
+    assert console(swapped) == 2
+    assert "`constraints: none`; give the constrained recipe" in capsys.readouterr().err
+    import importlib
+
+    study_run = importlib.import_module("constrained_sft.study.run")
+
+    monkeypatch.setattr(study_run, "world_size", lambda: 2)  # under `accelerate launch`: training only
+    assert console([*argv[:3], "--erm_config", str(assets / "none.yaml"), "--study_dir", str(tmp_path / "s")]) == 2
+    assert "`--stage all` under 2 processes" in capsys.readouterr().err and not os.path.exists(tmp_path / "s")
