@@ -46,15 +46,14 @@ demo-video: $(OFFLINE)
 
 # The paper's LLM comparison in one command, offline and cut to fit 2 CPU cores in under 30 minutes: the demo recipe and
 # its ERM twin, 2 training seeds each at 20 steps, robustness on the 16 held-out conversations, answers at gamma 0 and
-# 1.5 judged by the offline PROXY judge. It demonstrates the pipeline; its numbers are not evidence (docs/study.md
-# has the measured study).
+# 1.5 judged by the offline PROXY judge (about 20 minutes). It demonstrates the pipeline; its numbers are not evidence.
 demo-study: $(OFFLINE)
 	$(BIN)/constrained-sft study --config recipes/smollm2-135m/sharegpt/constrained.yaml \
 		--erm_config recipes/smollm2-135m/sharegpt/erm.yaml --study_dir outputs/smollm2-study-demo \
 		--training_seeds 2 --max_steps 20 --evaluate_before_training false --max_new_tokens 64 \
 		--bootstrap_samples 2000
 	@echo "demo-study demonstrates the pipeline at a toy budget (2 seeds x 20 steps, 16 held-out conversations, a"
-	@echo "proxy judge): differences it calls 'same' are unresolved, not equal; docs/study.md has the measured study."
+	@echo "proxy judge): differences it calls 'same' are unresolved, not equal. Report: outputs/smollm2-study-demo/report.md"
 
 # The default suite: tiny offline models, under 10 minutes on 2 CPU cores.
 test: $(STAMP)

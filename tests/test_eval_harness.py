@@ -76,5 +76,5 @@ def test_one_run_generates_every_level_then_judges(tmp_path):
     assert settings[0]["sigma_x"] == settings[1]["sigma_x"]  # one noise scale, though the two models' own differ
     result = json.loads((tmp_path / "out" / "alpaca_eval.json").read_text())
     assert [r["gamma"] for r in result["levels"]] == [0.0, 1.5] and result["judge"] == "test"
-    assert all(r["n_total"] + r["unparsed"] == 6 for r in result["levels"])
+    assert all(r["n_verdicts"] + r["unparsed"] == 12 for r in result["levels"])  # 6 pairs, both orders
     assert os.path.isfile(tmp_path / "out" / "report.html")

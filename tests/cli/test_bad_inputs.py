@@ -260,7 +260,7 @@ ROWS = [
     Row("alpaca-mismatch", lambda c: c.alpaca("--judge", "test", generations=c.generations(other="s9 s9 =")), GenerationError, "--instructions", "--max_instances"),
     Row("alpaca-missing", lambda c: c.alpaca("--judge", "test", "--reference", "base"), GenerationError, "`--reference` base", "eval generate"),
     # --- judges ------------------------------------------------------------------------------------------------------
-    Row("judge-unknown", lambda c: c.alpaca("--judge", "gpt9"), JudgeError, "`--judge`", "gpt5, gpt4, local, test"),
+    Row("judge-unknown", lambda c: c.alpaca("--judge", "gpt9"), JudgeError, "`--judge`", "gpt5, gpt4, local, proxy, test"),
     Row("judge-key", lambda c: c.alpaca("--judge", "gpt5"), JudgeError, "OPENAI_API_KEY", "--judge local / --judge test"),
     Row("judge-local-model", lambda c: c.alpaca("--judge", "local"), JudgeError, "`--judge_model`", "local chat model"),
     # --- sweeps ------------------------------------------------------------------------------------------------------
