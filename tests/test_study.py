@@ -134,6 +134,10 @@ def test_study_refuses_recipes_that_are_not_twins(assets, tmp_path, capsys, monk
     swapped = ["study", "--config", str(assets / "none.yaml"), "--erm_config", str(assets / "descent.yaml")]
     assert console(swapped) == 2
     assert "`constraints: none`; give the constrained recipe" in capsys.readouterr().err
+    missing = [*argv[:3], "--erm_config", str(assets / "none.yaml"), "--study_dir", str(tmp_path / "s"),
+               "--judge_model", str(tmp_path / "no-encoder")]  # fmt: skip
+    assert console(missing) == 2  # the proxy's encoder is looked for before any training
+    assert "judge_model" in capsys.readouterr().err and not os.path.exists(tmp_path / "s")
     import importlib
 
     study_run = importlib.import_module("constrained_sft.study.run")

@@ -217,10 +217,15 @@ def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> dict[st
             "on one GPU (`constrained-sft study ... --stage evaluate`)."
         )
     differences = twin_differences(constrained, erm)
-    if args.judge != "proxy" and args.stage != "train":
+    if args.stage != "train":  # the judge's credentials, model or encoder: checked before hours of training
+        from ..data import resolve_model_path
         from ..evaluation.alpaca import judge_setup
+        from ..evaluation.alpaca.proxy import PROXY_ENCODER
 
-        judge_setup(AlpacaArguments(judge=args.judge, judge_model=args.judge_model))  # credentials, before training
+        if args.judge == "proxy":
+            resolve_model_path(args.judge_model or PROXY_ENCODER, "judge_model")
+        else:
+            judge_setup(AlpacaArguments(judge=args.judge, judge_model=args.judge_model))
     args.study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
     os.makedirs(args.study_dir, exist_ok=True)
     timings_path = os.path.join(args.study_dir, "timings.json")
