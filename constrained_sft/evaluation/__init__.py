@@ -14,7 +14,7 @@ from .bootstrap import Interval, Statistic, paired_bootstrap, verdict
 from .compare import compare, statistics, table
 from .levels import LevelResult, evaluate_level
 from .metrics import auc, default_gammas, split_levels, summarize
-from .robustness import RobustnessArguments, run
+from .robustness import RobustnessArguments, run, saved_results
 
 __all__ = [
     "Interval",
@@ -27,6 +27,7 @@ __all__ = [
     "evaluate_level",
     "paired_bootstrap",
     "run",
+    "saved_results",
     "split_levels",
     "statistics",
     "summarize",

@@ -8,6 +8,7 @@ statistic with paired-bootstrap intervals (`compare`); results.json / results.cs
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import tempfile
@@ -261,6 +262,24 @@ def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=N
     os.makedirs(args.output_dir, exist_ok=True)
     figures = task.figures(snapshots, data, args.output_dir)
     results["files"] = write_report(results, args.output_dir, figures)
+    return results
+
+
+def saved_results(output_dir: str, arms: dict[str, list[tuple[str, str]]], gammas, seeds: int, task, pairs, n_boot):
+    """A finished evaluation in `output_dir` (its results.json) of exactly these models (arm -> [(name, path)]),
+    levels and noise seeds, with its comparisons recomputed from its saved unit scores for `pairs` and `n_boot`; None
+    when there is none. A rerun of a sweep's comparison or a study then does not evaluate again."""
+    path = os.path.join(output_dir, "results.json")
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        results = json.load(f)
+    names = {arm: [name for name, _ in members] for arm, members in arms.items()}
+    paths = {name: path for members in arms.values() for name, path in members}
+    same = results["settings"]["gammas"] == list(gammas) and results["settings"]["seeds"] == seeds
+    if not same or results.get("arms") != names or {n: m["path"] for n, m in results["models"].items()} != paths:
+        return None
+    results["comparisons"] = compare(results, task, pairs, n_boot)
     return results
 
 

@@ -23,7 +23,7 @@ PROXY_NOTE = (
 CLIP = 700  # characters of an answer shown in the report (the whole answer is in generations/)
 
 
-def examples(study_dir: str, generations: str, gamma: float, n: int) -> list[dict[str, Any]]:
+def examples(study_dir: str, gamma: float, n: int) -> list[dict[str, Any]]:
     """The first `n` instructions at one level: seed 0's answers of both arms and the judge's two verdicts."""
     if n == 0:
         return []
@@ -56,7 +56,7 @@ def clip(text: str | None) -> str:
     return text if len(text) <= CLIP else text[:CLIP] + " [...]"
 
 
-def write_study_report(study: dict[str, Any], study_dir: str, generations: str, n_examples: int) -> dict[str, str]:
+def write_study_report(study: dict[str, Any], study_dir: str, n_examples: int) -> dict[str, str]:
     head = study["head_to_head"]
     files = study["robustness"]["files"]
     plots = [files[k] for k in (study["robustness"]["headline"]["key"], *PLOTS) if k in files]
@@ -64,7 +64,7 @@ def write_study_report(study: dict[str, Any], study_dir: str, generations: str, 
     budget = study["settings"]["budget"]
     budget_text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in budget.items())
     gammas = [lv["gamma"] for lv in head["levels"]]
-    shown = {g: examples(study_dir, generations, g, n_examples) for g in gammas}
+    shown = {g: examples(study_dir, g, n_examples) for g in gammas}
     proxy = head.get("judge_is_proxy")
 
     # --- HTML

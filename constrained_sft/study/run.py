@@ -22,19 +22,18 @@ from typing import Any
 
 from ..config import ConstraintArguments, NoiseArguments, training_level
 from ..data.instructions import held_out_instructions
-from ..evaluation import RobustnessArguments, default_gammas
+from ..evaluation import RobustnessArguments, default_gammas, saved_results
 from ..evaluation import run as robustness
-from ..evaluation.alpaca import AlpacaArguments, build_judge, judge_level
+from ..evaluation.alpaca import AlpacaArguments, build_judge, check_judge, judge_levels
 from ..evaluation.alpaca.generate import ALPACA_EVAL, ALPACA_EVAL_SIZE, GenerateArguments, load_instructions
 from ..evaluation.alpaca.generate import run as generate
 from ..evaluation.loading import versions
-from ..tasks import Recipe
+from ..tasks import Recipe, is_finished
 from ..utils import write_json, write_text
 from .arguments import HELD_OUT, StudyArguments
 from .report import write_study_report
 
 ARMS = ("constrained", "erm")
-DONE = "training_args.json"  # Trainer.save_model writes it last: a run folder holding it is finished
 BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}
 
 
@@ -88,7 +87,7 @@ def train_runs(args: StudyArguments, task, recipes: dict[str, Recipe], timings: 
     for seed in range(args.training_seeds):  # seed-major: a study stopped early still has comparable pairs
         for arm in ARMS:
             folder = folders[arm][seed]
-            if os.path.isfile(os.path.join(folder, DONE)):
+            if is_finished(folder):
                 continue
             checkpoints = os.path.isdir(folder) and any(f.startswith("checkpoint-") for f in os.listdir(folder))
             training = dataclasses.replace(
@@ -119,15 +118,9 @@ def measure(args: StudyArguments, task, recipe: Recipe, folders: dict[str, list[
     train_gamma = training_level(recipe.training.noise_gamma)
     gammas = sorted(set(args.gammas or default_gammas(train_gamma)))
     arms = {arm: [(f"{arm}/seed{s}", p) for s, p in enumerate(folders[arm])] for arm in ARMS}
-    out = os.path.join(args.study_dir, "robustness")
-    saved = os.path.join(out, "results.json")
-    if os.path.isfile(saved):
-        with open(saved) as f:
-            results = json.load(f)
-        same = results["settings"]["gammas"] == gammas and results["settings"]["seeds"] == args.noise_seeds
-        paths = {n: m["path"] for n, m in results["models"].items()}
-        if same and paths == {n: p for members in arms.values() for n, p in members}:
-            return results
+    out, pairs = os.path.join(args.study_dir, "robustness"), [("constrained", "erm")]
+    if saved := saved_results(out, arms, gammas, args.noise_seeds, task, pairs, args.bootstrap_samples):
+        return saved
     settings = RobustnessArguments(
         task=task.name,
         output_dir=out,
@@ -138,7 +131,7 @@ def measure(args: StudyArguments, task, recipe: Recipe, folders: dict[str, list[
         max_length=recipe.training.max_length or 1024,
         bootstrap_samples=args.bootstrap_samples,
     )
-    return robustness(settings, recipe.script, arms=arms, pairs=[("constrained", "erm")])
+    return robustness(settings, recipe.script, arms=arms, pairs=pairs)
 
 
 def instruction_set(args: StudyArguments, recipe: Recipe) -> tuple[str, dict]:
@@ -174,36 +167,34 @@ def answer(args: StudyArguments, path: str, folders: dict[str, list[str]], sigma
     return out
 
 
-def head_to_head(args: StudyArguments, generations: str, full_set: bool) -> dict[str, Any]:
-    """Constrained seed s vs ERM seed s at each generation level, both orders, win rate with its interval."""
-    judging = AlpacaArguments(
+def judge_arguments(args: StudyArguments) -> AlpacaArguments:
+    """The study's judge as `eval alpaca` takes it: constrained judged against ERM."""
+    return AlpacaArguments(
+        model="constrained",
+        reference="erm",
         judge=args.judge,
         judge_model=args.judge_model,
         judge_batch_size=args.judge_batch_size,
         bootstrap_samples=args.bootstrap_samples,
     )
-    judge = build_judge(judging, os.path.join(args.study_dir, "judging", "annotations_cache.json"))
-    out: dict[str, Any] = {
-        "model": "constrained",
-        "reference": "erm",
-        "judge": args.judge,
-        "judge_config": judge.name,
-        "judge_is_proxy": judge.proxy,
-        "orders": "both",
-        "levels": [],
+
+
+def head_to_head(args: StudyArguments, generations: str, full_set: bool) -> dict[str, Any]:
+    """Constrained seed s vs ERM seed s at each generation level, both orders, win rate with its interval."""
+
+    def rows(arm: str, seed: int, gamma: float) -> list[dict]:
+        with open(os.path.join(generations, f"{arm}-seed{seed}", f"gamma_{float(gamma)}.json")) as f:
+            return json.load(f)
+
+    pairs = {
+        gamma: [(rows("constrained", s, gamma), rows("erm", s, gamma)) for s in range(args.training_seeds)]
+        for gamma in args.generation_gammas
     }
-    for gamma in args.generation_gammas:
-        pairs = []
-        for seed in range(args.training_seeds):
-            rows = []
-            for arm in ARMS:
-                with open(os.path.join(generations, f"{arm}-seed{seed}", f"gamma_{float(gamma)}.json")) as f:
-                    rows.append(json.load(f))
-            pairs.append(tuple(rows))
-        workdir = os.path.join(args.study_dir, "judging", f"gamma_{float(gamma)}")
-        level, out["lc_missing_reason"] = judge_level(judge, pairs, workdir, args.bootstrap_samples, full_set)
-        out["levels"].append({"gamma": float(gamma), **level})
-    return out
+    root = os.path.join(args.study_dir, "judging")
+    judging = judge_arguments(args)
+    return judge_levels(
+        build_judge(judging, os.path.join(root, "annotations_cache.json")), pairs, root, judging, full_set
+    )
 
 
 def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> dict[str, Any]:
@@ -217,15 +208,8 @@ def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> dict[st
             "on one GPU (`constrained-sft study ... --stage evaluate`)."
         )
     differences = twin_differences(constrained, erm)
-    if args.stage != "train":  # the judge's credentials, model or encoder: checked before hours of training
-        from ..data import resolve_model_path
-        from ..evaluation.alpaca import judge_setup
-        from ..evaluation.alpaca.proxy import PROXY_ENCODER
-
-        if args.judge == "proxy":
-            resolve_model_path(args.judge_model or PROXY_ENCODER, "judge_model")
-        else:
-            judge_setup(AlpacaArguments(judge=args.judge, judge_model=args.judge_model))
+    if args.stage != "train":
+        check_judge(judge_arguments(args))  # credentials, judge model or encoder: before hours of training
     args.study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
     os.makedirs(args.study_dir, exist_ok=True)
     timings_path = os.path.join(args.study_dir, "timings.json")
@@ -236,16 +220,15 @@ def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> dict[st
     folders = train_runs(args, task, recipes, timings)
     if args.stage == "train":
         return {"folders": folders, "timings": timings}
-    if missing := [p for members in folders.values() for p in members if not os.path.isfile(os.path.join(p, DONE))]:
+    if missing := [p for members in folders.values() for p in members if not is_finished(p)]:
         raise FileNotFoundError(f"unfinished training runs {missing}; run `--stage train` (or `all`) first.")
-    stages: dict[str, Any] = {}
 
     def timed(name, fn, *a):
         start = time.perf_counter()
-        stages[name] = fn(*a)
+        value = fn(*a)
         timings[name] = round(time.perf_counter() - start, 1)
         write_json(timings_path, timings)
-        return stages[name]
+        return value
 
     results = timed("robustness", measure, args, task, constrained, folders)
     path, instructions = instruction_set(args, constrained)
@@ -265,7 +248,7 @@ def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> dict[st
         "head_to_head": judged,
         "timings": timings,
     }
-    study["files"] = write_study_report(study, args.study_dir, generations, args.examples)
+    study["files"] = write_study_report(study, args.study_dir, args.examples)
     write_json(os.path.join(args.study_dir, "study.json"), study)
     return study
 

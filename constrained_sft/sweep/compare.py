@@ -7,15 +7,12 @@ paired bootstrap over training seeds and held-out units.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-from ..evaluation import RobustnessArguments, compare
+from ..evaluation import RobustnessArguments, saved_results
 from ..evaluation import run as robustness
 from ..tasks import Arm
-
-DONE = "training_args.json"  # Trainer.save_model writes it last: a seed folder holding it is complete
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -31,18 +28,16 @@ def evaluate_finals(task, arms: list[Arm], settings, train_gamma: float, data_ar
     """`eval robustness` on the held-out data over every retrained model, arms of `final_seeds` models each; the
     comparisons of `pairs`. A finished evaluation of the same models and levels (`test/results.json`) is reused,
     its comparisons recomputed from its saved unit scores, so re-running the comparison does not evaluate again."""
-    members = {a.name: [seed_dir(settings.sweep_dir, a.name, s) for s in range(settings.final_seeds)] for a in arms}
-    names = {a.name: [run_name(a.name, s) for s in range(settings.final_seeds)] for a in arms}
-    saved = os.path.join(settings.sweep_dir, "test", "results.json")
-    if os.path.isfile(saved):
-        with open(saved) as f:
-            results = json.load(f)
-        if results["settings"]["gammas"] == settings.gammas and results.get("arms") == names:
-            results["comparisons"] = compare(results, task, pairs, settings.bootstrap_samples)
-            return results
+    arms_of_models = {
+        a.name: [(run_name(a.name, s), seed_dir(settings.sweep_dir, a.name, s)) for s in range(settings.final_seeds)]
+        for a in arms
+    }
+    out = os.path.join(settings.sweep_dir, "test")
+    if saved := saved_results(out, arms_of_models, settings.gammas, 1, task, pairs, settings.bootstrap_samples):
+        return saved
     args = RobustnessArguments(
         task=task.name,
-        output_dir=os.path.join(settings.sweep_dir, "test"),
+        output_dir=out,
         gammas=settings.gammas,
         train_gamma=train_gamma,
         seeds=1,
@@ -50,5 +45,4 @@ def evaluate_finals(task, arms: list[Arm], settings, train_gamma: float, data_ar
         curve_gammas=[settings.gammas[0], settings.gammas[-1]],
         bootstrap_samples=settings.bootstrap_samples,
     )
-    arms_of_models = {a: list(zip(names[a], members[a], strict=True)) for a in members}
     return robustness(args, data_args, arms=arms_of_models, pairs=pairs)

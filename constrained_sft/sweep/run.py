@@ -19,9 +19,9 @@ from sqlalchemy.engine import make_url
 from ..config import training_level
 from ..evaluation import default_gammas
 from ..evaluation.compare import table
-from ..tasks import Arm, Recipe
+from ..tasks import Arm, Recipe, is_finished
 from ..utils import atomic_path, write_json, write_text
-from .compare import DONE, evaluate_finals, seed_dir
+from .compare import evaluate_finals, seed_dir
 from .search import OBJECTIVES, Objective, best_params, open_study, run_trial, search, trial_args
 from .space import check_ranges, load_space
 
@@ -184,7 +184,7 @@ def retrain(task, arm: Arm, params: dict[str, Any], settings: SweepArguments, da
     whose model is already saved is kept, so a killed comparison resumes."""
     for seed in range(settings.final_seeds):
         folder = seed_dir(settings.sweep_dir, arm.name, seed)
-        if os.path.isfile(os.path.join(folder, DONE)):
+        if is_finished(folder):
             continue
         trainer = task.trial_trainer(data, arm, trial_args(base, arm, {**params, "seed": seed}, folder))
         trainer.train()

@@ -16,7 +16,7 @@ May import: `utils`, `config`, `constraints`, `readout`, `noise`, `data`, `model
 from .base import Arm, Headline, Measure, Recipe, Task, measure_only
 from .classification import ClassificationTask, ClassifierScriptArguments, build_classifier
 from .sft import ScriptArguments, SFTTask
-from .training import finish, summary_table, train_and_report
+from .training import finish, is_finished, summary_table, train_and_report
 from .video import VideoScriptArguments, VideoTask, build_denoiser
 
 TASKS: dict[str, Task] = {task.name: task for task in (SFTTask(), ClassificationTask(), VideoTask())}
@@ -56,6 +56,7 @@ __all__ = [
     "build_classifier",
     "build_denoiser",
     "finish",
+    "is_finished",
     "get_task",
     "measure_only",
     "summary_table",

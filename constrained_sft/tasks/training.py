@@ -8,6 +8,13 @@ import os
 
 from ..constraints.state_io import REPORT
 
+DONE = "training_args.json"  # Trainer.save_model writes it last: a run folder holding it is finished
+
+
+def is_finished(output_dir: str) -> bool:
+    """Whether a run saved its model into `output_dir` (a sweep's retraining or a study reuses such a run)."""
+    return os.path.isfile(os.path.join(output_dir, DONE))
+
 
 def train_and_report(
     trainer, evaluate_before: bool, accuracy_key: str | None = "mean_token_accuracy", end: bool = True

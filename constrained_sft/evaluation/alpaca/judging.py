@@ -34,7 +34,7 @@ from .judges import (
     openai_reasoning_completions,
     required_credentials,
 )
-from .proxy import ReferenceProxyJudge
+from .proxy import PROXY_ENCODER, ReferenceProxyJudge
 from .report import write_alpaca
 
 
@@ -164,6 +164,16 @@ def length_controlled(annotations: list[dict], full_set: bool) -> tuple[dict | N
     return {"lc_win_rate": lc["length_controlled_winrate"], "lc_standard_error": lc.get("lc_standard_error")}, None
 
 
+def check_judge(args: AlpacaArguments) -> None:
+    """What a judge needs, checked before any work: credentials and judge model, or the proxy's encoder."""
+    if args.judge == "proxy":
+        from ...data import resolve_model_path
+
+        resolve_model_path(args.judge_model or PROXY_ENCODER, "judge_model")
+    else:
+        judge_setup(args)
+
+
 def build_judge(args: AlpacaArguments, caching_path: str | None) -> Judge:
     """The judge `args` names, checked (credentials, judge model) before any pair is judged."""
     if args.judge == "proxy":
@@ -188,9 +198,10 @@ def judge_level(judge: Judge, pairs: list[tuple[list[dict], list[dict]]], workdi
         verdicts.append(v)
     level = win_rate_level(verdicts, n_boot)
     if level["win_rate"] is None:
+        asked = 2 * sum(len(model) for model, _ in pairs)
         raise JudgeError(
-            f"judge {judge.name!r} gave no parseable verdict on any of the {2 * sum(len(m) for m, _ in pairs)} judgements of a "
-            f"level (its raw answers: {workdir}); use a stronger judge model."
+            f"judge {judge.name!r} gave no parseable verdict on any of the {asked} judgements of a level (its raw "
+            f"answers: {workdir}); use a stronger judge model."
         )
     per_seed = [length_controlled(lc_annotations(v, *pair), full_set) for v, pair in zip(verdicts, pairs, strict=True)]
     reason = next((r for _, r in per_seed if r), None)
@@ -199,6 +210,21 @@ def judge_level(judge: Judge, pairs: list[tuple[list[dict], list[dict]]], workdi
         lc = {"lc_win_rate": float(np.mean([x["lc_win_rate"] for x, _ in per_seed])),
               "lc_standard_error": per_seed[0][0]["lc_standard_error"] if len(per_seed) == 1 else None}  # fmt: skip
     return {**level, **(lc or {"lc_win_rate": None, "lc_standard_error": None})}, reason
+
+
+def judge_levels(judge: Judge, pairs: dict[float, list], output_dir: str, args: AlpacaArguments, full_set: bool):
+    """Every level of `pairs` ({gamma: [(model rows, reference rows) per seed pair]}) judged (`judge_level`), verdicts
+    under <output_dir>/gamma_<g>/: {model, reference, judge, judge_config, judge_is_proxy, orders, levels, ...}."""
+    out: dict[str, Any] = {
+        "model": args.model, "reference": args.reference, "judge": args.judge, "judge_config": judge.name,
+        "judge_is_proxy": judge.proxy, "judge_model": args.judge_model or (GPT5 if args.judge == "gpt5" else None),
+        "orders": "both", "levels": [], "bootstrap_samples": args.bootstrap_samples,
+    }  # fmt: skip
+    for gamma, seed_pairs in pairs.items():
+        workdir = os.path.join(output_dir, f"gamma_{float(gamma)}")
+        level, out["lc_missing_reason"] = judge_level(judge, seed_pairs, workdir, args.bootstrap_samples, full_set)
+        out["levels"].append({"gamma": float(gamma), **level})
+    return out
 
 
 def _full_alpaca_eval(args: AlpacaArguments) -> bool:
@@ -220,8 +246,7 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
         raise GenerationError(f"`--model` and `--reference` must differ, both are {args.model!r}.")
     if args.bootstrap_samples < 1:
         raise GenerationError(f"`--bootstrap_samples` must be >= 1, got {args.bootstrap_samples}.")
-    if args.judge != "proxy":
-        judge_setup(args)  # a missing credential or judge model fails before any file is read
+    check_judge(args)  # a missing credential, judge model or encoder fails before any file is read
     common = sorted(set(levels(args.generations, args.model)) & set(levels(args.generations, args.reference)))
     gammas = sorted(args.gammas) if args.gammas else common
     if not gammas:
@@ -230,18 +255,10 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
             f"{args.generations} (it has {sorted(os.listdir(args.generations))}); run `constrained-sft eval generate` "
             "for both, or name generators that exist."
         )
-    pairs = {gamma: load_pair(args, gamma) for gamma in gammas}  # every level checked before any is judged
-    judge = build_judge(args, os.path.join(args.output_dir, "alpaca_eval", "annotations_cache.json"))
-    full_set = _full_alpaca_eval(args)
-    out: dict[str, Any] = {
-        "model": args.model, "reference": args.reference, "judge": args.judge, "judge_config": judge.name,
-        "judge_is_proxy": judge.proxy, "orders": "both", "levels": [], "bootstrap_samples": args.bootstrap_samples,
-    }  # fmt: skip
-    out["judge_model"] = args.judge_model or (GPT5 if args.judge == "gpt5" else None)
-    for gamma, pair in pairs.items():
-        workdir = os.path.join(args.output_dir, "alpaca_eval", f"gamma_{float(gamma)}")
-        level, out["lc_missing_reason"] = judge_level(judge, [pair], workdir, args.bootstrap_samples, full_set)
-        out["levels"].append({"gamma": float(gamma), **level})
+    pairs = {gamma: [load_pair(args, gamma)] for gamma in gammas}  # every level checked before any is judged
+    root = os.path.join(args.output_dir, "alpaca_eval")
+    judge = build_judge(args, os.path.join(root, "annotations_cache.json"))
+    out = judge_levels(judge, pairs, root, args, _full_alpaca_eval(args))
     out["files"] = write_alpaca(out, args.output_dir)
     return out
 
