@@ -6,6 +6,7 @@ import pytest
 from trl import SFTConfig, TrlParser
 
 from constrained_sft import ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
+from constrained_sft.config import RunArguments
 
 
 def make(**kwargs):
@@ -14,10 +15,10 @@ def make(**kwargs):
 
 def test_adds_only_new_fields():
     parent = {f.name for f in dataclasses.fields(SFTConfig)}
-    ours = {f.name for cls in (ConstraintArguments, NoiseArguments) for f in dataclasses.fields(cls)}
+    ours = {f.name for cls in (ConstraintArguments, NoiseArguments, RunArguments) for f in dataclasses.fields(cls)}
     assert not parent & ours
     assert {f.name for f in dataclasses.fields(ConstrainedSFTConfig)} == parent | ours
-    for f in [*dataclasses.fields(ConstraintArguments), *dataclasses.fields(NoiseArguments)]:
+    for f in [*dataclasses.fields(ConstraintArguments), *dataclasses.fields(NoiseArguments), *dataclasses.fields(RunArguments)]:
         assert f.metadata.get("help"), f"{f.name} has no help text"
 
 

@@ -19,7 +19,7 @@ BELOW_TRAINERS = {"utils", "config", "constraints", "readout", "noise"}
 # __init__ / __main__ on top.
 ALLOWED = {
     "utils": set(),
-    "config": set(),
+    "config": {"utils"},
     "testing": set(),
     "constraints": {"utils"},
     "readout": {"utils", "constraints"},

@@ -20,6 +20,8 @@ from typing import Any
 
 from datasets import Dataset, DatasetDict, load_dataset
 
+from ..utils import check_fields
+
 FORMATS = ("auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text")
 CONVERSATION_MODES = ("messages", "first_turn")
 LOCAL_LOADERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -43,7 +45,7 @@ class DataError(ValueError):
 class DataArguments:
     """Where the training data comes from and how it is read. YAML keys of the `train` recipes."""
 
-    dataset_name: str = field(
+    dataset_name: str | None = field(
         default=None,
         metadata={
             "help": "A Hub dataset id, a local .json/.jsonl/.parquet/.csv file or folder, or an offline package "
@@ -79,6 +81,7 @@ class DataArguments:
     dataset_seed: int = field(default=42, metadata={"help": "Seed of the held-out carve and of row subsampling."})
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.dataset_format not in FORMATS:
             raise DataError(f"`dataset_format` must be one of {list(FORMATS)}, got {self.dataset_format!r}.")
         if self.conversation_mode not in CONVERSATION_MODES:

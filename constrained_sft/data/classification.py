@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
 
+from ..utils import check_fields
 from .chat import DataError, carve, load_local
 
 RT_FILE = os.path.join("data", "rotten_tomatoes_corpus_full.csv.bz2")
@@ -29,7 +30,7 @@ OFFLINE_SOURCES = ("pkg:rotten-tomatoes", "pkg:bbc-news")
 class ClassificationDataArguments:
     """Where classification data comes from and how it is read. YAML keys of the classification recipes."""
 
-    dataset_name: str = field(
+    dataset_name: str | None = field(
         default=None,
         metadata={"help": f"A Hub id (imdb, glue), a local file or folder, or one of {list(OFFLINE_SOURCES)}."},
     )
@@ -51,6 +52,19 @@ class ClassificationDataArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep at most this many held-out rows."})
     dataset_seed: int = field(default=42, metadata={"help": "Seed of splits and subsampling."})
     max_seq_length: int = field(default=256, metadata={"help": "Truncate inputs to this many tokens."})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not (0 < self.eval_size < 1 or (self.eval_size >= 1 and float(self.eval_size).is_integer())):
+            raise DataError(
+                f"`eval_size` must be a fraction in (0, 1) or a whole number of rows >= 1, got {self.eval_size!r}."
+            )
+        for name in ("max_train_samples", "max_eval_samples", "max_seq_length"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise DataError(
+                    f"`{name}` must be an integer >= 1{' or None' if name != 'max_seq_length' else ''}, got {value!r}."
+                )
 
 
 def _package_dir(package: str, install: str) -> str:

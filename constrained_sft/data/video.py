@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..utils import patchify, unpatchify
+from ..utils import check_fields, patchify, unpatchify
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".mpg", ".mpeg")
 FRAME_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp")
@@ -70,6 +70,7 @@ class VideoDataArguments:
     )
 
     def __post_init__(self) -> None:
+        check_fields(self)
         for name in ("frame_size", "patch_size", "clip_frames"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from ..data import ModelPathError, ModelSpec
 from ..noise import embedding_sigma
 from ..tasks import TASKS, Measure, get_task
+from ..utils import check_fields
 from .compare import bands, check_pairs, compare
 from .levels import evaluate_level
 from .loading import recorded_gamma, reference_sigma, trained_layers, training_report, versions
@@ -103,6 +104,9 @@ class RobustnessArguments:
         default=None, metadata={"help": "bf16 weights and autocast (default: on CUDA devices that support it)."}
     )
     bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def validate(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> None:
         """Every field checked before any work; `arms`: models given by the caller instead of --models / --arm."""

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..evaluation.alpaca.generate import ALPACA_EVAL
+from ..utils import check_fields
 
 STAGES = ("train", "evaluate", "all")
 HELD_OUT = "held_out"
@@ -68,6 +69,9 @@ class StudyArguments:
     )
     judge_batch_size: int = field(default=8, metadata={"help": "local / proxy judge: prompts per forward pass."})
     examples: int = field(default=3, metadata={"help": "Answers shown side by side per level in the report."})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def validate(self) -> None:
         if not self.erm_config:

@@ -20,7 +20,7 @@ from ..config import training_level
 from ..evaluation import default_gammas
 from ..evaluation.compare import table
 from ..tasks import Arm, Recipe, is_finished
-from ..utils import atomic_path, write_json, write_text
+from ..utils import atomic_path, check_fields, write_json, write_text
 from .compare import evaluate_finals, seed_dir
 from .search import OBJECTIVES, Objective, best_params, open_study, run_trial, search, trial_args
 from .space import check_ranges, load_space
@@ -85,6 +85,9 @@ class SweepArguments:
             "for 3x this long is marked failed and its place in the study freed."
         },
     )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def validate(self) -> None:
         for name, allowed in (("objective", OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):

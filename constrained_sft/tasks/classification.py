@@ -81,6 +81,7 @@ class ClassifierScriptArguments(ClassificationDataArguments):
     ut_layers: int = field(default=3, metadata={"help": "Layers of the 'ut' architecture (the paper's: 3)."})
 
     def __post_init__(self):
+        super().__post_init__()
         for name, allowed in (
             ("classifier_readout", READOUTS),
             ("classifier_pooling", POOLINGS),

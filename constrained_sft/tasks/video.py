@@ -95,8 +95,15 @@ class VideoScriptArguments(VideoDataArguments):
         super().__post_init__()
         if self.architecture not in DENOISERS:
             raise VideoDataError(f"`architecture` must be one of {list(DENOISERS)}, got {self.architecture!r}.")
-        if not isinstance(self.num_layers, int) or self.num_layers < 1:
-            raise VideoDataError(f"`num_layers` must be an integer >= 1, got {self.num_layers!r}.")
+        for name in ("num_layers", "vit_hidden_size", "vit_intermediate_size"):
+            if getattr(self, name) < 1:
+                raise VideoDataError(f"`{name}` must be an integer >= 1, got {getattr(self, name)!r}.")
+        if self.dictionary_atoms_per_side is not None and self.dictionary_atoms_per_side < 1:
+            raise VideoDataError(
+                f"`dictionary_atoms_per_side` must be an integer >= 1 or unset, got {self.dictionary_atoms_per_side!r}."
+            )
+        if self.sparsity_weight < 0:
+            raise VideoDataError(f"`sparsity_weight` must be a finite number >= 0, got {self.sparsity_weight!r}.")
         if self.architecture == "vit" and self.vit_hidden_size % 64 and self.vit_model_name_or_path is None:
             raise VideoDataError(
                 f"`vit_hidden_size` must be a multiple of 64 (heads of 64), got {self.vit_hidden_size}."

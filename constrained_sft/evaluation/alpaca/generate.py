@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from ...data import ModelSpec
 from ...noise import embedding_noise, embedding_sigma, parse_levels
 from ...tasks.sft import load_causal_lm
-from ...utils import write_json
+from ...utils import check_fields, write_json
 from ..loading import reference_sigma
 
 ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions, the set AlpacaEval's length control is fitted on
@@ -67,6 +67,9 @@ class GenerateArguments:
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (with --do_sample)."})
     system_prompt: str | None = field(default=None, metadata={"help": "A system message before each instruction."})
     bf16: bool | None = field(default=None, metadata={"help": "bf16 weights (default: on CUDA devices with bf16)."})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
     def validate(self) -> None:
         if not self.model or not self.output_dir:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...utils import write_json
+from ...utils import check_fields, write_json
 from .generate import GenerationError, output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
 from .judges import (
@@ -75,6 +75,9 @@ class AlpacaArguments:
     allow_empty_outputs: bool = field(
         default=False, metadata={"help": "Judge empty answers as they are instead of stopping with an error."}
     )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 def levels(generations: str, name: str) -> list[float]:

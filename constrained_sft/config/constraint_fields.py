@@ -1,8 +1,6 @@
 """
-Configuration: the constraint and noise fields, defined once and mixed into both trainer configs
-(`ConstrainedSFTConfig` for TRL's `SFTTrainer`, `ConstrainedConfig` for `transformers.Trainer`).
-
-May import: nothing of the package (transformers and TRL only).
+The constraint fields: the descent constraints, their primal-dual training, the intermediate readouts and the
+console, validated once and mixed into both trainer configs.
 """
 
 from __future__ import annotations
@@ -10,15 +8,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from transformers import TrainingArguments
-from trl import SFTConfig
+from ..utils import check_fields
 
 CONSTRAINT_MODES = ("descent", "none")
 DUAL_OPTIMIZERS = ("sgd", "adam")
 CONSOLE_FORMATS = ("compact", "full")
 
 
-def _is_number(value: object) -> bool:
+def is_number(value: object) -> bool:
+    """A real number (int or float), not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
@@ -162,6 +160,7 @@ class ConstraintArguments:
     )
 
     def _validate_constraint_arguments(self) -> None:
+        check_fields(self, ConstraintArguments)
         if self.constraints not in CONSTRAINT_MODES:
             raise ValueError(f"`constraints` must be one of {list(CONSTRAINT_MODES)}, got {self.constraints!r}.")
         if self.dual_optimizer not in DUAL_OPTIMIZERS:
@@ -170,16 +169,14 @@ class ConstraintArguments:
         self.descent_alpha = _parse_alpha(self.descent_alpha)
         for name in ("dual_lr", "dual_init", "resilience"):
             value = getattr(self, name)
-            if not _is_number(value) or not math.isfinite(value) or value < 0:
+            if not is_number(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
-        if self.dual_max is not None and (not _is_number(self.dual_max) or not self.dual_max > 0):
+        if self.dual_max is not None and (not is_number(self.dual_max) or not self.dual_max > 0):
             raise ValueError(f"`dual_max` must be None or a number > 0, got {self.dual_max!r}.")
         if self.dual_max is not None and self.dual_init > self.dual_max:
             raise ValueError(f"`dual_init` ({self.dual_init}) must not exceed `dual_max` ({self.dual_max}).")
         if self.descent_epsilon is not None and (
-            not _is_number(self.descent_epsilon)
-            or not math.isfinite(self.descent_epsilon)
-            or self.descent_epsilon <= 0
+            not is_number(self.descent_epsilon) or not math.isfinite(self.descent_epsilon) or self.descent_epsilon <= 0
         ):
             raise ValueError(
                 "`descent_epsilon` must be None or a finite number > 0 (a bound on the first constrained layer's loss, "
@@ -199,7 +196,7 @@ class ConstraintArguments:
                 f"{self.resilience}."
             )
         self.layer_loss_tokens = _parse_tokens(self.layer_loss_tokens)
-        if not _is_number(self.readout_budget) or not 0 < self.readout_budget <= 10:
+        if not is_number(self.readout_budget) or not 0 < self.readout_budget <= 10:
             raise ValueError(
                 f"`readout_budget` must be a fraction of the step's FLOPs in (0, 10], got {self.readout_budget!r}."
             )
@@ -207,104 +204,6 @@ class ConstraintArguments:
             raise ValueError(f"`console_format` must be one of {list(CONSOLE_FORMATS)}, got {self.console_format!r}.")
         if not isinstance(self.feasibility_window, int) or self.feasibility_window < 1:
             raise ValueError(f"`feasibility_window` must be an integer >= 1, got {self.feasibility_window!r}.")
-
-
-@dataclass
-class NoiseArguments:
-    r"""
-    Gaussian noise on the token embeddings, e ~ N(noise_mean, (gamma * sigma_x)^2), where sigma_x is the std of the
-    starting model's embedding matrix (see `constrained_sft.noise`). Mixed into every trainer config next to the
-    constraints.
-    """
-
-    noise_gamma: float | list[float] | str = field(
-        default_factory=lambda: 0.0,
-        metadata={
-            "help": "Training noise level gamma >= 0 (0 trains on clean embeddings), or a range [gamma_min, gamma_max] "
-            "from which each example draws its own level uniformly. Applies to training batches only."
-        },
-    )
-    noise_mean: float = field(
-        default=0.0, metadata={"help": "Mean mu of the embedding noise, in training and evaluation."}
-    )
-    noise_sigma: float | None = field(
-        default=None,
-        metadata={
-            "help": "sigma_x, the noise scale gamma multiplies. Default: measured once on the starting model's input "
-            "embeddings and kept for the whole run (training and evaluation), then recorded as `noise_sigma_x` in "
-            "constraints.json, so that models trained from the same start are perturbed alike when compared."
-        },
-    )
-    noise_clean_prob: float = field(
-        default=0.0,
-        metadata={"help": "Probability in [0, 1] that a training example is left clean (its gamma set to 0)."},
-    )
-    eval_noise_gammas: list[float] | None = field(
-        default=None,
-        metadata={
-            "help": "Noise levels at which `evaluate()` also runs, reporting `eval_gamma_<gamma>_loss`, "
-            "`eval_gamma_<gamma>_mean_token_accuracy` and the per-layer metrics at each level (seeded, reproducible)."
-        },
-    )
-
-    def _validate_noise_arguments(self) -> None:
-        gamma = self.noise_gamma
-        if isinstance(gamma, str):
-            gamma = gamma.replace(",", " ").split()
-        if isinstance(gamma, (list, tuple)):
-            if len(gamma) == 1:
-                gamma = gamma[0]
-            elif len(gamma) != 2:
-                raise ValueError(
-                    f"`noise_gamma` must be a level >= 0 or a range [gamma_min, gamma_max], got {self.noise_gamma!r}."
-                )
-        values = list(gamma) if isinstance(gamma, (list, tuple)) else [gamma]
-        try:
-            values = [float(v) for v in values if not isinstance(v, bool)]
-        except (TypeError, ValueError):
-            values = []
-        if len(values) != (2 if isinstance(gamma, (list, tuple)) else 1) or any(
-            not math.isfinite(v) or v < 0 for v in values
-        ):
-            raise ValueError(f"`noise_gamma` values must be finite numbers >= 0, got {self.noise_gamma!r}.")
-        if len(values) == 2 and values[0] > values[1]:
-            raise ValueError(f"`noise_gamma` range needs gamma_min <= gamma_max, got {self.noise_gamma!r}.")
-        self.noise_gamma = values if len(values) == 2 else values[0]
-        if not _is_number(self.noise_mean) or not math.isfinite(self.noise_mean):
-            raise ValueError(f"`noise_mean` must be a finite number, got {self.noise_mean!r}.")
-        if self.noise_sigma is not None and (
-            not _is_number(self.noise_sigma) or not math.isfinite(self.noise_sigma) or self.noise_sigma <= 0
-        ):
-            raise ValueError(f"`noise_sigma` must be a finite number > 0, or unset, got {self.noise_sigma!r}.")
-        if not _is_number(self.noise_clean_prob) or not 0.0 <= self.noise_clean_prob <= 1.0:
-            raise ValueError(f"`noise_clean_prob` must be a probability in [0, 1], got {self.noise_clean_prob!r}.")
-        if self.eval_noise_gammas is not None:
-            levels = [self.eval_noise_gammas] if _is_number(self.eval_noise_gammas) else list(self.eval_noise_gammas)
-            if not levels or any(not _is_number(v) or not math.isfinite(v) or v < 0 for v in levels):
-                raise ValueError(f"`eval_noise_gammas` must be a list of levels >= 0, got {self.eval_noise_gammas!r}.")
-            self.eval_noise_gammas = [float(v) for v in levels]
-
-    @property
-    def uses_noise(self) -> bool:
-        """Whether training or evaluation perturbs the embeddings."""
-        return self.trains_with_noise or bool(self.eval_noise_gammas)
-
-    @property
-    def trains_with_noise(self) -> bool:
-        """Whether training batches get noise (gamma 0 leaves an example exactly clean, whatever the mean)."""
-        gamma = self.noise_gamma
-        return max(gamma) > 0 if isinstance(gamma, list) else gamma > 0
-
-
-def training_level(noise_gamma: object) -> float:
-    """
-    The training noise level of a `noise_gamma` value (a level, a `[gamma_min, gamma_max]` range: its top, or unset:
-    0), the boundary between in-distribution (gamma <= it) and out-of-distribution test levels. Read from a config or
-    from the value a run recorded in its `constraints.json`.
-    """
-    if isinstance(noise_gamma, (list, tuple)):
-        return float(max(noise_gamma)) if noise_gamma else 0.0
-    return float(noise_gamma or 0.0)
 
 
 def _parse_tokens(value: object) -> int | str | None:
@@ -363,29 +262,3 @@ def _parse_alpha(value: object) -> float | list[float]:
             raise ValueError(f"`descent_alpha` values must lie in the open interval (0, 1), got {value!r}.")
         parsed.append(number)
     return parsed if isinstance(value, (list, tuple)) else parsed[0]
-
-
-@dataclass
-class ConstrainedSFTConfig(ConstraintArguments, NoiseArguments, SFTConfig):
-    r"""
-    [`trl.SFTConfig`] plus the fields of [`ConstraintArguments`] and [`NoiseArguments`]; every SFT field keeps its
-    meaning.
-    """
-
-    def __post_init__(self) -> None:
-        self._validate_constraint_arguments()
-        self._validate_noise_arguments()
-        super().__post_init__()
-
-
-@dataclass
-class ConstrainedConfig(ConstraintArguments, NoiseArguments, TrainingArguments):
-    r"""
-    [`transformers.TrainingArguments`] plus the same constraint and noise fields as `ConstrainedSFTConfig`
-    ([`ConstraintArguments`], [`NoiseArguments`]): one definition, two trainers.
-    """
-
-    def __post_init__(self) -> None:
-        self._validate_constraint_arguments()
-        self._validate_noise_arguments()
-        super().__post_init__()

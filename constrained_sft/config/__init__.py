@@ -1,0 +1,60 @@
+"""
+Configuration: the constraint, noise and run fields, defined once and mixed into both trainer configs
+(`ConstrainedSFTConfig` for TRL's `SFTTrainer`, `ConstrainedConfig` for `transformers.Trainer`), each validated in
+`__post_init__` before the parent's, naming the field and its allowed values.
+
+May import: `utils` (transformers and TRL besides).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import TrainingArguments
+from trl import SFTConfig
+
+from .constraint_fields import CONSOLE_FORMATS, CONSTRAINT_MODES, DUAL_OPTIMIZERS, ConstraintArguments, is_number
+from .noise_fields import NoiseArguments, training_level
+from .run_fields import NONFINITE_POLICIES, RunArguments
+
+__all__ = [
+    "CONSOLE_FORMATS",
+    "CONSTRAINT_MODES",
+    "DUAL_OPTIMIZERS",
+    "NONFINITE_POLICIES",
+    "ConstrainedConfig",
+    "ConstrainedSFTConfig",
+    "ConstraintArguments",
+    "NoiseArguments",
+    "RunArguments",
+    "is_number",
+    "training_level",
+]
+
+
+@dataclass
+class ConstrainedSFTConfig(ConstraintArguments, NoiseArguments, RunArguments, SFTConfig):
+    r"""
+    [`trl.SFTConfig`] plus the fields of [`ConstraintArguments`], [`NoiseArguments`] and [`RunArguments`]; every SFT
+    field keeps its meaning.
+    """
+
+    def __post_init__(self) -> None:
+        self._validate_constraint_arguments()
+        self._validate_noise_arguments()
+        self._validate_run_arguments()
+        super().__post_init__()
+
+
+@dataclass
+class ConstrainedConfig(ConstraintArguments, NoiseArguments, RunArguments, TrainingArguments):
+    r"""
+    [`transformers.TrainingArguments`] plus the same constraint, noise and run fields as `ConstrainedSFTConfig`
+    ([`ConstraintArguments`], [`NoiseArguments`], [`RunArguments`]): one definition, two trainers.
+    """
+
+    def __post_init__(self) -> None:
+        self._validate_constraint_arguments()
+        self._validate_noise_arguments()
+        self._validate_run_arguments()
+        super().__post_init__()

@@ -1,0 +1,94 @@
+"""
+What a run does with its output folder and with a step that goes non-finite (`RunArguments`, mixed into both trainer
+configs), and the checks of the inherited `TrainingArguments` fields users set most, so that a wrong value is refused
+naming the field before any work instead of failing inside PyTorch or transformers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..utils import check_fields
+
+NONFINITE_POLICIES = ("stop", "skip")
+STRATEGIES = {"eval_strategy": ("no", "steps", "epoch"), "save_strategy": ("no", "steps", "epoch", "best")}
+STRATEGIES["logging_strategy"] = STRATEGIES["eval_strategy"]
+
+
+@dataclass
+class RunArguments:
+    """The run's output folder and its guard against non-finite steps (shared by every trainer config)."""
+
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Train into an `output_dir` that holds another run's model or checkpoints (a run with other "
+            "settings, or one without `run.json`): its checkpoints are removed before training, so a later resume "
+            "cannot pick them up. Without it such a folder is refused before any work (transformers 5 dropped this "
+            "field; constrained-sft defines it again). Rerunning the same settings into their own folder needs "
+            "neither: it resumes from the newest complete checkpoint."
+        },
+    )
+    nonfinite_steps: str = field(
+        default="stop",
+        metadata={
+            "help": "An optimizer step whose objective f_L or gradient norm is NaN or inf: 'stop' ends training with an "
+            "error naming the step (the model is not saved, the last checkpoint is untouched); 'skip' discards that "
+            "step's gradients (no parameter moves, multipliers kept) with a warning, and counts it in "
+            "constraints.json. Checked on values the dual step already brings to the host: no extra device sync.",
+            "choices": list(NONFINITE_POLICIES),
+        },
+    )
+
+    def _validate_run_arguments(self) -> None:
+        check_fields(self, RunArguments)
+        _check_inherited(self)
+
+
+def _integer(args, name: str, low: int) -> None:
+    value = getattr(args, name, None)
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"`{name}` must be an integer >= {low}, got {value!r}.")
+
+
+def _number(args, name: str, low: float, strict: bool = False) -> None:
+    value = getattr(args, name, None)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or value < low or (strict and value == low):
+        raise ValueError(f"`{name}` must be a finite number {'>' if strict else '>='} {low:g}, got {value!r}.")
+
+
+def _check_inherited(args) -> None:
+    """The inherited fields users set most, checked before `TrainingArguments.__post_init__` sees them."""
+    for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+        _integer(args, name, 1)
+    for name in ("learning_rate", "weight_decay", "max_grad_norm", "num_train_epochs"):
+        _number(args, name, 0.0)
+    steps = args.max_steps
+    if not isinstance(steps, int) or isinstance(steps, bool) or (steps < 1 and steps != -1):
+        raise ValueError(
+            f"`max_steps` must be an integer >= 1, or -1 (the default: `num_train_epochs` decides), got {steps!r}."
+        )
+    if steps == -1 and not args.num_train_epochs > 0:
+        raise ValueError(
+            f"`num_train_epochs` must be > 0 when `max_steps` is -1 (the default), got {args.num_train_epochs!r}: "
+            "nothing would be trained. Set `max_steps` >= 1 or `num_train_epochs` > 0."
+        )
+    if not isinstance(args.seed, int) or isinstance(args.seed, bool):
+        raise ValueError(f"`seed` must be an integer, got {args.seed!r}.")
+    for name in ("logging_steps", "save_steps", "eval_steps"):
+        value = getattr(args, name, None)
+        if value is not None:
+            _number(args, name, 0.0, strict=True)
+    for name, allowed in STRATEGIES.items():
+        value = getattr(args, name, None)
+        value = getattr(value, "value", value)  # an IntervalStrategy member
+        if value not in allowed:
+            raise ValueError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+    if hasattr(args, "max_length"):  # SFTConfig: the tokenized length sequences are truncated or packed to
+        length = args.max_length
+        if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):
+            raise ValueError(
+                f"`max_length` must be an integer >= 1 (tokens), or None (no truncation), got {length!r}."
+            )
