@@ -9,6 +9,7 @@ as tensors + JSON for checkpoints (written by `state_io`).
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from typing import Any
 
@@ -45,6 +46,9 @@ class PrimalDual:
         self.train_stats = LayerStats(len(spec.layers))
         self.history: deque[dict[str, Any]] = deque(maxlen=window)
         self.skipped_steps = 0
+        self.nonfinite_steps = 0  # optimizer steps skipped because the objective or gradient was not finite
+        self.last_step_finite = True
+        self.last_grad_norm: float | None = None
 
     def active(self, global_step: int) -> bool:
         """Whether the penalty is in the loss and the multipliers move at this optimizer step."""
@@ -54,13 +58,31 @@ class PrimalDual:
         """Token-sum of sum_c lambda_c g_c for one micro-batch, differentiable in the layer losses."""
         return penalty(self.spec, self.multipliers.value(), losses.sums, losses.num_tokens)
 
-    def step(self, global_step: int, reduce: Reduce) -> dict[str, float]:
+    def step(
+        self, global_step: int, reduce: Reduce, grad_norm: torch.Tensor | float | None = None
+    ) -> dict[str, float]:
         """
-        End of an optimizer step: reduce the micro-batch totals over ranks, ascend on the global-batch slack when
-        active, and return the step's metrics. Every rank computes the same update from the same reduced totals.
+        End of an optimizer step's micro-batches: reduce their totals over ranks, ascend on the global-batch slack
+        when active, and return the step's metrics. Every rank computes the same update from the same reduced totals.
+        `grad_norm` (the step's global gradient norm, a device scalar) comes to the host in the same transfer as the
+        totals, so checking it costs no extra device sync: when it or a measured layer loss is not finite, the step
+        is recorded as non-finite (`last_step_finite` False), the multipliers and the history are left as they were,
+        and the caller decides whether training stops or skips the step.
         """
-        totals = self.train_stats.pop(reduce).cpu()
+        totals = self.train_stats.pop(reduce)
+        if torch.is_tensor(grad_norm):  # [n + 3] totals and the norm: one device -> host copy
+            both = torch.cat([totals, grad_norm.detach().reshape(1).to(totals)]).cpu()
+            totals, grad_norm = both[:-1], float(both[-1])
+        else:
+            totals = totals.cpu()
+        self.last_grad_norm = None if grad_norm is None else float(grad_norm)
         metrics = stats_metrics(self.spec, totals)
+        losses = [metrics[f"layer_loss/{layer}"] for layer in self.spec.layers] if metrics else []
+        self.last_step_finite = all(
+            math.isfinite(v) for v in [*losses, *([grad_norm] if grad_norm is not None else [])]
+        )
+        if not self.last_step_finite:
+            return metrics
         if not metrics:  # no supervised token in the whole global batch: nothing to measure, lambda unchanged
             return {}
         values = torch.tensor([metrics[f"slack/{k}"] for k in self.spec.keys], dtype=torch.float64)
@@ -94,8 +116,8 @@ class PrimalDual:
         return {f"dual/{k}": v for k, v in zip(self.spec.keys, self.multipliers.value().tolist(), strict=True)}
 
     def summary(self) -> dict[str, Any]:
-        """Feasibility over the recorded window (see [`feasibility_report`])."""
-        return feasibility_report(
+        """Feasibility over the recorded window (see [`feasibility_report`]) and the skipped non-finite steps."""
+        report = feasibility_report(
             self.spec,
             list(self.history),
             self.multipliers.value().tolist(),
@@ -103,6 +125,7 @@ class PrimalDual:
             self.skipped_steps,
             self.dual.resilience,
         )
+        return {**report, "nonfinite_steps_skipped": self.nonfinite_steps}
 
     # Checkpointing: tensors for safetensors, the rest for JSON.
     def state_tensors(self) -> dict[str, torch.Tensor]:
@@ -114,6 +137,7 @@ class PrimalDual:
             "dual_optimizer": self.dual.state_json(),
             "history": list(self.history),
             "skipped_steps": self.skipped_steps,
+            "nonfinite_steps": self.nonfinite_steps,
         }
 
     def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -128,3 +152,4 @@ class PrimalDual:
         self.history.clear()
         self.history.extend(meta.get("history", []))
         self.skipped_steps = int(meta.get("skipped_steps", 0))
+        self.nonfinite_steps = int(meta.get("nonfinite_steps", 0))

@@ -78,6 +78,18 @@ def read_state(directory: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]
         ) from None
     if "multipliers" not in tensors:
         raise ConstraintStateError(f"{tensor_path} holds no 'multipliers' tensor (it has {sorted(tensors)}).")
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ConstraintStateError(
+                f"{tensor_path}: '{name}' holds non-finite values ({tensor.tolist()}); resuming would train a NaN "
+                "model. Resume from an earlier checkpoint."
+            )
+    for name in ("multipliers", "relaxation"):
+        if name in tensors and bool((tensors[name] < 0).any()):
+            raise ConstraintStateError(
+                f"{tensor_path}: '{name}' must be >= 0 (Lagrange multipliers of inequality constraints), got "
+                f"{tensors[name].tolist()}. Resume from an earlier checkpoint."
+            )
     return tensors, meta
 
 

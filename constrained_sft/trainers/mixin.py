@@ -26,6 +26,7 @@ from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_noise, embedding
 from ..utils import write_json
 from .checkpoints import CheckpointingMixin
 from .console import use_compact_console
+from .nonfinite import handle_nonfinite
 
 logger = logging.getLogger(__name__)
 
@@ -68,12 +69,16 @@ def constrained_args(args: Any, config_class: type, trainer: str) -> Any:
 
 
 class _DualStep(TrainerCallback):
-    """Runs after `optimizer.step()`, i.e. after all gradient-accumulation micro-batches, on every rank."""
+    """
+    Runs once all gradient-accumulation micro-batches of an optimizer step have run (and the gradients are clipped),
+    just before `optimizer.step()`, on every rank: the dual step, and the non-finite guard that may stop training or
+    drop the step's gradients before the parameters move.
+    """
 
     def __init__(self, trainer: ConstrainedTrainerMixin) -> None:
         self.trainer = trainer
 
-    def on_optimizer_step(self, args, state, control, **kwargs):
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
         self.trainer._dual_step()
 
     def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
@@ -224,9 +229,19 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
         return loss + self.primal_dual.penalty(losses) * self._loss_scale(num_items_in_batch, losses.num_tokens)
 
     # --- once per optimizer step ----------------------------------------------------------------------------------
+    def _get_grad_norm(self, model, grad_norm=None):
+        """transformers' global gradient norm of the step (a device scalar), kept for the non-finite guard."""
+        self._step_grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        return self._step_grad_norm
+
     def _dual_step(self) -> None:
-        metrics = self.primal_dual.step(self.state.global_step, self._reduce)
+        grad_norm = getattr(self, "_step_grad_norm", None)
+        self._step_grad_norm = None
+        metrics = self.primal_dual.step(self.state.global_step, self._reduce, grad_norm)
         self._draws.clear()
+        if not self.primal_dual.last_step_finite:
+            handle_nonfinite(self, metrics, self.primal_dual.last_grad_norm)
+            return
         if metrics and not self._bound_checked and self.primal_dual.enabled:
             self._bound_checked = True  # once, on the first measured step
             spec = self.primal_dual.spec
