@@ -166,3 +166,43 @@ def unpatchify(patches, patch: int, height: int, width: int):
     *lead, _, _ = patches.shape
     x = patches.reshape(*lead, height // patch, width // patch, patch, patch).movedim(-2, -3)
     return x.reshape(*lead, height, width)
+
+
+def read_yaml(path: str, flag: str) -> Any:
+    """
+    The YAML file at `path`, read strictly: a syntax error (a tab in the indentation, an unclosed bracket) or a key
+    given twice in one mapping is refused as `ValueError` naming `flag`, the file, and the line and column, instead of
+    a parser traceback or the last duplicate silently winning.
+    """
+    import yaml
+
+    class StrictLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    mark = key_node.start_mark
+                    raise ValueError(
+                        f"`{flag}` {path}:{mark.line + 1}:{mark.column + 1}: key {key!r} is given twice (first on line "
+                        f"{seen[key] + 1}); give each key once."
+                    )
+                seen[key] = key_node.start_mark.line
+            return super().construct_mapping(node, deep=deep)
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.load(f, Loader=StrictLoader)  # noqa: S506 - a SafeLoader subclass
+    except UnicodeDecodeError as error:
+        raise ValueError(f"`{flag}` {path} is not UTF-8 text ({error.reason} at byte {error.start}).") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise ValueError(f"`{flag}` {path}{where}: not valid YAML ({problem}).") from None
+
+
+def refuse_file_as_folder(path: str | None, flag: str) -> None:
+    """An output folder given as the path of an existing file is refused before any work, naming `flag`."""
+    if path and os.path.exists(path) and not os.path.isdir(path):
+        raise ValueError(f"`{flag}` {path} is an existing file; give a folder (it is created if missing).")

@@ -11,6 +11,9 @@ checked (keys, model path, data rows) is checked before anything is written.
 
 from __future__ import annotations
 
+import dataclasses
+
+from ..tasks.base import require_model
 from .base import Command, dataclass_parser, other_tasks, parse, recipe_and_task
 
 
@@ -19,7 +22,11 @@ class TrainCommand(Command):
     help = "fine-tune from a YAML recipe: constrained-sft train --config <recipe.yaml> [--field value ...]"
 
     def run(self, argv: list[str], prog: str) -> int:
-        _, task, argv = recipe_and_task(argv, prog)
+        recipe, task, argv = recipe_and_task(argv, prog)
+        fields = {f.name for cls in task.parser_classes() for f in dataclasses.fields(cls)}
+        given = recipe.get("model_name_or_path") or any(a.startswith("--model_name_or_path") for a in argv)
+        if "model_name_or_path" in fields and not given and not any(a in ("-h", "--help") for a in argv):
+            require_model(None)  # said first: the config's own checks (bf16 on a CPU) would otherwise come first
         description = (
             f"Fine-tune from a YAML recipe: {prog} --config <recipe.yaml> [--field value ...]. Command-line values "
             "override the recipe's; `task` (sft, classification or video) chooses what is trained."

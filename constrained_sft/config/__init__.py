@@ -15,7 +15,7 @@ from trl import SFTConfig
 
 from .constraint_fields import CONSOLE_FORMATS, CONSTRAINT_MODES, DUAL_OPTIMIZERS, ConstraintArguments, is_number
 from .noise_fields import NoiseArguments, training_level
-from .run_fields import NONFINITE_POLICIES, RunArguments
+from .run_fields import NONFINITE_POLICIES, RunArguments, clearer_precision_error
 
 __all__ = [
     "CONSOLE_FORMATS",
@@ -43,7 +43,8 @@ class ConstrainedSFTConfig(ConstraintArguments, NoiseArguments, RunArguments, SF
         self._validate_constraint_arguments()
         self._validate_noise_arguments()
         self._validate_run_arguments()
-        super().__post_init__()
+        with clearer_precision_error():
+            super().__post_init__()
 
 
 @dataclass
@@ -57,4 +58,5 @@ class ConstrainedConfig(ConstraintArguments, NoiseArguments, RunArguments, Train
         self._validate_constraint_arguments()
         self._validate_noise_arguments()
         self._validate_run_arguments()
-        super().__post_init__()
+        with clearer_precision_error():
+            super().__post_init__()

@@ -6,6 +6,7 @@ naming the field before any work instead of failing inside PyTorch or transforme
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 
@@ -92,3 +93,17 @@ def _check_inherited(args) -> None:
             raise ValueError(
                 f"`max_length` must be an integer >= 1 (tokens), or None (no truncation), got {length!r}."
             )
+
+
+@contextlib.contextmanager
+def clearer_precision_error():
+    """transformers refuses bf16 / fp16 without a GPU that has it in words that name no field; name them."""
+    try:
+        yield
+    except ValueError as error:
+        if "bf16/gpu" not in str(error) and "fp16" not in str(error):
+            raise
+        raise ValueError(
+            "`bf16` / `fp16` is on (SFTConfig's default is `bf16: true`) but this machine has no GPU that supports "
+            "it: pass `--bf16 false --use_cpu true` to train on the CPU (in fp32), or run on a GPU."
+        ) from None

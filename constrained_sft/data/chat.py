@@ -21,10 +21,11 @@ from typing import Any
 from datasets import Dataset, DatasetDict, load_dataset
 
 from ..utils import check_fields
+from .errors import DataError
+from .local_files import LOCAL_LOADERS, load_local
 
 FORMATS = ("auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text")
 CONVERSATION_MODES = ("messages", "first_turn")
-LOCAL_LOADERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 SHAREGPT_ROLES = {
     "human": "user",
     "user": "user",
@@ -35,10 +36,6 @@ SHAREGPT_ROLES = {
     "bard": "assistant",
     "system": "system",
 }
-
-
-class DataError(ValueError):
-    """A dataset that cannot be trained on: a missing column, a malformed row, an unknown source."""
 
 
 @dataclass
@@ -156,31 +153,6 @@ def load_source(args: DataArguments) -> DatasetDict:
     if name.startswith((".", "/", "~")) or name.endswith(tuple(LOCAL_LOADERS)):
         raise DataError(f"`dataset_name` {name!r} looks like a local path but does not exist.")
     return load_dataset(name, args.dataset_config)
-
-
-def load_local(path: str) -> DatasetDict:
-    if os.path.isdir(path):
-        files = sorted(os.path.join(path, f) for f in os.listdir(path) if os.path.splitext(f)[1] in LOCAL_LOADERS)
-        if not files:
-            raise DataError(f"Folder {path!r} holds no {sorted(LOCAL_LOADERS)} file.")
-        by_split: dict[str, list[str]] = {}
-        for f in files:  # train.jsonl / test.jsonl become splits; anything else is training data
-            stem = os.path.splitext(os.path.basename(f))[0]
-            by_split.setdefault(stem if stem in ("train", "test", "validation", "eval") else "train", []).append(f)
-        kinds = {LOCAL_LOADERS[os.path.splitext(f)[1]] for f in files}
-        if len(kinds) > 1:
-            raise DataError(f"Folder {path!r} mixes file types {sorted(kinds)}; keep one.")
-        return load_dataset(kinds.pop(), data_files=by_split)
-    ext = os.path.splitext(path)[1]
-    if ext not in LOCAL_LOADERS:
-        raise DataError(f"`dataset_name` {path!r}: unsupported data file; use one of {sorted(LOCAL_LOADERS)}.")
-    try:
-        return load_dataset(LOCAL_LOADERS[ext], data_files={"train": path})
-    except Exception as e:  # pyarrow / json errors on a broken file
-        raise DataError(
-            f"`dataset_name` {path!r}: could not read it as {LOCAL_LOADERS[ext]} ({e}); it must hold rows, one object "
-            "per training example."
-        ) from e
 
 
 # --- formats ----------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import bz2
 import csv
 import importlib.util
+import logging
 import os
 import zlib
 from dataclasses import dataclass, field
@@ -19,10 +20,12 @@ from dataclasses import dataclass, field
 from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
 
 from ..utils import check_fields
-from .chat import DataError, carve, load_local
+from .chat import DataError, carve
+from .local_files import load_local
 
 RT_FILE = os.path.join("data", "rotten_tomatoes_corpus_full.csv.bz2")
 BBC_DIR = os.path.join("bbcnews", "data")
+logger = logging.getLogger(__name__)
 OFFLINE_SOURCES = ("pkg:rotten-tomatoes", "pkg:bbc-news")
 
 
@@ -150,7 +153,7 @@ def prepare(ds: Dataset, args: ClassificationDataArguments, names: list[str], to
         named = ", ".join(f"`{fields[c]}` {c!r}" for c in missing)
         raise DataError(f"The {split} split has no column for {named}; it has {ds.column_names}.")
     ids = {n: i for i, n in enumerate(names)}
-    keep = []
+    keep, unlabeled = [], 0
     for i, row in enumerate(ds):
         label = row[args.label_column]
         if isinstance(label, str):
@@ -158,6 +161,7 @@ def prepare(ds: Dataset, args: ClassificationDataArguments, names: list[str], to
                 raise DataError(f"{split} row {i}: label {label!r} is not one of the classes {names}.")
             label = ids[label]
         if isinstance(label, int) and label < 0:  # e.g. GLUE test splits are unlabeled (-1)
+            unlabeled += 1
             continue
         if not isinstance(label, int) or label >= len(names):
             raise DataError(f"{split} row {i}: label {label!r} is outside 0..{len(names) - 1} ({len(names)} classes).")
@@ -166,7 +170,15 @@ def prepare(ds: Dataset, args: ClassificationDataArguments, names: list[str], to
                 raise DataError(f"{split} row {i}: `{col}` must be a non-empty string, got {row[col]!r:.60}.")
         keep.append((i, label))
     if not keep:
-        raise DataError(f"The {split} split has no labeled row.")
+        raise DataError(f"The {split} split has no labeled row ({unlabeled} rows labelled < 0, i.e. unlabeled).")
+    if unlabeled:
+        logger.warning(
+            "Dropped %d of %d %s rows labelled < 0 (unlabeled, as in GLUE test splits); %d rows remain.",
+            unlabeled,
+            len(ds),
+            split,
+            len(keep),
+        )
     ds = ds.select([i for i, _ in keep])
     labels = [label for _, label in keep]
     pair = args.text_pair_column

@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from ..data import ModelPathError, ModelSpec
 from ..noise import embedding_sigma
 from ..tasks import TASKS, Measure, get_task
-from ..utils import check_fields
+from ..utils import check_fields, refuse_file_as_folder
 from .compare import bands, check_pairs, compare
 from .levels import evaluate_level
 from .loading import recorded_gamma, reference_sigma, trained_layers, training_report, versions
@@ -107,6 +107,7 @@ class RobustnessArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        refuse_file_as_folder(self.output_dir, "--output_dir")
 
     def validate(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> None:
         """Every field checked before any work; `arms`: models given by the caller instead of --models / --arm."""

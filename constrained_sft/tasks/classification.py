@@ -37,8 +37,8 @@ from ..models import (
     UTConfig,
     UTForSequenceClassification,
 )
-from ..trainers import ConstrainedTrainer
-from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio
+from ..trainers import ConstrainedTrainer, check_output_dir
+from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio, require_model
 from .training import train_and_report
 
 NAME = "classification"
@@ -167,7 +167,9 @@ class ClassificationTask(Task):
 
     def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
         script, model_args = recipe.script, recipe.model
+        require_model(model_args.model_name_or_path)
         path = resolve_model_path(model_args.model_name_or_path)
+        check_output_dir(recipe.training, path, recipe.training.resume_from_checkpoint)  # before any work
         tokenizer = load_tokenizer(path, model_args.model_revision)
         config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
         num_labels = config.num_labels if has_classification_head(config) else None

@@ -14,6 +14,7 @@ import re
 
 from trl import TrlParser
 
+from ..utils import read_yaml
 from . import DEFAULT_TASK, Recipe, Task, get_task
 
 HELP = ("-h", "--help")
@@ -43,12 +44,9 @@ def read_recipe(path: str | None, flag: str = "--config") -> dict:
     """The YAML recipe at `path` ({} without one), refused unless it is a mapping of field names to values."""
     if path is None:
         return {}
-    import yaml
-
     if not os.path.isfile(path):
         raise ValueError(f"`{flag}` {path!r} is not a file; give the path of a YAML recipe (see recipes/).")
-    with open(path) as f:
-        recipe = yaml.safe_load(f)
+    recipe = read_yaml(path, flag)
     if recipe is not None and not isinstance(recipe, dict):
         raise ValueError(
             f"`{flag}` {path} must be a YAML mapping of field names to values (see recipes/), got a "

@@ -28,8 +28,8 @@ from ..data import (
     load_train_eval,
     resolve_model_path,
 )
-from ..trainers import ConstrainedSFTTrainer
-from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio
+from ..trainers import ConstrainedSFTTrainer, check_output_dir
+from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio, require_model
 from .training import train_and_report
 
 NAME = "sft"
@@ -85,9 +85,11 @@ class SFTTask(Task):
         return Recipe(script, model, training)
 
     def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
+        require_model(recipe.model.model_name_or_path)
         model_path = resolve_model_path(recipe.model.model_name_or_path)
-        train_dataset, eval_dataset = load_train_eval(recipe.script)
         recipe.training.model_init_kwargs = init_kwargs(recipe.model, recipe.training)
+        check_output_dir(recipe.training, model_path, recipe.training.resume_from_checkpoint)  # before any work
+        train_dataset, eval_dataset = load_train_eval(recipe.script)
         trainer = ConstrainedSFTTrainer(
             model=model_path,
             args=recipe.training,

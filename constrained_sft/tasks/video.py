@@ -43,7 +43,7 @@ from ..models import (
     ViTDenoiserConfig,
     ViTForDenoising,
 )
-from ..trainers import ConstrainedTrainer
+from ..trainers import ConstrainedTrainer, check_output_dir
 from ..utils import write_json
 from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio
 from .training import train_and_report
@@ -211,6 +211,7 @@ class VideoTask(Task):
 
     def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
         script, training_args = recipe.script, recipe.training
+        check_output_dir(training_args, None, training_args.resume_from_checkpoint)  # before any work
         splits = load_video(script, script.sequence_axis)
         trainer = denoiser_trainer(build_denoiser(script, splits.sigma_x), training_args, splits.train, splits.test)
         if trainer.is_world_process_zero():

@@ -10,6 +10,8 @@ May import: `constrained_sft.config`, `utils`, `constraints`, `readout`, `noise`
 
 from .classifier import ConstrainedTrainer
 from .mixin import BatchScore, ConstrainedTrainerMixin
+from .nonfinite import NonFiniteStepError
+from .output_dir import OutputDirError, check_output_dir
 from .sft import ConstrainedSFTTrainer, auto_tokens_per_sequence
 
 __all__ = [
@@ -17,5 +19,8 @@ __all__ = [
     "ConstrainedSFTTrainer",
     "ConstrainedTrainer",
     "ConstrainedTrainerMixin",
+    "NonFiniteStepError",
+    "OutputDirError",
     "auto_tokens_per_sequence",
+    "check_output_dir",
 ]

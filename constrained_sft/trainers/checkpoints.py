@@ -13,9 +13,9 @@ import os
 import re
 import shutil
 
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..constraints.state_io import ConstraintStateError, load_state, read_state, save_state
+from ..constraints.state_io import ConstraintStateError, read_state
 from ..utils import write_json
 
 logger = logging.getLogger(__name__)
@@ -32,9 +32,36 @@ class CheckpointError(ValueError):
 
 
 def mark_complete(directory: str, global_step: int) -> None:
-    """Written last, by the main process, once every rank has saved: the folder is whole from here on."""
+    """Written last, by the main process, once every rank has saved: the folder is whole from here on. The size of
+    every file is recorded, so a file truncated or replaced later is found before resuming."""
     files = sorted(name for name in os.listdir(directory) if name != MARKER)
-    write_json(os.path.join(directory, MARKER), {"global_step": global_step, "files": files})
+    sizes = {name: os.path.getsize(os.path.join(directory, name)) for name in files}
+    write_json(os.path.join(directory, MARKER), {"global_step": global_step, "files": files, "sizes": sizes})
+
+
+def file_problem(path: str, size: int | None) -> str | None:
+    """None if the checkpoint file at `path` reads as what its name says, else what is wrong. Cheap: sizes, JSON,
+    the safetensors header, the zip directory of a `torch.save` file; never the tensors themselves."""
+    import zipfile
+
+    name = os.path.basename(path)
+    if size is not None and os.path.getsize(path) != size:
+        return f"{name} is {os.path.getsize(path)} bytes but was saved as {size} (truncated or replaced)"
+    try:
+        if name.endswith(".json"):
+            with open(path) as f:
+                json.load(f)
+        elif name.endswith(".safetensors"):
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt"):
+                pass
+        elif name.endswith((".pt", ".pth", ".bin")) and os.path.isfile(path):
+            with zipfile.ZipFile(path):
+                pass
+    except Exception as error:  # noqa: BLE001 - any reader error means the file cannot be resumed from
+        return f"{name} is damaged ({type(error).__name__}: {str(error)[:120]})"
+    return None
 
 
 def remove_if_incomplete(directory: str) -> bool:
@@ -52,14 +79,16 @@ def checkpoint_problem(directory: str) -> str | None:
         return f"{INCOMPLETE}, no {MARKER}: the run was stopped while saving it"
     try:
         with open(marker) as f:
-            files = json.load(f)["files"]
-        with open(os.path.join(directory, TRAINER_STATE)) as f:
-            json.load(f)
+            saved = json.load(f)
+        files, sizes = saved["files"], saved.get("sizes", {})
     except (OSError, ValueError, KeyError, TypeError) as error:
-        return f"damaged ({type(error).__name__}: {error})"
+        return f"damaged {MARKER} ({type(error).__name__}: {error})"
     missing = [name for name in files if not os.path.exists(os.path.join(directory, name))]
     if missing:
         return f"damaged: {', '.join(missing)} listed in {MARKER} but missing"
+    for name in [*files, *([TRAINER_STATE] if TRAINER_STATE not in files else [])]:
+        if problem := file_problem(os.path.join(directory, name), sizes.get(name)):
+            return f"damaged: {problem}"
     try:
         read_state(directory)
     except ConstraintStateError as error:
@@ -93,6 +122,13 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str, l
                 f"`resume_from_checkpoint` {path} is not a directory; allowed: True (the newest complete checkpoint in "
                 "output_dir), False, or a checkpoint folder."
             )
+        inside = [p for _, p in checkpoints(path)]
+        if inside and not os.path.isfile(os.path.join(path, MARKER)):
+            newest = next((p for p in inside if checkpoint_problem(p) is None), None)
+            raise CheckpointError(
+                f"`resume_from_checkpoint` {path} is a run folder, not a checkpoint; pass one of its checkpoint-<step> "
+                f"folders (the newest complete: {newest}), or `true` with `output_dir` {path}."
+            )
         problem = checkpoint_problem(path)
         if problem is not None:
             parent = os.path.dirname(os.path.abspath(path))
@@ -122,74 +158,3 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str, l
     for name, why in skipped if log else []:
         logger.warning("Skipped %s (%s); resuming from %s.", name, why, path or "step 0, no checkpoint is complete")
     return path
-
-
-class CheckpointingMixin:
-    """
-    The checkpoint side of a constrained trainer (mixed in before a `transformers.Trainer` subclass that has a
-    `primal_dual`): the constraint state saved beside the optimizer's and restored with it, saves a kill cannot leave
-    half-done, `resume_from_checkpoint=True` resolved to the newest complete checkpoint, and no step past the end.
-    """
-
-    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
-        """`Trainer.train`; `resume_from_checkpoint=True` takes the newest *complete* checkpoint (see `resolve_resume`)."""
-        checkpoint = resolve_resume(resume_from_checkpoint, self.args.output_dir, log=self.is_world_process_zero())
-        return super().train(checkpoint, *args, **kwargs)
-
-    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
-        super()._save_optimizer_and_scheduler(output_dir)
-        if self.args.should_save:
-            save_state(self.primal_dual, output_dir)
-
-    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:  # a missing, damaged or foreign state is refused, naming the file
-            load_state(self.primal_dual, checkpoint)
-
-    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
-        """
-        transformers' save, with the training arguments as JSON (`training_args.json`, `*_token` secrets masked)
-        instead of the pickled `training_args.bin`, which holds the arguments as a Python object, a Hub token in clear
-        included, and can only be read by unpickling.
-        """
-        super()._save(output_dir, state_dict)
-        if not self.args.should_save:  # transformers calls `_save` on every rank; only the main one writes
-            return
-        output_dir = output_dir if output_dir is not None else self.args.output_dir
-        pickled = os.path.join(output_dir, "training_args.bin")
-        if os.path.exists(pickled):
-            os.remove(pickled)
-        settings = self.args.to_dict()  # masks every `*_token`; the tokenizer's own tokens are no secret
-        settings.update({k: getattr(self.args, k) for k in ("eos_token", "pad_token") if hasattr(self.args, k)})
-        write_json(os.path.join(output_dir, ARGS_JSON), settings)
-
-    def _save_checkpoint(self, model, trial) -> None:
-        """
-        transformers' save, framed so that a kill at any moment leaves either a complete checkpoint or one that
-        `resume_from_checkpoint=True` skips: leftovers of a cut-short save of the same step are removed first, and
-        the completion marker is written once every rank has saved, before older checkpoints are rotated away.
-        """
-        run_dir = self._get_output_dir(trial=trial)
-        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        if self.args.should_save and remove_if_incomplete(folder):
-            logger.info("Removed %s, left incomplete by an interrupted save, before saving it again.", folder)
-        self.accelerator.wait_for_everyone()
-        limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotate once this one is complete
-        try:
-            super()._save_checkpoint(model, trial)
-        finally:
-            self.args.save_total_limit = limit
-        self.accelerator.wait_for_everyone()  # every rank's files (its RNG state, its shards) are on disk
-        if self.args.should_save:
-            mark_complete(folder, self.state.global_step)
-            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint, use_mtime=True)
-
-    def _run_epoch(self, *args, **kwargs):
-        """
-        transformers enters an epoch without checking the step budget, so a run resumed from the checkpoint of its
-        last step would train one step more (and move the multipliers); a finished run resumes to nothing to do.
-        """
-        if self.state.global_step >= self.state.max_steps > 0:
-            self.control.should_training_stop = True
-            return None
-        return super()._run_epoch(*args, **kwargs)

@@ -22,6 +22,7 @@ from ..constraints import LayerLosses
 from ..readout import ClassifierReadout, ReadoutError, per_example_loss
 from ..utils import unwrap_model
 from .mixin import BatchScore, ConstrainedTrainerMixin, constrained_args
+from .output_dir import refusal_leaves_nothing, run_identity
 
 
 class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
@@ -58,24 +59,28 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
             args = ConstrainedConfig(output_dir=f"{type(unwrap_model(model)).__name__}-Constrained")
         else:
             args = constrained_args(args, ConstrainedConfig, type(self).__name__)
-        super().__init__(model, args, *rest, **kwargs)
-        base = unwrap_model(self.model)
-        config = getattr(base, "config", None)
-        if loss is None:
-            loss = _default_loss(base, config)
-        self.loss_fn = per_example_loss(loss)
-        self.loss_name = loss if isinstance(loss, str) else getattr(loss, "__name__", "custom")
-        self.readout = readout if readout is not None else ClassifierReadout.from_model(base)
-        self.num_layers = num_layers if num_layers is not None else getattr(config, "num_hidden_layers", None)
-        if not isinstance(self.num_layers, int) or self.num_layers < 1:
-            raise ValueError(
-                f"`num_layers`: {type(base).__name__} has no `config.num_hidden_layers`; pass num_layers=L, the "
-                "number of layers whose outputs `hidden_states` holds after the input (an integer >= 1)."
-            )
-        self.model_accepts_loss_kwargs = False
-        self._init_constraints(self.num_layers)
-        self._accuracy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
-        self._verified = False
+        self.run_identity = run_identity(args, model)
+        with refusal_leaves_nothing(args) as self.output_dir_existed:
+            super().__init__(model, args, *rest, **kwargs)
+            base = unwrap_model(self.model)
+            config = getattr(base, "config", None)
+            if loss is None:
+                loss = _default_loss(base, config)
+            self.loss_fn = per_example_loss(loss)
+            self.loss_name = loss if isinstance(loss, str) else getattr(loss, "__name__", "custom")
+            self.readout = readout if readout is not None else ClassifierReadout.from_model(base)
+            self.num_layers = num_layers if num_layers is not None else getattr(config, "num_hidden_layers", None)
+            if not isinstance(self.num_layers, int) or self.num_layers < 1:
+                raise ValueError(
+                    f"`num_layers`: {type(base).__name__} has no `config.num_hidden_layers`; pass num_layers=L, the "
+                    "number of layers whose outputs `hidden_states` holds after the input (an integer >= 1)."
+                )
+            self.model_accepts_loss_kwargs = False
+            for name, dataset in (("train_dataset", self.train_dataset), ("eval_dataset", self.eval_dataset)):
+                check_labels(dataset, name, self.loss_name, getattr(config, "num_labels", None))
+            self._init_constraints(self.num_layers)
+            self._accuracy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+            self._verified = False
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         noise = self._noise(model, inputs)
@@ -169,6 +174,35 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
                 correct / total
             )
         super().log(logs, start_time)
+
+
+def check_labels(dataset, name: str, loss: str, num_labels: int | None) -> None:
+    """
+    The `labels` column of a `datasets.Dataset` (one Arrow column read, no rows decoded) against the loss: class ids
+    in 0..num_labels-1 for cross-entropy, finite numbers for squared error. A bad target is refused naming the
+    dataset, the row and the allowed values, before training, instead of failing (or training to NaN) at its step.
+    """
+    columns = getattr(dataset, "column_names", None)
+    if isinstance(dataset, dict):
+        for key, part in dataset.items():
+            check_labels(part, f"{name}[{key!r}]", loss, num_labels)
+        return
+    if not columns or "labels" not in columns or loss not in ("cross_entropy", "squared_error"):
+        return
+    values = torch.as_tensor(dataset.with_format("torch")["labels"]).reshape(len(dataset), -1).double()
+    if loss == "squared_error":
+        bad = ~torch.isfinite(values).all(-1)
+        allowed = "finite numbers (regression targets)"
+    else:
+        top = (num_labels or 0) - 1
+        bad = (values != values.round()).any(-1) | (values < 0).any(-1) | (values > top).any(-1) if top >= 0 else None
+        allowed = f"class ids 0..{top} (the head's `num_labels`={num_labels})"
+    if bad is not None and bool(bad.any()):
+        row = int(bad.nonzero()[0])
+        raise ValueError(
+            f"`{name}` row {row}: `labels` {values[row].tolist()} — labels must be {allowed}; "
+            f"{int(bad.sum())} of {len(values)} rows are not."
+        )
 
 
 def _default_loss(base, config) -> str:

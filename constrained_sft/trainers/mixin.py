@@ -24,7 +24,7 @@ from ..constraints.feasibility import bound_message, verdict_message
 from ..constraints.state_io import REPORT
 from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_noise, embedding_sigma
 from ..utils import write_json
-from .checkpoints import CheckpointingMixin
+from .checkpointing import CheckpointingMixin
 from .console import use_compact_console
 from .nonfinite import handle_nonfinite
 
@@ -43,6 +43,13 @@ class BatchScore:
 
     examples: dict[str, torch.Tensor]
     layers: LayerLosses
+
+
+def check_not_empty(**datasets: Any) -> None:
+    """Refuse, naming it, a dataset with no rows: TRL and transformers fail on one deep inside (StopIteration)."""
+    for name, dataset in datasets.items():
+        if dataset is not None and not isinstance(dataset, dict) and hasattr(dataset, "__len__") and not len(dataset):
+            raise ValueError(f"`{name}` has no rows; give at least one example (or leave it None).")
 
 
 def constrained_args(args: Any, config_class: type, trainer: str) -> Any:
@@ -107,6 +114,7 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
                 f"{type(self).__name__} needs a config with the constraint fields (e.g. `ConstrainedSFTConfig`), got "
                 f"{type(args).__name__}."
             )
+        check_not_empty(train_dataset=self.train_dataset, eval_dataset=self.eval_dataset)  # after TRL's filters
         spec = DescentConstraints.resolve(
             num_layers, args.constrained_layers, args.descent_alpha, args.descent_epsilon
         )

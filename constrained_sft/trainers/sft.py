@@ -13,7 +13,8 @@ from ..config import ConstrainedSFTConfig
 from ..constraints import LayerLosses
 from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
 from ..utils import unwrap_model
-from .mixin import BatchScore, ConstrainedTrainerMixin, constrained_args
+from .mixin import BatchScore, ConstrainedTrainerMixin, check_not_empty, constrained_args
+from .output_dir import refusal_leaves_nothing, run_identity
 
 
 def _flops_per_token(config, seq_len: int) -> float:
@@ -36,6 +37,28 @@ def auto_tokens_per_sequence(
     per_token = 6 * head_shape[0] * head_shape[1]
     total = budget * _flops_per_token(config, T) * B * T / (readouts * per_token)
     return max(1, int(total // max(sequences, 1)))
+
+
+def check_positions(dataset, args: ConstrainedSFTConfig, config) -> None:
+    """
+    Refuse, naming `max_length`, training sequences longer than the model's positions (learned position embeddings
+    fail with an IndexError at the first such batch; rotary ones run past the context they were trained on): packed
+    rows are `max_length` long, unpacked ones as long as their longest tokenized row (one Arrow column read).
+    """
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if not isinstance(positions, int) or dataset is None or not hasattr(dataset, "column_names"):
+        return
+    if args.packing:
+        longest = args.max_length or 0
+    elif "input_ids" in dataset.column_names and len(dataset):
+        longest = max(len(ids) for ids in dataset["input_ids"])
+    else:
+        return
+    if longest > positions:
+        raise ValueError(
+            f"`max_length` {args.max_length} lets training sequences of {longest} tokens through, but the model has "
+            f"{positions} positions (`max_position_embeddings`); set `max_length` <= {positions}."
+        )
 
 
 class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
@@ -69,16 +92,26 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             args = ConstrainedSFTConfig(f"{name.split('/')[-1]}-ConstrainedSFT")
         else:
             args = constrained_args(args, ConstrainedSFTConfig, type(self).__name__)
-        super().__init__(model, args, *rest, **kwargs)
-        base = unwrap_model(self.model)
-        self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
-        num_layers = base.config.get_text_config().num_hidden_layers
-        self._init_constraints(num_layers)
-        self.probe = LayerProbe(self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm)
-        self.probe.attach(base)
-        # the model may outlive this trainer (or be handed to another): its forward is restored when the trainer
-        # goes, or at `detach_probe()`
-        self._detach_probe = weakref.finalize(self, self.probe.detach, base)
+        self.run_identity = run_identity(args, model)
+        with refusal_leaves_nothing(args) as self.output_dir_existed:
+            check_not_empty(train_dataset=kwargs.get("train_dataset"), eval_dataset=kwargs.get("eval_dataset"))
+            if not isinstance(model, str) and not hasattr(model, "generation_config"):
+                raise ReadoutError(
+                    f"`model`: ConstrainedSFTTrainer trains causal language models; {type(model).__name__} has no LM "
+                    "head (no `generation_config`). Load it with AutoModelForCausalLM, or train a classifier with "
+                    "ConstrainedTrainer."
+                )
+            super().__init__(model, args, *rest, **kwargs)
+            base = unwrap_model(self.model)
+            check_positions(self.train_dataset, args, base.config.get_text_config())
+            self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
+            num_layers = base.config.get_text_config().num_hidden_layers
+            self._init_constraints(num_layers)
+            self.probe = LayerProbe(self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm)
+            self.probe.attach(base)
+            # the model may outlive this trainer (or be handed to another): its forward is restored when the trainer
+            # goes, or at `detach_probe()`
+            self._detach_probe = weakref.finalize(self, self.probe.detach, base)
 
     def detach_probe(self) -> None:
         """Give the model back its own forward (idempotent); the trainer cannot train or evaluate afterwards."""

@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from ...data import ModelSpec
 from ...noise import embedding_noise, embedding_sigma, parse_levels
 from ...tasks.sft import load_causal_lm
-from ...utils import check_fields, write_json
+from ...utils import check_fields, refuse_file_as_folder, write_json
 from ..loading import reference_sigma
 
 ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions, the set AlpacaEval's length control is fitted on
@@ -70,6 +70,7 @@ class GenerateArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        refuse_file_as_folder(self.output_dir, "--output_dir")
 
     def validate(self) -> None:
         if not self.model or not self.output_dir:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...utils import check_fields, write_json
+from ...utils import check_fields, refuse_file_as_folder, write_json
 from .generate import GenerationError, output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
 from .judges import (
@@ -78,6 +78,7 @@ class AlpacaArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        refuse_file_as_folder(self.output_dir, "--output_dir")
 
 
 def levels(generations: str, name: str) -> list[float]:

@@ -1,0 +1,209 @@
+"""
+Output folders that protect work. transformers 5 removed `overwrite_output_dir`, so nothing upstream stops a run from
+writing over the model it starts from, or into a folder that holds another run's checkpoints (which a later
+`resume_from_checkpoint=True` would then pick up). Here a run has an identity, a hash of its resolved configuration
+and model source stored in `<output_dir>/run.json`, and before any work:
+
+- an `output_dir` that is a file, or that is, lies inside or contains the starting model's folder, is refused;
+- a folder holding a *different* run's model or checkpoints (another identity, or none) is refused unless the user
+  resumes it (`resume_from_checkpoint`: the changed fields are listed in a warning) or says
+  `overwrite_output_dir: true` (its checkpoints are then removed before training, so no resume can pick them up);
+- the same run's folder is resumed from its newest complete checkpoint (as transformers' example scripts do), with a
+  line naming the checkpoint and its step; `resume_from_checkpoint: false` there needs `overwrite_output_dir: true`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+from ..utils import write_json
+from .checkpoints import CheckpointError, checkpoint_problem, checkpoints
+
+logger = logging.getLogger(__name__)
+
+RUN_JSON = "run.json"
+MODEL_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "adapter_config.json")
+# fields that change what is logged, saved or shown, never the trained weights
+BOOKKEEPING = {
+    "output_dir", "logging_dir", "run_name", "resume_from_checkpoint", "overwrite_output_dir", "report_to",
+    "disable_tqdm", "console_format", "feasibility_window", "nonfinite_steps", "push_to_hub", "hub_model_id",
+    "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "per_device_eval_batch_size",
+    "eval_accumulation_steps", "eval_delay", "eval_on_start", "eval_steps", "eval_strategy", "eval_noise_gammas",
+    "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_prefetch_factor", "trackio_space_id",
+}  # fmt: skip
+BOOKKEEPING_PREFIXES = ("logging_", "save_", "hub_", "include_")
+
+
+class OutputDirError(ValueError):
+    """An `output_dir` a run must not write to; the message names the folder, why, and the flag that allows it."""
+
+
+def model_folder(model: Any) -> str | None:
+    """The local folder a model (a path, or a loaded model's `name_or_path`) was read from, else None."""
+    source = model_source(model)
+    return os.path.abspath(source) if isinstance(source, str) and os.path.isdir(source) else None
+
+
+def model_source(model: Any) -> str | None:
+    """A model's source: the path or id it is given as, or a loaded model's `name_or_path` (None: built in code)."""
+    source = model if isinstance(model, str) else getattr(getattr(model, "config", None), "_name_or_path", None)
+    return source or None
+
+
+def run_identity(args: Any, model: Any) -> dict[str, Any]:
+    """
+    {"id", "model", "config"}: the fields that decide the trained weights and a short hash of them, and the model's
+    source (compared only where both runs know it: a model built in code has none).
+    """
+    settings = {
+        k: v
+        for k, v in args.to_dict().items()
+        if k not in BOOKKEEPING and not k.startswith(BOOKKEEPING_PREFIXES) and not k.endswith("_token")
+    }
+    config = json.loads(json.dumps(settings, default=str))
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    return {"id": digest, "model": model_source(model), "config": config}
+
+
+def same_run(saved: dict[str, Any] | None, identity: dict[str, Any]) -> bool:
+    """Whether a folder's `run.json` is this run's: same configuration, and the same model where both name one."""
+    if saved is None or saved.get("id") != identity["id"]:
+        return False
+    return not (saved.get("model") and identity["model"]) or saved["model"] == identity["model"]
+
+
+def _relation(output_dir: str, model_dir: str) -> str | None:
+    out, src = os.path.realpath(output_dir), os.path.realpath(model_dir)
+    if out == src:
+        return "is"
+    if out.startswith(src + os.sep):
+        return "lies inside"
+    if src.startswith(out + os.sep):
+        return "contains"
+    return None
+
+
+def _changed(saved: dict[str, Any], current: dict[str, Any]) -> str:
+    keys = sorted(set(saved.get("config", {})) | set(current["config"]))
+    diffs = [k for k in keys if saved.get("config", {}).get(k) != current["config"].get(k)]
+    if saved.get("model") != current["model"]:
+        diffs.insert(0, "model")
+    shown = ", ".join(f"`{k}`" for k in diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
+    return shown or "none of the fields (a run.json of another format)"
+
+
+def check_output_dir(args: Any, model: Any, resume: Any = None) -> dict[str, Any]:
+    """
+    Refuse an `output_dir` this run must not write to (see the module docstring); return the run's identity. `model`
+    is a path, a loaded model, or None (built in code); `resume` the `resume_from_checkpoint` training is called
+    with. Reads only: nothing is created or removed here (see [`prepare_output_dir`]).
+    """
+    out = args.output_dir
+    _refuse_file(out)
+    model_dir = model_folder(model)
+    if model_dir is not None and (how := _relation(out, model_dir)):
+        raise OutputDirError(
+            f"`output_dir` {out} {how} the folder of the model training starts from ({model_dir}, "
+            "`model_name_or_path`): saving there would overwrite or mix with that model. Choose another `output_dir`."
+        )
+    identity = run_identity(args, model)
+    if not os.path.isdir(out):
+        return identity
+    saved = _read_run_json(out)
+    found = [p for _, p in checkpoints(out)]
+    holds_model = any(os.path.exists(os.path.join(out, name)) for name in MODEL_FILES)
+    if same_run(saved, identity):
+        if found and _explicit_false(resume) and not args.overwrite_output_dir:
+            raise OutputDirError(
+                f"`output_dir` {out} holds checkpoints of this same run and `resume_from_checkpoint` is false: "
+                "training from step 0 would write over them. Pass `--resume_from_checkpoint true` to continue, or "
+                "`--overwrite_output_dir true` to start over (its checkpoints are removed)."
+            )
+        return identity
+    if not (found or holds_model or saved is not None):
+        return identity  # other files only (logs, notes): nothing of a run to protect
+    what = "another run" if saved is not None else "a run without run.json (another run, or an older version's)"
+    changed = f" (it differs in {_changed(saved, identity)})" if saved is not None else ""
+    if resume not in (None, False) and not _explicit_false(resume):
+        logger.warning("Resuming %s in %s with other settings%s.", what, out, changed)
+        return identity
+    if args.overwrite_output_dir:
+        return identity
+    holds = ", ".join(filter(None, [f"{len(found)} checkpoint(s)" if found else "", "a model" if holds_model else ""]))
+    raise OutputDirError(
+        f"`output_dir` {out} holds {holds or 'the run.json'} of {what}{changed}. Pass `--resume_from_checkpoint true` "
+        "to continue that run with these settings, `--overwrite_output_dir true` to replace it (its checkpoints are "
+        "removed), or choose another `output_dir`."
+    )
+
+
+def prepare_output_dir(args: Any, identity: dict[str, Any], resume: Any = None) -> None:
+    """At the start of training, on the main process: with `overwrite_output_dir` (and no resume), remove the
+    folder's checkpoints unless they are this run's and resumed; then record this run's identity in `run.json`."""
+    out = args.output_dir
+    resuming = resume not in (None, False) and not _explicit_false(resume)
+    if args.overwrite_output_dir and not resuming:
+        for _, path in checkpoints(out):
+            shutil.rmtree(path)
+            logger.warning("Removed %s (`overwrite_output_dir`).", path)
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, RUN_JSON), identity)
+
+
+def auto_resume(args: Any, identity: dict[str, Any], given: Any) -> str | bool | None:
+    """`resume_from_checkpoint` as given; unset in the same run's folder with a complete checkpoint: True."""
+    if given is not None or args.overwrite_output_dir or not os.path.isdir(args.output_dir):
+        return given
+    same = same_run(_read_run_json(args.output_dir), identity)
+    if same and any(checkpoint_problem(p) is None for _, p in checkpoints(args.output_dir)):
+        return True
+    return given
+
+
+def _explicit_false(value: Any) -> bool:
+    return value is False or (isinstance(value, str) and value.strip().lower() == "false")
+
+
+def _read_run_json(folder: str) -> dict[str, Any] | None:
+    path = os.path.join(folder, RUN_JSON)
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(
+            f"{path} is damaged ({error}); remove it, or pass `--overwrite_output_dir true`."
+        ) from None
+    return value if isinstance(value, dict) else {}
+
+
+@contextlib.contextmanager
+def refusal_leaves_nothing(args: Any, existed: bool | None = None) -> Iterator[bool]:
+    """
+    Around a trainer's construction (and the checks that start training): an `output_dir` that is a file is refused
+    first, and when the block fails (a refused model, data, setting or checkpoint), the folder `Trainer.__init__`
+    created for it is removed again if still empty. Yields whether the folder existed before (`existed`: as recorded
+    at construction).
+    """
+    out = args.output_dir
+    _refuse_file(out)
+    existed = os.path.exists(out) if existed is None else existed
+    try:
+        yield existed
+    except BaseException:
+        if not existed and os.path.isdir(out) and not os.listdir(out):
+            os.rmdir(out)
+        raise
+
+
+def _refuse_file(out: str) -> None:
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise OutputDirError(f"`output_dir` {out} is an existing file; give a folder (it is created if missing).")
