@@ -31,9 +31,13 @@ def check_fits(checkpoint: str, model, spec, constraints: str) -> None:
     config_path = os.path.join(checkpoint, "config.json")
     config = getattr(unwrap_model(model), "config", None)
     if os.path.isfile(config_path) and config is not None:
-        with open(config_path) as f:
-            saved = json.load(f)
-        current = config.to_dict()
+        from transformers import AutoConfig
+
+        try:
+            saved = AutoConfig.from_pretrained(checkpoint)  # defaults filled in (config.json omits num_labels=2)
+        except (OSError, ValueError) as error:
+            raise CheckpointError(f"`resume_from_checkpoint`: {config_path} cannot be read ({error}).") from None
+        saved, current = _shape(saved), _shape(config)
         diffs = [k for k in SHAPE_KEYS if k in saved and k in current and saved[k] != current[k]]
         if diffs:
             shown = ", ".join(f"{k} {saved[k]} vs {current[k]}" for k in diffs)
@@ -62,6 +66,11 @@ def check_fits(checkpoint: str, model, spec, constraints: str) -> None:
                 else "the multipliers "
                 "start from the checkpoint's values (zero for an ERM run) and constraints apply from here on.",
             )
+
+
+def _shape(config) -> dict:
+    """The shape fields a config has (`num_labels` included, which `to_dict()` leaves out)."""
+    return {k: getattr(config, k) for k in SHAPE_KEYS if hasattr(config, k)}
 
 
 def _load_or_refuse(what: str, checkpoint: str, load) -> None:

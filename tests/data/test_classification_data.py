@@ -79,3 +79,19 @@ def test_local_csv_with_label_names_and_bad_labels(tmp_path):
             ),
             tiny_tokenizer(),
         )
+
+
+def test_unlabeled_rows_are_dropped_and_counted(caplog):
+    """Rows labelled < 0 (GLUE's unlabeled test rows) are dropped with a count, never silently."""
+    import logging
+
+    from datasets import Dataset
+
+    from constrained_sft.data.classification import ClassificationDataArguments, prepare
+    from constrained_sft.testing import tiny_tokenizer
+
+    rows = Dataset.from_list([{"text": "s1 s2", "label": -1 if i % 4 == 0 else i % 2} for i in range(12)])
+    with caplog.at_level(logging.WARNING):
+        out = prepare(rows, ClassificationDataArguments(), ["neg", "pos"], tiny_tokenizer(), "train")
+    assert len(out) == 9
+    assert "Dropped 3 of 12 train rows labelled < 0" in caplog.text
