@@ -18,7 +18,11 @@ def test_adds_only_new_fields():
     ours = {f.name for cls in (ConstraintArguments, NoiseArguments, RunArguments) for f in dataclasses.fields(cls)}
     assert not parent & ours
     assert {f.name for f in dataclasses.fields(ConstrainedSFTConfig)} == parent | ours
-    for f in [*dataclasses.fields(ConstraintArguments), *dataclasses.fields(NoiseArguments), *dataclasses.fields(RunArguments)]:
+    for f in [
+        *dataclasses.fields(ConstraintArguments),
+        *dataclasses.fields(NoiseArguments),
+        *dataclasses.fields(RunArguments),
+    ]:
         assert f.metadata.get("help"), f"{f.name} has no help text"
 
 

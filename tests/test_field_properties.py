@@ -12,8 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrained_sft.config import ConstrainedConfig, ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
-from constrained_sft.config import RunArguments
+from constrained_sft.config import (
+    ConstrainedConfig,
+    ConstrainedSFTConfig,
+    ConstraintArguments,
+    NoiseArguments,
+    RunArguments,
+)
 from constrained_sft.evaluation import RobustnessArguments
 from constrained_sft.evaluation.alpaca.generate import GenerateArguments
 from constrained_sft.evaluation.alpaca.judging import AlpacaArguments

@@ -11,6 +11,7 @@ checked (keys, model path, data rows) is checked before anything is written.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 
 from ..tasks.base import require_model
@@ -23,14 +24,15 @@ class TrainCommand(Command):
 
     def run(self, argv: list[str], prog: str) -> int:
         recipe, task, argv = recipe_and_task(argv, prog)
-        fields = {f.name for cls in task.parser_classes() for f in dataclasses.fields(cls)}
-        given = recipe.get("model_name_or_path") or any(a.startswith("--model_name_or_path") for a in argv)
-        if "model_name_or_path" in fields and not given and not any(a in ("-h", "--help") for a in argv):
-            require_model(None)  # said first: the config's own checks (bf16 on a CPU) would otherwise come first
         description = (
             f"Fine-tune from a YAML recipe: {prog} --config <recipe.yaml> [--field value ...]. Command-line values "
             "override the recipe's; `task` (sft, classification or video) chooses what is trained."
         )
         parser = dataclass_parser(task.parser_classes(), prog, description, other_tasks(prog, task))
+        argparse.ArgumentParser.parse_known_args(parser, argv)  # --help, a flag without its value: argparse's own
+        fields = {f.name for cls in task.parser_classes() for f in dataclasses.fields(cls)}
+        given = recipe.get("model_name_or_path") or any(a.startswith("--model_name_or_path") for a in argv)
+        if "model_name_or_path" in fields and not given:
+            require_model(None)  # said first: the config's own checks (bf16 on a CPU) would otherwise come first
         task.train(task.recipe(parse(parser, argv)))
         return 0

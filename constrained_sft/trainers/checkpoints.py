@@ -86,13 +86,13 @@ def checkpoint_problem(directory: str) -> str | None:
     missing = [name for name in files if not os.path.exists(os.path.join(directory, name))]
     if missing:
         return f"damaged: {', '.join(missing)} listed in {MARKER} but missing"
-    for name in [*files, *([TRAINER_STATE] if TRAINER_STATE not in files else [])]:
-        if problem := file_problem(os.path.join(directory, name), sizes.get(name)):
-            return f"damaged: {problem}"
-    try:
+    try:  # first: a constraint state of a newer format is reported as such (and never skipped over)
         read_state(directory)
     except ConstraintStateError as error:
         return str(error)
+    for name in [*files, *([TRAINER_STATE] if TRAINER_STATE not in files else [])]:
+        if problem := file_problem(os.path.join(directory, name), sizes.get(name)):
+            return f"damaged: {problem}"
     return None
 
 

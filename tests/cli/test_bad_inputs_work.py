@@ -155,7 +155,7 @@ def trainer_on(self, rows):
 
     args = ConstrainedSFTConfig(output_dir=str(self.out), report_to="none", use_cpu=True, bf16=False)
     empty = Dataset.from_dict({"prompt": [], "completion": []})
-    ConstrainedSFTTrainer(model=tiny_causal_lm("llama"), args=args, train_dataset=empty if not rows else rows,
+    ConstrainedSFTTrainer(model=tiny_causal_lm("llama"), args=args, train_dataset=rows or empty,
                           processing_class=tiny_tokenizer())  # fmt: skip
 
 
@@ -164,7 +164,10 @@ Ctx.trainer_train, Ctx.trainer_on = trainer_train, trainer_on
 
 def snapshot(*roots):
     return {
-        str(p): hashlib.sha256(p.read_bytes()).hexdigest() for root in roots for p in sorted(root.rglob("*")) if p.is_file()
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest()
+        for root in roots
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
     }
 
 
@@ -207,7 +210,17 @@ class _SnapshotCtx:
 
     def __getattr__(self, name):
         value = getattr(self._ctx, name)
-        if callable(value) and name in ("train", "trainer", "trainer_train", "trainer_on", "robustness", "generate", "alpaca", "config"):
+        if callable(value) and name in (
+            "train",
+            "trainer",
+            "trainer_train",
+            "trainer_on",
+            "robustness",
+            "generate",
+            "alpaca",
+            "config",
+        ):
+
             def wrapped(*a, **k):
                 if not self._taken:
                     self._taken = True

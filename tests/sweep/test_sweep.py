@@ -182,7 +182,7 @@ def test_three_trials_resume_after_sigkill(assets, tmp_path):
         ),
         (
             ["--stage", "search", "--space", "{out}/broken.yaml"],
-            r"`--space` .*broken.yaml is not valid YAML at line 2, column",
+            r"`--space` .*broken.yaml:2:\d+: not valid YAML",
         ),
     ],
 )

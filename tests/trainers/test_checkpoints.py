@@ -5,6 +5,7 @@ import logging
 
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from constrained_sft.constraints import DescentConstraints, LayerLosses, PrimalDual
 from constrained_sft.constraints.state_io import (
@@ -31,7 +32,7 @@ def checkpoint(run, step, complete=True):
     folder = run / f"checkpoint-{step}"
     save_state(primal_dual(), str(folder))
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
-    (folder / "model.safetensors").write_bytes(b"weights")
+    save_file({"weight": torch.zeros(2)}, str(folder / "model.safetensors"))
     if complete:
         mark_complete(str(folder), step)
     return folder
@@ -106,3 +107,11 @@ def test_nothing_to_resume(tmp_path, caplog):
         resolve_resume(True, str(tmp_path))
     with pytest.raises(CheckpointError, match="is not a directory"):
         resolve_resume(str(tmp_path / "checkpoint-9"), str(tmp_path))
+
+
+def test_resume_true_skips_a_checkpoint_whose_weights_file_was_damaged_after_saving(tmp_path, caplog):
+    checkpoint(tmp_path, 2)
+    truncate(checkpoint(tmp_path, 4) / "model.safetensors")
+    with caplog.at_level(logging.WARNING):
+        assert resolve_resume(True, str(tmp_path)) == str(tmp_path / "checkpoint-2")
+    assert "model.safetensors is" in caplog.text and "truncated or replaced" in caplog.text

@@ -28,7 +28,9 @@ def regression_rows(n=16, bad_row=3):
 def test_nan_regression_labels_in_a_dataset_are_refused_before_training(tmp_path):
     args = ConstrainedConfig(output_dir=str(tmp_path / "out"), report_to="none", use_cpu=True)
     with pytest.raises(ValueError, match=r"`train_dataset` row 3: `labels` \[nan\].*finite numbers"):
-        ConstrainedTrainer(model=tiny_encoder(num_labels=1), args=args, train_dataset=Dataset.from_list(regression_rows()))
+        ConstrainedTrainer(
+            model=tiny_encoder(num_labels=1), args=args, train_dataset=Dataset.from_list(regression_rows())
+        )
     with pytest.raises(ValueError, match=r"`eval_dataset` row 0: `labels` \[7.0\].*class ids 0..1"):
         rows = [{"input_ids": [2, 11], "attention_mask": [1, 1], "labels": 7}]
         ConstrainedTrainer(model=tiny_encoder(), args=args, eval_dataset=Dataset.from_list(rows))

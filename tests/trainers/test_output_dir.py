@@ -41,7 +41,9 @@ def test_the_same_run_resumes_its_own_folder_and_says_from_where(tmp_path, caplo
 def test_another_runs_folder_is_refused_naming_what_differs_and_the_flags(tmp_path):
     trainer(tmp_path / "run").train()
     before = {n: os.path.getmtime(tmp_path / "run" / n) for n in os.listdir(tmp_path / "run")}
-    with pytest.raises(OutputDirError, match=r"holds 2 checkpoint\(s\) of another run \(it differs in `learning_rate`\)"):
+    with pytest.raises(
+        OutputDirError, match=r"holds 2 checkpoint\(s\) of another run \(it differs in `learning_rate`\)"
+    ):
         trainer(tmp_path / "run", learning_rate=5e-3).train()
     assert {n: os.path.getmtime(tmp_path / "run" / n) for n in os.listdir(tmp_path / "run")} == before
     with pytest.raises(OutputDirError, match="--resume_from_checkpoint true.*--overwrite_output_dir true"):
@@ -65,14 +67,18 @@ def test_an_explicit_resume_with_other_settings_continues_and_warns(tmp_path, ca
 
 def test_starting_the_same_run_over_without_overwrite_is_refused(tmp_path):
     trainer(tmp_path / "run").train()
-    with pytest.raises(OutputDirError, match="same run and `resume_from_checkpoint` is false.*--resume_from_checkpoint"):
+    with pytest.raises(
+        OutputDirError, match="same run and `resume_from_checkpoint` is false.*--resume_from_checkpoint"
+    ):
         trainer(tmp_path / "run").train(resume_from_checkpoint=False)
 
 
 def test_a_checkpoint_of_another_model_size_is_refused_naming_its_config(tmp_path):
     trainer(tmp_path / "run").train()
     other = trainer(tmp_path / "other", model=tiny_encoder(layers=4, num_labels=3))
-    with pytest.raises(CheckpointError, match=r"checkpoint-2/config.json is a model of another shape \(num_labels 2 vs 3"):
+    with pytest.raises(
+        CheckpointError, match=r"checkpoint-2/config.json is a model of another shape \(num_labels 2 vs 3"
+    ):
         other.train(resume_from_checkpoint=str(tmp_path / "run" / "checkpoint-2"))
     assert not (tmp_path / "other").exists()
 

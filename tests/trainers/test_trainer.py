@@ -76,7 +76,9 @@ def test_gradient_accumulation_gives_the_same_multipliers(make_trainer):
     kw = dict(dual_lr=0.5, descent_alpha=0.1, max_steps=4, learning_rate=1e-2, layer_loss_tokens=2)
     accumulated = make_trainer(per_device_train_batch_size=2, gradient_accumulation_steps=2, **kw)
     accumulated.train()
-    single = make_trainer(per_device_train_batch_size=4, gradient_accumulation_steps=1, **kw)
+    single = make_trainer(
+        per_device_train_batch_size=4, gradient_accumulation_steps=1, overwrite_output_dir=True, **kw
+    )
     single.train()
     a, b = duals(accumulated.state.log_history), duals(single.state.log_history)
     assert a.keys() == b.keys() == {1, 2, 3, 4}
