@@ -134,7 +134,9 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str, l
             parent = os.path.dirname(os.path.abspath(path))
             newest = next((p for _, p in checkpoints(parent) if checkpoint_problem(p) is None), None)
             hint = f" The newest complete checkpoint there is {newest}." if newest else ""
-            raise CheckpointError(f"`resume_from_checkpoint`: {path} cannot be resumed from: {problem}.{hint}")
+            raise CheckpointError(
+                f"`resume_from_checkpoint`: {path} cannot be resumed from: {problem.rstrip('.')}.{hint}"
+            )
         return path
     found = checkpoints(output_dir)
     if not found:
