@@ -202,7 +202,7 @@ def read_yaml(path: str, flag: str) -> Any:
         raise ValueError(f"`{flag}` {path}{where}: not valid YAML ({problem}).") from None
 
 
-def refuse_file_as_folder(path: str | None, flag: str) -> None:
+def refuse_file_as_folder(path: str | None, flag: str, error: type[ValueError] = ValueError) -> None:
     """An output folder given as the path of an existing file is refused before any work, naming `flag`."""
     if path and os.path.exists(path) and not os.path.isdir(path):
-        raise ValueError(f"`{flag}` {path} is an existing file; give a folder (it is created if missing).")
+        raise error(f"`{flag}` {path} is an existing file; give a folder (it is created if missing).")

@@ -140,14 +140,17 @@ class PrimalDual:
             "nonfinite_steps": self.nonfinite_steps,
         }
 
-    def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        saved = meta["spec"]
+    def check_saved_spec(self, saved: dict[str, Any]) -> None:
+        """Refuse a saved constraint layout (`state_json()["spec"]`) other than this run's."""
         if saved["layers"] != list(self.spec.layers) or saved["epsilon"] != self.spec.epsilon:
             raise ValueError(
                 f"The checkpoint constrains layers {saved['layers']} (epsilon={saved['epsilon']}) but this run "
                 f"constrains {list(self.spec.layers)} (epsilon={self.spec.epsilon}); `constrained_layers` and "
                 "`descent_epsilon` must match the run being resumed."
             )
+
+    def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        self.check_saved_spec(meta["spec"])
         self.dual.load_state(tensors, meta["dual_optimizer"])
         self.history.clear()
         self.history.extend(meta.get("history", []))

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 SHAPE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size", "num_labels")
 
 
-def check_fits(checkpoint: str, model, spec, constraints: str) -> None:
+def check_fits(checkpoint: str, model, primal_dual, constraints: str) -> None:
     """
     Refuse a checkpoint of another model shape or constraint layout before anything is loaded (naming the file and
     the differing fields); say when a constrained checkpoint is resumed without constraints, or the reverse.
@@ -46,12 +46,10 @@ def check_fits(checkpoint: str, model, spec, constraints: str) -> None:
                 "it with the model it was trained from, or start a new run."
             )
     _, meta = read_state(checkpoint)
-    if meta["spec"]["layers"] != list(spec.layers) or meta["spec"].get("epsilon") != spec.epsilon:
-        raise CheckpointError(
-            f"`resume_from_checkpoint`: {os.path.join(checkpoint, STATE_JSON)} constrains layers "
-            f"{meta['spec']['layers']} (epsilon={meta['spec'].get('epsilon')}) but this run constrains "
-            f"{list(spec.layers)} (epsilon={spec.epsilon}); `constrained_layers` and `descent_epsilon` must match."
-        )
+    try:
+        primal_dual.check_saved_spec(meta["spec"])
+    except (ValueError, KeyError) as error:
+        raise CheckpointError(f"`resume_from_checkpoint`: {os.path.join(checkpoint, STATE_JSON)}: {error}") from None
     args_path = os.path.join(checkpoint, ARGS_JSON)
     if os.path.isfile(args_path):
         with open(args_path) as f:
@@ -101,12 +99,12 @@ class CheckpointingMixin:
         """
         identity = getattr(self, "run_identity", None) or run_identity(self.args, self.model)
         with refusal_leaves_nothing(self.args, getattr(self, "output_dir_existed", True)):
-            check_output_dir(self.args, self.model, resume_from_checkpoint)
+            check_output_dir(self.args, self.model, resume_from_checkpoint, identity)
             resume = auto_resume(self.args, identity, resume_from_checkpoint)
             main = self.is_world_process_zero()
             checkpoint = resolve_resume(resume, self.args.output_dir, log=main)
             if checkpoint is not None:
-                check_fits(checkpoint, self.model, self.primal_dual.spec, self.args.constraints)
+                check_fits(checkpoint, self.model, self.primal_dual, self.args.constraints)
                 with open(os.path.join(checkpoint, "trainer_state.json")) as f:
                     step = json.load(f).get("global_step")
                 if main:

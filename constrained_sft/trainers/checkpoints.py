@@ -104,6 +104,13 @@ def checkpoints(output_dir: str) -> list[tuple[int, str]]:
     return sorted(((int(m.group(1)), path) for m, path in found if m and os.path.isdir(path)), reverse=True)
 
 
+def resume_value(value: str | bool | None) -> str | bool | None:
+    """`resume_from_checkpoint` as given, with the strings 'true' / 'false' of a command line or YAML as bools."""
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    return value
+
+
 def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str, log: bool = True) -> str | None:
     """
     The checkpoint to resume from: with `True` the newest complete one in `output_dir` (one log line per skipped
@@ -111,8 +118,7 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str, l
     that path if it is complete. Raises [`CheckpointError`] when there is nothing to resume from. Every rank resolves
     the same folder; `log` is False on all but one, so each note is printed once.
     """
-    if isinstance(resume_from_checkpoint, str) and resume_from_checkpoint.strip().lower() in ("true", "false"):
-        resume_from_checkpoint = resume_from_checkpoint.strip().lower() == "true"  # from a command line or YAML
+    resume_from_checkpoint = resume_value(resume_from_checkpoint)
     if resume_from_checkpoint is None or resume_from_checkpoint is False:
         return None
     if resume_from_checkpoint is not True:

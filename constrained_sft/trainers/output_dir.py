@@ -23,8 +23,8 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from ..utils import write_json
-from .checkpoints import CheckpointError, checkpoint_problem, checkpoints
+from ..utils import refuse_file_as_folder, write_json
+from .checkpoints import CheckpointError, checkpoint_problem, checkpoints, resume_value
 
 logger = logging.getLogger(__name__)
 
@@ -99,28 +99,32 @@ def _changed(saved: dict[str, Any], current: dict[str, Any]) -> str:
     return shown or "none of the fields (a run.json of another format)"
 
 
-def check_output_dir(args: Any, model: Any, resume: Any = None) -> dict[str, Any]:
+def check_output_dir(
+    args: Any, model: Any, resume: Any = None, identity: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """
-    Refuse an `output_dir` this run must not write to (see the module docstring); return the run's identity. `model`
-    is a path, a loaded model, or None (built in code); `resume` the `resume_from_checkpoint` training is called
-    with. Reads only: nothing is created or removed here (see [`prepare_output_dir`]).
+    Refuse an `output_dir` this run must not write to (see the module docstring); return the run's identity (given
+    as `identity`, else computed from `args` and `model`). `model` is a path, a loaded model, or None (built in code);
+    `resume` the `resume_from_checkpoint` training is called with. Reads only: nothing is created or removed here
+    (see [`prepare_output_dir`]).
     """
     out = args.output_dir
-    _refuse_file(out)
+    refuse_file_as_folder(out, "output_dir", OutputDirError)
     model_dir = model_folder(model)
     if model_dir is not None and (how := _relation(out, model_dir)):
         raise OutputDirError(
             f"`output_dir` {out} {how} the folder of the model training starts from ({model_dir}, "
             "`model_name_or_path`): saving there would overwrite or mix with that model. Choose another `output_dir`."
         )
-    identity = run_identity(args, model)
+    identity = identity or run_identity(args, model)
+    resume = resume_value(resume)
     if not os.path.isdir(out):
         return identity
     saved = _read_run_json(out)
     found = [p for _, p in checkpoints(out)]
     holds_model = any(os.path.exists(os.path.join(out, name)) for name in MODEL_FILES)
     if same_run(saved, identity):
-        if found and _explicit_false(resume) and not args.overwrite_output_dir:
+        if found and resume is False and not args.overwrite_output_dir:
             raise OutputDirError(
                 f"`output_dir` {out} holds checkpoints of this same run and `resume_from_checkpoint` is false: "
                 "training from step 0 would write over them. Pass `--resume_from_checkpoint true` to continue, or "
@@ -131,7 +135,7 @@ def check_output_dir(args: Any, model: Any, resume: Any = None) -> dict[str, Any
         return identity  # other files only (logs, notes): nothing of a run to protect
     what = "another run" if saved is not None else "a run without run.json (another run, or an older version's)"
     changed = f" (it differs in {_changed(saved, identity)})" if saved is not None else ""
-    if resume not in (None, False) and not _explicit_false(resume):
+    if resume not in (None, False):
         logger.warning("Resuming %s in %s with other settings%s.", what, out, changed)
         return identity
     if args.overwrite_output_dir:
@@ -148,8 +152,7 @@ def prepare_output_dir(args: Any, identity: dict[str, Any], resume: Any = None) 
     """At the start of training, on the main process: with `overwrite_output_dir` (and no resume), remove the
     folder's checkpoints unless they are this run's and resumed; then record this run's identity in `run.json`."""
     out = args.output_dir
-    resuming = resume not in (None, False) and not _explicit_false(resume)
-    if args.overwrite_output_dir and not resuming:
+    if args.overwrite_output_dir and resume_value(resume) in (None, False):
         for _, path in checkpoints(out):
             shutil.rmtree(path)
             logger.warning("Removed %s (`overwrite_output_dir`).", path)
@@ -165,10 +168,6 @@ def auto_resume(args: Any, identity: dict[str, Any], given: Any) -> str | bool |
     if same and any(checkpoint_problem(p) is None for _, p in checkpoints(args.output_dir)):
         return True
     return given
-
-
-def _explicit_false(value: Any) -> bool:
-    return value is False or (isinstance(value, str) and value.strip().lower() == "false")
 
 
 def _read_run_json(folder: str) -> dict[str, Any] | None:
@@ -194,7 +193,7 @@ def refusal_leaves_nothing(args: Any, existed: bool | None = None) -> Iterator[b
     at construction).
     """
     out = args.output_dir
-    _refuse_file(out)
+    refuse_file_as_folder(out, "output_dir", OutputDirError)
     existed = os.path.exists(out) if existed is None else existed
     try:
         yield existed
@@ -202,8 +201,3 @@ def refusal_leaves_nothing(args: Any, existed: bool | None = None) -> Iterator[b
         if not existed and os.path.isdir(out) and not os.listdir(out):
             os.rmdir(out)
         raise
-
-
-def _refuse_file(out: str) -> None:
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise OutputDirError(f"`output_dir` {out} is an existing file; give a folder (it is created if missing).")

@@ -12,6 +12,7 @@ import re
 import shutil
 
 import pytest
+import torch
 from datasets import Dataset
 from safetensors.torch import save_file
 from test_bad_inputs import Ctx, Row, models, sft_recipe  # noqa: F401 - `models` is a fixture
@@ -82,8 +83,8 @@ RUN_FOLDER_HINT = r"--resume_from_checkpoint true.*--overwrite_output_dir true"
 
 ROWS = [
     # --- non-finite and negative multipliers in a checkpoint (CLI) -------------------------------------------------
-    Row("resume-nan-multipliers", lambda c: c.train(c.pc(), "--resume_from_checkpoint", fake_checkpoint(c, multipliers=__import__("torch").tensor([NAN, 0.0, 0.0], dtype=__import__("torch").float64))), CheckpointError, STATE_TENSORS, "non-finite.*earlier checkpoint"),
-    Row("resume-negative-multipliers", lambda c: c.train(c.pc(), "--resume_from_checkpoint", fake_checkpoint(c, multipliers=__import__("torch").tensor([-1.0, 0.0, 0.0], dtype=__import__("torch").float64))), CheckpointError, STATE_TENSORS, ">= 0"),
+    Row("resume-nan-multipliers", lambda c: c.train(c.pc(), "--resume_from_checkpoint", fake_checkpoint(c, multipliers=torch.tensor([NAN, 0.0, 0.0], dtype=torch.float64))), CheckpointError, STATE_TENSORS, "non-finite.*earlier checkpoint"),
+    Row("resume-negative-multipliers", lambda c: c.train(c.pc(), "--resume_from_checkpoint", fake_checkpoint(c, multipliers=torch.tensor([-1.0, 0.0, 0.0], dtype=torch.float64))), CheckpointError, STATE_TENSORS, ">= 0"),
     # --- labels (Python API: ConstrainedTrainer) --------------------------------------------------------------------
     Row("api-nan-regression-labels", lambda c: api_classifier(tiny_encoder(num_labels=1), [{**r, "labels": NAN if i == 2 else 0.5} for i, r in enumerate(LABELLED)], out=c.out), ValueError, "`train_dataset` row 2", "finite numbers"),
     Row("api-label-outside-head", lambda c: api_classifier(tiny_encoder(num_labels=2), [{**r, "labels": 7 if i == 5 else 1} for i, r in enumerate(LABELLED)], out=c.out), ValueError, "`train_dataset` row 5", r"class ids 0\.\.1"),
