@@ -1,3 +1,4 @@
+import contextlib
 import os
 import warnings
 
@@ -20,8 +21,11 @@ def free_port() -> str:
 
 def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600):
     """`accelerate launch --multi_gpu` of `target` (a script and its arguments, or `-m module ...`) as
-    `num_processes` gloo CPU processes; a crash at any rank prints its Python stack (faulthandler)."""
+    `num_processes` gloo CPU processes; a crash at any rank prints its Python stack (faulthandler). A launch still
+    running after `timeout` seconds fails the test with every process's Python stacks (SIGABRT makes faulthandler
+    print them) and the tail of its output, so a hang in CI says where each rank was."""
     import os
+    import signal
     import subprocess
     import sys
 
@@ -34,14 +38,26 @@ def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600):
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:  # a hang: kill the ranks too (torch starts them in sessions of their own)
+        except subprocess.TimeoutExpired:  # a hang: dump, then kill the ranks too (torch starts them in own sessions)
             import psutil
 
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                child.kill()
-            proc.kill()
-            proc.communicate()
-            raise
+            children = psutil.Process(proc.pid).children(recursive=True)
+            for child in [*children, psutil.Process(proc.pid)]:
+                with contextlib.suppress(psutil.Error):
+                    child.send_signal(signal.SIGABRT)
+            try:
+                stdout, stderr = proc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                for child in children:
+                    with contextlib.suppress(psutil.Error):
+                        child.kill()
+                proc.kill()
+                stdout, stderr = proc.communicate()
+            pytest.fail(
+                f"`accelerate launch` still running after {timeout:g} s; the processes' stacks and output follow.\n"
+                f"--- stdout (tail) ---\n{stdout[-4000:]}\n--- stderr (tail) ---\n{stderr[-12000:]}",
+                pytrace=False,
+            )
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 

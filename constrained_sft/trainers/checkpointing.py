@@ -109,6 +109,7 @@ class CheckpointingMixin:
                     step = json.load(f).get("global_step")
                 if main:
                     logger.warning("Resuming from %s (optimizer step %s).", checkpoint, step)
+        self.accelerator.wait_for_everyone()  # every rank has read the folder before the main one changes it
         if self.args.should_save:
             prepare_output_dir(self.args, identity, resume)
         return super().train(checkpoint, *args, **kwargs)
