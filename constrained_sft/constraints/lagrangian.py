@@ -62,7 +62,7 @@ def constraint_sums(spec: DescentConstraints, layer_sums: torch.Tensor, num_toke
     `[C]` token-sums of the constraint functions from per-layer loss sums `[n]`: dividing by the token count gives
     the slack g_c = f_{l_j} - (1 - alpha_j) f_{l_{j-1}} (and f_{l_0} - epsilon); g_c <= 0 means satisfied.
     """
-    alphas = torch.tensor(spec.alphas, device=layer_sums.device, dtype=layer_sums.dtype)
+    alphas = layer_sums.new_tensor(spec.alphas)  # [n-1]
     terms = layer_sums[1:] - (1 - alphas) * layer_sums[:-1]
     if spec.epsilon is not None:
         first = layer_sums[:1] - spec.epsilon * num_tokens.to(layer_sums.dtype)
@@ -85,3 +85,21 @@ def penalty(
     """
     sums = constraint_sums(spec, layer_sums.float(), num_tokens)
     return (multipliers.to(sums) * sums).sum()
+
+
+def penalty_coefficients(spec: DescentConstraints, multipliers: torch.Tensor) -> torch.Tensor:
+    """
+    `[n + 1]` float64 coefficients of the penalty, which is linear in the per-layer loss sums `[n]` and the token
+    count: sum_c lambda_c g_c = coefficients[:n] . layer_sums + coefficients[n] * num_tokens. Computed on the host
+    once per multiplier update, so a micro-batch's penalty needs no host -> device copy (see `PrimalDual.penalty`).
+    """
+    lam = multipliers.detach().cpu().double()
+    coefficients = torch.zeros(len(spec.layers) + 1, dtype=torch.float64)
+    terms = lam[1:] if spec.epsilon is not None else lam  # the chain constraints c_j on (l_{j-1}, l_j)
+    alphas = torch.tensor(spec.alphas, dtype=torch.float64)
+    coefficients[1 : len(spec.layers)] += terms
+    coefficients[: len(spec.layers) - 1] -= (1 - alphas) * terms
+    if spec.epsilon is not None:
+        coefficients[0] += lam[0]
+        coefficients[-1] = -spec.epsilon * lam[0]
+    return coefficients

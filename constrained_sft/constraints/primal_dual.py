@@ -17,7 +17,7 @@ import torch
 
 from .dual_optimizer import DualOptimizer
 from .feasibility import feasibility_report
-from .lagrangian import DescentConstraints, penalty
+from .lagrangian import DescentConstraints, penalty_coefficients
 from .multipliers import Multipliers
 from .stats import LayerLosses, LayerStats, Reduce, stats_metrics
 
@@ -49,14 +49,26 @@ class PrimalDual:
         self.nonfinite_steps = 0  # optimizer steps skipped because the objective or gradient was not finite
         self.last_step_finite = True
         self.last_grad_norm: float | None = None
+        self._coefficients: tuple[torch.Tensor, torch.Tensor] | None = None  # (multipliers, coefficients on device)
 
     def active(self, global_step: int) -> bool:
         """Whether the penalty is in the loss and the multipliers move at this optimizer step."""
         return self.enabled and global_step >= self.warmup_steps
 
     def penalty(self, losses: LayerLosses) -> torch.Tensor:
-        """Token-sum of sum_c lambda_c g_c for one micro-batch, differentiable in the layer losses."""
-        return penalty(self.spec, self.multipliers.value(), losses.sums, losses.num_tokens)
+        """
+        Token-sum of sum_c lambda_c g_c for one micro-batch, differentiable in the layer losses: the penalty's
+        coefficients `[n + 1]` (see `penalty_coefficients`) reach the device once per multiplier update, not once
+        per micro-batch (a blocking host -> device copy is a device sync).
+        """
+        sums = losses.sums.float()
+        lam = self.multipliers.weight.detach()  # [C] on the host: comparing it costs no device sync
+        cached = self._coefficients
+        if cached is None or cached[1].device != sums.device or not torch.equal(cached[0], lam):
+            cached = (lam.clone(), penalty_coefficients(self.spec, lam).to(sums.device, torch.float32))
+            self._coefficients = cached
+        coefficients = cached[1]
+        return (coefficients[:-1] * sums).sum() + coefficients[-1] * losses.num_tokens.float()
 
     def step(
         self, global_step: int, reduce: Reduce, grad_norm: torch.Tensor | float | None = None

@@ -33,10 +33,10 @@ class LayerLosses:
 
 def descent_counts(losses: LayerLosses) -> tuple[torch.Tensor, torch.Tensor]:
     """(descending steps, all steps) over (sequence, consecutive measured layers) with f_l < f_{l-1}."""
-    valid = losses.segment_tokens.gt(0)  # [S]
-    per_seq = losses.per_sequence[:, valid]  # [n, S']
-    steps = per_seq[1:] < per_seq[:-1]  # [n-1, S']
-    return steps.sum(), torch.tensor(steps.numel(), device=steps.device)
+    valid = losses.segment_tokens.gt(0)  # [S]; masked, not indexed: no data-dependent shape, no device sync
+    per_seq = losses.per_sequence
+    steps = (per_seq[1:] < per_seq[:-1]) & valid  # [n-1, S]
+    return steps.sum(), valid.sum() * (per_seq.size(0) - 1)
 
 
 class LayerStats:
@@ -62,16 +62,17 @@ class LayerStats:
 
 
 def stats_metrics(spec: DescentConstraints, totals: torch.Tensor) -> dict[str, float]:
-    """Public metric keys from reduced totals; empty when no supervised token was seen."""
+    """Public metric keys from reduced totals (read once: `.tolist()`); empty when no supervised token was seen."""
     n = len(spec.layers)
-    sums, tokens, descended, steps = totals[:n], totals[n], totals[n + 1], totals[n + 2]
+    values = totals.tolist()  # the one read of the totals; on a device tensor it is the step's device -> host copy
+    sums, tokens, descended, steps = values[:n], values[n], values[n + 1], values[n + 2]
     if tokens <= 0:
         return {}
-    values = slack(spec, sums, tokens)
-    metrics = {f"layer_loss/{layer}": (s / tokens).item() for layer, s in zip(spec.layers, sums, strict=True)}
-    metrics.update({f"slack/{key}": v.item() for key, v in zip(spec.keys, values, strict=True)})
+    slacks = slack(spec, torch.tensor(sums, dtype=torch.float64), torch.tensor(tokens, dtype=torch.float64)).tolist()
+    metrics = {f"layer_loss/{layer}": s / tokens for layer, s in zip(spec.layers, sums, strict=True)}
+    metrics.update({f"slack/{key}": v for key, v in zip(spec.keys, slacks, strict=True)})
     if steps > 0:
-        metrics["descent_fraction"] = (descended / steps).item()
-    if len(values):
-        metrics["feasible_fraction"] = values.le(0).double().mean().item()
+        metrics["descent_fraction"] = descended / steps
+    if slacks:
+        metrics["feasible_fraction"] = sum(v <= 0 for v in slacks) / len(slacks)
     return metrics

@@ -86,7 +86,12 @@ def select_tokens(
     supervised = targets.ne(IGNORE_INDEX)
     index = supervised.nonzero().squeeze(1)
     segment = segments[index]
-    num_segments = int(segments.max().item()) + 1 if segments.numel() else 0
+    if not segments.numel():
+        num_segments = 0
+    elif position_ids is None:  # one sequence per row: known without reading the device
+        num_segments = labels.shape[0]
+    else:  # packed documents: how many is in the data (one device sync)
+        num_segments = int(segments.max().item()) + 1
     segment_tokens = torch.zeros(num_segments, device=labels.device, dtype=torch.long)
     segment_tokens.scatter_add_(0, segment, torch.ones_like(segment))
     weight = torch.ones(index.numel(), device=labels.device, dtype=torch.float32)

@@ -83,3 +83,31 @@ def test_warmup_and_disabled_never_move_multipliers():
     assert off.multipliers.value().item() == 0.0
     summary = warm.summary()
     assert summary["holds"] == {"2": False} and not summary["feasible"]
+
+
+@pytest.mark.parametrize("epsilon", [None, 5.0])
+@pytest.mark.parametrize("layers", [(3,), (1, 2), (2, 4, 6, 8)])
+def test_penalty_coefficients_give_the_penalty(layers, epsilon):
+    """The linear form the trainer uses (coefficients on the host, once per multiplier update) equals sum lambda g."""
+    from constrained_sft.constraints.lagrangian import penalty_coefficients
+
+    torch.manual_seed(len(layers))
+    spec = DescentConstraints(layers=layers, alphas=tuple(torch.rand(len(layers) - 1).tolist()), epsilon=epsilon)
+    lam = torch.rand(len(spec), dtype=torch.float64) * 3
+    sums = torch.rand(len(layers), dtype=torch.float64) * 50
+    coefficients = penalty_coefficients(spec, lam)
+    linear = (coefficients[:-1] * sums).sum() + coefficients[-1] * 10
+    assert linear.item() == pytest.approx(
+        penalty(spec, lam, sums, torch.tensor(10)).item(), rel=1e-6
+    )  # penalty() sums in fp32
+
+
+def test_primal_dual_penalty_follows_every_multiplier_update():
+    spec = DescentConstraints(layers=(1, 2, 3), alphas=(0.2, 0.2))
+    pd = PrimalDual(spec, dual_lr=1.0)
+    losses = _losses([3.0, 2.9, 2.8])
+    assert pd.penalty(losses).item() == 0.0  # lambda starts at 0
+    for value in ([1.0, 2.0], [0.5, 0.0]):
+        pd.multipliers.weight.data.copy_(torch.tensor(value, dtype=torch.float64))  # what a checkpoint load does
+        expected = penalty(spec, pd.multipliers.value(), losses.sums, losses.num_tokens)
+        assert pd.penalty(losses).item() == pytest.approx(expected.item(), rel=1e-6)

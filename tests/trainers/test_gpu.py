@@ -80,7 +80,7 @@ def test_cuda_readout_matches_the_cpu_kernel():
     values, grads = [], []
     for device in ("cpu", "cuda"):
         readout = CausalLMReadout(lm_head=head.to(device), final_norm=None)
-        x = h.to(device).requires_grad_(True)
+        x = h.to(device).detach().requires_grad_(True)  # a fresh leaf per device (h.to('cpu') is h itself)
         nll = readout.token_nll(x, targets.to(device), apply_norm=False)
         nll.sum().backward()
         values.append(nll.detach().cpu())
