@@ -117,6 +117,8 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
     assert cli(study_argv(assets, out)) == 0
     again = json.loads((out / "study.json").read_text())
     assert again["robustness"]["comparisons"] == study["robustness"]["comparisons"]
+    kept = json.loads((out / "timings.json").read_text())  # a resume adds to the stages' times, never resets them
+    assert kept["train"] == timings["train"] and kept["robustness"] >= timings["robustness"] > 0
     assert again["head_to_head"]["levels"] == head["levels"]
 
 

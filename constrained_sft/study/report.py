@@ -101,7 +101,8 @@ def write_study_report(study: dict[str, Any], study_dir: str, n_examples: int) -
         )
     timing_rows = [[k, v] for k, v in _timings(study["timings"]).items()]
     sections += [
-        "<h2>Wall time per stage (seconds)</h2>" + table(["stage", "seconds"], timing_rows),
+        "<h2>Wall time per stage (seconds, summed over the invocations that did its work)</h2>"
+        + table(["stage", "seconds"], timing_rows),
         f"<h2>Settings</h2><pre>{html.escape(json.dumps(study['settings'], indent=1, default=str))}\n"
         f"{html.escape(str(study['versions']))}</pre>",
     ]
@@ -126,7 +127,12 @@ def write_study_report(study: dict[str, Any], study_dir: str, n_examples: int) -
                                 ("ERM", r["reference_output"])):  # fmt: skip
                 lines += [f"*{label}:*", "", "> " + clip(text).replace("\n", "\n> "), ""]
             lines += [f"*verdicts:* {verdict_text(r)}", ""]
-    lines += ["## Wall time per stage (seconds)", "", markdown_table(["stage", "seconds"], timing_rows), ""]
+    lines += [
+        "## Wall time per stage (seconds, summed over the invocations that did its work)",
+        "",
+        markdown_table(["stage", "seconds"], timing_rows),
+        "",
+    ]
     paths["md"] = os.path.join(study_dir, "report.md")
     write_text(paths["md"], "\n".join(lines))
     paths["win_rate_plot"] = win_plot

@@ -81,6 +81,12 @@ def run_dir(study_dir: str, arm: str, seed: int) -> str:
     return os.path.join(study_dir, "train", arm, f"seed{seed}")
 
 
+def add_time(timings: dict, key: str, start: float) -> None:
+    """Add the seconds since `start` to `timings[key]`: a stage's wall time summed over the invocations that did its
+    work, so a resumed study keeps what its earlier invocations spent (a reused result adds next to nothing)."""
+    timings[key] = round(timings.get(key, 0.0) + time.perf_counter() - start, 1)
+
+
 def train_runs(args: StudyArguments, task, recipes: dict[str, Recipe], timings: dict) -> dict[str, list[str]]:
     """Every arm x seed trained into its folder (finished folders kept); {arm: [folder per seed]}."""
     folders = {arm: [run_dir(args.study_dir, arm, s) for s in range(args.training_seeds)] for arm in ARMS}
@@ -98,7 +104,7 @@ def train_runs(args: StudyArguments, task, recipes: dict[str, Recipe], timings: 
             )
             start = time.perf_counter()
             task.train(Recipe(recipes[arm].script, recipes[arm].model, training), more_runs=True)
-            timings["train"][f"{arm}/seed{seed}"] = round(time.perf_counter() - start, 1)
+            add_time(timings["train"], f"{arm}/seed{seed}", start)
             write_json(os.path.join(args.study_dir, "timings.json"), timings)
     if world_size() > 1:  # the runs kept the process group for each other; the last one is done with it
         from accelerate import PartialState
@@ -226,7 +232,7 @@ def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> dict[st
     def timed(name, fn, *a):
         start = time.perf_counter()
         value = fn(*a)
-        timings[name] = round(time.perf_counter() - start, 1)
+        add_time(timings, name, start)
         write_json(timings_path, timings)
         return value
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import textwrap
 from typing import Any
 
 from ...utils import pyplot, save_figure, write_json
@@ -32,7 +33,8 @@ def plot_win_rates(alpaca: dict[str, Any], path: str) -> str:
         ax.plot(gammas, [r["lc_win_rate"] for r in rows], marker="s", label="length-controlled win rate")
     ax.axhline(50, color="grey", linestyle="--", linewidth=1)
     ax.set(xlabel="embedding noise gamma", ylabel="win rate (%)", ylim=(0, 100))
-    ax.set_title(f"{alpaca['model']} vs {alpaca['reference']}\njudge: {judge_label(alpaca)}", fontsize=9)
+    judge = "\n".join(textwrap.wrap(f"judge: {judge_label(alpaca)}", 80))  # a long proxy label: wrapped, not cut
+    ax.set_title(f"{alpaca['model']} vs {alpaca['reference']}\n{judge}", fontsize=9)
     ax.legend(fontsize=8)
     return save_figure(fig, path)
 
