@@ -17,6 +17,16 @@ from .constraint_fields import CONSOLE_FORMATS, CONSTRAINT_MODES, DUAL_OPTIMIZER
 from .noise_fields import NoiseArguments, training_level
 from .run_fields import NONFINITE_POLICIES, RunArguments, clearer_precision_error
 
+
+def validate_then(config, parent: type) -> None:
+    """Both configs' `__post_init__`: this library's fields first (naming the field), then `parent`'s own checks."""
+    config._validate_constraint_arguments()
+    config._validate_noise_arguments()
+    config._validate_run_arguments()
+    with clearer_precision_error():
+        parent.__post_init__(config)
+
+
 __all__ = [
     "CONSOLE_FORMATS",
     "CONSTRAINT_MODES",
@@ -40,11 +50,7 @@ class ConstrainedSFTConfig(ConstraintArguments, NoiseArguments, RunArguments, SF
     """
 
     def __post_init__(self) -> None:
-        self._validate_constraint_arguments()
-        self._validate_noise_arguments()
-        self._validate_run_arguments()
-        with clearer_precision_error():
-            super().__post_init__()
+        validate_then(self, SFTConfig)
 
 
 @dataclass
@@ -55,8 +61,4 @@ class ConstrainedConfig(ConstraintArguments, NoiseArguments, RunArguments, Train
     """
 
     def __post_init__(self) -> None:
-        self._validate_constraint_arguments()
-        self._validate_noise_arguments()
-        self._validate_run_arguments()
-        with clearer_precision_error():
-            super().__post_init__()
+        validate_then(self, TrainingArguments)

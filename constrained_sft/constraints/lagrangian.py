@@ -83,8 +83,13 @@ def penalty(
     Sum_c lambda_c g_c as a token sum (the caller divides by the same token count as the objective), so micro-batches
     and ranks add up to the global-batch Lagrangian. `multipliers` must be a detached copy.
     """
-    sums = constraint_sums(spec, layer_sums.float(), num_tokens)
-    return (multipliers.to(sums) * sums).sum()
+    coefficients = penalty_coefficients(spec, multipliers).to(layer_sums.device, torch.float32)
+    return linear_penalty(coefficients, layer_sums, num_tokens)
+
+
+def linear_penalty(coefficients: torch.Tensor, layer_sums: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
+    """The penalty from its coefficients `[n + 1]` (see `penalty_coefficients`), on the layer sums' device, in fp32."""
+    return (coefficients[:-1] * layer_sums.float()).sum() + coefficients[-1] * num_tokens.float()
 
 
 def penalty_coefficients(spec: DescentConstraints, multipliers: torch.Tensor) -> torch.Tensor:

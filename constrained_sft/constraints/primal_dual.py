@@ -17,7 +17,7 @@ import torch
 
 from .dual_optimizer import DualOptimizer
 from .feasibility import feasibility_report
-from .lagrangian import DescentConstraints, penalty_coefficients
+from .lagrangian import DescentConstraints, linear_penalty, penalty_coefficients
 from .multipliers import Multipliers
 from .stats import LayerLosses, LayerStats, Reduce, stats_metrics
 
@@ -61,14 +61,13 @@ class PrimalDual:
         coefficients `[n + 1]` (see `penalty_coefficients`) reach the device once per multiplier update, not once
         per micro-batch (a blocking host -> device copy is a device sync).
         """
-        sums = losses.sums.float()
+        device = losses.sums.device
         lam = self.multipliers.weight.detach()  # [C] on the host: comparing it costs no device sync
         cached = self._coefficients
-        if cached is None or cached[1].device != sums.device or not torch.equal(cached[0], lam):
-            cached = (lam.clone(), penalty_coefficients(self.spec, lam).to(sums.device, torch.float32))
+        if cached is None or cached[1].device != device or not torch.equal(cached[0], lam):
+            cached = (lam.clone(), penalty_coefficients(self.spec, lam).to(device, torch.float32))
             self._coefficients = cached
-        coefficients = cached[1]
-        return (coefficients[:-1] * sums).sum() + coefficients[-1] * losses.num_tokens.float()
+        return linear_penalty(cached[1], losses.sums, losses.num_tokens)
 
     def step(
         self, global_step: int, reduce: Reduce, grad_norm: torch.Tensor | float | None = None

@@ -97,6 +97,8 @@ def test_penalty_coefficients_give_the_penalty(layers, epsilon):
     sums = torch.rand(len(layers), dtype=torch.float64) * 50
     coefficients = penalty_coefficients(spec, lam)
     linear = (coefficients[:-1] * sums).sum() + coefficients[-1] * 10
+    definition = (lam * constraint_sums(spec, sums, torch.tensor(10))).sum()  # sum_c lambda_c g_c, in float64
+    assert linear.item() == pytest.approx(definition.item(), rel=1e-12, abs=1e-12)
     assert linear.item() == pytest.approx(
         penalty(spec, lam, sums, torch.tensor(10)).item(), rel=1e-6
     )  # penalty() sums in fp32

@@ -98,20 +98,16 @@ def _counts(tmp_path, kind: str, steps: int, accumulation: int, layers: int, **o
         logging_steps=10**6,  # logging reads the statistics, once per logging step: outside this budget
         **overrides,
     )
-    model = tiny_causal_lm("llama", num_layers=layers)
-    if kind == "plain":
-        trainer = SFTTrainer(
-            model=model, args=SFTConfig(**kwargs), train_dataset=successor_dataset(64),
-            processing_class=tiny_tokenizer(),
-        )  # fmt: skip
-    else:
-        trainer = ConstrainedSFTTrainer(
-            model=model, args=ConstrainedSFTConfig(**kwargs), train_dataset=successor_dataset(64),
-            processing_class=tiny_tokenizer(),
-        )  # fmt: skip
-        trainer.primal_dual.multipliers.weight.data.fill_(0.5)  # an active penalty from the first step
+    trainer_class, config_class = (
+        (SFTTrainer, SFTConfig) if kind == "plain" else (ConstrainedSFTTrainer, ConstrainedSFTConfig)
+    )
+    trainer = trainer_class(
+        model=tiny_causal_lm("llama", num_layers=layers), args=config_class(**kwargs),
+        train_dataset=successor_dataset(64), processing_class=tiny_tokenizer(),
+    )  # fmt: skip
     counter = SyncCounter()
     if kind != "plain":  # the multipliers and the dual optimizer's state live on the host by design
+        trainer.primal_dual.multipliers.weight.data.fill_(0.5)  # an active penalty from the first step
         assert trainer.primal_dual.multipliers.weight.device.type == "cpu"
         counter.mark_host(trainer.primal_dual.multipliers.weight)
     prepare = trainer._prepare_inputs
