@@ -1,5 +1,6 @@
 import contextlib
 import os
+import sys
 import warnings
 
 import pytest
@@ -19,6 +20,27 @@ def free_port() -> str:
         return str(s.getsockname()[1])
 
 
+def _native_stacks(processes) -> str:
+    """Every process's Python and C++ stacks (`py-spy dump --native`, a dev dependency): where a thread waits on a
+    lock or the GIL, which faulthandler's Python-only dump cannot show."""
+    import shutil
+    import subprocess
+
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
+    if spy is None:
+        return "py-spy not installed"
+    dumps = []
+    for process in processes:
+        try:
+            dump = subprocess.run(
+                [spy, "dump", "--native", "--pid", str(process.pid)], capture_output=True, text=True, timeout=60
+            )
+            dumps.append(f"pid {process.pid}:\n{dump.stdout}{dump.stderr}")
+        except (subprocess.TimeoutExpired, OSError) as error:
+            dumps.append(f"pid {process.pid}: py-spy failed: {error}")
+    return "\n".join(dumps)
+
+
 def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600):
     """`accelerate launch --multi_gpu` of `target` (a script and its arguments, or `-m module ...`) as
     `num_processes` gloo CPU processes; a crash at any rank prints its Python stack (faulthandler). A launch still
@@ -27,7 +49,6 @@ def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600):
     import os
     import signal
     import subprocess
-    import sys
 
     cmd = [
         sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(num_processes),
@@ -42,6 +63,7 @@ def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600):
             import psutil
 
             children = psutil.Process(proc.pid).children(recursive=True)
+            native = _native_stacks([*children, psutil.Process(proc.pid)])
             for child in [*children, psutil.Process(proc.pid)]:
                 with contextlib.suppress(psutil.Error):
                     child.send_signal(signal.SIGABRT)
@@ -55,7 +77,8 @@ def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600):
                 stdout, stderr = proc.communicate()
             pytest.fail(
                 f"`accelerate launch` still running after {timeout:g} s; the processes' stacks and output follow.\n"
-                f"--- stdout (tail) ---\n{stdout[-4000:]}\n--- stderr (tail) ---\n{stderr[-12000:]}",
+                f"--- stdout (tail) ---\n{stdout[-4000:]}\n--- stderr (tail) ---\n{stderr[-12000:]}\n"
+                f"--- native stacks (py-spy) ---\n{native[-12000:]}",
                 pytrace=False,
             )
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)

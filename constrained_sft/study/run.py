@@ -105,7 +105,8 @@ def train_runs(args: StudyArguments, task, recipes: dict[str, Recipe], timings: 
             start = time.perf_counter()
             task.train(Recipe(recipes[arm].script, recipes[arm].model, training), more_runs=True)
             add_time(timings["train"], f"{arm}/seed{seed}", start)
-            write_json(os.path.join(args.study_dir, "timings.json"), timings)
+            if is_main_process():  # one writer: ranks renaming the same temporary file over each other fail
+                write_json(os.path.join(args.study_dir, "timings.json"), timings)
     if world_size() > 1:  # the runs kept the process group for each other; the last one is done with it
         from accelerate import PartialState
 
@@ -116,6 +117,11 @@ def train_runs(args: StudyArguments, task, recipes: dict[str, Recipe], timings: 
 def world_size() -> int:
     """Processes of this launch (`accelerate launch` / torchrun set WORLD_SIZE)."""
     return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_main_process() -> bool:
+    """Rank 0 of this launch, or the only process (`accelerate launch` / torchrun set RANK)."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 def measure(args: StudyArguments, task, recipe: Recipe, folders: dict[str, list[str]]) -> dict[str, Any]:

@@ -33,18 +33,24 @@ def train_and_report(
 
 
 def finish(trainer, end: bool = True) -> None:
-    """Wait for every rank, close trackers and the process group, then drop the DDP wrapper while Python is alive.
+    """Wait for every rank, release what uses the process group while every rank still holds it, then close
+    trackers and the group.
 
-    Without the barrier a non-main rank (which writes no shards) tears its group down while rank 0 still saves. A
-    DDP wrapper left for interpreter teardown keeps gloo's worker threads and their tensors alive until then, and
-    freeing them there can abort the process at exit ("terminate called without an active exception").
+    The order matters. Without the first barrier a non-main rank (which writes no shards) tears down while rank 0
+    still saves. The DDP wrapper (its reducer holds the group and gloo's in-flight state) and accelerate's prepared
+    objects are released while the group is still up and every peer still connected — the second barrier keeps a
+    peer from exiting while this rank frees them; a wrapper freed only after `destroy_process_group` once hung a
+    rank in CI, and one left for interpreter teardown can abort the process at exit ("terminate called without an
+    active exception"). Only then is the group destroyed (`end`).
     """
-    trainer.accelerator.wait_for_everyone()
-    if end and hasattr(trainer, "end"):  # transformers >= 5.18: finish trackers, destroy the process group
-        trainer.end()
-    trainer.accelerator.free_memory()  # the prepared model / optimizer / scheduler references, then gc.collect()
+    accelerator = trainer.accelerator
+    accelerator.wait_for_everyone()
+    accelerator.free_memory()  # the prepared model / optimizer / scheduler references, then gc.collect()
     trainer.model_wrapped = trainer.model
     gc.collect()
+    accelerator.wait_for_everyone()
+    if end and hasattr(trainer, "end"):  # transformers >= 5.18: finish trackers, destroy the process group
+        trainer.end()
 
 
 def summary_table(trainer, before: dict, after: dict, accuracy_key: str | None = "mean_token_accuracy") -> str:

@@ -24,6 +24,7 @@ from trl.trainer.sft_trainer import DataCollatorForLanguageModeling  # noqa: E40
 from constrained_sft import CausalLMReadout, ConstrainedSFTConfig, ConstrainedSFTTrainer  # noqa: E402
 from constrained_sft.noise import embedding as noise_module  # noqa: E402
 from constrained_sft.readout import layer_losses  # noqa: E402
+from constrained_sft.tasks.training import finish  # noqa: E402
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer  # noqa: E402
 
 
@@ -114,6 +115,7 @@ def main(out_path: str, overrides: str) -> None:
             },
             f,
         )
+    finish(trainer)  # the CLI's teardown: a group and DDP wrapper left to interpreter exit can abort the process
 
 
 if __name__ == "__main__":
