@@ -35,6 +35,18 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     return model
 
 
+def zero3_gathered(*params: nn.Parameter | None):
+    """
+    TRL's `maybe_gather_lm_head_ctx` (gather under DeepSpeed ZeRO-3, else a no-op) for the parameters ZeRO-3 has
+    converted (they carry `ds_id`). A model built before the config enabled ZeRO-3 (outside `deepspeed.zero.Init`)
+    keeps whole, plain parameters until the trainer prepares it, and the trainer measures it before that (sigma_x):
+    TRL's helper would fail on them, and they need no gather.
+    """
+    from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+    return maybe_gather_lm_head_ctx(*[p for p in params if p is not None and hasattr(p, "ds_id")])
+
+
 def check_fields(instance: Any, owner: type | tuple[type, ...] | None = None) -> None:
     """
     Refuse, naming the field, a value of the wrong kind in a dataclass field: the field's annotation is the contract

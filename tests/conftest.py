@@ -41,21 +41,26 @@ def _native_stacks(processes) -> str:
     return "\n".join(dumps)
 
 
-def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600):
-    """`accelerate launch --multi_gpu` of `target` (a script and its arguments, or `-m module ...`) as
-    `num_processes` gloo CPU processes; a crash at any rank prints its Python stack (faulthandler). A launch still
-    running after `timeout` seconds fails the test with every process's Python stacks (SIGABRT makes faulthandler
-    print them) and the tail of its output, so a hang in CI says where each rank was."""
-    import os
+def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600, config_file: str | None = None):
+    """`accelerate launch --multi_gpu` (or with `config_file`) of `target` (a script and its arguments, or
+    `-m module ...`) as `num_processes` gloo CPU processes; a crash at any rank prints its Python stack
+    (faulthandler). A launch still running after `timeout` seconds fails the test with every process's native and
+    Python stacks (py-spy, then SIGABRT through faulthandler) and the tail of its output, so a hang in CI says where
+    each rank was."""
     import signal
     import subprocess
 
+    if config_file is None:  # plain data parallel: gloo CPU processes
+        how = ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    else:  # an accelerate config (DeepSpeed: its CPU accelerator, over gloo); `use_cpu` must stay off for it
+        how = ["--config_file", config_file]
     cmd = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(num_processes),
-        "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", free_port(),
-        *target,
+        sys.executable, "-m", "accelerate.commands.launch", *how, "--num_processes", str(num_processes),
+        "--main_process_port", free_port(), *target,
     ]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true", "PYTHONFAULTHANDLER": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    if config_file is None:
+        env["ACCELERATE_USE_CPU"] = "true"
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)

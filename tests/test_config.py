@@ -124,3 +124,29 @@ def test_command_line_forms_are_normalised(tmp_path):
         ]
     )
     assert cfg.noise_gamma == [0.5, 2.0] and cfg.eval_noise_gammas == [0.0, 1.5]
+
+
+def test_deepspeed_without_a_gpu_runs_on_gloo_and_refuses_use_cpu(monkeypatch):
+    """accelerate turns DeepSpeed off under `use_cpu` and starts no process group without a GPU unless a backend is
+    named: the config check picks gloo, and refuses `use_cpu` naming it, before any work. (The DeepSpeed launches
+    in tests/trainers/test_deepspeed.py depend on it end to end.)"""
+    from types import SimpleNamespace
+
+    import torch
+
+    from constrained_sft.config.run_fields import deepspeed_without_gpu
+
+    if torch.cuda.is_available():
+        pytest.skip("the check applies to machines without a GPU")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    args = SimpleNamespace(use_cpu=False, ddp_backend=None)
+    deepspeed_without_gpu(args)
+    assert args.ddp_backend == "gloo"
+    with pytest.raises(ValueError, match="`use_cpu` is true under a DeepSpeed launch"):
+        deepspeed_without_gpu(SimpleNamespace(use_cpu=True, ddp_backend=None))
+    with pytest.raises(ValueError, match="`ddp_backend` must be 'gloo'"):
+        deepspeed_without_gpu(SimpleNamespace(use_cpu=False, ddp_backend="nccl"))
+    monkeypatch.delenv("ACCELERATE_USE_DEEPSPEED")
+    args = SimpleNamespace(use_cpu=True, ddp_backend=None)
+    deepspeed_without_gpu(args)  # nothing changes outside a DeepSpeed launch
+    assert args.ddp_backend is None

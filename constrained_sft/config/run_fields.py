@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from dataclasses import dataclass, field
 
 from ..utils import check_fields
@@ -45,6 +46,7 @@ class RunArguments:
     def _validate_run_arguments(self) -> None:
         check_fields(self, RunArguments)
         _check_inherited(self)
+        deepspeed_without_gpu(self)
 
 
 def _integer(args, name: str, low: int) -> None:
@@ -93,6 +95,28 @@ def _check_inherited(args) -> None:
             raise ValueError(
                 f"`max_length` must be an integer >= 1 (tokens), or None (no truncation), got {length!r}."
             )
+
+
+def deepspeed_without_gpu(args) -> None:
+    """
+    Under `accelerate launch` with a DeepSpeed config on a machine without a GPU (DeepSpeed's CPU accelerator, as in
+    this library's CI), accelerate turns DeepSpeed off when `use_cpu` is set, and otherwise starts no process group
+    unless a backend is named: each rank would train alone and DeepSpeed fail on its batch-size check. gloo is the
+    only CPU backend these packages ship, so it is chosen when none is named; `use_cpu` is refused.
+    """
+    import torch
+
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() != "true" or torch.cuda.is_available():
+        return
+    if args.use_cpu:
+        raise ValueError(
+            "`use_cpu` is true under a DeepSpeed launch: accelerate turns DeepSpeed off for it. Without a GPU, pass "
+            "`--use_cpu false` (DeepSpeed's CPU accelerator trains on the CPU, over gloo), or launch without DeepSpeed."
+        )
+    if args.ddp_backend is None:
+        args.ddp_backend = "gloo"
+    elif args.ddp_backend != "gloo":
+        raise ValueError(f"`ddp_backend` must be 'gloo' for DeepSpeed without a GPU, got {args.ddp_backend!r}.")
 
 
 @contextlib.contextmanager

@@ -26,9 +26,8 @@ from contextlib import contextmanager
 
 import torch
 from torch import nn
-from trl.trainer.utils import maybe_gather_lm_head_ctx
 
-from ..utils import unwrap_model
+from ..utils import unwrap_model, zero3_gathered
 
 
 class EmbeddingNoiseError(ValueError):
@@ -70,7 +69,7 @@ def module_sigma(module: nn.Module) -> float:
     if getattr(module, "sigma", None) is not None:
         return float(module.sigma)
     weight = module.weight
-    with torch.no_grad(), maybe_gather_lm_head_ctx(weight):
+    with torch.no_grad(), zero3_gathered(weight):
         table = weight.full_tensor() if hasattr(weight, "full_tensor") else weight  # FSDP2 shards: a DTensor
         std = table_std(table)
     scale = getattr(module, "embed_scale", 1.0)

@@ -7,9 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from trl.kernels import ChunkedLogProbFunction
-from trl.trainer.utils import maybe_gather_lm_head_ctx
 
-from ..utils import unwrap_model
+from ..utils import unwrap_model, zero3_gathered
 from .base import ReadoutError
 from .linear_nll import linear_nll
 
@@ -131,7 +130,7 @@ class CausalLMReadout:
         if hasattr(weight, "full_tensor"):  # FSDP2 shards parameters as DTensors
             weight = weight.full_tensor()
             bias = bias.full_tensor() if bias is not None else None
-        with maybe_gather_lm_head_ctx(weight, bias):  # no-op unless DeepSpeed ZeRO-3 partitions the head
+        with zero3_gathered(weight, bias):  # no-op unless DeepSpeed ZeRO-3 partitions the head
             log_probs = ChunkedLogProbFunction.apply(
                 x, weight, bias, targets, 1.0, VOCAB_CHUNK, self.final_logit_softcapping, self.logit_scale, ()
             )[0]

@@ -1,5 +1,6 @@
 """
-Train the tiny model with given config overrides and dump each rank's multiplier trajectory (used by test_ddp).
+Train the tiny model with given config overrides and dump each rank's multiplier trajectory (test_ddp,
+test_deepspeed).
 
 Overrides whose key starts with "_" set up the run rather than the config:
 - `_sharded_head`: every readout call and every sigma_x measurement enters a collective (an all-reduce in the
@@ -55,7 +56,7 @@ def simulate_sharded_head() -> None:
         _collective()
         yield
 
-    noise_module.maybe_gather_lm_head_ctx = gather
+    noise_module.zero3_gathered = gather
 
 
 class MaskRank:
@@ -94,9 +95,12 @@ def main(out_path: str, overrides: str) -> None:
     collator = None
     if "_masked_rank" in setup:
         collator = MaskRank(DataCollatorForLanguageModeling(pad_token_id=0), setup["_masked_rank"])
+    # built before the config: under ZeRO-3, a model constructed after it is initialised inside deepspeed.zero.Init
+    # with other random weights than the data-parallel run it is compared with
+    model = tiny_causal_lm("llama")
     args = ConstrainedSFTConfig(**kwargs)
     trainer = ConstrainedSFTTrainer(
-        model=tiny_causal_lm("llama"),
+        model=model,
         args=args,
         train_dataset=successor_dataset(64),
         processing_class=tiny_tokenizer(),
@@ -112,6 +116,8 @@ def main(out_path: str, overrides: str) -> None:
                 "trajectory": trajectory,
                 "distributed_type": str(trainer.accelerator.distributed_type),
                 "lm_head_sharded": type(head).__name__ == "DTensor",
+                # ZeRO-3: this rank holds only its partition of the head (empty outside a gather)
+                "lm_head_partitioned": hasattr(head, "ds_id") and head.numel() == 0,
             },
             f,
         )
