@@ -9,18 +9,34 @@ Step time and peak memory of ConstrainedSFTTrainer against plain SFTTrainer on t
     # with training noise on every example (the embedding-noise hook in the step)
     python benchmarks/step_time.py --model smollm2 --settings auto --noise-gamma 0.5 --no-memory
 
-Settings: `sft` (plain SFTTrainer), `none` (constraints off, layers measured on the default sample), `auto` (the
-default: a sample sized to 10% of the step's FLOPs), `all` (every token), an integer k (`layer_loss_tokens=k`).
-Times are interleaved round-robin in one process, so machine noise hits every setting alike; the median of
-`--steps` steps after `--warmup` is reported. Peak memory is `torch.cuda.max_memory_allocated` on GPU and, on CPU,
-the peak RSS (VmHWM) of a fresh process per setting (RSS peaks never reset within a process). FLOP estimates count
-a training step as 6 x params x tokens plus attention (TRL's estimate; 4 x with LoRA's frozen base) and each extra
-readout as 6 x D x V per token (forward 2, backward 4; 4 with a frozen head), or 2 x D x V when only measured.
+Settings: `sft` (plain SFTTrainer), `none` (constraints off, layers measured on the default sample: the ERM arm),
+`auto` (the default: a sample sized to 10% of the step's FLOPs), `all` (every token), an integer k
+(`layer_loss_tokens=k`).
+
+Protocol. Times come from `--repeats` fresh processes; each builds the model once and runs every setting on it
+round-robin, step by step (one trainer per setting over the same model and one shared optimizer, so a single
+model and optimizer state are alive however many settings run), so machine noise hits every setting alike. A
+setting's time ratio is the median over steps of its step time over plain SFT's in the same round; the processes'
+ratios are summarised as their median and a 95% t-interval of their mean. With `--baseline-code`, processes
+alternate between this checkout and the other one, each with its own plain-SFT reference: before / after in one
+run. Peak memory comes from one more fresh process per setting, run after the timing processes have exited (the
+parent imports no model and never touches the GPU): `torch.cuda.max_memory_allocated` on GPU and, on CPU, the peak
+RSS (VmHWM) of the training steps, reset after the model is built (`/proc/self/clear_refs`), both including the
+weights. With `--noise-gamma`, each setting gets its own model (the noise hooks of several trainers would stack on
+one embedding).
+
+FLOPs. "FLOP x" estimates a step's FLOPs relative to plain SFT: TRL's `compute_flops_per_token` (6 x params x
+tokens plus attention; 4 x with LoRA's frozen base) and each extra readout as 6 x D x V per token read (forward 2,
+backward 4; 4 with a frozen head), plus 2 x D x V where the kernel recomputes logits in its backward, or 2 x D x V
+when only measured. "TFLOP/s" divides each setting's estimated FLOPs by its measured time: a setting whose extra
+FLOPs run at the base's rate has the same TFLOP/s as plain SFT; a lower figure is time that is not arithmetic (host
+work, syncs, memory traffic), a higher one means the base runs below the readout's GEMM efficiency.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -32,6 +48,8 @@ import warnings
 
 warnings.filterwarnings("ignore")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+if os.environ.get("STEP_TIME_CODE"):  # a `--baseline-code` child: that checkout's package, not the installed one
+    sys.path.insert(0, os.environ["STEP_TIME_CODE"])
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
@@ -39,6 +57,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 from trl.trainer.utils import compute_flops_per_token  # noqa: E402
 
+import constrained_sft  # noqa: E402
 from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer  # noqa: E402
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 from constrained_sft.trainers import auto_tokens_per_sequence  # noqa: E402
@@ -120,37 +139,89 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def build(setting, args):
+def build(settings: list[str], args: argparse.Namespace) -> dict[str, tuple]:
+    """{setting: (trainer, batch)} over one model and one optimizer (a model per setting with `--noise-gamma`)."""
     dtype = torch.bfloat16 if args.dtype == "bf16" and args.device != "cpu" else torch.float32
-    model, tokenizer = load_model(args.model, dtype, args.device, args.num_layers, args.lora)
-    trainer = make_trainer(setting, args, model, tokenizer)
-    trainer.create_optimizer()
-    batch = make_batch(args, model.config.vocab_size, args.device)
-    if args.noise_gamma and setting != "sft":  # the level the collator would attach to each example
-        batch["noise_gamma"] = torch.full((args.batch,), args.noise_gamma, device=args.device)
-    return trainer, batch
-
-
-def measure_memory(setting: str, args: argparse.Namespace) -> float:
-    """Peak memory in MiB of `--warmup + 2` steps of one setting, in this (fresh) process."""
-    trainer, batch = build(setting, args)
-    if args.device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-    for _ in range(args.warmup + 2):
-        train_step(trainer, batch)
-    sync(args.device)
-    if args.device.startswith("cuda"):
-        return torch.cuda.max_memory_allocated() / 2**20
-    return peak_rss_mib()
+    built, shared = {}, None
+    for setting in settings:
+        if shared is None or args.noise_gamma:
+            shared = load_model(args.model, dtype, args.device, args.num_layers, args.lora)
+            optimizer = None
+        trainer = make_trainer(setting, args, *shared)
+        if optimizer is None:
+            trainer.create_optimizer()
+            optimizer = trainer.optimizer
+        trainer.optimizer = optimizer
+        batch = make_batch(args, shared[0].config.vocab_size, args.device)
+        if args.noise_gamma and setting != "sft":  # the level the collator would attach to each example
+            batch["noise_gamma"] = torch.full((args.batch,), args.noise_gamma, device=args.device)
+        built[setting] = (trainer, batch)
+    return built
 
 
 def peak_rss_mib() -> float:
-    """This process's peak RSS. Not `ru_maxrss`: Linux carries the parent's peak into a child across exec."""
+    """This process's peak RSS since the last `reset_peak_rss` (VmHWM; not `ru_maxrss`, which Linux carries from
+    the parent across exec and never resets)."""
     try:
         with open("/proc/self/status") as f:
             return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
     except (OSError, StopIteration):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform != "darwin" else 2**20)
+
+
+def reset_peak_rss() -> None:
+    """Linux >= 4.0: writing 5 to clear_refs resets VmHWM to the current RSS (the built model stays counted)."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def time_settings(settings: list[str], args: argparse.Namespace) -> dict:
+    """Every setting round-robin, step by step, in this (fresh) process: {setting: [step seconds]} and facts."""
+    built = build(settings, args)
+    times: dict[str, list[float]] = {s: [] for s in settings}
+    for step in range(args.warmup + args.steps):
+        for setting in settings:
+            trainer, batch = built[setting]
+            sync(args.device)
+            start = time.perf_counter()
+            train_step(trainer, batch)
+            sync(args.device)
+            if step >= args.warmup:
+                times[setting].append(time.perf_counter() - start)
+    config = built[settings[0]][0].model.config  # a PEFT model forwards `.config` to its base
+    cuda = args.device.startswith("cuda")
+    return {
+        "step_s": times,
+        "flop_ratio": {s: flop_estimate(config, args, s) for s in settings},
+        "sft_flops": compute_flops_per_token(config, args.seq) * args.batch * args.seq * (4 / 6 if args.lora else 1),
+        "num_layers": config.num_hidden_layers,
+        "device": torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores)",
+        "code": os.path.dirname(os.path.dirname(os.path.abspath(constrained_sft.__file__))),
+    }
+
+
+def measure_memory(setting: str, args: argparse.Namespace) -> float:
+    """Peak memory in MiB of `--warmup + 2` steps of one setting, in this (fresh) process, weights included."""
+    trainer, batch = build([setting], args)[setting]
+    if args.device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+    else:
+        reset_peak_rss()
+    for _ in range(args.warmup + 2):
+        train_step(trainer, batch)
+    sync(args.device)
+    return torch.cuda.max_memory_allocated() / 2**20 if args.device.startswith("cuda") else peak_rss_mib()
+
+
+def interval(values: list[float]) -> tuple[float, float]:
+    """95% t-interval of the mean (one value: that value)."""
+    from scipy import stats
+
+    if len(values) < 2:
+        return values[0], values[0]
+    mean, sem = statistics.fmean(values), statistics.stdev(values) / len(values) ** 0.5
+    half = stats.t.ppf(0.975, len(values) - 1) * sem
+    return mean - half, mean + half
 
 
 def flop_estimate(config, args, setting: str) -> tuple[float, float]:
@@ -185,7 +256,7 @@ def flop_estimate(config, args, setting: str) -> tuple[float, float]:
     return (base + rows * per_token) / base, (base + rows * (per_token + extra)) / base
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--model", default="tiny", help="tiny, smollm2, llama-8b-shape (random weights), or a model folder / Hub id"
@@ -195,88 +266,108 @@ def main() -> None:
     parser.add_argument("--settings", default="sft,none,auto,all,8,16,32,64")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--seq", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=5, help="timed steps of every setting in each process")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--repeats", type=int, default=3, help="timing processes (per code version)")
+    parser.add_argument("--device", default=None, help="cuda if available, else cpu")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
     parser.add_argument("--gradient-checkpointing", action="store_true")
     parser.add_argument(
         "--noise-gamma", type=float, default=0.0, help="embedding noise on every example (constrained)"
     )
-    parser.add_argument("--no-memory", action="store_true", help="skip the per-setting memory processes")
+    parser.add_argument(
+        "--baseline-code",
+        help="another checkout of this repository (e.g. a `git worktree` of an older commit): every setting but `sft` "
+        "also runs on that code, as `<setting>@base`, interleaved with the rest (before / after in one run)",
+    )
     parser.add_argument("--out", help="write the results as JSON here")
-    parser.add_argument("--memory-of", help=argparse.SUPPRESS)  # internal: measure one setting's peak memory
-    args = parser.parse_args()
-    torch.manual_seed(0)
+    parser.add_argument("--no-memory", action="store_true", help="skip the per-setting memory processes")
+    parser.add_argument("--timing", action="store_true", help=argparse.SUPPRESS)  # internal: one timing process
+    parser.add_argument("--memory-of", help=argparse.SUPPRESS)  # internal: one setting's peak memory
+    args = parser.parse_args(argv)
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    return args
 
-    if args.memory_of:
-        print(json.dumps({"peak_mib": measure_memory(args.memory_of, args)}))
-        return
 
-    settings = args.settings.split(",")
-    built = {s: build(s, args) for s in settings}
-    times: dict[str, list[float]] = {s: [] for s in settings}
-    for round_ in range(args.warmup + args.steps):
-        for s in settings:
-            trainer, batch = built[s]
-            sync(args.device)
-            start = time.perf_counter()
-            train_step(trainer, batch)
-            sync(args.device)
-            if round_ >= args.warmup:
-                times[s].append(time.perf_counter() - start)
-        print(
-            f"round {round_ + 1}/{args.warmup + args.steps}: "
-            + ", ".join(f"{s} {times[s][-1]:.3f}s" for s in settings if times[s]),
-            file=sys.stderr,
-        )
-    config = built[settings[0]][0].model.config  # a PEFT model forwards `.config` to its base
-    del built
-
-    memory = {}
-    if not args.no_memory:
-        for s in settings:
-            cmd = [sys.executable, __file__, *sys.argv[1:], "--memory-of", s]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-            memory[s] = json.loads(out)["peak_mib"]
-
-    base_time = statistics.median(times["sft"]) if "sft" in times else None
+def summarise(args: argparse.Namespace, runs: list[dict], memory: dict[str, float]) -> dict:
+    """Per setting (and per code version): median step time, time ratio over plain SFT of the same process (median
+    of paired steps; over processes: median and 95% interval), peak memory, FLOP estimate, achieved TFLOP/s."""
     rows = []
-    for s in settings:
-        t = statistics.median(times[s])
-        flops = flop_estimate(config, args, s)
-        rows.append(
-            {
-                "setting": s,
-                "median_step_s": t,
-                "time_ratio": t / base_time if base_time else None,
-                "peak_mib": memory.get(s),
-                "memory_ratio": memory[s] / memory["sft"] if "sft" in memory and s in memory else None,
-                "flop_ratio_lower_bound": flops[0],
-                "flop_ratio_estimate": flops[1],
-            }
-        )
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
-    result = {
+    for code in dict.fromkeys(run["code"] for run in runs):  # this checkout first, then a baseline
+        mine = [run for run in runs if run["code"] == code]
+        label = "" if code == runs[0]["code"] else "@base"
+        for s in mine[0]["step_s"]:
+            ratios = [
+                statistics.median(t / b for t, b in zip(run["step_s"][s], run["step_s"]["sft"], strict=True))
+                for run in mine
+            ]
+            median = statistics.median(t for run in mine for t in run["step_s"][s])
+            lower, estimate = mine[0]["flop_ratio"][s]
+            row = {"setting": s + label, "code": code, "median_step_s": median, "flop_ratio_estimate": estimate}
+            row["flop_ratio_lower_bound"] = lower
+            row["tflops"] = mine[0]["sft_flops"] * estimate / median / 1e12
+            row.update(time_ratio=statistics.median(ratios), time_ratio_ci95=interval(ratios), process_ratios=ratios)
+            row["peak_mib"] = memory.get(s) if not label else None
+            row["memory_ratio"] = memory[s] / memory["sft"] if s in memory and "sft" in memory and not label else None
+            rows.append(row)
+    first = runs[0]
+    keys = ("batch", "seq", "dtype", "noise_gamma", "steps", "warmup", "repeats")
+    return {
         "model": args.model + (" + LoRA" if args.lora else ""),
-        "num_layers": config.num_hidden_layers,
-        "device": device,
-        "dtype": args.dtype,
-        "batch": args.batch,
-        "seq": args.seq,
-        "noise_gamma": args.noise_gamma,
-        "steps": args.steps,
+        "num_layers": first["num_layers"],
+        "device": first["device"],
+        **{k: getattr(args, k) for k in keys},
         "torch": torch.__version__,
         "rows": rows,
     }
-    print(f"\n{args.model} on {device}, {args.dtype}, batch {args.batch}x{args.seq}, median of {args.steps} steps")
-    print(f"{'setting':>8} {'step s':>9} {'time x':>7} {'FLOP x':>7} {'min FLOP x':>10} {'peak MiB':>9} {'mem x':>6}")
-    for r in rows:
-        fmt = lambda v, spec: format(v, spec) if v is not None else "-"  # noqa: E731
+
+
+def child(args: argparse.Namespace, flag: list[str], code: str | None = None) -> dict:
+    """This script in a fresh process (`code`: with another checkout's package); its last stdout line as JSON."""
+    cmd = [sys.executable, __file__, *sys.argv[1:], "--device", args.device, *flag]
+    env = {**os.environ, "STEP_TIME_CODE": os.path.abspath(code)} if code else None
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        sys.exit(f"{' '.join(flag)} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    args = parse_args()
+    torch.manual_seed(0)
+    settings = args.settings.split(",")
+    if "sft" not in settings:
+        sys.exit("--settings must include sft: every ratio is over plain SFTTrainer's step in the same process")
+    if args.memory_of:
+        print(json.dumps({"peak_mib": measure_memory(args.memory_of, args)}))
+        return
+    if args.timing:
+        print(json.dumps(time_settings(settings, args)))
+        return
+    codes = [None, args.baseline_code] if args.baseline_code else [None]
+    runs = []
+    for repeat in range(args.repeats):
+        for code in codes[repeat % len(codes) :] + codes[: repeat % len(codes)]:  # alternate which goes first
+            runs.append(child(args, ["--timing"], code))
+            medians = {s: statistics.median(t) for s, t in runs[-1]["step_s"].items()}
+            print(f"process {len(runs)} ({code or 'this checkout'}): {medians}", file=sys.stderr)
+    memory = {} if args.no_memory else {s: child(args, ["--memory-of", s])["peak_mib"] for s in settings}
+    result = summarise(args, runs, memory)
+    print(
+        f"\n{args.model} on {result['device']}, {args.dtype}, batch {args.batch}x{args.seq}: {args.steps} steps per "
+        f"setting in each of {args.repeats} processes, settings interleaved step by step"
+    )
+    print(
+        f"{'setting':>10} {'step s':>9} {'time x':>7} {'95% interval':>15} {'FLOP x':>7} {'min':>5} "
+        f"{'TFLOP/s':>8} {'peak MiB':>9} {'mem x':>6}"
+    )
+    for r in result["rows"]:
+        fmt = lambda v, spec: format(v, spec) if v is not None else "-".rjust(int(spec[1:].split(".")[0]))  # noqa: E731
+        ci = r["time_ratio_ci95"]
         print(
-            f"{r['setting']:>8} {r['median_step_s']:>9.3f} {fmt(r['time_ratio'], '>7.2f')} "
-            f"{r['flop_ratio_estimate']:>7.2f} {r['flop_ratio_lower_bound']:>10.2f} {fmt(r['peak_mib'], '>9.0f')} "
-            f"{fmt(r['memory_ratio'], '>6.2f')}"
+            f"{r['setting']:>10} {r['median_step_s']:>9.4f} {r['time_ratio']:>7.3f} {f'[{ci[0]:.3f}, {ci[1]:.3f}]':>15} "
+            f"{r['flop_ratio_estimate']:>7.3f} {r['flop_ratio_lower_bound']:>5.2f} {r['tflops']:>8.3f} "
+            f"{fmt(r['peak_mib'], '>9.0f')} {fmt(r['memory_ratio'], '>6.3f')}"
         )
     if args.out:
         with open(args.out, "w") as f:
