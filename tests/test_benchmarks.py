@@ -1,0 +1,58 @@
+"""The step-time benchmark runs end to end on the tiny model (its GPU commands must work the first time a GPU is
+lent): fresh timing processes with every setting on one model, memory per setting, ratios with intervals."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "step_time.py")
+
+
+def _run(tmp_path, *flags):
+    out = tmp_path / "result.json"
+    cmd = [
+        sys.executable,
+        SCRIPT,
+        "--model",
+        "tiny",
+        "--seq",
+        "32",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--out",
+        str(out),
+    ]
+    result = subprocess.run(
+        [*cmd, *flags], capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_step_time_rows_ratios_and_memory(tmp_path):
+    result = _run(tmp_path, "--settings", "sft,auto", "--repeats", "2")
+    rows = {r["setting"]: r for r in result["rows"]}
+    assert set(rows) == {"sft", "auto"} and result["repeats"] == 2
+    assert rows["sft"]["time_ratio"] == 1.0 and len(rows["auto"]["process_ratios"]) == 2
+    low, high = rows["auto"]["time_ratio_ci95"]
+    assert low <= sum(rows["auto"]["process_ratios"]) / 2 <= high
+    assert rows["auto"]["flop_ratio_estimate"] > 1.0 and rows["auto"]["tflops"] > 0
+    assert rows["sft"]["peak_mib"] > 0 and rows["auto"]["memory_ratio"] == pytest.approx(
+        rows["auto"]["peak_mib"] / rows["sft"]["peak_mib"]
+    )
+
+
+@pytest.mark.slow
+def test_step_time_with_lora_and_a_baseline_checkout(tmp_path):
+    """`--baseline-code` alternates processes with another checkout (here this one again: rows labelled @base)."""
+    root = os.path.dirname(os.path.dirname(SCRIPT))
+    result = _run(
+        tmp_path, "--settings", "sft,all", "--lora", "--no-memory", "--repeats", "1", "--baseline-code", root
+    )
+    assert [r["setting"] for r in result["rows"]] == ["sft", "all"]  # the same checkout twice: one code version
+    assert result["model"] == "tiny + LoRA" and result["rows"][1]["peak_mib"] is None
