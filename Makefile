@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 
 OFFLINE := $(VENV)/.offline-assets
 
-.PHONY: setup test test-slow lint format demo demo-erm demo-video demo-study
+.PHONY: setup test test-slow lint format docs demo demo-erm demo-video demo-study
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,10 @@ test: $(STAMP)
 # Slow tests (real model weights, long runs) and GPU tests, outside the default suite.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow or gpu"
+
+# The documentation site (MkDocs + Material, strict: a broken link or page fails), built into site/.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check constrained_sft tests benchmarks eval

@@ -1,6 +1,7 @@
 """
 The package's layering: each folder (or top-level module) imports only from the floors below it, every folder says
-in its docstring what it owns and may import, and the README's folder map lists exactly these folders and rules.
+in its docstring what it owns and may import, and the architecture guide's folder map
+(docs/guides/architecture.md) lists exactly these folders and rules.
 """
 
 import ast
@@ -124,11 +125,11 @@ def test_every_folder_says_what_it_owns_and_may_import(unit):
     assert doc and "May import" in doc, f"constrained_sft/{unit}/__init__.py needs a docstring with 'May import'"
 
 
-def test_readme_folder_map_matches_the_layering_table():
-    """README's architecture map: one row per unit, `| \\`constrained_sft/<unit>\\` | owns | may import |`."""
-    readme = Path(ROOT, "README.md").read_text()
-    rows = re.findall(r"^\| `constrained_sft/([\w.]+?)(?:/|\.py)?` \| .+? \| (.+?) \|$", readme, flags=re.M)
-    assert rows, "README.md has no folder map"
+def test_folder_map_matches_the_layering_table():
+    """The architecture guide's map: one row per unit, `| \\`constrained_sft/<unit>\\` | owns | may import |`."""
+    guide = Path(ROOT, "docs", "guides", "architecture.md").read_text()
+    rows = re.findall(r"^\| `constrained_sft/([\w.]+?)(?:/|\.py)?` \| .+? \| (.+?) \|$", guide, flags=re.M)
+    assert rows, "docs/guides/architecture.md has no folder map"
     table = {}
     for unit, may in rows:
         table[unit] = set(re.findall(r"`(\w+)`", may))
