@@ -63,13 +63,15 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow or gpu"
 
-# The documentation site (MkDocs + Material, strict: a broken link or page fails), built into site/.
+# The documentation site (MkDocs + Material, strict: a broken link or page fails), built into site/; the reference
+# pages (configuration, command line, recipes) are generated from the code first, into docs/reference/ (not committed).
 docs: $(STAMP)
+	$(BIN)/python docs/generate_reference.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
-	$(BIN)/ruff check constrained_sft tests benchmarks eval
-	$(BIN)/ruff format --check constrained_sft tests benchmarks eval
+	$(BIN)/ruff check constrained_sft tests benchmarks eval docs
+	$(BIN)/ruff format --check constrained_sft tests benchmarks eval docs
 
 format: $(STAMP)
 	$(BIN)/ruff format constrained_sft tests benchmarks eval

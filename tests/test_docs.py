@@ -1,6 +1,9 @@
-"""The README is the front door (a line budget, links that resolve) and every page in docs/ is in the site's nav.
-The site itself is built in strict mode by `make docs` (in `.ci/run`): a broken link inside docs/ fails there."""
+"""The README is the front door (a line budget, links that resolve), every page in docs/ is in the site's nav, and
+the reference pages generated from the code cover every command, field and recipe. The site itself is built in
+strict mode by `make docs` (in `.ci/run`): a broken link inside docs/ fails there."""
 
+import dataclasses
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -32,10 +35,42 @@ def _nav_pages(nav) -> set[str]:
     return pages
 
 
+def _generator():
+    spec = importlib.util.spec_from_file_location("generate_reference", ROOT / "docs" / "generate_reference.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_every_docs_page_is_in_the_site_nav():
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
-    pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")}
+    generated = {f"reference/{name}" for name in _generator().PAGES}  # written by `make docs`, not committed
+    pages = {str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md")} | generated
     nav = _nav_pages(config["nav"])
     assert pages - nav == set(), f"pages missing from mkdocs.yml's nav: {sorted(pages - nav)}"
     assert nav - pages == set(), f"nav entries without a page: {sorted(nav - pages)}"
     assert os.path.isfile(ROOT / "docs" / "index.md")
+
+
+def test_generated_references_cover_every_command_field_and_recipe(tmp_path):
+    from constrained_sft.cli import COMMANDS, Group
+
+    generator = _generator()
+    pages = {path.name: path.read_text() for path in generator.write(tmp_path)}
+    for cls_title, cls, _ in generator._config_classes():
+        own = [f.name for f in dataclasses.fields(cls) if f.name in cls.__dict__.get("__annotations__", {})]
+        assert own, cls_title
+        for name in own:
+            assert f"| `{name}` |" in pages["configuration.md"], (cls.__name__, name)
+    for command in COMMANDS:
+        names = [command.name] + (
+            [f"{command.name} {s.name}" for s in command.commands] if isinstance(command, Group) else []
+        )
+        for name in names:
+            section = pages["cli.md"].split(f"## `constrained-sft {name}`", 1)[1].split("\n## ", 1)[0]
+            assert "usage:" in section, name  # the command's own help, not an error
+    for recipe in (ROOT / "recipes").rglob("*.yaml"):
+        assert f"`{recipe.relative_to(ROOT)}`" in pages["recipes.md"]
+    assert (
+        "| `recipes/smollm2-135m/sharegpt/constrained.yaml` | `constrained-sft train --config" in pages["recipes.md"]
+    )
