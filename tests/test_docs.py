@@ -74,3 +74,12 @@ def test_generated_references_cover_every_command_field_and_recipe(tmp_path):
     assert (
         "| `recipes/smollm2-135m/sharegpt/constrained.yaml` | `constrained-sft train --config" in pages["recipes.md"]
     )
+
+
+def test_api_page_renders_every_public_name():
+    """docs/api.md hands each name of `constrained_sft.__all__` to mkdocstrings (their docstrings are the page)."""
+    import constrained_sft
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    rendered = set(re.findall(r"^::: constrained_sft\.(\w+)$", page, flags=re.M))
+    assert rendered == set(constrained_sft.__all__)
