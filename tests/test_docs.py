@@ -83,3 +83,22 @@ def test_api_page_renders_every_public_name():
     page = (ROOT / "docs" / "api.md").read_text()
     rendered = set(re.findall(r"^::: constrained_sft\.(\w+)$", page, flags=re.M))
     assert rendered == set(constrained_sft.__all__)
+
+
+def test_configuration_guide_table_matches_the_dataclasses():
+    """The guide's hand-written summary table cannot drift: each row names a real field with its real default."""
+    import ast
+
+    from constrained_sft.config import ConstraintArguments, NoiseArguments, RunArguments
+
+    fields = {
+        f.name: f for cls in (ConstraintArguments, NoiseArguments, RunArguments) for f in dataclasses.fields(cls)
+    }
+    guide = (ROOT / "docs" / "guides" / "configuration.md").read_text()
+    rows = re.findall(r"^\| `(\w+)` \| `([^`]*)` \|", guide, flags=re.M)
+    assert len(rows) >= 20
+    for name, default in rows:
+        assert name in fields, f"the guide lists `{name}`, which no config defines"
+        field = fields[name]
+        actual = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+        assert ast.literal_eval(default) == actual, f"`{name}`: the guide says {default}, the code {actual!r}"
