@@ -193,7 +193,7 @@ def time_settings(settings: list[str], args: argparse.Namespace) -> dict:
     return {
         "step_s": times,
         "flop_ratio": {s: flop_estimate(config, args, s) for s in settings},
-        "sft_flops": compute_flops_per_token(config, args.seq) * args.batch * args.seq * (4 / 6 if args.lora else 1),
+        "sft_flops": sft_flops(config, args),
         "num_layers": config.num_hidden_layers,
         "device": torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores)",
         "code": os.path.dirname(os.path.dirname(os.path.abspath(constrained_sft.__file__))),
@@ -224,6 +224,12 @@ def interval(values: list[float]) -> tuple[float, float]:
     return mean - half, mean + half
 
 
+def sft_flops(config, args) -> float:
+    """A plain SFT step's FLOPs: TRL's per-token estimate (forward + backward) x tokens, 4/6 of it with LoRA (frozen
+    base and head: no weight gradients, backward = 2 x forward)."""
+    return compute_flops_per_token(config, args.seq) * args.batch * args.seq * (4 / 6 if args.lora else 1)
+
+
 def flop_estimate(config, args, setting: str) -> tuple[float, float]:
     """
     Estimated step FLOPs relative to plain SFT: (lower bound, with the kernel's recomputation). Each token read
@@ -233,12 +239,9 @@ def flop_estimate(config, args, setting: str) -> tuple[float, float]:
     """
     from constrained_sft.readout.linear_nll import KEEP_ELEMENTS
 
-    tokens = args.batch * args.seq
-    base = compute_flops_per_token(config, args.seq) * tokens
     if setting == "sft":
         return 1.0, 1.0
-    if args.lora:  # frozen base and head: no weight gradients, backward = 2 x forward
-        base *= 4 / 6
+    tokens, base = args.batch * args.seq, sft_flops(config, args)
     readouts = config.num_hidden_layers - 1
     per_token = (4 if args.lora else 6) * config.hidden_size * config.vocab_size  # per token read and layer
     if setting in ("none", "auto"):  # the trainer's own rule: `readout_budget` 0.1, k tokens per sequence

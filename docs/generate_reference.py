@@ -62,6 +62,11 @@ def _config_classes() -> list[tuple[str, type, str]]:
     ]
 
 
+def own_fields(cls: type) -> list[dataclasses.Field]:
+    """The fields `cls` declares itself (not those it inherits from another dataclass)."""
+    return [f for f in dataclasses.fields(cls) if f.name in cls.__dict__.get("__annotations__", {})]
+
+
 def _type_name(hint) -> str:
     text = getattr(hint, "__name__", None) if not typing.get_args(hint) else None
     text = text or str(hint).replace("typing.", "")
@@ -81,7 +86,7 @@ def configuration() -> str:
     )
     for title, cls, where in _config_classes():
         hints = typing.get_type_hints(cls)
-        own = [f for f in dataclasses.fields(cls) if f.name in cls.__dict__.get("__annotations__", {})]
+        own = own_fields(cls)
         out.append(f"\n## {title}: `{cls.__name__}`\n\n{where}\n\n")
         out.append("| field | type | default | allowed | help |\n|---|---|---|---|---|\n")
         for f in own:
