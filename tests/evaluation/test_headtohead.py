@@ -100,3 +100,13 @@ def test_the_proxy_judge_prefers_the_answer_closer_to_the_reference_whatever_the
     assert judge.prefer(pairs) == [1.0, 2.0, 1.5]  # the exact reference wins in either place; identical answers draw
     with pytest.raises(ValueError, match="the proxy judge compares answers with a reference answer"):
         judge.prefer([Pair("q", "a", "b", None)])
+
+
+def test_the_proxy_judge_cuts_answers_to_the_encoders_positions(encoder):
+    """The tiny encoder has 80 positions, fewer than the proxy's 256-token cut: a longer answer is cut at 80."""
+    from constrained_sft.evaluation.alpaca.proxy import ReferenceProxyJudge
+
+    judge = ReferenceProxyJudge(encoder)
+    assert judge.max_length == 80
+    long = " ".join(["s1 s2 s3"] * 100)  # 300 tokens
+    assert judge.prefer([Pair("q", long, "s20 s21", "s1 s2 s3")]) == [1.0]

@@ -37,7 +37,10 @@ class ReferenceProxyJudge:
         self.name = f"proxy: cosine to the reference answer ({encoder or PROXY_ENCODER})"
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModel.from_pretrained(path).eval()
-        self.batch_size, self.max_length = batch_size, max_length
+        # texts are cut to what the encoder can take too (one with fewer positions than `max_length` failed on them)
+        positions = getattr(self.model.config, "max_position_embeddings", None) or max_length
+        self.batch_size = batch_size
+        self.max_length = min(max_length, positions, self.tokenizer.model_max_length or max_length)
 
     @torch.no_grad()
     def embed(self, texts: list[str]) -> torch.Tensor:
