@@ -103,10 +103,20 @@ def deepspeed_without_gpu(args) -> None:
     this library's CI), accelerate turns DeepSpeed off when `use_cpu` is set, and otherwise starts no process group
     unless a backend is named: each rank would train alone and DeepSpeed fail on its batch-size check. gloo is the
     only CPU backend these packages ship, so it is chosen when none is named; `use_cpu` is refused.
+    An FSDP launch without a GPU is refused: accelerate builds FSDP only on an accelerator, so without one each
+    process would train alone (or, under `use_cpu`, as plain data parallelism), never sharded.
     """
     import torch
 
-    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() != "true" or torch.cuda.is_available():
+    if torch.cuda.is_available():
+        return
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        raise ValueError(
+            "FSDP needs a GPU: accelerate builds FSDP only on an accelerator, and without one each process would "
+            "train alone. On CPUs, launch with accelerate_configs/deepspeed_zero3.yaml (DeepSpeed's CPU accelerator, "
+            "with `--use_cpu false`) or plain data parallelism (`--multi_gpu` with `use_cpu`)."
+        )
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() != "true":
         return
     if args.use_cpu:
         raise ValueError(

@@ -115,6 +115,14 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
                 f"{type(args).__name__}."
             )
         check_not_empty(train_dataset=self.train_dataset, eval_dataset=self.eval_dataset)  # after TRL's filters
+        launched = int(os.environ.get("WORLD_SIZE", "1"))
+        if launched > 1 and self.accelerator.num_processes != launched:
+            raise ValueError(
+                f"{launched} processes were launched, but accelerate runs this one alone (distributed type "
+                f"{self.accelerator.distributed_type.value}): each process would train its own model and write the "
+                "same files. Without a GPU, launch with `--multi_gpu` and `use_cpu` (gloo), or a DeepSpeed config "
+                "with `--use_cpu false`; `ddp_backend` names another backend."
+            )
         spec = DescentConstraints.resolve(
             num_layers, args.constrained_layers, args.descent_alpha, args.descent_epsilon
         )

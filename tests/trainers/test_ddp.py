@@ -56,3 +56,29 @@ def test_a_rank_without_supervised_tokens_enters_every_collective(tmp_path):
     ranks = [json.loads((tmp_path / f"uneven.rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["trajectory"] == ranks[1]["trajectory"] and len(ranks[0]["trajectory"]) == 4
     assert max(ranks[0]["trajectory"][-1]) > 0  # the constraints were active
+
+
+def test_processes_that_accelerate_runs_alone_are_refused(tmp_path):
+    """A 2-process launch that accelerate does not make distributed (no GPU, `use_cpu` off, no backend named) used to
+    train two separate models that raced on the same files: now every rank refuses before training."""
+    config = tmp_path / "gpu_ddp.yaml"  # the repository's ddp.yaml as a user copies it: MULTI_GPU, use_cpu false
+    config.write_text("compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_machines: 1\n"
+                      "num_processes: 2\nmixed_precision: 'no'\nuse_cpu: false\n")  # fmt: skip
+    out = tmp_path / "alone"
+    overrides = json.dumps({"output_dir": str(out), "use_cpu": False})
+    result = launch_on_cpu(2, SCRIPT, str(out), overrides, timeout=240, config_file=str(config))
+    assert result.returncode != 0
+    assert "2 processes were launched, but accelerate runs this one alone" in result.stderr
+    assert not (tmp_path / "alone.rank0.json").exists() and not (out / "constraints.json").exists()
+
+
+def test_an_fsdp_launch_without_a_gpu_is_refused(monkeypatch):
+    import torch
+
+    from constrained_sft import ConstrainedSFTConfig
+
+    if torch.cuda.is_available():
+        pytest.skip("the refusal is for machines without a GPU")
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    with pytest.raises(ValueError, match="FSDP needs a GPU"):
+        ConstrainedSFTConfig(output_dir="unused", bf16=False, report_to="none")
