@@ -22,14 +22,42 @@ def train_and_report(
     """Evaluate (optionally before), train, evaluate, save, print the layer table on rank 0, and shut down cleanly
     (`end`: also destroy the process group; False when more runs follow in this process)."""
     args = trainer.args
-    before = trainer.evaluate(metric_key_prefix="before") if evaluate_before else {}
-    trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
+    if evaluate_before and trainer.is_deepspeed_enabled:
+        before = evaluate_at_train_start(trainer)
+    else:
+        before = trainer.evaluate(metric_key_prefix="before") if evaluate_before else {}
+        trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     after = trainer.evaluate()
     trainer.save_model(args.output_dir)
     if trainer.is_world_process_zero():
         print(summary_table(trainer, before, after, accuracy_key=accuracy_key))
     finish(trainer, end)
     return {"before": before, "after": after}
+
+
+def evaluate_at_train_start(trainer) -> dict:
+    """
+    Train, evaluating first once DeepSpeed's training engine exists (in `on_train_begin`), and return that
+    evaluation's metrics. transformers cannot evaluate a DeepSpeed model before `train()`: under ZeRO-1/2 its
+    evaluation refuses ("ZeRO inference only makes sense with ZeRO Stage 3"), and under ZeRO-3 the inference engine
+    it builds is then taken for the training engine, which is never built (`'NoneType' object has no attribute
+    'backward'` at the first step; transformers PR #44889). A resumed run is evaluated as resumed.
+    """
+    from transformers import TrainerCallback
+
+    metrics: dict = {}
+
+    class EvaluateFirst(TrainerCallback):
+        def on_train_begin(self, args, state, control, **kwargs):
+            metrics.update(trainer.evaluate(metric_key_prefix="before"))
+
+    callback = EvaluateFirst()
+    trainer.add_callback(callback)
+    try:
+        trainer.train(resume_from_checkpoint=trainer.args.resume_from_checkpoint)
+    finally:
+        trainer.remove_callback(callback)
+    return metrics
 
 
 def finish(trainer, end: bool = True) -> None:
