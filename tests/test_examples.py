@@ -92,13 +92,18 @@ SHELL_PRELUDES = {
     "": "",
     # six trained-looking models (tiny SmolLM2 stand-ins) in the folders the robustness example names
     "models": """
-from pathlib import Path
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
 for name in ["c-seed0", "c-seed1", "c-seed2", "e-seed0", "e-seed1", "e-seed2"]:
     tiny_causal_lm("llama", num_layers=30, hidden=16, seed=len(name) + int(name[-1])).save_pretrained(f"outputs/{name}")
     tiny_tokenizer().save_pretrained(f"outputs/{name}")
 """,
 }
+
+
+def marker_parts(match) -> tuple[str, str]:
+    """A block's marker as (kind, prelude): `run with=models` -> ("run", "models"); no marker -> ("", "")."""
+    kind, _, prelude = (match["marker"] or "").partition(" with=")
+    return kind, prelude
 
 
 def run_shell(
@@ -139,7 +144,7 @@ def shell_runs(tmp_path_factory):
     with ThreadPoolExecutor(2) as pool:
         for param in examples():
             match = param.values[0]
-            kind, _, prelude = (match["marker"] or "").partition(" with=")
+            kind, prelude = marker_parts(match)
             if match["lang"] != "python" and kind == "run" and prelude in SHELL_PRELUDES:
                 code = textwrap.dedent(match["code"])
                 runs[param.id] = pool.submit(run_shell, code, prelude, standins, tmp_path_factory.mktemp("shell"))
@@ -172,7 +177,7 @@ def test_example(block, tmp_path, capsys, request):
         with capsys.disabled():
             print(f"\n  not run ({lang}): {reason}")
         return
-    kind, _, prelude = marker.partition(" with=")
+    kind, prelude = marker_parts(block)
     if lang != "python":
         assert kind == "run" and prelude in SHELL_PRELUDES, f"unknown marker {marker!r}"
         notes, code, result = request.getfixturevalue("shell_runs")[request.node.callspec.id].result()
@@ -203,7 +208,7 @@ def test_shell_example_full_run(block, tmp_path):
     import importlib.util
 
     marker = block["marker"] or ""
-    kind, _, prelude = marker.partition(" with=")
+    kind, prelude = marker_parts(block)
     if kind != "run":
         pytest.skip(marker)
     if prelude:
