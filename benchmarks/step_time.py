@@ -62,6 +62,11 @@ from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer  # noqa:
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer  # noqa: E402
 from constrained_sft.trainers import auto_tokens_per_sequence  # noqa: E402
 
+try:
+    from constrained_sft.trainers.host_allocator import reuse_freed_host_memory  # noqa: E402
+except ImportError:  # a `--baseline-code` checkout from before `host_allocator`: the allocator its users had
+    reuse_freed_host_memory = None
+
 # Llama 3.1 8B's shape, for random-weight GPU rows without downloading the weights (tokens are random ids anyway).
 LLAMA_8B = dict(
     hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
@@ -110,6 +115,8 @@ def make_trainer(setting: str, args: argparse.Namespace, model, tokenizer):
     if setting == "sft":
         return SFTTrainer(model=model, args=SFTConfig(**common), train_dataset=data, processing_class=tokenizer)
     extra = {"constraints": "none"} if setting == "none" else {"constraints": "descent", "dual_lr": 0.01}
+    if reuse_freed_host_memory is not None:
+        extra["host_allocator"] = args.host_allocator
     extra["layer_loss_tokens"] = {"none": "auto", "auto": "auto", "all": None}.get(setting, setting)
     config = ConstrainedSFTConfig(**common, **extra)
     return ConstrainedSFTTrainer(model=model, args=config, train_dataset=data, processing_class=tokenizer)
@@ -283,6 +290,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="another checkout of this repository (e.g. a `git worktree` of an older commit): every setting but `sft` "
         "also runs on that code, as `<setting>@base`, interleaved with the rest (before / after in one run)",
     )
+    parser.add_argument(
+        "--host-allocator",
+        choices=["reuse", "system"],
+        default="reuse",
+        help="CPU: the trainers' `host_allocator` (default 'reuse', the library's default); applied to every process "
+        "of the run, so plain SFT gets the same allocator as the constrained settings",
+    )
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--no-memory", action="store_true", help="skip the per-setting memory processes")
     parser.add_argument("--timing", action="store_true", help=argparse.SUPPRESS)  # internal: one timing process
@@ -314,7 +328,7 @@ def summarise(args: argparse.Namespace, runs: list[dict], memory: dict[str, floa
             row["memory_ratio"] = memory[s] / memory["sft"] if s in memory and "sft" in memory and not label else None
             rows.append(row)
     first = runs[0]
-    keys = ("batch", "seq", "dtype", "noise_gamma", "steps", "warmup", "repeats")
+    keys = ("batch", "seq", "dtype", "noise_gamma", "steps", "warmup", "repeats", "host_allocator")
     return {
         "model": args.model + (" + LoRA" if args.lora else ""),
         "num_layers": first["num_layers"],
@@ -341,6 +355,13 @@ def main() -> None:
     settings = args.settings.split(",")
     if "sft" not in settings:
         sys.exit("--settings must include sft: every ratio is over plain SFTTrainer's step in the same process")
+    if (
+        args.device == "cpu"
+        and args.host_allocator == "reuse"
+        and reuse_freed_host_memory
+        and (args.memory_of or args.timing)
+    ):
+        reuse_freed_host_memory()  # before the first model, in every measuring process (plain SFT's alone too)
     if args.memory_of:
         print(json.dumps({"peak_mib": measure_memory(args.memory_of, args)}))
         return

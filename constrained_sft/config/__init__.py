@@ -15,7 +15,7 @@ from trl import SFTConfig
 
 from .constraint_fields import CONSOLE_FORMATS, CONSTRAINT_MODES, DUAL_OPTIMIZERS, ConstraintArguments, is_number
 from .noise_fields import NoiseArguments, training_level
-from .run_fields import NONFINITE_POLICIES, RunArguments, clearer_precision_error
+from .run_fields import HOST_ALLOCATORS, NONFINITE_POLICIES, RunArguments, clearer_precision_error
 
 
 def validate_then(config, parent: type) -> None:
@@ -31,6 +31,7 @@ __all__ = [
     "CONSOLE_FORMATS",
     "CONSTRAINT_MODES",
     "DUAL_OPTIMIZERS",
+    "HOST_ALLOCATORS",
     "NONFINITE_POLICIES",
     "ConstrainedConfig",
     "ConstrainedSFTConfig",

@@ -26,6 +26,7 @@ from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_noise, embedding
 from ..utils import write_json
 from .checkpointing import CheckpointingMixin
 from .console import use_compact_console
+from .host_allocator import reuse_freed_host_memory
 from .nonfinite import handle_nonfinite
 
 logger = logging.getLogger(__name__)
@@ -123,6 +124,8 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
                 "same files. Without a GPU, launch with `--multi_gpu` and `use_cpu` (gloo), or a DeepSpeed config "
                 "with `--use_cpu false`; `ddp_backend` names another backend."
             )
+        if args.host_allocator == "reuse" and args.device.type == "cpu":
+            reuse_freed_host_memory()
         spec = DescentConstraints.resolve(
             num_layers, args.constrained_layers, args.descent_alpha, args.descent_epsilon
         )
