@@ -27,7 +27,7 @@ def layer_token_nll(
     """
     if selection.index.numel() == 0:
         return torch.zeros(0, device=hidden.device)
-    h = hidden[:, :-1].reshape(-1, hidden.size(-1))[selection.index]  # [K, D]
+    h = selection.hidden_rows(hidden)  # [K, D]
     return readout.token_nll(h, selection.targets, apply_norm=apply_norm)
 
 
@@ -57,7 +57,7 @@ def layers_token_nll(
     out = []
     for s in range(0, n, group):
         part = hiddens[s : s + group]
-        rows = torch.stack([h[:, :-1].reshape(-1, h.size(-1))[selection.index] for h in part])  # [g, K, D]
+        rows = torch.stack([selection.hidden_rows(h) for h in part])  # [g, K, D]
         nll = readout.token_nll(rows.reshape(-1, rows.size(-1)), selection.targets.repeat(len(part)), apply_norm)
         out.append(nll.view(len(part), K))
     return torch.cat(out)

@@ -8,7 +8,6 @@ Shapes: B sequences of T tokens, K selected next-token positions, S sequences (d
 
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass, replace
 
 import torch
@@ -22,10 +21,16 @@ class TokenSelection:
 
     index: torch.Tensor  # [K] flat index into the shifted [B, T-1] grid
     targets: torch.Tensor  # [K] next-token labels
-    weight: torch.Tensor  # [K] fp32: 1 for all tokens, n_s / k_s for a sample of k_s of a sequence's n_s tokens
+    weight: torch.Tensor  # [K] fp32: 1 for all tokens, n_s / k_s for a sample of k_s of n_s, 0 for a filler row
     segment: torch.Tensor  # [K] sequence id in [0, S)
     segment_tokens: torch.Tensor  # [S] supervised tokens of each sequence (n_s)
     num_tokens: torch.Tensor  # [] supervised tokens in the batch (N = sum n_s)
+    positions: torch.Tensor  # [K] the same positions as flat indices into the unshifted [B, T] grid
+
+    def hidden_rows(self, hidden: torch.Tensor) -> torch.Tensor:
+        """`[K, D]` rows of a layer's hidden states `[B, T, D]` at the selected positions, read from its `[B*T, D]`
+        view (slicing off the last position first would copy the whole layer)."""
+        return hidden.reshape(-1, hidden.size(-1)).index_select(0, self.positions)
 
     def padded(self) -> TokenSelection:
         """
@@ -37,7 +42,7 @@ class TokenSelection:
         if self.index.numel():
             return self
         zero = self.index.new_zeros(1)
-        return replace(self, index=zero, targets=zero, weight=self.weight.new_zeros(1), segment=zero)
+        return replace(self, index=zero, targets=zero, weight=self.weight.new_zeros(1), segment=zero, positions=zero)
 
 
 def segment_ids(labels: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -53,17 +58,57 @@ def segment_ids(labels: torch.Tensor, position_ids: torch.Tensor | None = None) 
     return starts.reshape(-1).long().cumsum(0).sub(1).view(B, T - 1)
 
 
-def row_keys(rows: int, width: int, seed: int, first_row: int = 0) -> torch.Tensor:
+MASK32 = 0xFFFFFFFF
+# Larger than any key: positions that must never be sampled
+NEVER = 1 << 32
+
+
+def _mix32(x: torch.Tensor | int) -> torch.Tensor | int:
+    """A 32-bit integer hash (two xor-shift-multiply rounds) on int64 values < 2^32; every product stays < 2^59."""
+    for _ in range(2):
+        x = (((x >> 16) ^ x) * 0x45D9F3B) & MASK32
+    return (x >> 16) ^ x
+
+
+def row_keys(rows: int, width: int, seed: int, first_row: int = 0, device: torch.device | None = None) -> torch.Tensor:
     """
-    `[rows, width]` uniform keys; row b comes from its own stream, a function of (`seed`, `first_row` + b) only, so
-    a sequence gets the same keys whichever micro-batch or rank carries it (B rows on this rank and micro-batch m
-    of an optimizer step are rows (m x world + rank) x B ... of its global batch).
+    `[rows, width]` int64 keys, uniform on [0, 2^32), computed on `device` (no generator, no host copy): key (b, t)
+    is a hash of (`seed`, `first_row` + b, t) only, so a sequence gets the same keys whichever micro-batch or rank
+    carries it (B rows on this rank and micro-batch m of an optimizer step are rows (m x world + rank) x B ... of its
+    global batch).
     """
-    return torch.stack(
-        [
-            torch.rand(width, generator=torch.Generator().manual_seed(zlib.crc32(f"{seed}/{first_row + b}".encode())))
-            for b in range(rows)
-        ]
+    row = torch.arange(first_row, first_row + rows, device=device, dtype=torch.long)
+    row = _mix32((row + _mix32(seed & MASK32)) & MASK32)  # [rows]
+    column = torch.arange(width, device=device, dtype=torch.long) * 0x9E3779B1  # < 2^52 for any sequence length
+    return _mix32((row[:, None] + column[None, :]) & MASK32)
+
+
+def _sample_rows(labels: torch.Tensor, per_sequence: int, seed: int, first_row: int) -> TokenSelection:
+    """
+    `select_tokens` for one sequence per row, in static shapes: exactly k = min(per_sequence, T-1) positions per row
+    (K = B x k), the k supervised ones with the smallest keys; a row with fewer than k supervised positions fills
+    the rest with weight-0 rows (target 0). No data-dependent shape, so no host-device sync.
+    """
+    B, T = labels.shape
+    width = T - 1
+    k = max(0, min(per_sequence, width))
+    targets = labels[:, 1:]
+    supervised = targets.ne(IGNORE_INDEX)  # [B, T-1]
+    segment_tokens = supervised.sum(1)  # [B] n_s
+    keys = row_keys(B, width, seed, first_row, labels.device).masked_fill_(~supervised, NEVER)
+    pick = keys.topk(k, dim=1, largest=False).indices.sort(dim=1).values  # [B, k] positions, in order
+    real = supervised.gather(1, pick)  # [B, k]: False where a row ran out of supervised positions
+    taken = segment_tokens.clamp(max=k).clamp(min=1)  # [B] min(k, n_s)
+    weight = real.float() * (segment_tokens.float() / taken.float())[:, None]
+    rows = torch.arange(B, device=labels.device)
+    return TokenSelection(
+        index=(pick + (rows * width)[:, None]).reshape(-1),
+        positions=(pick + (rows * T)[:, None]).reshape(-1),
+        targets=targets.gather(1, pick).masked_fill(~real, 0).reshape(-1),
+        weight=weight.reshape(-1),
+        segment=rows.repeat_interleave(k),
+        segment_tokens=segment_tokens,
+        num_tokens=segment_tokens.sum(),
     )
 
 
@@ -80,7 +125,14 @@ def select_tokens(
     that the weighted sum is an unbiased estimate of the all-token sum (Horvitz-Thompson). The sample is drawn from
     [`row_keys`]`(B, T-1, seed, first_row)`: gradient accumulation and data parallelism draw what one large batch
     would, row for row.
+
+    Host-device syncs: a sample of unpacked rows (the training default) has static shapes and needs none (its
+    weight-0 rows, where a sequence has fewer than k supervised positions, add exactly 0). Every supervised token
+    (evaluation, `layer_loss_tokens='all'`) compacts them with one `nonzero`: padding and prompt positions would
+    otherwise be read out too, and those readouts are compute-bound. Packed documents add one read (how many).
     """
+    if per_sequence is not None and position_ids is None:
+        return _sample_rows(labels, per_sequence, seed, first_row)
     targets = labels[:, 1:].reshape(-1)
     segments = segment_ids(labels, position_ids).reshape(-1)
     supervised = targets.ne(IGNORE_INDEX)
@@ -97,8 +149,8 @@ def select_tokens(
     weight = torch.ones(index.numel(), device=labels.device, dtype=torch.float32)
     if per_sequence is not None and index.numel():
         # Random keys, sorted within each sequence: the k smallest form a uniform sample without replacement.
-        keys = row_keys(labels.shape[0], labels.shape[1] - 1, seed, first_row).reshape(-1).to(index.device)[index]
-        order = torch.argsort(segment.double() + keys.double())
+        keys = row_keys(labels.shape[0], labels.shape[1] - 1, seed, first_row, labels.device).reshape(-1)[index]
+        order = torch.argsort(segment * NEVER + keys)  # by document, then by key
         first = torch.cumsum(segment_tokens, 0) - segment_tokens  # [S] offset of each sequence in sorted order
         rank = torch.arange(index.numel(), device=index.device) - first[segment[order]]
         keep = order[rank < per_sequence].sort().values
@@ -112,4 +164,5 @@ def select_tokens(
         segment=segment,
         segment_tokens=segment_tokens,
         num_tokens=supervised.sum(),
+        positions=index + torch.div(index, max(labels.shape[1] - 1, 1), rounding_mode="floor"),
     )

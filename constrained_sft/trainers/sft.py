@@ -105,6 +105,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             base = unwrap_model(self.model)
             check_positions(self.train_dataset, args, base.config.get_text_config())
             self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
+            self._sample_sizes: dict[tuple, int] = {}
             num_layers = base.config.get_text_config().num_hidden_layers
             self._init_constraints(num_layers)
             self.probe = LayerProbe(self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm)
@@ -169,11 +170,14 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         if readouts == 0:
             return None
         sequences = labels.shape[0] if position_ids is None else max(1, int(position_ids.eq(0).sum()))
-        config = unwrap_model(self.model).config.get_text_config()
-        head = tuple(self.readout.lm_head.weight.shape)
-        return auto_tokens_per_sequence(
-            config, head, readouts, tuple(labels.shape), sequences, self.args.readout_budget
-        )
+        key = (tuple(labels.shape), sequences, readouts)
+        if key not in self._sample_sizes:  # a few batch shapes per run; TRL's FLOP estimate is Python work
+            config = unwrap_model(self.model).config.get_text_config()
+            head = tuple(self.readout.lm_head.weight.shape)
+            self._sample_sizes[key] = auto_tokens_per_sequence(
+                config, head, readouts, tuple(labels.shape), sequences, self.args.readout_budget
+            )
+        return self._sample_sizes[key]
 
     def _probe_request(self, inputs: dict[str, Any]) -> ProbeRequest | None:
         labels = inputs.get("labels")

@@ -157,13 +157,33 @@ def test_sampling_is_unbiased_and_shared_across_layers():
     draws = []
     for draw in range(3000):
         sel = select_tokens(labels, per_sequence=5, seed=draw)
-        assert torch.all(sel.segment_tokens.clamp(max=5).eq(torch.bincount(sel.segment, minlength=B)))
+        real = sel.weight > 0
+        assert torch.all(sel.segment_tokens.clamp(max=5).eq(torch.bincount(sel.segment[real], minlength=B)))
         draws.append(aggregate(token_loss[:, sel.index], sel).sums)
     mean = torch.stack(draws).mean(0)
     torch.testing.assert_close(mean, exact, rtol=0.01, atol=0)
-    # k >= n takes every position with weight 1
+    # k >= n takes every supervised position with weight 1; the rest are filler rows of weight 0 (static shapes)
     sel = select_tokens(labels, per_sequence=10_000, seed=1)
-    assert torch.equal(sel.index, full.index) and torch.all(sel.weight == 1)
+    real = sel.weight > 0
+    assert sel.index.numel() == B * (T - 1) and torch.equal(sel.index[real], full.index)
+    assert torch.all(sel.weight[real] == 1) and torch.equal(sel.targets[real], full.targets)
+
+
+def test_a_sample_of_unpacked_rows_has_static_shapes():
+    """k rows per sequence whatever the labels: a sequence with fewer than k supervised positions gets filler rows of
+    weight 0 and target 0 (a valid class id), and a sequence with none reads k fillers."""
+    labels = torch.randint(4, 32, (3, 12))
+    labels[1, :10] = -100  # 1 supervised next-token position (labels 10, 11 -> shifted 9, 10: 2 positions)
+    labels[2, :] = -100  # none
+    sel = select_tokens(labels, per_sequence=4, seed=3)
+    assert sel.index.numel() == 12 and sel.segment.tolist() == [0] * 4 + [1] * 4 + [2] * 4
+    assert sel.segment_tokens.tolist() == [11, 2, 0] and sel.num_tokens.item() == 13
+    weight = sel.weight.view(3, 4)
+    assert torch.allclose(weight[0], torch.full((4,), 11 / 4)) and weight[1].tolist().count(1.0) == 2
+    assert weight[1].tolist().count(0.0) == 2 and weight[2].tolist() == [0.0] * 4
+    assert torch.all(sel.targets[sel.weight == 0] == 0)
+    losses = aggregate(torch.rand(2, 12), sel)
+    assert torch.isfinite(losses.sums).all() and losses.per_sequence[:, 2].tolist() == [0.0, 0.0]
 
 
 def test_no_supervised_token_gives_zero_not_nan():
@@ -206,6 +226,7 @@ def test_peak_memory_is_one_chunk_not_all_logits(monkeypatch):
     """Reading out many tokens never builds [K, V] logits: one [chunk, V] block at a time, forward and backward."""
     from constrained_sft.readout import linear_nll as kernel
 
+    monkeypatch.setattr(kernel, "NATIVE_ELEMENTS", 0)
     monkeypatch.setattr(kernel, "KEEP_ELEMENTS", 0)  # large K: recompute instead of keeping probabilities
     monkeypatch.setattr(kernel, "CHUNK_ELEMENTS", 16 * 1024)  # 16 tokens x V per block
     V, D, K = 1024, 8, 256

@@ -1,4 +1,4 @@
-"""The linear-readout NLL kernel matches cross-entropy on full logits, values and gradients, in both modes."""
+"""The linear-readout NLL kernel matches cross-entropy on full logits, values and gradients, in all three regimes."""
 
 import pytest
 import torch
@@ -8,10 +8,11 @@ from constrained_sft.readout import linear_nll as module
 from constrained_sft.readout.linear_nll import linear_nll
 
 
-@pytest.mark.parametrize("keep", [True, False])
+@pytest.mark.parametrize("regime", ["native", "keep", "recompute"])
 @pytest.mark.parametrize("bias", [False, True])
-def test_matches_cross_entropy(monkeypatch, keep, bias):
-    monkeypatch.setattr(module, "KEEP_ELEMENTS", 10**9 if keep else 0)
+def test_matches_cross_entropy(monkeypatch, regime, bias):
+    monkeypatch.setattr(module, "NATIVE_ELEMENTS", 10**9 if regime == "native" else 0)
+    monkeypatch.setattr(module, "KEEP_ELEMENTS", 10**9 if regime == "keep" else 0)
     monkeypatch.setattr(module, "CHUNK_ELEMENTS", 7 * 50)  # several token chunks of 7
     torch.manual_seed(0)
     K, D, V = 30, 16, 50
@@ -40,11 +41,13 @@ def test_no_grad_keeps_nothing_and_empty_input():
     assert linear_nll(x[:0], w, None, t[:0]).shape == (0,)
 
 
+@pytest.mark.parametrize("native", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("autocast", [False, True])
-def test_a_half_precision_head_with_or_without_autocast(dtype, autocast):
+def test_a_half_precision_head_with_or_without_autocast(monkeypatch, dtype, autocast, native):
     """The matmuls run in the head's dtype whatever the autocast (an fp16 head under a bf16 autocast used to meet an
     fp32 gradient: 'expected m1 and m2 to have the same dtype'); values and gradients match fp32 to half precision."""
+    monkeypatch.setattr(module, "NATIVE_ELEMENTS", 10**9 if native else 0)
     torch.manual_seed(0)
     x = torch.randn(12, 16)
     weight = torch.randn(40, 16) * 0.3
