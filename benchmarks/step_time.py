@@ -22,8 +22,9 @@ alternate between this checkout and the other one, each with its own plain-SFT r
 run. Peak memory comes from one more fresh process per setting, run after the timing processes have exited (the
 parent imports no model and never touches the GPU): `torch.cuda.max_memory_allocated` on GPU and, on CPU, the peak
 RSS (VmHWM) of the training steps, reset after the model is built (`/proc/self/clear_refs`), both including the
-weights. With `--noise-gamma`, each setting gets its own model (the noise hooks of several trainers would stack on
-one embedding).
+weights; on CPU with the system allocator, whose RSS follows what the step holds (under `host_allocator='reuse'`,
+the timing processes' default, freed blocks stay in the heap and the peak RSS depends on how it fragments). With
+`--noise-gamma`, each setting gets its own model (the noise hooks of several trainers would stack on one embedding).
 
 FLOPs. "FLOP x" estimates a step's FLOPs relative to plain SFT: TRL's `compute_flops_per_token` (6 x params x
 tokens plus attention; 4 x with LoRA's frozen base) and each extra readout as 6 x D x V per token read (forward 2,
@@ -294,8 +295,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--host-allocator",
         choices=["reuse", "system"],
         default="reuse",
-        help="CPU: the trainers' `host_allocator` (default 'reuse', the library's default); applied to every process "
-        "of the run, so plain SFT gets the same allocator as the constrained settings",
+        help="CPU: the trainers' `host_allocator` (default 'reuse', the library's default); applied to every timing "
+        "process, so plain SFT gets the same allocator as the constrained settings (peak memory is measured with the "
+        "system allocator, whose peak RSS is what the step holds)",
     )
     parser.add_argument("--out", help="write the results as JSON here")
     parser.add_argument("--no-memory", action="store_true", help="skip the per-setting memory processes")
@@ -355,13 +357,10 @@ def main() -> None:
     settings = args.settings.split(",")
     if "sft" not in settings:
         sys.exit("--settings must include sft: every ratio is over plain SFTTrainer's step in the same process")
-    if (
-        args.device == "cpu"
-        and args.host_allocator == "reuse"
-        and reuse_freed_host_memory
-        and (args.memory_of or args.timing)
-    ):
-        reuse_freed_host_memory()  # before the first model, in every measuring process (plain SFT's alone too)
+    if args.memory_of:  # what the step holds: under 'reuse' the peak RSS would count the blocks the heap keeps
+        args.host_allocator = "system"
+    if args.device == "cpu" and args.host_allocator == "reuse" and reuse_freed_host_memory and args.timing:
+        reuse_freed_host_memory()  # before the first model, in every timing process
     if args.memory_of:
         print(json.dumps({"peak_mib": measure_memory(args.memory_of, args)}))
         return
