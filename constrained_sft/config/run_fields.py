@@ -49,7 +49,7 @@ class RunArguments:
             "help": "Training on the CPU: 'reuse' keeps the host memory PyTorch frees inside the process for the next "
             "step's tensors (glibc's mmap and heap trimming off, for the rest of the process), so a step does not "
             "page-fault its tensors in again: on SmolLM2-135M (2 cores, fp32, 4 x 256) the default constrained step "
-            "took 3.7 s instead of 5.3 s, and plain SFTTrainer's in the same process 3.4 s instead of 4.6 s, for "
+            "took 3.7 s instead of 5.3 s, and plain SFTTrainer's in the same process 3.3 s instead of 4.6 s, for "
             "2-17% more peak RSS. 'system' leaves the C library's defaults. No effect on GPU training, nor off glibc.",
             "choices": list(HOST_ALLOCATORS),
         },

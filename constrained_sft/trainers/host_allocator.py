@@ -5,7 +5,7 @@ A CPU training step allocates and frees the same large tensors every step: activ
 (`[1024, 32768]` fp32 = 128 MiB for SmolLM2 at 4 x 256), every parameter gradient (`zero_grad(set_to_none=True)`).
 glibc's malloc serves blocks above its mmap threshold (at most 32 MiB) with a fresh `mmap` and returns them with
 `munmap`, and trims the heap's free top, so the next step's tensors are new pages the kernel zero-fills on first
-touch: ~950k page faults per SmolLM2 step, about a quarter of its wall time on 2 cores (4.6 s against 3.4 s). With
+touch: ~950k page faults per SmolLM2 step, about a quarter of its wall time on 2 cores (4.6 s against 3.3 s). With
 mmap off and trimming off, freed blocks stay in the heap and the next step reuses them (0 faults per step once the
 heap has grown).
 

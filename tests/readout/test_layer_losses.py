@@ -173,7 +173,7 @@ def test_a_sample_of_unpacked_rows_has_static_shapes():
     """k rows per sequence whatever the labels: a sequence with fewer than k supervised positions gets filler rows of
     weight 0 and target 0 (a valid class id), and a sequence with none reads k fillers."""
     labels = torch.randint(4, 32, (3, 12))
-    labels[1, :10] = -100  # 1 supervised next-token position (labels 10, 11 -> shifted 9, 10: 2 positions)
+    labels[1, :10] = -100  # labels 10 and 11 left: 2 supervised next-token positions (shifted 9, 10)
     labels[2, :] = -100  # none
     sel = select_tokens(labels, per_sequence=4, seed=3)
     assert sel.index.numel() == 12 and sel.segment.tolist() == [0] * 4 + [1] * 4 + [2] * 4

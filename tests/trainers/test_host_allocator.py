@@ -1,5 +1,6 @@
 """`host_allocator`: CPU training reuses freed host memory instead of page-faulting it in again every step."""
 
+import json
 import platform
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_toke
 from constrained_sft.trainers import mixin
 
 FAULTS = """
-import resource, sys, torch
+import json, resource, sys, torch
 if sys.argv[1] == "reuse":
     from constrained_sft.trainers.host_allocator import reuse_freed_host_memory
     assert reuse_freed_host_memory() and reuse_freed_host_memory()  # applies, and is idempotent
@@ -22,7 +23,7 @@ for _ in range(5):  # a 200 MB tensor (above glibc's mmap threshold) made and fr
     x = torch.ones(50_000_000)
     del x
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(faults)
+print(json.dumps(faults))
 """
 
 
@@ -34,7 +35,7 @@ def test_reuse_stops_the_page_faults_of_a_freed_tensor_made_again():
     runs = {}
     for mode in ("system", "reuse"):
         out = subprocess.run([sys.executable, "-c", FAULTS, mode], capture_output=True, text=True, check=True)
-        runs[mode] = eval(out.stdout.strip().splitlines()[-1])  # noqa: S307 - a list of ints we printed
+        runs[mode] = json.loads(out.stdout.strip().splitlines()[-1])
     pages = 50_000_000 * 4 // 4096
     assert all(f > pages * 0.9 for f in runs["system"]), runs
     assert runs["reuse"][0] > pages * 0.9 and max(runs["reuse"][-2:]) < pages * 0.1, runs
