@@ -46,11 +46,22 @@ class ProbeRequest:
 
 
 class LayerProbe:
-    def __init__(self, readout: CausalLMReadout, layers: tuple[int, ...], num_layers: int, final_norm: bool) -> None:
+    def __init__(
+        self,
+        readout: CausalLMReadout,
+        layers: tuple[int, ...],
+        num_layers: int,
+        final_norm: bool,
+        sharded: bool = True,
+    ) -> None:
         self.readout = readout
         self.layers = layers
         self.num_layers = num_layers
         self.final_norm = final_norm
+        # Whether the head may be gathered per readout call (DeepSpeed, FSDP): every rank must then make the same
+        # calls, sized by the largest selection of all ranks (an all-reduce and a read per forward). Plain data
+        # parallelism gathers nothing in a readout, so each rank sizes its calls from its own selection.
+        self.sharded = sharded
         self.verified = False
 
     def attach(self, model: nn.Module) -> None:
@@ -83,8 +94,8 @@ class LayerProbe:
     def measure(self, hidden_states: tuple[torch.Tensor, ...], output: Any, request: ProbeRequest) -> LayerLosses:
         """
         The constrained layers' losses on the request's tokens. Every data-parallel rank makes the same readout calls
-        whatever its data (an empty selection reads one dummy row; the stacking is sized by the largest selection
-        of all ranks): under ZeRO-3 / FSDP each call gathers the LM head, a collective.
+        whatever its data (an empty selection reads one dummy row; with a `sharded` head the stacking is sized by the
+        largest selection of all ranks): under ZeRO-3 / FSDP each call gathers the LM head, a collective.
         """
         L = self.num_layers
         if len(hidden_states) != L + 1:
@@ -95,7 +106,9 @@ class LayerProbe:
         below = [layer for layer in self.layers if layer < L]
         with nullcontext() if request.grad else torch.no_grad():
             # the layers below the last stacked into as few readout calls as possible: [n_below, K]
-            rows = _largest_across_ranks(selection.index.numel(), hidden_states[0].device) if below else None
+            rows = selection.index.numel()
+            if below and self.sharded:
+                rows = _largest_across_ranks(rows, hidden_states[0].device)
             nll = list(
                 layers_token_nll([hidden_states[i] for i in below], selection, self.readout, self.final_norm, rows)
             )

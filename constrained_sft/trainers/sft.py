@@ -108,7 +108,10 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             self._sample_sizes: dict[tuple, int] = {}
             num_layers = base.config.get_text_config().num_hidden_layers
             self._init_constraints(num_layers)
-            self.probe = LayerProbe(self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm)
+            sharded = self.is_deepspeed_enabled or self.is_fsdp_enabled  # the head may be gathered per readout call
+            self.probe = LayerProbe(
+                self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm, sharded=sharded
+            )
             self.probe.attach(base)
             # the model may outlive this trainer (or be handed to another): its forward is restored when the trainer
             # goes, or at `detach_probe()`

@@ -78,3 +78,21 @@ def test_a_forward_wrapped_over_the_probe_is_wrapped_again_on_attach():
     with first.serving(model, request):
         model(input_ids=ids)
     assert request.result is not None and request.result.sums.shape == (4,)
+
+
+@pytest.mark.parametrize("sharded", [True, False])
+def test_only_a_sharded_head_sizes_the_readout_calls_across_ranks(monkeypatch, sharded):
+    """With a head that DeepSpeed / FSDP may gather per readout call, every rank sizes its stacked calls by the largest
+    selection of all ranks (an all-reduce and a read per forward); under plain data parallelism nothing is gathered
+    in a readout, so the probe asks nothing of the other ranks (no host-device sync per micro-batch)."""
+    from constrained_sft.readout import probe as probe_module
+
+    asked = []
+    monkeypatch.setattr(probe_module, "_largest_across_ranks", lambda rows, device: asked.append(rows) or rows)
+    model = tiny_causal_lm("llama").eval()
+    probe = LayerProbe(CausalLMReadout.from_model(model), (1, 2, 3, 4), model.config.num_hidden_layers, True, sharded)
+    probe.attach(model)
+    ids, labels = _batch()
+    with torch.no_grad(), probe.serving(model, _request(labels)) as request:
+        model(input_ids=ids)
+    assert request.result is not None and asked == ([request.selection.index.numel()] if sharded else [])

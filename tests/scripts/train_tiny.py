@@ -5,7 +5,8 @@ test_deepspeed).
 Overrides whose key starts with "_" set up the run rather than the config:
 - `_sharded_head`: every readout call and every sigma_x measurement enters a collective (an all-reduce in the
   forward and in the backward), as the LM-head and embedding gathers of ZeRO-3 / FSDP do, so ranks that make
-  different numbers of such calls deadlock or fail instead of passing silently on CPU;
+  different numbers of such calls deadlock or fail instead of passing silently on CPU (and the probe is told the head
+  is sharded, as the trainer tells it under DeepSpeed / FSDP);
 - `_masked_rank`: that rank's batches have no supervised token at all;
 - `_stack_rows`: rows per stacked readout call (small values make the number of calls depend on the sample size).
 """
@@ -106,6 +107,8 @@ def main(out_path: str, overrides: str) -> None:
         processing_class=tiny_tokenizer(),
         data_collator=collator,
     )
+    if setup.get("_sharded_head"):
+        trainer.probe.sharded = True  # what the trainer sets under DeepSpeed / FSDP, whose heads gather per call
     trainer.train()
     trajectory = [trainer.primal_dual.history[i]["dual"] for i in range(len(trainer.primal_dual.history))]
     head = trainer.readout.lm_head.weight
@@ -118,6 +121,7 @@ def main(out_path: str, overrides: str) -> None:
                 "lm_head_sharded": type(head).__name__ == "DTensor",
                 # ZeRO-3: this rank holds only its partition of the head (empty outside a gather)
                 "lm_head_partitioned": hasattr(head, "ds_id") and head.numel() == 0,
+                "probe_sharded": trainer.probe.sharded,
             },
             f,
         )

@@ -31,6 +31,7 @@ def test_ddp_multipliers_match_across_ranks_and_single_process(tmp_path):
     one = _run(tmp_path, "single", processes=1, per_device=4)
     assert [r["world_size"] for r in two] == [2, 2]
     assert all(r["distributed_type"] == "DistributedType.MULTI_CPU" for r in two)  # really one process group
+    assert not any(r["probe_sharded"] for r in two)  # nothing gathered per readout call: no all-reduce to size them
     assert two[0]["trajectory"] == two[1]["trajectory"]  # bitwise identical on both ranks
     assert len(one[0]["trajectory"]) == 4
     for a, b in zip(two[0]["trajectory"], one[0]["trajectory"], strict=True):

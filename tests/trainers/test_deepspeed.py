@@ -65,6 +65,7 @@ def test_zero_stage_matches_data_parallel(tmp_path, ddp, stage):
     ranks = _launch(tmp_path, stage, stage)
     assert all(r["distributed_type"] == "DistributedType.DEEPSPEED" and r["world_size"] == 2 for r in ranks)
     assert ranks[0]["lm_head_partitioned"] == (stage == "deepspeed_zero3")  # ZeRO-3 really shards the head
+    assert all(r["probe_sharded"] for r in ranks)  # so every rank sizes its readout calls alike
     assert ranks[0]["trajectory"] == ranks[1]["trajectory"]  # bitwise identical on both ranks
     assert len(ranks[0]["trajectory"]) == len(ddp[0]["trajectory"]) == 4
     for ours, theirs in zip(ranks[0]["trajectory"], ddp[0]["trajectory"], strict=True):
