@@ -359,11 +359,10 @@ def main() -> None:
         sys.exit("--settings must include sft: every ratio is over plain SFTTrainer's step in the same process")
     if args.memory_of:  # what the step holds: under 'reuse' the peak RSS would count the blocks the heap keeps
         args.host_allocator = "system"
-    if args.device == "cpu" and args.host_allocator == "reuse" and reuse_freed_host_memory and args.timing:
-        reuse_freed_host_memory()  # before the first model, in every timing process
-    if args.memory_of:
         print(json.dumps({"peak_mib": measure_memory(args.memory_of, args)}))
         return
+    if args.device == "cpu" and args.host_allocator == "reuse" and reuse_freed_host_memory and args.timing:
+        reuse_freed_host_memory()  # before the first model, in every timing process
     if args.timing:
         print(json.dumps(time_settings(settings, args)))
         return

@@ -75,11 +75,10 @@ class LinearNLL(torch.autograd.Function):
     def backward(ctx, grad_nll: torch.Tensor):
         x, weight, bias, targets = ctx.saved_tensors
         K, V = x.shape[0], weight.shape[0]
-        chunks = _chunks(K, V)
         grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
         grad_w = grad_b = None
         with torch.autocast(x.device.type, enabled=False):
-            for i, (s, e) in enumerate(chunks):
+            for i, (s, e) in enumerate(_chunks(K, V)):
                 p = ctx.kept[i] if ctx.kept is not None else _probabilities(x[s:e], weight, bias, ctx.scale).exp_()
                 # d nll / d logits = softmax - onehot, times the upstream gradient and the logit scale
                 p[torch.arange(e - s, device=p.device), targets[s:e]] -= 1.0
