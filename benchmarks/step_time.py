@@ -249,16 +249,18 @@ def flop_estimate(config, args, setting: str) -> tuple[float, float]:
 
     if setting == "sft":
         return 1.0, 1.0
-    tokens, base = args.batch * args.seq, sft_flops(config, args)
+    base = sft_flops(config, args)
     readouts = config.num_hidden_layers - 1
     per_token = (4 if args.lora else 6) * config.hidden_size * config.vocab_size  # per token read and layer
     if setting in ("none", "auto"):  # the trainer's own rule: `readout_budget` 0.1, k tokens per sequence
         k = auto_tokens_per_sequence(
             config, (config.vocab_size, config.hidden_size), readouts, (args.batch, args.seq), args.batch, 0.1
         )
-        read = k * args.batch
     else:
-        read = tokens if setting == "all" else min(int(setting), args.seq) * args.batch
+        k = args.seq if setting == "all" else int(setting)
+    # the trainer reads at most the T - 1 next-token positions of a sequence (every position of this random batch
+    # is supervised)
+    read = min(k, args.seq - 1) * args.batch
     if setting == "none":  # measured without grad: forward only, nothing recomputed
         return (base + readouts * per_token / 3 * read) / base, (base + readouts * per_token / 3 * read) / base
     rows = readouts * read  # every layer below the last, stacked into one readout call

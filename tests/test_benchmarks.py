@@ -56,3 +56,21 @@ def test_step_time_with_lora_and_a_baseline_checkout(tmp_path):
     )
     assert [r["setting"] for r in result["rows"]] == ["sft", "all"]  # the same checkout twice: one code version
     assert result["model"] == "tiny + LoRA" and result["rows"][1]["peak_mib"] is None
+
+
+def test_flop_estimate_counts_only_the_positions_the_trainer_reads():
+    """The budgeted k may exceed a sequence's T - 1 next-token positions; the trainer then reads every position, and
+    the estimate must count those, not k (the tiny model at 4 x 256 budgets k = 861)."""
+    import argparse
+    import importlib.util
+
+    from constrained_sft.testing import tiny_causal_lm
+
+    spec = importlib.util.spec_from_file_location("step_time", SCRIPT)
+    step_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_time)
+    config = tiny_causal_lm("llama", num_layers=4, hidden=32, vocab=32).config
+    args = argparse.Namespace(batch=4, seq=256, lora=False, device="cpu")
+    every = step_time.flop_estimate(config, args, "all")
+    assert step_time.flop_estimate(config, args, "auto") == every == step_time.flop_estimate(config, args, "1000")
+    assert 1.0 < step_time.flop_estimate(config, args, "8")[1] < every[1]
