@@ -83,28 +83,37 @@ def penalty(
     Sum_c lambda_c g_c as a token sum (the caller divides by the same token count as the objective), so micro-batches
     and ranks add up to the global-batch Lagrangian. `multipliers` must be a detached copy.
     """
-    coefficients = penalty_coefficients(spec, multipliers).to(layer_sums.device, torch.float32)
-    return linear_penalty(coefficients, layer_sums, num_tokens)
+    coefficients = penalty_coefficients(spec, multipliers)
+    layers = coefficients[:-1].to(layer_sums.device, torch.float32)
+    return linear_penalty(layers, float(coefficients[-1]), layer_sums, num_tokens)
 
 
-def linear_penalty(coefficients: torch.Tensor, layer_sums: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
-    """The penalty from its coefficients `[n + 1]` (see `penalty_coefficients`), on the layer sums' device, in fp32."""
-    return (coefficients[:-1] * layer_sums.float()).sum() + coefficients[-1] * num_tokens.float()
+def linear_penalty(
+    layer_coefficients: torch.Tensor, token_coefficient: float, layer_sums: torch.Tensor, num_tokens: torch.Tensor
+) -> torch.Tensor:
+    """
+    The penalty from its coefficients (see `penalty_coefficients`): `layer_coefficients` `[n]` fp32 on the layer
+    sums' device, and the token count's host float (0 without `epsilon`: no op then). Two to four device ops.
+    """
+    value = (layer_coefficients * layer_sums.float()).sum()
+    return value + token_coefficient * num_tokens if token_coefficient else value
 
 
 def penalty_coefficients(spec: DescentConstraints, multipliers: torch.Tensor) -> torch.Tensor:
     """
     `[n + 1]` float64 coefficients of the penalty, which is linear in the per-layer loss sums `[n]` and the token
     count: sum_c lambda_c g_c = coefficients[:n] . layer_sums + coefficients[n] * num_tokens. Computed on the host
-    once per multiplier update, so a micro-batch's penalty needs no host -> device copy (see `PrimalDual.penalty`).
+    in Python floats (a handful of values: cheaper than a dozen tensor ops) once per multiplier update, so a
+    micro-batch's penalty needs no host -> device copy (see `PrimalDual.penalty`).
     """
-    lam = multipliers.detach().cpu().double()
-    coefficients = torch.zeros(len(spec.layers) + 1, dtype=torch.float64)
-    terms = lam[1:] if spec.epsilon is not None else lam  # the chain constraints c_j on (l_{j-1}, l_j)
-    alphas = torch.tensor(spec.alphas, dtype=torch.float64)
-    coefficients[1 : len(spec.layers)] += terms
-    coefficients[: len(spec.layers) - 1] -= (1 - alphas) * terms
+    lam = multipliers.detach().cpu().double().tolist()
+    n = len(spec.layers)
+    coefficients = [0.0] * (n + 1)
+    chain = lam[1:] if spec.epsilon is not None else lam  # constraint j >= 1 on (l_{j-1}, l_j)
+    for j, (term, alpha) in enumerate(zip(chain, spec.alphas, strict=True), start=1):
+        coefficients[j] += term
+        coefficients[j - 1] -= (1 - alpha) * term
     if spec.epsilon is not None:
         coefficients[0] += lam[0]
-        coefficients[-1] = -spec.epsilon * lam[0]
-    return coefficients
+        coefficients[n] = -spec.epsilon * lam[0]
+    return torch.tensor(coefficients, dtype=torch.float64)

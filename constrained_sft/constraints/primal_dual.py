@@ -49,7 +49,8 @@ class PrimalDual:
         self.nonfinite_steps = 0  # optimizer steps skipped because the objective or gradient was not finite
         self.last_step_finite = True
         self.last_grad_norm: float | None = None
-        self._coefficients: tuple[torch.Tensor, torch.Tensor] | None = None  # (multipliers, coefficients on device)
+        # (multipliers, layer coefficients on the device, token coefficient): see `penalty`
+        self._coefficients: tuple[torch.Tensor, torch.Tensor, float] | None = None
 
     def active(self, global_step: int) -> bool:
         """Whether the penalty is in the loss and the multipliers move at this optimizer step."""
@@ -65,9 +66,10 @@ class PrimalDual:
         lam = self.multipliers.weight.detach()  # [C] on the host: comparing it costs no device sync
         cached = self._coefficients
         if cached is None or cached[1].device != device or not torch.equal(cached[0], lam):
-            cached = (lam.clone(), penalty_coefficients(self.spec, lam).to(device, torch.float32))
-            self._coefficients = cached
-        return linear_penalty(cached[1], losses.sums, losses.num_tokens)
+            coefficients = penalty_coefficients(self.spec, lam)
+            layers = coefficients[:-1].to(device, torch.float32)
+            cached = self._coefficients = (lam.clone(), layers, float(coefficients[-1]))
+        return linear_penalty(cached[1], cached[2], losses.sums, losses.num_tokens)
 
     def step(
         self, global_step: int, reduce: Reduce, grad_norm: torch.Tensor | float | None = None

@@ -8,6 +8,7 @@ Shapes: B sequences of T tokens, K selected next-token positions, S sequences (d
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, replace
 
 import torch
@@ -61,6 +62,8 @@ def segment_ids(labels: torch.Tensor, position_ids: torch.Tensor | None = None) 
 MASK32 = 0xFFFFFFFF
 # Larger than any key: positions that must never be sampled
 NEVER = 1 << 32
+# Shapes whose index tensors are kept (a few batch shapes per run; 16 x B x T int64 at most)
+LAYOUTS = 16
 
 
 def _mix32(x: torch.Tensor | int) -> torch.Tensor | int:
@@ -70,43 +73,82 @@ def _mix32(x: torch.Tensor | int) -> torch.Tensor | int:
     return (x >> 16) ^ x
 
 
+@functools.lru_cache(maxsize=LAYOUTS)
+def _position_keys(rows: int, width: int, first_row: int, device: torch.device) -> torch.Tensor:
+    """`[rows, width]` hashes of (global row, position), without the seed: the part of `row_keys` a batch shape
+    fixes, built once per (shape, micro-batch, rank)."""
+    with torch.inference_mode(False):  # usable by autograd later even if first built under inference mode
+        row = _mix32(torch.arange(first_row, first_row + rows, device=device, dtype=torch.long) & MASK32)
+        column = torch.arange(width, device=device, dtype=torch.long) * 0x9E3779B1  # < 2^52 for any length
+        return _mix32((row[:, None] + column[None, :]) & MASK32)
+
+
 def row_keys(rows: int, width: int, seed: int, first_row: int = 0, device: torch.device | None = None) -> torch.Tensor:
     """
     `[rows, width]` int64 keys, uniform on [0, 2^32), computed on `device` (no generator, no host copy): key (b, t)
     is a hash of (`seed`, `first_row` + b, t) only, so a sequence gets the same keys whichever micro-batch or rank
     carries it (B rows on this rank and micro-batch m of an optimizer step are rows (m x world + rank) x B ... of its
-    global batch).
+    global batch). The (row, position) hashes are kept per shape; a new seed costs one xor and one hash (11 ops).
     """
-    row = torch.arange(first_row, first_row + rows, device=device, dtype=torch.long)
-    row = _mix32((row + _mix32(seed & MASK32)) & MASK32)  # [rows]
-    column = torch.arange(width, device=device, dtype=torch.long) * 0x9E3779B1  # < 2^52 for any sequence length
-    return _mix32((row[:, None] + column[None, :]) & MASK32)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    return _mix32(_position_keys(rows, width, first_row, device) ^ _mix32(seed & MASK32))
+
+
+@dataclass(frozen=True)
+class _RowLayout:
+    """The index tensors of a row sample that depend only on (B, T, k): built once per shape (see `LAYOUTS`)."""
+
+    shifted: torch.Tensor  # [B, 1] flat index of each row's first position in the shifted [B, T-1] grid
+    unshifted: torch.Tensor  # [B, 1] the same in the unshifted [B, T] grid
+    segment: torch.Tensor  # [B*k] row of each selected position
+    every: tuple[torch.Tensor, torch.Tensor]  # [B*(T-1)] (index, positions) of every position, for k = T - 1
+
+
+@functools.lru_cache(maxsize=LAYOUTS)
+def _row_layout(B: int, T: int, k: int, device: torch.device) -> _RowLayout:
+    with torch.inference_mode(False):  # index tensors autograd may save, even if first built under inference mode
+        rows = torch.arange(B, device=device)[:, None]
+        columns = torch.arange(max(T - 1, 0), device=device)[None, :]
+        every = ((columns + rows * (T - 1)).reshape(-1), (columns + rows * T).reshape(-1))
+        return _RowLayout(rows * (T - 1), rows * T, rows.reshape(-1).repeat_interleave(k), every)
 
 
 def _sample_rows(labels: torch.Tensor, per_sequence: int, seed: int, first_row: int) -> TokenSelection:
     """
     `select_tokens` for one sequence per row, in static shapes: exactly k = min(per_sequence, T-1) positions per row
     (K = B x k), the k supervised ones with the smallest keys; a row with fewer than k supervised positions fills
-    the rest with weight-0 rows (target 0). No data-dependent shape, so no host-device sync.
+    the rest with weight-0 rows (target 0). No data-dependent shape, so no host-device sync. When k covers every
+    position (short rows, a small head), nothing is drawn: every position is read, its weight 1 where supervised.
     """
     B, T = labels.shape
     width = T - 1
     k = max(0, min(per_sequence, width))
+    layout = _row_layout(B, T, k, labels.device)
     targets = labels[:, 1:]
     supervised = targets.ne(IGNORE_INDEX)  # [B, T-1]
     segment_tokens = supervised.sum(1)  # [B] n_s
+    if k == width:  # n_s <= k for every row: each supervised position is taken, with weight n_s / n_s
+        index, positions = layout.every
+        return TokenSelection(
+            index=index,
+            positions=positions,
+            targets=targets.masked_fill(~supervised, 0).reshape(-1),
+            weight=supervised.reshape(-1).float(),
+            segment=layout.segment,
+            segment_tokens=segment_tokens,
+            num_tokens=segment_tokens.sum(),
+        )
     keys = row_keys(B, width, seed, first_row, labels.device).masked_fill_(~supervised, NEVER)
     pick = keys.topk(k, dim=1, largest=False).indices.sort(dim=1).values  # [B, k] positions, in order
     real = supervised.gather(1, pick)  # [B, k]: False where a row ran out of supervised positions
     taken = segment_tokens.clamp(max=k).clamp(min=1)  # [B] min(k, n_s)
     weight = real.float() * (segment_tokens.float() / taken.float())[:, None]
-    rows = torch.arange(B, device=labels.device)
     return TokenSelection(
-        index=(pick + (rows * width)[:, None]).reshape(-1),
-        positions=(pick + (rows * T)[:, None]).reshape(-1),
+        index=(pick + layout.shifted).reshape(-1),
+        positions=(pick + layout.unshifted).reshape(-1),
         targets=targets.gather(1, pick).masked_fill(~real, 0).reshape(-1),
         weight=weight.reshape(-1),
-        segment=rows.repeat_interleave(k),
+        segment=layout.segment,
         segment_tokens=segment_tokens,
         num_tokens=segment_tokens.sum(),
     )

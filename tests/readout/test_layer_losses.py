@@ -266,3 +266,16 @@ def test_a_row_draws_the_same_sample_whichever_micro_batch_carries_it():
     width = labels.shape[1] - 1
     assert torch.equal(whole.index[whole.index >= 2 * width] - 2 * width, second.index)
     assert not torch.equal(select_tokens(labels, per_sequence=3, seed=8).index, whole.index)
+
+
+@pytest.mark.parametrize("per_sequence", [3, 10_000])  # a drawn sample; every position
+def test_a_selection_first_built_under_inference_mode_serves_autograd_later(per_sequence):
+    """A batch shape's index tensors are kept between micro-batches: built first by an evaluation under
+    `torch.inference_mode()`, they must still be usable (saved for backward) by a training step."""
+    labels = torch.randint(4, 32, (3, 17))
+    with torch.inference_mode():
+        select_tokens(labels, per_sequence=per_sequence, seed=5, first_row=123)
+    sel = select_tokens(labels, per_sequence=per_sequence, seed=5, first_row=123)
+    hidden = torch.randn(3, 17, 8, requires_grad=True)
+    sel.hidden_rows(hidden).mul(sel.weight[:, None]).sum().backward()
+    assert hidden.grad.abs().sum() > 0
