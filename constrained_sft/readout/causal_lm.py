@@ -111,6 +111,13 @@ class CausalLMReadout:
         scale, softcap = _logit_transform(base.config)
         return cls(lm_head=lm_head, final_norm=norm, logit_scale=scale, final_logit_softcapping=softcap)
 
+    @property
+    def head_shape(self) -> tuple[int, int]:
+        """(V, D) of the LM head's weight, whole even where DeepSpeed ZeRO-3 leaves this rank an empty partition
+        (`ds_shape`; an FSDP2 DTensor reports its global shape)."""
+        weight = self.lm_head.weight
+        return tuple(getattr(weight, "ds_shape", weight.shape))
+
     def token_nll(self, hidden: torch.Tensor, targets: torch.Tensor, apply_norm: bool = True) -> torch.Tensor:
         """
         `[K]` fp32 NLL of `targets` `[K]` under psi(hidden `[K, D]`); the logits never exist in full. The kernel is

@@ -36,24 +36,29 @@ def layer_token_nll(
 STACK_ROWS = 16384
 
 
+def stacked_layers(rows: int) -> int:
+    """How many layers one readout call stacks when each contributes `rows` rows (at most `STACK_ROWS` in all)."""
+    return max(1, STACK_ROWS // max(rows, 1))
+
+
 def layers_token_nll(
     hiddens: Sequence[torch.Tensor],
     selection: TokenSelection,
     readout: CausalLMReadout,
     apply_norm: bool,
-    group_rows: int | None = None,
+    layers_per_call: int | None = None,
 ) -> torch.Tensor:
     """
     `[n, K]` NLL of n layers' hidden states (each `[B, T, D]`) at the same selected positions, with the layers
     stacked into as few readout calls on `[g*K, D]` rows as `STACK_ROWS` allows: the head's `[V, D]` weight is read,
     and its gradient formed, once per call instead of once per layer. For small samples that memory traffic, not the
-    6 x D x V FLOPs per row, is the cost. The group size g comes from `group_rows` (default K): data-parallel ranks
-    pass the largest K of them all, so that every rank makes the same number of calls.
+    6 x D x V FLOPs per row, is the cost. g is `layers_per_call`, by default `stacked_layers(K)`: data-parallel ranks
+    whose head is gathered per call pass a g they all share, so that every rank makes the same number of calls.
     """
     n, K = len(hiddens), selection.index.numel()
     if n == 0 or K == 0:
         return torch.zeros(n, K, device=hiddens[0].device if n else None)
-    group = max(1, STACK_ROWS // max(K, group_rows or K))
+    group = layers_per_call or stacked_layers(K)
     out = []
     for s in range(0, n, group):
         part = hiddens[s : s + group]

@@ -31,7 +31,7 @@ from torch import nn
 from ..constraints.stats import LayerLosses
 from .base import ReadoutError
 from .causal_lm import CausalLMReadout
-from .layer_losses import aggregate, layer_token_nll, layers_token_nll
+from .layer_losses import aggregate, layer_token_nll, layers_token_nll, stacked_layers
 from .tokens import TokenSelection
 
 HOOK_ATTRIBUTE = "_constrained_sft_probe_hook"
@@ -42,6 +42,9 @@ class ProbeRequest:
     selection: TokenSelection
     grad: bool  # read the layers with autograd (constraints active) or only measure them
     shape: tuple[int, int]  # [B, T] of the labels
+    # an upper bound on the selection's rows K that every data-parallel rank shares (known from the config alone),
+    # or None; with a sharded head it spares the all-reduce that sizes the stacked calls when one call fits
+    max_rows: int | None = None
     result: LayerLosses | None = None
 
 
@@ -59,8 +62,9 @@ class LayerProbe:
         self.num_layers = num_layers
         self.final_norm = final_norm
         # Whether the head may be gathered per readout call (DeepSpeed, FSDP): every rank must then make the same
-        # calls, sized by the largest selection of all ranks (an all-reduce and a read per forward). Plain data
-        # parallelism gathers nothing in a readout, so each rank sizes its calls from its own selection.
+        # calls: one when the request's shared bound `max_rows` says every layer fits in it, else as many as the
+        # largest selection of all ranks needs (an all-reduce and a read per forward). Plain data parallelism gathers
+        # nothing in a readout, so each rank sizes its calls from its own selection.
         self.sharded = sharded
         self.verified = False
 
@@ -94,8 +98,9 @@ class LayerProbe:
     def measure(self, hidden_states: tuple[torch.Tensor, ...], output: Any, request: ProbeRequest) -> LayerLosses:
         """
         The constrained layers' losses on the request's tokens. Every data-parallel rank makes the same readout calls
-        whatever its data (an empty selection reads one dummy row; with a `sharded` head the stacking is sized by the
-        largest selection of all ranks): under ZeRO-3 / FSDP each call gathers the LM head, a collective.
+        whatever its data (an empty selection reads one dummy row; with a `sharded` head every rank makes one call
+        when the request's `max_rows` lets every layer fit in it, else the stacking is sized by the largest selection
+        of all ranks): under ZeRO-3 / FSDP each call gathers the LM head, a collective.
         """
         L = self.num_layers
         if len(hidden_states) != L + 1:
@@ -106,17 +111,24 @@ class LayerProbe:
         below = [layer for layer in self.layers if layer < L]
         with nullcontext() if request.grad else torch.no_grad():
             # the layers below the last stacked into as few readout calls as possible: [n_below, K]
-            rows = selection.index.numel()
-            if below and self.sharded:
-                rows = _largest_across_ranks(rows, hidden_states[0].device)
+            per_call = self._layers_per_call(len(below), selection.index.numel(), request, hidden_states[0].device)
             nll = list(
-                layers_token_nll([hidden_states[i] for i in below], selection, self.readout, self.final_norm, rows)
+                layers_token_nll([hidden_states[i] for i in below], selection, self.readout, self.final_norm, per_call)
             )
             if L in self.layers:
                 nll.append(self._last_layer_nll(hidden_states, output, request, selection))
         if not self.verified:
             self._verify(hidden_states[L], output, request, selection)
         return aggregate(torch.stack(nll), selection)  # sums [n], per-sequence [n, S]
+
+    def _layers_per_call(self, layers: int, rows: int, request: ProbeRequest, device: torch.device) -> int | None:
+        """Layers per stacked readout call: this rank's own choice (None), or with a sharded head one all ranks share
+        (all of them when the shared bound fits one call: no collective; else sized by the largest selection)."""
+        if not (layers and self.sharded):
+            return None
+        if request.max_rows is not None and stacked_layers(request.max_rows) >= layers:
+            return layers  # one call on every rank, whatever its data
+        return stacked_layers(_largest_across_ranks(rows, device))
 
     def _last_layer_nll(self, hidden_states, output: Any, request: ProbeRequest, selection) -> torch.Tensor:
         # Reuse the per-token log-probs the objective already paid for, when they carry the graph

@@ -105,7 +105,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             base = unwrap_model(self.model)
             check_positions(self.train_dataset, args, base.config.get_text_config())
             self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
-            self._sample_sizes: dict[tuple, int] = {}
+            self._sample_sizes: dict[tuple, int] = {}  # per batch shape
             num_layers = base.config.get_text_config().num_hidden_layers
             self._init_constraints(num_layers)
             sharded = self.is_deepspeed_enabled or self.is_fsdp_enabled  # the head may be gathered per readout call
@@ -113,6 +113,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
                 self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm, sharded=sharded
             )
             self.probe.attach(base)
+            self._rows_bound = self._shared_rows_bound()
             # the model may outlive this trainer (or be handed to another): its forward is restored when the trainer
             # goes, or at `detach_probe()`
             self._detach_probe = weakref.finalize(self, self.probe.detach, base)
@@ -169,16 +170,15 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         k = self.args.layer_loss_tokens
         if k != "auto":
             return k
-        readouts = sum(1 for layer in self.primal_dual.spec.layers if layer < self.probe.num_layers)
+        readouts = self._readouts()
         if readouts == 0:
             return None
         sequences = labels.shape[0] if position_ids is None else max(1, int(position_ids.eq(0).sum()))
         key = (tuple(labels.shape), sequences, readouts)
         if key not in self._sample_sizes:  # a few batch shapes per run; TRL's FLOP estimate is Python work
             config = unwrap_model(self.model).config.get_text_config()
-            head = tuple(self.readout.lm_head.weight.shape)
             self._sample_sizes[key] = auto_tokens_per_sequence(
-                config, head, readouts, tuple(labels.shape), sequences, self.args.readout_budget
+                config, self.readout.head_shape, readouts, tuple(labels.shape), sequences, self.args.readout_budget
             )
         return self._sample_sizes[key]
 
@@ -194,4 +194,28 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         sample = self._sample_size(labels, inputs.get("position_ids")) if self.model.training else None
         seed, first_row = self._row_stream("tokens", labels.shape[0]) if sample is not None else (0, 0)
         selection = select_tokens(labels, inputs.get("position_ids"), sample, seed, first_row)
-        return ProbeRequest(selection=selection, grad=self._constraints_active(), shape=tuple(labels.shape))
+        bound = self._rows_bound if sample is not None and inputs.get("position_ids") is None else None
+        return ProbeRequest(
+            selection=selection, grad=self._constraints_active(), shape=tuple(labels.shape), max_rows=bound
+        )
+
+    def _shared_rows_bound(self) -> int | None:
+        """
+        An upper bound on a training sample's rows that every rank computes alike from the config alone (no
+        collective): unpacked rows hold B <= `per_device_train_batch_size` sequences of T <= `max_length` tokens,
+        and K = B x min(k, T-1) with k non-decreasing in T (the 'auto' k grows with the per-token FLOPs), so K <=
+        B_max x min(k(max_length), max_length - 1). None without `max_length` (a sequence has no length bound).
+        """
+        T, B, k = self.args.max_length, self.args.per_device_train_batch_size, self.args.layer_loss_tokens
+        if T is None or T < 2 or k is None:
+            return None
+        if k == "auto":
+            config = unwrap_model(self.model).config.get_text_config()
+            k = auto_tokens_per_sequence(
+                config, self.readout.head_shape, max(self._readouts(), 1), (B, T), B, self.args.readout_budget
+            )
+        return B * min(k, T - 1)
+
+    def _readouts(self) -> int:
+        """Constrained layers read out below the last (the last one's loss is TRL's own)."""
+        return sum(1 for layer in self.primal_dual.spec.layers if layer < self.probe.num_layers)

@@ -80,19 +80,33 @@ def test_a_forward_wrapped_over_the_probe_is_wrapped_again_on_attach():
     assert request.result is not None and request.result.sums.shape == (4,)
 
 
-@pytest.mark.parametrize("sharded", [True, False])
-def test_only_a_sharded_head_sizes_the_readout_calls_across_ranks(monkeypatch, sharded):
-    """With a head that DeepSpeed / FSDP may gather per readout call, every rank sizes its stacked calls by the largest
-    selection of all ranks (an all-reduce and a read per forward); under plain data parallelism nothing is gathered
-    in a readout, so the probe asks nothing of the other ranks (no host-device sync per micro-batch)."""
+@pytest.mark.parametrize(
+    ("sharded", "max_rows", "asks"),
+    [(True, None, True), (True, 10**6, True), (True, 8, False), (False, None, False)],
+)
+def test_only_a_sharded_head_without_a_shared_bound_sizes_the_calls_across_ranks(monkeypatch, sharded, max_rows, asks):
+    """With a head that DeepSpeed / FSDP may gather per readout call, every rank must make the same calls: one, when
+    the request's rank-independent bound `max_rows` lets every layer fit in it (nothing asked of the other ranks),
+    else sized by the largest selection of all ranks (an all-reduce and a read per forward). Under plain data
+    parallelism nothing is gathered in a readout, so the probe asks nothing (no host-device sync per micro-batch)."""
+    from constrained_sft.readout import layer_losses
     from constrained_sft.readout import probe as probe_module
 
-    asked = []
+    asked, calls = [], []
     monkeypatch.setattr(probe_module, "_largest_across_ranks", lambda rows, device: asked.append(rows) or rows)
+    monkeypatch.setattr(layer_losses, "STACK_ROWS", 24)  # 3 layers of 10 rows need two calls, of 8 rows one
     model = tiny_causal_lm("llama").eval()
-    probe = LayerProbe(CausalLMReadout.from_model(model), (1, 2, 3, 4), model.config.num_hidden_layers, True, sharded)
+    readout = CausalLMReadout.from_model(model)
+    token_nll = readout.token_nll
+    monkeypatch.setattr(readout, "token_nll", lambda h, *a, **kw: calls.append(len(h)) or token_nll(h, *a, **kw))
+    probe = LayerProbe(readout, (1, 2, 3, 4), model.config.num_hidden_layers, True, sharded)
     probe.attach(model)
-    ids, labels = _batch()
-    with torch.no_grad(), probe.serving(model, _request(labels)) as request:
+    ids, labels = _batch()  # 10 supervised next-token positions
+    request = _request(labels)
+    request.max_rows = max_rows
+    with torch.no_grad(), probe.serving(model, request):
         model(input_ids=ids)
-    assert request.result is not None and asked == ([request.selection.index.numel()] if sharded else [])
+    assert request.result is not None and asked == ([10] if asks else [])
+    # layers 1-3 (a bound under the real 10 rows still gives one call on every rank: more memory, never a hang);
+    # the last call reads layer 4, whose loss this bare forward does not carry
+    assert calls[:-1] == ([30] if max_rows == 8 else [20, 10])

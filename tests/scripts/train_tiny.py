@@ -122,6 +122,7 @@ def main(out_path: str, overrides: str) -> None:
                 # ZeRO-3: this rank holds only its partition of the head (empty outside a gather)
                 "lm_head_partitioned": hasattr(head, "ds_id") and head.numel() == 0,
                 "probe_sharded": trainer.probe.sharded,
+                "rows_bound": trainer._rows_bound,
             },
             f,
         )

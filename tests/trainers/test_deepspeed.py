@@ -73,6 +73,16 @@ def test_zero_stage_matches_data_parallel(tmp_path, ddp, stage):
     assert max(ranks[0]["trajectory"][-1]) > 0  # the constraints were active: real multiplier updates compared
 
 
+def test_zero3_trains_with_the_default_sample(tmp_path):
+    """`layer_loss_tokens='auto'` (the default) sizes its sample from the LM head's shape, which ZeRO-3 leaves empty
+    on each rank (this crashed at the first step); the config's shared row bound lets every rank make one readout
+    call per forward, with no all-reduce to size it."""
+    ranks = _launch(tmp_path, "zero3_auto", "deepspeed_zero3", layer_loss_tokens="auto")
+    assert ranks[0]["lm_head_partitioned"] and all(r["probe_sharded"] for r in ranks)
+    assert ranks[0]["rows_bound"] == ranks[1]["rows_bound"] and ranks[0]["rows_bound"] > 0
+    assert ranks[0]["trajectory"] == ranks[1]["trajectory"] and max(ranks[0]["trajectory"][-1]) > 0
+
+
 def test_zero3_rank_without_supervised_tokens_enters_every_gather(tmp_path):
     """Rank 1's batches are fully masked and training noise leaves some examples clean (its sigma_x read inside the
     same gather): both ranks must finish, bounded in time, with identical multipliers."""

@@ -267,6 +267,24 @@ def test_auto_sample_is_the_default_and_trains(make_trainer):
     assert trainer.state.log_history[-1]["train_loss"] > 0
 
 
+@pytest.mark.parametrize("tokens", ["auto", 3, None])
+def test_the_shared_row_bound_holds_for_every_batch_shape(make_trainer, tokens):
+    """The bound every rank computes alike from the config (B <= per_device_train_batch_size, T <= max_length) is at
+    least the rows K of any training sample of unpacked rows, so a sharded head can make one readout call on every
+    rank without an all-reduce; every token ('all') has no such bound."""
+    trainer = make_trainer(max_steps=1, layer_loss_tokens=tokens, max_length=48, per_device_train_batch_size=4)
+    if tokens is None:
+        assert trainer._rows_bound is None
+        return
+    trainer.model.train()
+    for B in (1, 3, 4):
+        for T in (2, 9, 33, 48):
+            labels = torch.randint(4, 32, (B, T))
+            request = trainer._probe_request({"labels": labels})
+            assert request.max_rows == trainer._rows_bound and request.selection.index.numel() <= trainer._rows_bound
+    assert trainer._probe_request({"labels": labels, "position_ids": torch.arange(48).repeat(4, 1)}).max_rows is None
+
+
 def _measured(metrics):
     return {k: v for k, v in metrics.items() if not k.endswith(("runtime", "per_second"))}
 
