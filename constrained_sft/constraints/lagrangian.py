@@ -83,9 +83,16 @@ def penalty(
     Sum_c lambda_c g_c as a token sum (the caller divides by the same token count as the objective), so micro-batches
     and ranks add up to the global-batch Lagrangian. `multipliers` must be a detached copy.
     """
+    return linear_penalty(*penalty_terms(spec, multipliers, layer_sums.device), layer_sums, num_tokens)
+
+
+def penalty_terms(
+    spec: DescentConstraints, multipliers: torch.Tensor, device: torch.device
+) -> tuple[torch.Tensor, float]:
+    """`linear_penalty`'s coefficients: the layers' `[n]` fp32 on `device` (one host -> device copy) and the token
+    count's host float."""
     coefficients = penalty_coefficients(spec, multipliers)
-    layers = coefficients[:-1].to(layer_sums.device, torch.float32)
-    return linear_penalty(layers, float(coefficients[-1]), layer_sums, num_tokens)
+    return coefficients[:-1].to(device, torch.float32), float(coefficients[-1])
 
 
 def linear_penalty(

@@ -17,7 +17,7 @@ import torch
 
 from .dual_optimizer import DualOptimizer
 from .feasibility import feasibility_report
-from .lagrangian import DescentConstraints, linear_penalty, penalty_coefficients
+from .lagrangian import DescentConstraints, linear_penalty, penalty_terms
 from .multipliers import Multipliers
 from .stats import LayerLosses, LayerStats, Reduce, stats_metrics
 
@@ -66,9 +66,7 @@ class PrimalDual:
         lam = self.multipliers.weight.detach()  # [C] on the host: comparing it costs no device sync
         cached = self._coefficients
         if cached is None or cached[1].device != device or not torch.equal(cached[0], lam):
-            coefficients = penalty_coefficients(self.spec, lam)
-            layers = coefficients[:-1].to(device, torch.float32)
-            cached = self._coefficients = (lam.clone(), layers, float(coefficients[-1]))
+            cached = self._coefficients = (lam.clone(), *penalty_terms(self.spec, lam, device))
         return linear_penalty(cached[1], cached[2], losses.sums, losses.num_tokens)
 
     def step(

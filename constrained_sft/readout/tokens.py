@@ -101,16 +101,19 @@ class _RowLayout:
     shifted: torch.Tensor  # [B, 1] flat index of each row's first position in the shifted [B, T-1] grid
     unshifted: torch.Tensor  # [B, 1] the same in the unshifted [B, T] grid
     segment: torch.Tensor  # [B*k] row of each selected position
-    every: tuple[torch.Tensor, torch.Tensor]  # [B*(T-1)] (index, positions) of every position, for k = T - 1
+    every: tuple[torch.Tensor, torch.Tensor] | None  # k = T - 1 only: [B*k] (index, positions) of every position
 
 
 @functools.lru_cache(maxsize=LAYOUTS)
 def _row_layout(B: int, T: int, k: int, device: torch.device) -> _RowLayout:
     with torch.inference_mode(False):  # index tensors autograd may save, even if first built under inference mode
         rows = torch.arange(B, device=device)[:, None]
-        columns = torch.arange(max(T - 1, 0), device=device)[None, :]
-        every = ((columns + rows * (T - 1)).reshape(-1), (columns + rows * T).reshape(-1))
-        return _RowLayout(rows * (T - 1), rows * T, rows.reshape(-1).repeat_interleave(k), every)
+        shifted, unshifted = rows * (T - 1), rows * T
+        every = None
+        if k == T - 1:
+            columns = torch.arange(k, device=device)[None, :]
+            every = ((columns + shifted).reshape(-1), (columns + unshifted).reshape(-1))
+        return _RowLayout(shifted, unshifted, rows.reshape(-1).repeat_interleave(k), every)
 
 
 def _sample_rows(labels: torch.Tensor, per_sequence: int, seed: int, first_row: int) -> TokenSelection:

@@ -176,11 +176,14 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         sequences = labels.shape[0] if position_ids is None else max(1, int(position_ids.eq(0).sum()))
         key = (tuple(labels.shape), sequences, readouts)
         if key not in self._sample_sizes:  # a few batch shapes per run; TRL's FLOP estimate is Python work
-            config = unwrap_model(self.model).config.get_text_config()
-            self._sample_sizes[key] = auto_tokens_per_sequence(
-                config, self.readout.head_shape, readouts, tuple(labels.shape), sequences, self.args.readout_budget
-            )
+            self._sample_sizes[key] = self._auto_tokens(readouts, tuple(labels.shape), sequences)
         return self._sample_sizes[key]
+
+    def _auto_tokens(self, readouts: int, batch_shape: tuple[int, int], sequences: int) -> int:
+        """The 'auto' k for a batch shape (see `auto_tokens_per_sequence`), with this model's head and budget."""
+        config = unwrap_model(self.model).config.get_text_config()
+        head = self.readout.head_shape
+        return auto_tokens_per_sequence(config, head, readouts, batch_shape, sequences, self.args.readout_budget)
 
     def _probe_request(self, inputs: dict[str, Any]) -> ProbeRequest | None:
         labels = inputs.get("labels")
@@ -210,10 +213,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         if T is None or T < 2 or k is None:
             return None
         if k == "auto":
-            config = unwrap_model(self.model).config.get_text_config()
-            k = auto_tokens_per_sequence(
-                config, self.readout.head_shape, max(self._readouts(), 1), (B, T), B, self.args.readout_budget
-            )
+            k = self._auto_tokens(max(self._readouts(), 1), (B, T), B)
         return B * min(k, T - 1)
 
     def _readouts(self) -> int:
