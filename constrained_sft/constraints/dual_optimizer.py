@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -52,15 +53,23 @@ class DualOptimizer:
         """Ascend on `slack` (shape `[num_constraints]`); returns False, changing nothing, if it is not finite."""
         if slack.shape != self.multipliers.weight.shape:
             raise ValueError(f"Expected {len(self.multipliers)} slack values, got shape {tuple(slack.shape)}.")
-        if not bool(torch.isfinite(slack).all()):
+        if not all(map(math.isfinite, slack.tolist())):  # a handful of values, read on the host
             return False
         weight = self.multipliers.weight
+        # the ascent direction: slack - resilience * lambda (weight-decay form), or slack - u (explicit relaxation)
         if self.relaxation is None:
-            weight.grad = slack.to(weight) - self.resilience * weight
+            direction = torch.add(slack.to(weight), weight, alpha=-self.resilience)
         else:
-            weight.grad = slack.to(weight) - self.relaxation
-        self.optimizer.step()
-        weight.grad = None
+            direction = slack.to(weight) - self.relaxation
+        if self.kind == "sgd":
+            # SGD's own update for this group (no momentum or weight decay, maximize), lambda += lr * direction, bit
+            # for bit (a test holds it to torch.optim.SGD) without `Optimizer.step`'s per-call machinery (hooks,
+            # profiler scope, grad-mode switch, grouping): ~0.1 ms of a 15 ms small-model step, for a few numbers
+            weight.add_(direction, alpha=self.optimizer.param_groups[0]["lr"])
+        else:
+            weight.grad = direction
+            self.optimizer.step()
+            weight.grad = None
         self.multipliers.project_()
         if self.relaxation is not None:
             rate = min(1.0, self.optimizer.param_groups[0]["lr"])
@@ -77,7 +86,7 @@ class DualOptimizer:
         """u per constraint: the explicit variable, else resilience * lambda."""
         if self.relaxation is not None:
             return self.relaxation.tolist()
-        return (self.resilience * self.multipliers.weight.detach()).tolist()
+        return [self.resilience * lam for lam in self.multipliers.weight.tolist()]
 
     # Checkpoints hold tensors in safetensors and the rest in JSON, never pickle.
     def state_tensors(self) -> dict[str, torch.Tensor]:

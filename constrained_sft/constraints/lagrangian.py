@@ -8,6 +8,8 @@ and the optional constraint 0 is f_{l_0} <= epsilon. Each constraint is keyed by
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -56,6 +58,17 @@ class DescentConstraints:
     def __len__(self) -> int:
         return len(self.keys)
 
+    @functools.cached_property
+    def terms(self) -> tuple[tuple[tuple[tuple[int, float], ...], float], ...]:
+        """
+        Each constraint's token-sum as a linear form in the measured layers' loss sums S_i and the token count N:
+        `g_c x N = sum(a x S_i for (i, a) in pairs_c) + b_c x N`, one `(pairs_c, b_c)` per constraint, in constraint
+        order. The host-side formulas (`constraint_values`, `penalty_coefficients`) read it.
+        """
+        first = [(((0, 1.0),), -self.epsilon)] if self.epsilon is not None else []
+        steps = [(((j, 1.0), (j - 1, -(1 - alpha))), 0.0) for j, alpha in enumerate(self.alphas, start=1)]
+        return tuple(first + steps)
+
 
 def constraint_sums(spec: DescentConstraints, layer_sums: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
     """
@@ -76,6 +89,19 @@ def slack(spec: DescentConstraints, layer_sums: torch.Tensor, num_tokens: torch.
     return sums / num_tokens.double() if num_tokens > 0 else torch.full_like(sums, float("nan"))
 
 
+def constraint_values(spec: DescentConstraints, layer_sums: Sequence[float], num_tokens: float) -> list[float]:
+    """
+    `slack` on host floats, the same float64 arithmetic operation for operation (the once-per-optimizer-step
+    statistics: a dozen tensor ops on a handful of values cost more than the Python); NaN without a token.
+    """
+    if not num_tokens > 0:
+        return [float("nan")] * len(spec)
+    return [
+        (sum(a * layer_sums[i] for i, a in pairs) + (b * num_tokens if b else 0.0)) / num_tokens
+        for pairs, b in spec.terms
+    ]
+
+
 def penalty(
     spec: DescentConstraints, multipliers: torch.Tensor, layer_sums: torch.Tensor, num_tokens: torch.Tensor
 ) -> torch.Tensor:
@@ -92,7 +118,7 @@ def penalty_terms(
     """`linear_penalty`'s coefficients: the layers' `[n]` fp32 on `device` (one host -> device copy) and the token
     count's host float."""
     coefficients = penalty_coefficients(spec, multipliers)
-    return coefficients[:-1].to(device, torch.float32), float(coefficients[-1])
+    return torch.tensor(coefficients[:-1], dtype=torch.float32, device=device), coefficients[-1]
 
 
 def linear_penalty(
@@ -106,21 +132,16 @@ def linear_penalty(
     return value + token_coefficient * num_tokens if token_coefficient else value
 
 
-def penalty_coefficients(spec: DescentConstraints, multipliers: torch.Tensor) -> torch.Tensor:
+def penalty_coefficients(spec: DescentConstraints, multipliers: torch.Tensor) -> list[float]:
     """
-    `[n + 1]` float64 coefficients of the penalty, which is linear in the per-layer loss sums `[n]` and the token
-    count: sum_c lambda_c g_c = coefficients[:n] . layer_sums + coefficients[n] * num_tokens. Computed on the host
-    in Python floats (a handful of values: cheaper than a dozen tensor ops) once per multiplier update, so a
-    micro-batch's penalty needs no host -> device copy (see `PrimalDual.penalty`).
+    The `n + 1` float64 coefficients of the penalty, which is linear in the per-layer loss sums `[n]` and the token
+    count: sum_c lambda_c g_c = coefficients[:n] . layer_sums + coefficients[n] * num_tokens, from `spec.terms`.
+    Computed on the host in Python floats (a handful of values: cheaper than a dozen tensor ops) once per multiplier
+    update, so a micro-batch's penalty needs no host -> device copy (see `PrimalDual.penalty`).
     """
-    lam = multipliers.detach().cpu().double().tolist()
-    n = len(spec.layers)
-    coefficients = [0.0] * (n + 1)
-    chain = lam[1:] if spec.epsilon is not None else lam  # constraint j >= 1 on (l_{j-1}, l_j)
-    for j, (term, alpha) in enumerate(zip(chain, spec.alphas, strict=True), start=1):
-        coefficients[j] += term
-        coefficients[j - 1] -= (1 - alpha) * term
-    if spec.epsilon is not None:
-        coefficients[0] += lam[0]
-        coefficients[n] = -spec.epsilon * lam[0]
-    return torch.tensor(coefficients, dtype=torch.float64)
+    coefficients = [0.0] * (len(spec.layers) + 1)
+    for lam, (pairs, b) in zip(multipliers.detach().double().tolist(), spec.terms, strict=True):
+        for i, a in pairs:
+            coefficients[i] += lam * a
+        coefficients[-1] += lam * b
+    return coefficients

@@ -82,12 +82,11 @@ class PrimalDual:
         """
         totals = self.train_stats.pop(reduce)
         if torch.is_tensor(grad_norm):  # [n + 3] totals and the norm: one device -> host copy
-            both = torch.cat([totals, grad_norm.detach().reshape(1).to(totals)]).cpu()
-            totals, grad_norm = both[:-1], float(both[-1])
+            *values, grad_norm = torch.cat([totals, grad_norm.detach().reshape(1).to(totals)]).tolist()
         else:
-            totals = totals.cpu()
+            values = totals.tolist()
         self.last_grad_norm = None if grad_norm is None else float(grad_norm)
-        metrics = stats_metrics(self.spec, totals)
+        metrics = stats_metrics(self.spec, values)
         losses = [metrics[f"layer_loss/{layer}"] for layer in self.spec.layers] if metrics else []
         self.last_step_finite = all(
             math.isfinite(v) for v in [*losses, *([grad_norm] if grad_norm is not None else [])]
@@ -96,26 +95,25 @@ class PrimalDual:
             return metrics
         if not metrics:  # no supervised token in the whole global batch: nothing to measure, lambda unchanged
             return {}
-        values = torch.tensor([metrics[f"slack/{k}"] for k in self.spec.keys], dtype=torch.float64)
+        slacks = [metrics[f"slack/{k}"] for k in self.spec.keys]
         updated = False
         if self.active(global_step):
-            updated = self.dual.step(values)
+            updated = self.dual.step(torch.tensor(slacks, dtype=torch.float64))
             if not updated:
                 self.skipped_steps += 1
                 logger.warning(
                     "Skipped the dual step at optimizer step %d: the slack is not finite (%s); multipliers kept.",
                     global_step,
-                    values.tolist(),
+                    slacks,
                 )
         if self.enabled and not self.active(global_step):
             return metrics  # warm-up: logged, but not part of the feasibility window
-        lam = self.multipliers.value().tolist()
         self.history.append(
             {
                 "step": global_step + 1,
                 "layer_loss": [metrics[f"layer_loss/{layer}"] for layer in self.spec.layers],
-                "slack": values.tolist(),
-                "dual": lam,
+                "slack": slacks,
+                "dual": self.multipliers.weight.tolist(),
                 "relaxation": self.dual.relaxation_values(),
                 "descent_fraction": metrics.get("descent_fraction"),
                 "dual_updated": updated,

@@ -7,12 +7,12 @@ Shapes: n measured layers, S sequences (documents; for classifiers, examples).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from .lagrangian import DescentConstraints, slack
+from .lagrangian import DescentConstraints, constraint_values
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]  # sum over data-parallel ranks
 
@@ -49,8 +49,8 @@ class LayerStats:
     def add(self, losses: LayerLosses, reduce: Reduce | None = None) -> None:
         """Add one batch; with `reduce`, its totals are first summed over ranks (a collective call)."""
         descended, steps = descent_counts(losses)
-        counts = torch.stack([losses.num_tokens, descended, steps]).to(losses.sums.device)
-        row = torch.cat([losses.sums.detach().double(), counts.double()])
+        counts = torch.stack([losses.num_tokens, descended, steps]).to(losses.sums.device)  # [3] integers
+        row = torch.cat([losses.sums.detach().double(), counts])  # cat promotes the counts to float64
         row = reduce(row) if reduce is not None else row
         self.totals = row if self.totals is None else self.totals + row.to(self.totals.device)
 
@@ -61,14 +61,16 @@ class LayerStats:
         return reduce(totals)
 
 
-def stats_metrics(spec: DescentConstraints, totals: torch.Tensor) -> dict[str, float]:
-    """Public metric keys from reduced totals (read once: `.tolist()`); empty when no supervised token was seen."""
+def stats_metrics(spec: DescentConstraints, totals: torch.Tensor | Sequence[float]) -> dict[str, float]:
+    """Public metric keys from reduced totals (a tensor is read once: `.tolist()`); empty when no supervised token
+    was seen."""
     n = len(spec.layers)
-    values = totals.tolist()  # the one read of the totals; on a device tensor it is the step's device -> host copy
+    # the one read of a tensor's totals; on a device tensor it is the step's device -> host copy
+    values = totals.tolist() if torch.is_tensor(totals) else list(totals)
     sums, tokens, descended, steps = values[:n], values[n], values[n + 1], values[n + 2]
     if tokens <= 0:
         return {}
-    slacks = slack(spec, torch.tensor(sums, dtype=torch.float64), torch.tensor(tokens, dtype=torch.float64)).tolist()
+    slacks = constraint_values(spec, sums, tokens)
     metrics = {f"layer_loss/{layer}": s / tokens for layer, s in zip(spec.layers, sums, strict=True)}
     metrics.update({f"slack/{key}": v for key, v in zip(spec.keys, slacks, strict=True)})
     if steps > 0:

@@ -65,7 +65,7 @@ def layers_token_nll(
         rows = torch.stack([selection.hidden_rows(h) for h in part])  # [g, K, D]
         nll = readout.token_nll(rows.reshape(-1, rows.size(-1)), selection.targets.repeat(len(part)), apply_norm)
         out.append(nll.view(len(part), K))
-    return torch.cat(out)
+    return torch.cat(out) if len(out) > 1 else out[0]
 
 
 def aggregate(token_nll: torch.Tensor, selection: TokenSelection) -> LayerLosses:

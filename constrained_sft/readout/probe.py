@@ -112,14 +112,15 @@ class LayerProbe:
         with nullcontext() if request.grad else torch.no_grad():
             # the layers below the last stacked into as few readout calls as possible: [n_below, K]
             per_call = self._layers_per_call(len(below), selection.index.numel(), request, hidden_states[0].device)
-            nll = list(
-                layers_token_nll([hidden_states[i] for i in below], selection, self.readout, self.final_norm, per_call)
+            nll = layers_token_nll(
+                [hidden_states[i] for i in below], selection, self.readout, self.final_norm, per_call
             )
             if L in self.layers:
-                nll.append(self._last_layer_nll(hidden_states, output, request, selection))
+                last = self._last_layer_nll(hidden_states, output, request, selection)
+                nll = torch.cat([nll, last[None]]) if below else last[None]
         if not self.verified:
             self._verify(hidden_states[L], output, request, selection)
-        return aggregate(torch.stack(nll), selection)  # sums [n], per-sequence [n, S]
+        return aggregate(nll, selection)  # sums [n], per-sequence [n, S]
 
     def _layers_per_call(self, layers: int, rows: int, request: ProbeRequest, device: torch.device) -> int | None:
         """Layers per stacked readout call: this rank's own choice (None), or with a sharded head one all ranks share

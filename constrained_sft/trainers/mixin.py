@@ -226,16 +226,18 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
         return levels.to(ids.device)
 
     def _reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        return self.accelerator.reduce(tensor.to(self.accelerator.device), reduction="sum")
+        """The sum over data-parallel ranks (in one process, the tensor itself: accelerate would only clone it)."""
+        tensor = tensor.to(self.accelerator.device)
+        return self.accelerator.reduce(tensor, reduction="sum") if self.accelerator.num_processes > 1 else tensor
 
-    def _loss_scale(self, num_items_in_batch: Any, local_items: torch.Tensor) -> torch.Tensor | float:
-        """1 / the objective's denominator, exactly as TRL / Trainer normalise the loss (tokens or examples)."""
+    def _loss_denominator(self, num_items_in_batch: Any, local_items: torch.Tensor) -> torch.Tensor | float:
+        """What TRL / Trainer divide the objective by (tokens or examples), so the penalty is normalised alike."""
         if num_items_in_batch is None:
-            return 1.0 / local_items.clamp(min=1)
-        scale = 1.0 / num_items_in_batch
+            return local_items.clamp(min=1)
         if self.args.average_tokens_across_devices:
-            scale = scale * (self.accelerator.num_processes // self.get_tp_size())
-        return scale
+            processes = self.accelerator.num_processes // self.get_tp_size()
+            return num_items_in_batch / processes if processes != 1 else num_items_in_batch
+        return num_items_in_batch
 
     def _add_constraints(self, loss: torch.Tensor, losses: LayerLosses, num_items_in_batch: Any) -> torch.Tensor:
         """Record the layer statistics; while constraints are active, add the Lagrangian penalty to `loss`."""
@@ -245,7 +247,7 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
         self.primal_dual.train_stats.add(losses)
         if not self._constraints_active():
             return loss
-        return loss + self.primal_dual.penalty(losses) * self._loss_scale(num_items_in_batch, losses.num_tokens)
+        return loss + self.primal_dual.penalty(losses) / self._loss_denominator(num_items_in_batch, losses.num_tokens)
 
     # --- once per optimizer step ----------------------------------------------------------------------------------
     def _get_grad_norm(self, model, grad_norm=None):

@@ -19,6 +19,27 @@ def test_sgd_step_is_projected_ascent_with_resilience():
     assert lam.value().tolist() == pytest.approx(expected, abs=1e-12)
 
 
+@pytest.mark.parametrize("resilience", [0.0, 0.3])
+def test_sgd_ascent_is_torch_sgd_bit_for_bit(resilience):
+    """The SGD dual step writes torch.optim.SGD's update itself (no per-call machinery): it must stay SGD's, exactly."""
+    lam = Multipliers(4, init=0.2, upper=1.5)
+    dual = DualOptimizer(lam, "sgd", lr=0.07, resilience=resilience)
+    ref = torch.full((4,), 0.2, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.SGD([ref], lr=0.07, maximize=True)
+    g = torch.Generator().manual_seed(0)
+    seen = torch.zeros(4, dtype=torch.float64)
+    for _ in range(50):
+        s = torch.randn(4, generator=g, dtype=torch.float64) * 3
+        assert dual.step(s)
+        ref.grad = torch.add(s, ref.detach(), alpha=-resilience)  # slack - resilience * lambda
+        opt.step()
+        with torch.no_grad():
+            ref.clamp_(min=0.0, max=1.5)
+        assert torch.equal(lam.weight.detach(), ref.detach())
+        seen = torch.cat([seen, lam.weight.detach()])
+    assert (seen == 0).any() and (seen == 1.5).any() and ((seen > 0) & (seen < 1.5)).any()  # floor, cap, interior
+
+
 def test_dual_max_caps_and_zero_floor():
     lam = Multipliers(2, init=0.0, upper=1.0)
     dual = DualOptimizer(lam, "sgd", lr=10.0)

@@ -1,5 +1,7 @@
 """Constraint values, Lagrangian penalty and the primal-dual bookkeeping on hand-made numbers."""
 
+import math
+
 import pytest
 import torch
 
@@ -96,7 +98,7 @@ def test_penalty_coefficients_give_the_penalty(layers, epsilon):
     lam = torch.rand(len(spec), dtype=torch.float64) * 3
     sums = torch.rand(len(layers), dtype=torch.float64) * 50
     coefficients = penalty_coefficients(spec, lam)
-    linear = (coefficients[:-1] * sums).sum() + coefficients[-1] * 10
+    linear = (torch.tensor(coefficients[:-1], dtype=torch.float64) * sums).sum() + coefficients[-1] * 10
     definition = (lam * constraint_sums(spec, sums, torch.tensor(10))).sum()  # sum_c lambda_c g_c, in float64
     assert linear.item() == pytest.approx(definition.item(), rel=1e-12, abs=1e-12)
     assert linear.item() == pytest.approx(
@@ -113,3 +115,17 @@ def test_primal_dual_penalty_follows_every_multiplier_update():
         pd.multipliers.weight.data.copy_(torch.tensor(value, dtype=torch.float64))  # what a checkpoint load does
         expected = penalty(spec, pd.multipliers.value(), losses.sums, losses.num_tokens)
         assert pd.penalty(losses).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+@pytest.mark.parametrize("epsilon", [None, 0.7])
+def test_host_slack_is_the_tensor_slack_bit_for_bit(epsilon):
+    """The once-per-step statistics compute the slack in Python floats: the same float64 arithmetic as `slack`."""
+    from constrained_sft.constraints.lagrangian import constraint_values
+
+    g = torch.Generator().manual_seed(3)
+    spec = DescentConstraints(layers=(1, 3, 4, 7), alphas=tuple(torch.rand(3, generator=g).tolist()), epsilon=epsilon)
+    for tokens in (1, 17, 4096):
+        sums = torch.rand(4, generator=g, dtype=torch.float64) * tokens * 5
+        expected = slack(spec, sums, torch.tensor(tokens)).tolist()
+        assert constraint_values(spec, sums.tolist(), float(tokens)) == expected
+    assert all(math.isnan(v) for v in constraint_values(spec, [1.0] * 4, 0.0))
