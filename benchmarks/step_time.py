@@ -205,7 +205,23 @@ def time_settings(settings: list[str], args: argparse.Namespace) -> dict:
         "num_layers": config.num_hidden_layers,
         "device": torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores)",
         "code": os.path.dirname(os.path.dirname(os.path.abspath(constrained_sft.__file__))),
+        "commit": source_commit(os.path.dirname(os.path.abspath(constrained_sft.__file__))),
     }
+
+
+def source_commit(folder: str) -> str | None:
+    """The git commit of the checkout holding `folder` (`+dirty` with uncommitted changes to tracked files), or None
+    outside git: results name the code they measured, where a worktree's path says nothing once it is gone."""
+    try:
+        head, status = (
+            subprocess.run(["git", "-C", folder, *command], capture_output=True, text=True, timeout=30)
+            for command in (["rev-parse", "--short=7", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
+        )
+        if head.returncode != 0:
+            return None
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if status.stdout.strip() else "")
 
 
 def measure_memory(setting: str, args: argparse.Namespace) -> float:
@@ -324,7 +340,8 @@ def summarise(args: argparse.Namespace, runs: list[dict], memory: dict[str, floa
             ]
             median = statistics.median(t for run in mine for t in run["step_s"][s])
             lower, estimate = mine[0]["flop_ratio"][s]
-            row = {"setting": s + label, "code": code, "median_step_s": median, "flop_ratio_estimate": estimate}
+            row = {"setting": s + label, "code": code, "commit": mine[0].get("commit"), "median_step_s": median}
+            row["flop_ratio_estimate"] = estimate
             row["flop_ratio_lower_bound"] = lower
             row["tflops"] = mine[0]["sft_flops"] * estimate / median / 1e12
             row.update(time_ratio=statistics.median(ratios), time_ratio_ci95=interval(ratios), process_ratios=ratios)

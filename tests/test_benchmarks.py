@@ -45,6 +45,10 @@ def test_step_time_rows_ratios_and_memory(tmp_path):
     assert rows["sft"]["peak_mib"] > 0 and rows["auto"]["memory_ratio"] == pytest.approx(
         rows["auto"]["peak_mib"] / rows["sft"]["peak_mib"]
     )
+    root = os.path.dirname(os.path.dirname(SCRIPT))
+    head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # the results name the commit they measured (a source checkout in git)
+        assert head.stdout.startswith(rows["auto"]["commit"].removesuffix("+dirty"))
 
 
 @pytest.mark.slow
