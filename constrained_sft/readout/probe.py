@@ -155,7 +155,7 @@ class LayerProbe:
         if log_probs is None:
             return
         index = selection.index[:16]
-        h = last_hidden.reshape(-1, last_hidden.size(-1))[selection.positions[:16]]
+        h = selection.hidden_rows(last_hidden)[:16]  # once per run: gathering every selected row is no cost
         ours = -self.readout.token_nll(h, selection.targets[:16], apply_norm=False)
         real = selection.weight[:16].to(ours.device) > 0
         theirs = log_probs.reshape(-1)[index].float().to(ours.device)

@@ -323,7 +323,7 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
         else:
             prefix = getattr(self, "_eval_prefix", "eval")
             if self._eval_stats.totals is not None:
-                metrics = stats_metrics(self.primal_dual.spec, self._eval_stats.pop(lambda t: t).cpu())
+                metrics = stats_metrics(self.primal_dual.spec, self._eval_stats.pop(lambda t: t))
                 logs.update({f"{prefix}_{key}": value for key, value in metrics.items()})
             trl_metrics = getattr(self, "_metrics", {}).get("eval")
             if prefix != "eval" and trl_metrics:  # TRL names its eval metrics eval_*; keep them under this prefix
