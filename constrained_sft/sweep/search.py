@@ -4,12 +4,12 @@ sampling, trials pruned from their intermediate validation scores, every trial t
 scored on a validation carve-off of them (`Task.sweep_data`); the held-out / test data is never loaded here.
 
 The study lives in an Optuna storage: a SQLite file in the sweep folder by default (a killed sweep resumes where it
-stopped: finished trials are kept, the trial cut short is marked failed by its stopped heartbeat), or any RDB URL
-shared by several machines running the same command (each worker asks the storage for its next trial). A study ends
-with exactly `n_trials` finished trials however many workers share it: a trial starts only while the finished and
-running trials numbered before it are fewer than `n_trials`; one that would exceed them waits for the running ones
-(a killed worker's trial frees its place once its heartbeat is stale) and is dropped, marked failed as surplus, when
-they finish.
+stopped: finished trials are kept, the trial cut short is marked failed by its stopped heartbeat, or by `Unstarted`
+when it was killed before its first beat), or any RDB URL shared by several machines running the same command (each
+worker asks the storage for its next trial). A study ends with exactly `n_trials` finished trials however many
+workers share it: a trial starts only while the finished and running trials numbered before it are fewer than
+`n_trials`; one that would exceed them waits for the running ones (a killed worker's trial frees its place once its
+heartbeat is stale) and is dropped, marked failed as surplus, when they finish.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from ..tasks import Arm, Headline
 from .space import SearchSpace
 
 FINISHED = ("COMPLETE", "PRUNED")
+GRACE_BEATS = 3  # a trial is stale after this many heartbeat intervals without a beat
 OBJECTIVES = ("auc", "ood", "id_with_ood_floor", "loss")
 
 
@@ -144,7 +145,7 @@ def open_study(name: str, storage: str, seed: int, pruner: str, objective: Objec
 
     if storage.startswith("sqlite:///"):
         os.makedirs(os.path.dirname(os.path.abspath(storage[len("sqlite:///") :])), exist_ok=True)
-    rdb = _storage(storage, heartbeat)
+    rdb = rdb_storage(storage, heartbeat)
     study = optuna.create_study(
         study_name=name,
         storage=rdb,
@@ -164,7 +165,7 @@ def open_study(name: str, storage: str, seed: int, pruner: str, objective: Objec
     return study
 
 
-def _storage(url: str, heartbeat: int, attempts: int = 5):
+def rdb_storage(url: str, heartbeat: int, attempts: int = 5):
     """Optuna's RDB storage with heartbeats (they mark a killed worker's trial failed). Workers started together
     race to create its tables on an empty database; the loser sees the winner's tables on a retry."""
     import optuna
@@ -174,7 +175,9 @@ def _storage(url: str, heartbeat: int, attempts: int = 5):
         try:
             with warnings.catch_warnings():  # heartbeats are marked experimental
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat, grace_period=3 * heartbeat)
+                return optuna.storages.RDBStorage(
+                    url, heartbeat_interval=heartbeat, grace_period=GRACE_BEATS * heartbeat
+                )
         except SQLAlchemyError:
             if attempt == attempts - 1:
                 raise
@@ -185,14 +188,56 @@ def finished(study) -> int:
     return sum(t.state.name in FINISHED for t in study.get_trials(deepcopy=False))
 
 
-def claim(study, trial, n_trials: int, poll: float = 2.0) -> bool:
+def announce(trial, worker: str) -> None:
+    """Records the trial's first heartbeat now, then tags it with its worker: Optuna's heartbeat thread writes that
+    beat concurrently with the objective, so a tagged trial might otherwise have none yet. A tagged trial is thus
+    watched by Optuna's `fail_stale_trials`, an untagged one by `Unstarted`."""
+    storage = trial.storage  # Optuna's public handle on the study's storage
+    if getattr(storage, "get_heartbeat_interval", lambda: None)() is not None:
+        study_id = storage.get_study_id_from_name(trial.study.study_name)
+        storage.record_heartbeat(storage.get_trial_id_from_study_id_trial_number(study_id, trial.number))
+    trial.set_user_attr("worker", worker)
+
+
+class Unstarted:
+    """
+    Fails RUNNING trials whose worker stopped before they started. Optuna creates a trial RUNNING in `ask`; its
+    heartbeat thread writes the first beat a moment later. A worker killed in between leaves a trial with no
+    heartbeat, which `fail_stale_trials` skips for good (Optuna tests that it does), so the trial would hold a place
+    in the study forever and `claim` would wait on it forever. A live worker tags its trial (`announce`) within
+    milliseconds of `ask`; a trial this process sees untagged and RUNNING for the stale grace period, timed on its
+    own clock (never another machine's timestamps), is failed.
+    """
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self.first_seen: dict[int, float] = {}  # trial number -> when this process first saw it untagged
+
+    def fail(self, study, trials, storage) -> None:
+        from optuna.trial import TrialState
+
+        interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
+        if interval is None:  # no heartbeats: nothing is ever stale
+            return
+        now = self.clock()
+        for t in trials:
+            if t.state.name != "RUNNING" or "worker" in t.user_attrs:
+                self.first_seen.pop(t.number, None)
+                continue
+            if now - self.first_seen.setdefault(t.number, now) >= GRACE_BEATS * interval:
+                study.tell(t.number, state=TrialState.FAIL, skip_if_finished=True)  # another worker may have
+                print(f"Trial {t.number} failed: its worker stopped before the trial's first heartbeat.")
+
+
+def claim(study, trial, n_trials: int, poll: float = 2.0, unstarted: Unstarted | None = None) -> bool:
     """
     Whether `trial` may run: True once the finished and running trials numbered before it are fewer than
     `n_trials`, False once the finished ones alone reach it. Between the two it waits, failing stale trials (a
-    killed worker's) so that their places free up.
+    killed worker's, whether it had beaten or not) so that their places free up.
     """
     import optuna
 
+    unstarted = unstarted or Unstarted()
     while True:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -203,6 +248,7 @@ def claim(study, trial, n_trials: int, poll: float = 2.0) -> bool:
             return True
         if done >= n_trials:
             return False
+        unstarted.fail(study, earlier, trial.storage)
         time.sleep(poll)
 
 
@@ -216,12 +262,13 @@ def search(study, n_trials: int, trial_fn, desc: str, poll: float = 2.0) -> None
         return
     states = tuple(getattr(optuna.trial.TrialState, s) for s in FINISHED)
     worker = f"{socket.gethostname()}:{os.getpid()}"
+    unstarted = Unstarted()
 
     def guarded(trial):
-        if not claim(study, trial, n_trials, poll):
+        announce(trial, worker)
+        if not claim(study, trial, n_trials, poll, unstarted):
             trial.set_user_attr("surplus", True)
             raise Surplus(f"the study already holds {n_trials} finished trials")
-        trial.set_user_attr("worker", worker)
         return trial_fn(trial)
 
     with tqdm(total=n_trials, initial=done, desc=desc, unit="trial") as bar:

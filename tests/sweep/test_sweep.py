@@ -212,9 +212,9 @@ def test_a_trial_starts_only_within_n_trials_and_a_stale_one_frees_its_place(tmp
     worker killed) is failed, and is dropped as surplus once the finished trials alone reach `n_trials`."""
     import threading
 
-    from constrained_sft.sweep.search import _storage, claim
+    from constrained_sft.sweep.search import claim, rdb_storage
 
-    storage = _storage(f"sqlite:///{tmp_path / 'study.db'}", heartbeat=1)  # stale after 3 s without a heartbeat
+    storage = rdb_storage(f"sqlite:///{tmp_path / 'study.db'}", heartbeat=1)  # stale after 3 s without a heartbeat
     study = optuna.create_study(study_name="s", storage=storage)
     first = study.ask()
     study.tell(first, 1.0)
@@ -232,3 +232,42 @@ def test_a_trial_starts_only_within_n_trials_and_a_stale_one_frees_its_place(tmp
     third = study.ask()
     threading.Timer(1.0, lambda: study.tell(busy, 3.0)).start()
     assert claim(study, third, n_trials=3, poll=0.2) is False
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_a_trial_killed_before_its_first_heartbeat_is_failed_not_waited_on(tmp_path):
+    """A worker killed between Optuna's `ask` (the trial is created RUNNING) and its heartbeat thread's first beat
+    leaves a trial Optuna never fails. CI once hung on one after a SIGKILL: `search` waited for it forever. Now a trial
+    seen untagged for the grace period is failed; one its worker tagged (`announce`, after a first beat) is left to
+    the heartbeat."""
+    import threading
+
+    from constrained_sft.sweep.search import Unstarted, announce, rdb_storage, search
+
+    storage = rdb_storage(f"sqlite:///{tmp_path / 'study.db'}", heartbeat=1)  # grace: 3 s
+    study = optuna.create_study(study_name="s", storage=storage)
+    study.tell(study.ask(), 1.0)
+    orphan = study.ask()  # its worker "killed" before any beat or tag
+    live = study.ask()
+    announce(live, "elsewhere:1")
+    clock = [100.0]
+    unstarted = Unstarted(clock=lambda: clock[0])
+    for now in (100.0, 102.9):
+        clock[0] = now
+        unstarted.fail(study, study.get_trials(), storage)
+        assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "RUNNING", "RUNNING"]
+    clock[0] = 103.0
+    unstarted.fail(study, study.get_trials(), storage)
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE", "FAIL", "RUNNING"]
+    assert "worker" not in study.trials[orphan.number].user_attrs
+
+    study.tell(live, 2.0)
+    orphan = study.ask()  # again, and now the whole loop: 3 finished trials need its place
+    finished = threading.Event()
+    threading.Thread(
+        target=lambda: (search(study, 4, lambda t: 0.5, "t", poll=0.2), finished.set()), daemon=True
+    ).start()
+    assert finished.wait(60), "search waited on a trial that never started"
+    states = [t.state.name for t in study.get_trials()]
+    assert states[orphan.number] == "FAIL" and states.count("COMPLETE") == 4, states
+    assert all("worker" in t.user_attrs for t in study.get_trials()[orphan.number + 1 :])
