@@ -60,6 +60,8 @@ class LayerProbe:
         self.readout = readout
         self.layers = layers
         self.num_layers = num_layers
+        # the constrained layers read out through `readout` (the last layer's loss is the objective's own)
+        self.below = tuple(layer for layer in layers if layer < num_layers)
         self.final_norm = final_norm
         # Whether the head may be gathered per readout call (DeepSpeed, FSDP): every rank must then make the same
         # calls: one when the request's shared bound `max_rows` says every layer fits in it, else as many as the
@@ -108,7 +110,7 @@ class LayerProbe:
                 f"The backbone returned {len(hidden_states)} hidden states, expected num_hidden_layers + 1 = {L + 1}."
             )
         selection = request.selection.padded()
-        below = [layer for layer in self.layers if layer < L]
+        below = self.below
         with nullcontext() if request.grad else torch.no_grad():
             # the layers below the last stacked into as few readout calls as possible: [n_below, K]
             per_call = self._layers_per_call(len(below), selection.index.numel(), request, hidden_states[0].device)

@@ -170,7 +170,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         k = self.args.layer_loss_tokens
         if k != "auto":
             return k
-        readouts = self._readouts()
+        readouts = len(self.probe.below)
         if readouts == 0:
             return None
         sequences = labels.shape[0] if position_ids is None else max(1, int(position_ids.eq(0).sum()))
@@ -213,9 +213,5 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         if T is None or T < 2 or k is None:
             return None
         if k == "auto":
-            k = self._auto_tokens(max(self._readouts(), 1), (B, T), B)
+            k = self._auto_tokens(max(len(self.probe.below), 1), (B, T), B)
         return B * min(k, T - 1)
-
-    def _readouts(self) -> int:
-        """Constrained layers read out below the last (the last one's loss is TRL's own)."""
-        return sum(1 for layer in self.primal_dual.spec.layers if layer < self.probe.num_layers)
