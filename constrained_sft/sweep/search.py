@@ -188,12 +188,17 @@ def finished(study) -> int:
     return sum(t.state.name in FINISHED for t in study.get_trials(deepcopy=False))
 
 
+def heartbeat_interval(storage) -> int | None:
+    """The storage's heartbeat interval in seconds, or None where it has no heartbeats (in-memory, or none set)."""
+    return getattr(storage, "get_heartbeat_interval", lambda: None)()
+
+
 def announce(trial, worker: str) -> None:
     """Records the trial's first heartbeat now, then tags it with its worker: Optuna's heartbeat thread writes that
     beat concurrently with the objective, so a tagged trial might otherwise have none yet. A tagged trial is thus
     watched by Optuna's `fail_stale_trials`, an untagged one by `Unstarted`."""
     storage = trial.storage  # Optuna's public handle on the study's storage
-    if getattr(storage, "get_heartbeat_interval", lambda: None)() is not None:
+    if heartbeat_interval(storage) is not None:
         study_id = storage.get_study_id_from_name(trial.study.study_name)
         storage.record_heartbeat(storage.get_trial_id_from_study_id_trial_number(study_id, trial.number))
     trial.set_user_attr("worker", worker)
@@ -216,7 +221,7 @@ class Unstarted:
     def fail(self, study, trials, storage) -> None:
         from optuna.trial import TrialState
 
-        interval = getattr(storage, "get_heartbeat_interval", lambda: None)()
+        interval = heartbeat_interval(storage)
         if interval is None:  # no heartbeats: nothing is ever stale
             return
         now = self.clock()
