@@ -150,3 +150,34 @@ def test_deepspeed_without_a_gpu_runs_on_gloo_and_refuses_use_cpu(monkeypatch):
     args = SimpleNamespace(use_cpu=True, ddp_backend=None)
     deepspeed_without_gpu(args)  # nothing changes outside a DeepSpeed launch
     assert args.ddp_backend is None
+
+
+@pytest.mark.parametrize("config", ["sft", "classifier"])
+def test_context_and_sequence_parallelism_are_refused_before_any_work(monkeypatch, config):
+    """Both split every sequence across ranks (transformers then hands the loss pre-shifted `shift_labels`), and the
+    layers are read on whole sequences: refused with the config, naming where it was asked for, whether it comes as
+    `parallelism_config` or from an accelerate config (the environment accelerate reads); other parallelism passes."""
+    from accelerate.parallelism_config import ParallelismConfig
+
+    from constrained_sft import ConstrainedConfig
+
+    cls = ConstrainedSFTConfig if config == "sft" else ConstrainedConfig
+
+    def build(**kwargs):
+        return cls(output_dir="/tmp/unused", report_to="none", bf16=False, use_cpu=True, **kwargs)
+
+    with pytest.raises(
+        ValueError, match=r"^`parallelism_config` asks for .*\(cp_size=2\).*Set `cp_size` and `sp_size`"
+    ):
+        build(parallelism_config=ParallelismConfig(cp_size=2))
+    with pytest.raises(ValueError, match=r"`parallelism_config` asks for .*\(sp_size=4\)"):
+        build(parallelism_config=ParallelismConfig(sp_size=4))
+    monkeypatch.setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "true")
+    monkeypatch.setenv("PARALLELISM_CONFIG_CP_SIZE", "2")
+    with pytest.raises(ValueError, match=r"^the accelerate config's `parallelism_config` asks for .*\(cp_size=2\)"):
+        build()
+    monkeypatch.setenv("PARALLELISM_CONFIG_CP_SIZE", "1")
+    build()  # a parallelism config that keeps sequences whole
+    monkeypatch.delenv("ACCELERATE_USE_PARALLELISM_CONFIG")
+    monkeypatch.setenv("PARALLELISM_CONFIG_CP_SIZE", "2")
+    build()  # accelerate reads those sizes only when its config turned the parallelism config on

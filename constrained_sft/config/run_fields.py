@@ -59,6 +59,7 @@ class RunArguments:
         check_fields(self, RunArguments)
         _check_inherited(self)
         deepspeed_without_gpu(self)
+        whole_sequences(self)
 
 
 def _integer(args, name: str, low: int) -> None:
@@ -139,6 +140,36 @@ def deepspeed_without_gpu(args) -> None:
         args.ddp_backend = "gloo"
     elif args.ddp_backend != "gloo":
         raise ValueError(f"`ddp_backend` must be 'gloo' for DeepSpeed without a GPU, got {args.ddp_backend!r}.")
+
+
+def whole_sequences(args) -> None:
+    """
+    Refuse context and sequence parallelism before any work. Both split every sequence across ranks, and transformers
+    then hands the loss pre-shifted `shift_labels` chunks: the layers' losses (and a classifier's pooled token) are
+    read on whole sequences, so each rank would score a different piece of a sequence. The request comes from
+    `parallelism_config`, or under `accelerate launch` from the accelerate config's `parallelism_config` section,
+    which accelerate reads from the environment (read here by accelerate's own `ParallelismConfig`).
+    """
+    config = getattr(args, "parallelism_config", None)
+    if config is None and os.environ.get("ACCELERATE_USE_PARALLELISM_CONFIG", "false").lower() == "true":
+        from accelerate.parallelism_config import ParallelismConfig
+
+        try:
+            config = ParallelismConfig()
+        except ValueError:
+            return  # an inconsistent accelerate config: accelerate names its own fields when the trainer starts
+        where = "the accelerate config's `parallelism_config`"
+    else:
+        where = "`parallelism_config`"
+    split = {name: getattr(config, name, 1) for name in ("cp_size", "sp_size")}
+    asked = [f"{name}={size}" for name, size in split.items() if isinstance(size, int) and size > 1]
+    if asked:
+        raise ValueError(
+            f"{where} asks for context / sequence parallelism ({', '.join(asked)}), which splits every sequence "
+            "across ranks; constrained-sft reads each layer's loss on whole sequences and does not support it yet. "
+            "Set `cp_size` and `sp_size` to 1; for long sequences use DeepSpeed ZeRO-3 or FSDP2 with "
+            "`gradient_checkpointing`."
+        )
 
 
 @contextlib.contextmanager

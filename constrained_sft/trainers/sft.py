@@ -190,8 +190,11 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         if labels is None:
             return None
         if "shift_labels" in inputs:
+            # context / sequence parallelism is refused with the config (`whole_sequences`); this is a collator
             raise NotImplementedError(
-                "ConstrainedSFTTrainer does not support pre-shifted labels (context or sequence parallelism) yet."
+                "The batch carries pre-shifted `shift_labels` (a collator that shifts labels itself): "
+                "ConstrainedSFTTrainer reads the layers at the positions of unshifted `labels` and does not support "
+                "pre-shifted ones yet. Use a collator that returns `labels` only (TRL's default does)."
             )
         # Training reads a sample when `layer_loss_tokens` asks for one; evaluation always reads every token.
         sample = self._sample_size(labels, inputs.get("position_ids")) if self.model.training else None

@@ -285,6 +285,15 @@ def test_the_shared_row_bound_holds_for_every_batch_shape(make_trainer, tokens):
     assert trainer._probe_request({"labels": labels, "position_ids": torch.arange(48).repeat(4, 1)}).max_rows is None
 
 
+def test_a_batch_with_pre_shifted_labels_is_refused_naming_them(make_trainer):
+    """Context / sequence parallelism is refused with the config; a collator that pre-shifts labels itself is refused
+    at its first batch, before the forward (the layers are read at the positions of unshifted `labels`)."""
+    trainer = make_trainer(max_steps=1)
+    labels = torch.randint(4, 32, (2, 9))
+    with pytest.raises(NotImplementedError, match=r"pre-shifted `shift_labels`.*returns `labels` only"):
+        trainer._probe_request({"labels": labels, "shift_labels": labels[:, 1:]})
+
+
 def _measured(metrics):
     return {k: v for k, v in metrics.items() if not k.endswith(("runtime", "per_second"))}
 
