@@ -78,3 +78,20 @@ def test_flop_estimate_counts_only_the_positions_the_trainer_reads():
     every = step_time.flop_estimate(config, args, "all")
     assert step_time.flop_estimate(config, args, "auto") == every == step_time.flop_estimate(config, args, "1000")
     assert 1.0 < step_time.flop_estimate(config, args, "8")[1] < every[1]
+
+
+def test_readout_overhead_compares_the_library_path_with_a_fused_reference_that_agrees(tmp_path):
+    """The fusion benchmark's hand-fused reference (one autograd node) computes the library's gradients, so its
+    time difference is overhead alone; both paths are timed and the result names the shape."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(SCRIPT), "readout_overhead.py")
+    spec = importlib.util.spec_from_file_location("readout_overhead", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "overhead.json"
+    result = module.main(["--seq", "24", "--rows", "5", "--calls", "2", "--repeats", "1", "--out", str(out)])
+    assert result["max_gradient_difference"] < 1e-5 and result["rows_per_layer"] == 4 * 5
+    assert set(result["us_per_call"]) == {"library", "fused reference"}
+    assert all(row["median"] > 0 for row in result["us_per_call"].values())
+    assert json.loads(out.read_text())["shape"]["layers"] == 3
