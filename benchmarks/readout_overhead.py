@@ -1,7 +1,7 @@
 """
 How much of the intermediate readouts' time is per-op overhead a fused kernel could remove, on one small shape.
 
-    python benchmarks/readout_overhead.py                   # the tiny benchmark model's default: 3 layers x 1020 rows
+    python benchmarks/readout_overhead.py                   # the tiny benchmark model's default: 3 layers x 1024 rows
     python benchmarks/readout_overhead.py --rows 4          # a sample of 4 tokens per sequence: 16 rows per layer
 
 The library's path (`layers_token_nll`: gather the selected rows of every layer, the model's RMSNorm module, the head
@@ -32,18 +32,20 @@ from constrained_sft.readout.layer_losses import aggregate, layers_token_nll
 
 
 class FusedRMSNormReadout(torch.autograd.Function):
-    """`[n, K]` NLL of n layers' `[B, T, D]` hidden states at `positions` under lm_head(RMSNorm(h)), one node."""
+    """`[n, K]` NLL of n layers' `[B, T, D]` hidden states at `positions` under lm_head(RMSNorm(h)), one node;
+    `whole`: every position in order (K = B x T), read as the layers' own views like `TokenSelection.hidden_rows`."""
 
     @staticmethod
-    def forward(ctx, norm_weight, head_weight, positions, targets, eps, *hiddens):
-        x = torch.stack([h.reshape(-1, h.size(-1)).index_select(0, positions) for h in hiddens])  # [n, K, D]
+    def forward(ctx, norm_weight, head_weight, positions, targets, eps, whole, *hiddens):
+        flat = [h.reshape(-1, h.size(-1)) for h in hiddens]
+        x = torch.stack(flat if whole else [f.index_select(0, positions) for f in flat])  # [n, K, D]
         rstd = x.pow(2).mean(-1, keepdim=True).add_(eps).rsqrt_()  # [n, K, 1]
         normed = x * rstd
         y = normed * norm_weight
         log_probs = torch.log_softmax(y @ head_weight.t(), -1)  # [n, K, V]
         nll = -log_probs.gather(-1, targets.expand(len(hiddens), -1)[..., None]).squeeze(-1)
         ctx.save_for_backward(norm_weight, head_weight, positions, targets, normed, rstd, y, log_probs)
-        ctx.shape = hiddens[0].shape
+        ctx.shape, ctx.whole = hiddens[0].shape, whole
         return nll
 
     @staticmethod
@@ -59,11 +61,11 @@ class FusedRMSNormReadout(torch.autograd.Function):
         grad_normed = grad_y * norm_weight
         grad_x = rstd * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
         B, T, D = ctx.shape
-        grads = []
-        for i in range(n):
-            full = grad_x.new_zeros(B * T, D)
-            grads.append(full.index_add_(0, positions, grad_x[i]).view(B, T, D))
-        return (grad_norm, grad_head, None, None, None, *grads)
+        if ctx.whole:
+            grads = [grad_x[i].view(B, T, D) for i in range(n)]
+        else:
+            grads = [grad_x.new_zeros(B * T, D).index_add_(0, positions, grad_x[i]).view(B, T, D) for i in range(n)]
+        return (grad_norm, grad_head, None, None, None, None, *grads)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -73,7 +75,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--vocab", type=int, default=32)
-    parser.add_argument("--rows", type=int, default=None, help="tokens sampled per sequence (default: every one)")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=None,
+        help="tokens sampled per sequence (default: T - 1, which the tiny model's 'auto' k covers: the layers are "
+        "read whole)",
+    )
     parser.add_argument("--calls", type=int, default=200, help="calls per round")
     parser.add_argument("--repeats", type=int, default=5, help="interleaved rounds")
     parser.add_argument("--out", default=None, help="write the result as JSON here")
@@ -87,7 +95,8 @@ def main(argv=None) -> dict:
     head = nn.Linear(args.hidden, args.vocab, bias=False)
     readout = CausalLMReadout(lm_head=head, final_norm=norm)
     labels = torch.randint(0, args.vocab, (args.batch, args.seq))
-    selection = select_tokens(labels, per_sequence=args.rows, seed=1)
+    rows = args.rows if args.rows is not None else args.seq - 1
+    selection = select_tokens(labels, per_sequence=rows, seed=1)
     hiddens = [torch.randn(args.batch, args.seq, args.hidden, requires_grad=True) for _ in range(args.layers)]
     coefficients = torch.rand(args.layers)  # the multipliers' weights on the layer sums
     params = [*hiddens, norm.weight, head.weight]
@@ -98,7 +107,13 @@ def main(argv=None) -> dict:
 
     def fused():
         nll = FusedRMSNormReadout.apply(
-            norm.weight, head.weight, selection.positions, selection.targets, norm.variance_epsilon, *hiddens
+            norm.weight,
+            head.weight,
+            selection.positions,
+            selection.targets,
+            norm.variance_epsilon,
+            selection.whole_layer,
+            *hiddens,
         )
         (aggregate(nll, selection).sums * coefficients).sum().backward()
 
@@ -122,6 +137,7 @@ def main(argv=None) -> dict:
     result = {
         "shape": {k: getattr(args, k) for k in ("layers", "batch", "seq", "hidden", "vocab", "rows")},
         "rows_per_layer": selection.index.numel(),
+        "whole_layer": selection.whole_layer,
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "constrained_sft": constrained_sft.__version__,

@@ -274,9 +274,10 @@ def flop_estimate(config, args, setting: str) -> tuple[float, float]:
         )
     else:
         k = args.seq if setting == "all" else int(setting)
-    # the trainer reads at most the T - 1 next-token positions of a sequence (every position of this random batch
-    # is supervised)
-    read = min(k, args.seq - 1) * args.batch
+    # 'all' reads the T - 1 supervised next-token positions of a sequence (every one is, in this random batch); a
+    # sample of k >= T - 1 reads the layers whole, all T positions (the last one a weight-0 row)
+    per_sequence = args.seq - 1 if setting == "all" else (k if k < args.seq - 1 else args.seq)
+    read = per_sequence * args.batch
     if setting == "none":  # measured without grad: forward only, nothing recomputed
         return (base + readouts * per_token / 3 * read) / base, (base + readouts * per_token / 3 * read) / base
     rows = readouts * read  # every layer below the last, stacked into one readout call

@@ -63,8 +63,9 @@ def test_step_time_with_lora_and_a_baseline_checkout(tmp_path):
 
 
 def test_flop_estimate_counts_only_the_positions_the_trainer_reads():
-    """The budgeted k may exceed a sequence's T - 1 next-token positions; the trainer then reads every position, and
-    the estimate must count those, not k (the tiny model at 4 x 256 budgets k = 861)."""
+    """The budgeted k may exceed a sequence's T - 1 next-token positions; the trainer then reads the layers whole
+    (T positions), and the estimate must count those, not k (the tiny model at 4 x 256 budgets k = 861); 'all'
+    reads the T - 1 supervised ones."""
     import argparse
     import importlib.util
 
@@ -75,8 +76,10 @@ def test_flop_estimate_counts_only_the_positions_the_trainer_reads():
     spec.loader.exec_module(step_time)
     config = tiny_causal_lm("llama", num_layers=4, hidden=32, vocab=32).config
     args = argparse.Namespace(batch=4, seq=256, lora=False, device="cpu")
-    every = step_time.flop_estimate(config, args, "all")
-    assert step_time.flop_estimate(config, args, "auto") == every == step_time.flop_estimate(config, args, "1000")
+    every = step_time.flop_estimate(config, args, "auto")
+    assert every == step_time.flop_estimate(config, args, "1000") == step_time.flop_estimate(config, args, "255")
+    supervised = step_time.flop_estimate(config, args, "all")
+    assert (every[0] - 1) / (supervised[0] - 1) == pytest.approx(256 / 255)
     assert 1.0 < step_time.flop_estimate(config, args, "8")[1] < every[1]
 
 

@@ -12,6 +12,7 @@ import functools
 from dataclasses import dataclass, replace
 
 import torch
+import torch.nn.functional as F
 
 IGNORE_INDEX = -100
 
@@ -27,11 +28,17 @@ class TokenSelection:
     segment_tokens: torch.Tensor  # [S] supervised tokens of each sequence (n_s)
     num_tokens: torch.Tensor  # [] supervised tokens in the batch (N = sum n_s)
     positions: torch.Tensor  # [K] the same positions as flat indices into the unshifted [B, T] grid
+    # `positions` are every row of the [B, T] grid in order (K = B x T): a layer is read as its own [B*T, D] view
+    whole_layer: bool = False
 
     def hidden_rows(self, hidden: torch.Tensor) -> torch.Tensor:
         """`[K, D]` rows of a layer's hidden states `[B, T, D]` at the selected positions, read from its `[B*T, D]`
-        view (slicing off the last position first would copy the whole layer)."""
-        return hidden.reshape(-1, hidden.size(-1)).index_select(0, self.positions)
+        view (slicing off the last position first would copy the whole layer). A `whole_layer` selection is that
+        view: no gather forward, and no `[B*T, D]` zero fill and index-add per layer backward."""
+        flat = hidden.reshape(-1, hidden.size(-1))
+        if self.whole_layer and flat.size(0) == self.positions.numel():
+            return flat
+        return flat.index_select(0, self.positions)
 
     def padded(self) -> TokenSelection:
         """
@@ -43,7 +50,15 @@ class TokenSelection:
         if self.index.numel():
             return self
         zero = self.index.new_zeros(1)
-        return replace(self, index=zero, targets=zero, weight=self.weight.new_zeros(1), segment=zero, positions=zero)
+        return replace(
+            self,
+            index=zero,
+            targets=zero,
+            weight=self.weight.new_zeros(1),
+            segment=zero,
+            positions=zero,
+            whole_layer=False,
+        )
 
 
 def segment_ids(labels: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -100,8 +115,10 @@ class _RowLayout:
 
     shifted: torch.Tensor  # [B, 1] flat index of each row's first position in the shifted [B, T-1] grid
     unshifted: torch.Tensor  # [B, 1] the same in the unshifted [B, T] grid
-    segment: torch.Tensor  # [B*k] row of each selected position
-    every: tuple[torch.Tensor, torch.Tensor] | None  # k = T - 1 only: [B*k] (index, positions) of every position
+    segment: torch.Tensor  # [K] row of each selected position: K = B*k, or B*T when k = T - 1
+    # k = T - 1 >= 1 only: [B*T] (index, positions) of every position, the last of each row (no next token) included
+    # as a weight-0 row whose shifted index repeats the row's last one (a valid index; it adds exactly 0)
+    every: tuple[torch.Tensor, torch.Tensor] | None
 
 
 @functools.lru_cache(maxsize=LAYOUTS)
@@ -109,11 +126,12 @@ def _row_layout(B: int, T: int, k: int, device: torch.device) -> _RowLayout:
     with torch.inference_mode(False):  # index tensors autograd may save, even if first built under inference mode
         rows = torch.arange(B, device=device)[:, None]
         shifted, unshifted = rows * (T - 1), rows * T
-        every = None
-        if k == T - 1:
-            columns = torch.arange(k, device=device)[None, :]
-            every = ((columns + shifted).reshape(-1), (columns + unshifted).reshape(-1))
-        return _RowLayout(shifted, unshifted, rows.reshape(-1).repeat_interleave(k), every)
+        every, per_row = None, k
+        if k == T - 1 and k >= 1:
+            columns = torch.arange(T, device=device)[None, :]
+            every = ((columns.clamp(max=k - 1) + shifted).reshape(-1), (columns + unshifted).reshape(-1))
+            per_row = T
+        return _RowLayout(shifted, unshifted, rows.reshape(-1).repeat_interleave(per_row), every)
 
 
 def _sample_rows(labels: torch.Tensor, per_sequence: int, seed: int, first_row: int) -> TokenSelection:
@@ -121,7 +139,8 @@ def _sample_rows(labels: torch.Tensor, per_sequence: int, seed: int, first_row: 
     `select_tokens` for one sequence per row, in static shapes: exactly k = min(per_sequence, T-1) positions per row
     (K = B x k), the k supervised ones with the smallest keys; a row with fewer than k supervised positions fills
     the rest with weight-0 rows (target 0). No data-dependent shape, so no host-device sync. When k covers every
-    position (short rows, a small head), nothing is drawn: every position is read, its weight 1 where supervised.
+    position (short rows, a small head), nothing is drawn: the layers are read whole (K = B x T, `whole_layer`), each
+    position's weight 1 where supervised and 0 elsewhere, the last position of each row (no next token) included.
     """
     B, T = labels.shape
     width = T - 1
@@ -130,16 +149,18 @@ def _sample_rows(labels: torch.Tensor, per_sequence: int, seed: int, first_row: 
     targets = labels[:, 1:]
     supervised = targets.ne(IGNORE_INDEX)  # [B, T-1]
     segment_tokens = supervised.sum(1)  # [B] n_s
-    if k == width:  # n_s <= k for every row: each supervised position is taken, with weight n_s / n_s
+    if layout.every is not None:  # n_s <= k for every row: each supervised position is taken, with weight n_s / n_s
         index, positions = layout.every
+        # [B, T]: a zero column for the last position, which has no next token
         return TokenSelection(
             index=index,
             positions=positions,
-            targets=targets.masked_fill(~supervised, 0).reshape(-1),
-            weight=supervised.reshape(-1).float(),
+            targets=F.pad(targets.masked_fill(~supervised, 0), (0, 1)).reshape(-1),
+            weight=F.pad(supervised.float(), (0, 1)).reshape(-1),
             segment=layout.segment,
             segment_tokens=segment_tokens,
             num_tokens=segment_tokens.sum(),
+            whole_layer=True,
         )
     keys = row_keys(B, width, seed, first_row, labels.device).masked_fill_(~supervised, NEVER)
     pick = keys.topk(k, dim=1, largest=False).indices.sort(dim=1).values  # [B, k] positions, in order

@@ -209,12 +209,13 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         """
         An upper bound on a training sample's rows that every rank computes alike from the config alone (no
         collective): unpacked rows hold B <= `per_device_train_batch_size` sequences of T <= `max_length` tokens,
-        and K = B x min(k, T-1) with k non-decreasing in T (the 'auto' k grows with the per-token FLOPs), so K <=
-        B_max x min(k(max_length), max_length - 1). None without `max_length` (a sequence has no length bound).
+        and K = B x k, or B x T when k >= T - 1 (the layers are then read whole), with k non-decreasing in T (the
+        'auto' k grows with the per-token FLOPs), so K <= B_max x min(k(max_length) + 1, max_length). None without
+        `max_length` (a sequence has no length bound).
         """
         T, B, k = self.args.max_length, self.args.per_device_train_batch_size, self.args.layer_loss_tokens
         if T is None or T < 2 or k is None:
             return None
         if k == "auto":
             k = self._auto_tokens(max(len(self.probe.below), 1), (B, T), B)
-        return B * min(k, T - 1)
+        return B * min(k + 1, T)

@@ -1,5 +1,7 @@
 """Per-layer losses as pure functions, on tiny random models: exactness, masks, packing, sampling, memory."""
 
+import dataclasses
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -124,6 +126,29 @@ def test_readout_gradients_match_full_logits():
     torch.testing.assert_close(ours_w, model.lm_head.weight.grad, rtol=1e-4, atol=1e-6)
 
 
+def test_a_sample_covering_every_position_reads_the_layers_whole():
+    """k >= T - 1 reads every layer as its own [B*T, D] view (no gather, no index-add in the backward): the losses
+    and gradients equal those of the same positions gathered, and the weight-0 rows (prompt, padding, the last
+    position) add exactly 0 to the layers' gradients."""
+    model = tiny_causal_lm("llama").eval()
+    ids, attention, labels = _batch()
+    readout = CausalLMReadout.from_model(model)
+    out = model(input_ids=ids, attention_mask=attention, output_hidden_states=True)
+    whole = select_tokens(labels, per_sequence=10_000, seed=2)
+    assert whole.whole_layer and whole.hidden_rows(out.hidden_states[1]).data_ptr() == out.hidden_states[1].data_ptr()
+    results = []
+    for sel in (whole, dataclasses.replace(whole, whole_layer=False)):
+        hidden = [h.detach().requires_grad_(True) for h in out.hidden_states[1:3]]
+        model.zero_grad()
+        nll = layers_token_nll(hidden, sel, readout, apply_norm=True)
+        aggregate(nll, sel).sums.sum().backward()
+        results.append([nll, *(h.grad for h in hidden), model.lm_head.weight.grad])
+    for a, b in zip(*results, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    unsupervised = F.pad(labels[:, 1:].eq(-100), (0, 1), value=True)  # [B, T]: rows of weight 0
+    assert results[0][1][unsupervised].abs().max().item() == 0.0
+
+
 def test_masks_padding_and_counts():
     ids, attention, labels = _batch()
     sel = select_tokens(labels)
@@ -162,11 +187,17 @@ def test_sampling_is_unbiased_and_shared_across_layers():
         draws.append(aggregate(token_loss[:, sel.index], sel).sums)
     mean = torch.stack(draws).mean(0)
     torch.testing.assert_close(mean, exact, rtol=0.01, atol=0)
-    # k >= n takes every supervised position with weight 1; the rest are filler rows of weight 0 (static shapes)
+    # k >= T - 1 takes every supervised position with weight 1, and reads the layers whole: every position of the
+    # [B, T] grid in order, the rest (unsupervised, and the last of each row) weight-0 rows (static shapes)
     sel = select_tokens(labels, per_sequence=10_000, seed=1)
     real = sel.weight > 0
-    assert sel.index.numel() == B * (T - 1) and torch.equal(sel.index[real], full.index)
+    assert sel.whole_layer and sel.index.numel() == B * T and torch.equal(sel.positions, torch.arange(B * T))
+    assert torch.equal(sel.index[real], full.index) and torch.equal(sel.positions[real], full.positions)
     assert torch.all(sel.weight[real] == 1) and torch.equal(sel.targets[real], full.targets)
+    assert sel.weight.view(B, T)[:, -1].tolist() == [0.0] * B and sel.segment.tolist() == sum(
+        ([b] * T for b in range(B)), []
+    )
+    torch.testing.assert_close(aggregate(token_loss[:, sel.index], sel).sums, exact)  # the all-token sums
 
 
 def test_a_sample_of_unpacked_rows_has_static_shapes():
