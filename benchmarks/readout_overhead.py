@@ -4,15 +4,16 @@ How much of the intermediate readouts' time is per-op overhead a fused kernel co
     python benchmarks/readout_overhead.py                   # the tiny benchmark model's default: 3 layers x 1024 rows
     python benchmarks/readout_overhead.py --rows 4          # a sample of 4 tokens per sequence: 16 rows per layer
 
-The library's path (`layers_token_nll`: gather the selected rows of every layer, the model's RMSNorm module, the head
-through `linear_nll`; then `aggregate` and a weighted sum, as the penalty does) against a hand-fused reference: one
-autograd Function for the gather, RMSNorm, head and NLL with a hand-written backward. At the default shape both run
-about the same ATen ops (78 against 83 per forward + backward: the work itself is the same), but the reference records
-one autograd node for the readout where the library's path records one per differentiable op, so the difference is
-autograd's per-node bookkeeping. The reference is Llama's RMSNorm only and lives here, not in the library: it measures
-what fusion could save, so that the choice not to fuse rests on a number. Protocol: both paths warm up, then `--repeats`
-rounds of `--calls` calls each, alternating (drift hits both alike); the median call per round, then the median and
-[min, max] over rounds. Agreement: the largest gradient difference between the two paths.
+The library's path (`layers_token_nll`: the selected rows of every layer (the layer's own view when read whole), the
+model's RMSNorm module, the head through `linear_nll`; then `aggregate` and a weighted sum, as the penalty does) against
+a hand-fused reference: one autograd Function for the gather, RMSNorm, head and NLL with a hand-written backward. Both
+run about the same ATen ops per forward + backward (69 against 74 at the default's 3 x 1024 rows, 78 against 83 at 16
+rows per layer: the work itself is the same), but the reference records one autograd node for the readout where the
+library's path records one per differentiable op, so the difference is autograd's per-node bookkeeping. The reference is
+Llama's RMSNorm only and lives here, not in the library: it measures what fusion could save, so that the choice not to
+fuse rests on a number. Protocol: both paths warm up, then `--repeats` rounds of `--calls` calls each, alternating
+(drift hits both alike); the median call per round, then the median and [min, max] over rounds. Agreement: the largest
+gradient difference between the two paths.
 """
 
 from __future__ import annotations
