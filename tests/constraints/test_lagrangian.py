@@ -100,6 +100,7 @@ def test_penalty_coefficients_give_the_penalty(layers, epsilon):
     coefficients = penalty_coefficients(spec, lam)
     linear = (torch.tensor(coefficients[:-1], dtype=torch.float64) * sums).sum() + coefficients[-1] * 10
     definition = (lam * constraint_sums(spec, sums, torch.tensor(10))).sum()  # sum_c lambda_c g_c, in float64
+    # both sides in float64 from the same inputs, a few terms each: float64 rounding is ~1e-15 relative
     assert linear.item() == pytest.approx(definition.item(), rel=1e-12, abs=1e-12)
     assert linear.item() == pytest.approx(
         penalty(spec, lam, sums, torch.tensor(10)).item(), rel=1e-6

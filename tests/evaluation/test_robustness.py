@@ -51,7 +51,7 @@ def test_clean_accuracy_equals_a_direct_computation(model_dir, tmp_path):
         correct += (logits.argmax(-1) == labels)[mask].sum().item()
         total += mask.sum().item()
         nll += torch.nn.functional.cross_entropy(logits[mask], labels[mask], reduction="sum").item()
-    assert result.metric == pytest.approx(correct / total, abs=1e-12)
+    assert result.metric == pytest.approx(correct / total, abs=1e-12)  # a ratio of the same integer counts
     assert result.loss == pytest.approx(nll / total, rel=1e-5)
     assert result.layer_loss[4] == pytest.approx(nll / total, rel=1e-5)  # the last layer's readout is the model
     # per sequence (one unit per held-out row): the sums that pool into the level's numbers
