@@ -82,6 +82,8 @@ class PrimalDual:
         """
         totals = self.train_stats.pop(reduce)
         if torch.is_tensor(grad_norm):  # [n + 3] totals and the norm: one device -> host copy
+            if hasattr(grad_norm, "full_tensor"):  # FSDP2 clips sharded gradients: the norm is a replicated DTensor
+                grad_norm = grad_norm.full_tensor()
             *values, grad_norm = torch.cat([totals, grad_norm.detach().reshape(1).to(totals)]).tolist()
         else:
             values = totals.tolist()

@@ -8,7 +8,9 @@ Overrides whose key starts with "_" set up the run rather than the config:
   different numbers of such calls deadlock or fail instead of passing silently on CPU (and the probe is told the head
   is sharded, as the trainer tells it under DeepSpeed / FSDP);
 - `_masked_rank`: that rank's batches have no supervised token at all;
-- `_stack_rows`: rows per stacked readout call (small values make the number of calls depend on the sample size).
+- `_stack_rows`: rows per stacked readout call (small values make the number of calls depend on the sample size);
+- `_fsdp_on_cpu`: under an FSDP launch, shard the model with accelerate's own FSDP2 preparation on these gloo CPU
+  processes (see `fsdp_on_cpu`).
 """
 
 import contextlib
@@ -73,6 +75,41 @@ class MaskRank:
         return batch
 
 
+def fsdp_on_cpu() -> None:
+    """
+    accelerate applies its FSDP plugin only on accelerators: on CPU processes its state stays MULTI_CPU and the model
+    is wrapped in DDP, and this library's config refuses the launch for that reason. Here, for tests, the state is
+    made FSDP once accelerate has built it from the launch's FSDP settings, so the trainer runs exactly as under an
+    FSDP2 GPU launch (accelerate's `fsdp2_prepare_model`: `fully_shard` per decoder layer and the root, DTensor
+    parameters, gradients and clipped norm) over gloo; the config's refusal is skipped for this process alone.
+    """
+    import accelerate.state as state
+    from accelerate.utils import DistributedType
+
+    from constrained_sft.config import run_fields
+
+    build = state.AcceleratorState.__init__
+
+    def build_fsdp(self, *args, fsdp_plugin=None, **kwargs):
+        build(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+            self.distributed_type = DistributedType.FSDP
+            self.fsdp_plugin = fsdp_plugin
+            state.PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+
+    state.AcceleratorState.__init__ = build_fsdp
+    refuse = run_fields.deepspeed_without_gpu
+
+    def without_the_fsdp_refusal(args) -> None:
+        flag = os.environ.pop("ACCELERATE_USE_FSDP")
+        try:
+            refuse(args)
+        finally:
+            os.environ["ACCELERATE_USE_FSDP"] = flag
+
+    run_fields.deepspeed_without_gpu = without_the_fsdp_refusal
+
+
 def main(out_path: str, overrides: str) -> None:
     kwargs = dict(
         report_to="none",
@@ -91,6 +128,8 @@ def main(out_path: str, overrides: str) -> None:
     kwargs.update({k: v for k, v in json.loads(overrides).items() if not k.startswith("_")})
     if setup.get("_sharded_head"):
         simulate_sharded_head()
+    if setup.get("_fsdp_on_cpu"):
+        fsdp_on_cpu()
     if "_stack_rows" in setup:
         layer_losses.STACK_ROWS = setup["_stack_rows"]
     collator = None
