@@ -2,27 +2,53 @@
 Constrained fine-tuning for the Hugging Face stack: every layer must reduce the loss.
 
 The package, bottom to top (a folder imports only from the floors below it; `tests/test_layout.py` checks it):
-`utils`, `config` -> `constraints` -> `readout`, `noise`, `data`, `models` -> `trainers` -> `tasks` -> `evaluation`
--> `sweep` -> `cli`.
+`version`, `utils`, `config` -> `constraints` -> `readout`, `noise`, `data`, `models` -> `trainers` -> `tasks` ->
+`evaluation` -> `sweep` -> `cli`.
+
+`import constrained_sft` loads nothing but this module (no torch, no transformers), as `import trl` does: each public
+name below is imported from its module the first time it is read (PEP 562 `__getattr__`), so a user who wants only
+`embedding_noise` pays for the noise module and torch, not for the training stack.
 """
 
-from .config import ConstrainedConfig, ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
-from .constraints import DescentConstraints, DualOptimizer, Multipliers, PrimalDual
-from .models import PooledLinearConfig, PooledLinearForSequenceClassification
-from .noise import EmbeddingNoiseCollator, EmbeddingNoiseError, embedding_noise, embedding_sigma
-from .readout import CausalLMReadout, ClassifierReadout, ReadoutError
-from .trainers import ConstrainedSFTTrainer, ConstrainedTrainer
-from .utils import VERSION as __version__  # noqa: F401 - the package version, for `constrained_sft.__version__`
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .version import VERSION
+
+__version__ = VERSION
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "ConstrainedConfig": "config",
+    "ConstrainedSFTConfig": "config",
+    "ConstraintArguments": "config",
+    "NoiseArguments": "config",
+    "DescentConstraints": "constraints",
+    "DualOptimizer": "constraints",
+    "Multipliers": "constraints",
+    "PrimalDual": "constraints",
+    "PooledLinearConfig": "models",
+    "PooledLinearForSequenceClassification": "models",
+    "EmbeddingNoiseCollator": "noise",
+    "EmbeddingNoiseError": "noise",
+    "embedding_noise": "noise",
+    "embedding_sigma": "noise",
+    "CausalLMReadout": "readout",
+    "ClassifierReadout": "readout",
+    "ReadoutError": "readout",
+    "ConstrainedSFTTrainer": "trainers",
+    "ConstrainedTrainer": "trainers",
+}
 
 __all__ = [
-    "PooledLinearConfig",
-    "PooledLinearForSequenceClassification",
     "CausalLMReadout",
     "ClassifierReadout",
     "ConstrainedConfig",
-    "ConstrainedTrainer",
     "ConstrainedSFTConfig",
     "ConstrainedSFTTrainer",
+    "ConstrainedTrainer",
     "ConstraintArguments",
     "DescentConstraints",
     "DualOptimizer",
@@ -30,8 +56,32 @@ __all__ = [
     "EmbeddingNoiseError",
     "Multipliers",
     "NoiseArguments",
+    "PooledLinearConfig",
+    "PooledLinearForSequenceClassification",
     "PrimalDual",
     "ReadoutError",
     "embedding_noise",
     "embedding_sigma",
-]
+]  # the names of `_EXPORTS` (tests/cli/test_imports.py checks)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # read once: later reads are plain attribute lookups
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])
+
+
+if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
+    from .config import ConstrainedConfig, ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
+    from .constraints import DescentConstraints, DualOptimizer, Multipliers, PrimalDual
+    from .models import PooledLinearConfig, PooledLinearForSequenceClassification
+    from .noise import EmbeddingNoiseCollator, EmbeddingNoiseError, embedding_noise, embedding_sigma
+    from .readout import CausalLMReadout, ClassifierReadout, ReadoutError
+    from .trainers import ConstrainedSFTTrainer, ConstrainedTrainer

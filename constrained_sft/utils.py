@@ -11,18 +11,31 @@ import dataclasses
 import json
 import math
 import os
+import re
+import tempfile
 import types
 import typing
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import nn
+from .version import VERSION  # noqa: F401 - re-exported: results and reports read it from here
 
-VERSION = "0.1.0"  # the package version (pyproject.toml says the same; a test checks)
+if TYPE_CHECKING:
+    from torch import nn
+
+
+def cache_root() -> str:
+    """`$CONSTRAINED_SFT_CACHE`, else `$XDG_CACHE_HOME/constrained-sft`, else `~/.cache/constrained-sft`."""
+    if "CONSTRAINED_SFT_CACHE" in os.environ:
+        return os.environ["CONSTRAINED_SFT_CACHE"]
+    base = os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    return os.path.join(base, "constrained-sft")
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
     """The transformers model inside PEFT / DDP / compile wrappers."""
+    from torch import nn  # here, not at the top: `import constrained_sft.utils` (the CLI's help) stays torch-free
+
     for _ in range(4):
         if hasattr(model, "get_base_model"):
             model = model.get_base_model()
@@ -180,6 +193,11 @@ def unpatchify(patches, patch: int, height: int, width: int):
     return x.reshape(*lead, height, width)
 
 
+def percent(text: str) -> str:
+    """`text` with every lone '%' doubled, for argparse's help formatting."""
+    return re.sub(r"%%|%\((?=\w+\)s)|%", lambda m: m.group(0) if m.group(0) != "%" else "%%", text)
+
+
 def read_yaml(path: str, flag: str) -> Any:
     """
     The YAML file at `path`, read strictly: a syntax error (a tab in the indentation, an unclosed bracket) or a key
@@ -214,7 +232,54 @@ def read_yaml(path: str, flag: str) -> Any:
         raise ValueError(f"`{flag}` {path}{where}: not valid YAML ({problem}).") from None
 
 
-def refuse_file_as_folder(path: str | None, flag: str, error: type[ValueError] = ValueError) -> None:
-    """An output folder given as the path of an existing file is refused before any work, naming `flag`."""
-    if path and os.path.exists(path) and not os.path.isdir(path):
+def read_json(path: str, flag: str, error: type[ValueError] = ValueError, jsonl: bool = False) -> Any:
+    """A JSON file (`jsonl`: a list, one value per non-blank line), refused in one line naming `flag` and the place
+    of the problem as `file:line:column`, as YAML errors are."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            if not jsonl:
+                return json.load(f)
+            lines = list(f)
+        rows = []
+        for number, line in enumerate(lines, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as problem:
+                    raise error(f"`{flag}` {path}:{number}:{problem.colno}: not valid JSON ({problem.msg}).") from None
+        return rows
+    except UnicodeDecodeError as problem:
+        raise error(f"`{flag}` {path} is not UTF-8 text ({problem.reason} at byte {problem.start}).") from None
+    except json.JSONDecodeError as problem:
+        raise error(f"`{flag}` {path}:{problem.lineno}:{problem.colno}: not valid JSON ({problem.msg}).") from None
+
+
+def check_output_folder(path: str | None, flag: str, error: type[ValueError] = ValueError) -> None:
+    """
+    An output folder that cannot be written is refused before any work, naming `flag`: an empty path, an existing
+    file, a path below a file, or a missing folder that cannot be created where it would be (a read-only file system,
+    a virtual one like /proc). A missing folder is not created here: a uniquely named folder is made and removed in
+    its nearest existing parent (so ranks of one launch probing the same path at once do not race). None: unset,
+    left to the caller's own "required" check.
+    """
+    if path is None:
+        return
+    if not str(path).strip():
+        raise error(f"`{flag}` is empty; give a folder (it is created if missing).")
+    if os.path.isdir(path):
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise error(f"`{flag}` {path} is a folder this user cannot write to; give another folder.")
+        return
+    if os.path.exists(path):
         raise error(f"`{flag}` {path} is an existing file; give a folder (it is created if missing).")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise error(f"`{flag}` {path} lies below {parent}, which is a file; give a folder (it is created if missing).")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".constrained-sft-probe-", dir=parent))
+    except OSError as problem:
+        raise error(
+            f"`{flag}` {path} cannot be created in {parent} ({problem.strerror}); give a folder you can write to."
+        ) from None

@@ -7,6 +7,9 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# every test that asks for a help sees it built from the parsers, never a text cached by an earlier run
+# (tests/cli/test_imports.py turns the cache on, in a folder of its own)
+os.environ["CONSTRAINED_SFT_HELP_CACHE"] = "0"
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 

@@ -2,7 +2,8 @@
 The `constrained-sft` command line (also `python -m constrained_sft`), in TRL's shape: argparse subparsers, one
 `Command` per verb (`train`, `sweep`, `study`, the `eval` group of `robustness`, `generate`, `alpaca`), each parsing the
 fields of library dataclasses and printing what the library returns. Nothing here knows a task: the recipe's `task`
-is looked up in `constrained_sft.tasks`.
+is looked up in `constrained_sft.tasks`. Importing this module loads no torch: each command imports what it runs,
+and a command's `--help` is printed from a cache once built (`help_cache`).
 
 May import: anything in the package; nothing imports it but `__main__`.
 """
@@ -13,11 +14,12 @@ import argparse
 import sys
 import warnings
 
-from ..utils import VERSION
+from ..version import VERSION
 from .base import Command, Group
 from .eval_alpaca import AlpacaCommand
 from .eval_generate import GenerateCommand
 from .eval_robustness import RobustnessCommand
+from .help_cache import cached_help, wants_help
 from .study import StudyCommand
 from .sweep import SweepCommand
 from .train import TrainCommand
@@ -60,7 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # TRL's config always sets `gradient_checkpointing`, which transformers 5 reports as renamed on every run
     warnings.filterwarnings("ignore", message=".*`gradient_checkpointing` is deprecated.*")
-    return by_name[argv[0]].run(argv[1:], f"{PROG} {argv[0]}")
+    command = by_name[argv[0]]
+    if wants_help(argv):
+        return cached_help(argv, lambda: command.run(argv[1:], f"{PROG} {argv[0]}"))
+    return command.run(argv[1:], f"{PROG} {argv[0]}")
 
 
 def console(argv: list[str] | None = None) -> int:

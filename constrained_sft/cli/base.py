@@ -2,16 +2,23 @@
 What every command shares, in TRL's shape (`trl/cli`): a `Command` registers its subparser and runs on the rest of
 the command line; its options are the fields of library dataclasses, parsed by the library's recipe parser
 (`constrained_sft.tasks.recipes`: `--config` YAML recipes, `--help` from argparse itself).
+
+Registering a command imports nothing but argparse: each command imports what it runs (the training stack, the
+sweep's database driver, alpaca_eval) inside `run`, so `constrained-sft --help` loads no torch and `train` never loads
+the sweep's or the judge's dependencies (`tests/cli/test_imports.py`).
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING
 
-from ..tasks import TASKS, Task
-from ..tasks.recipes import dataclass_parser, parse, percent, recipe_and_task
+from ..utils import percent
 
-__all__ = ["Command", "Group", "dataclass_parser", "other_tasks", "parse", "recipe_and_task"]
+if TYPE_CHECKING:
+    from ..tasks import Task
+
+__all__ = ["Command", "Group", "other_tasks"]
 
 
 class Command(ABC):
@@ -51,6 +58,8 @@ class Group(Command):
 
 def other_tasks(command: str, task: Task) -> str:
     """The help epilog: which task's fields are shown, and how to see another's."""
+    from ..tasks import TASKS
+
     others = [name for name in TASKS if name != task.name]
     return (
         f"These are the fields of `task: {task.name}` recipes (YAML keys and flags alike). Another task's: "

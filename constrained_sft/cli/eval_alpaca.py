@@ -5,8 +5,7 @@
 
 from __future__ import annotations
 
-from ..evaluation.alpaca import AlpacaArguments, quiet_alpaca_eval, result_lines, run
-from .base import Command, dataclass_parser, parse
+from .base import Command
 
 
 class AlpacaCommand(Command):
@@ -14,6 +13,9 @@ class AlpacaCommand(Command):
     help = "head-to-head AlpacaEval judging of two generators' answers at each noise level"
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..evaluation.alpaca import AlpacaArguments, quiet_alpaca_eval, result_lines, run
+        from ..tasks.recipes import dataclass_parser, parse
+
         parser = dataclass_parser((AlpacaArguments,), prog, f"{prog} --generations DIR --output_dir DIR: {self.help}.")
         (args,) = parse(parser, argv, with_config=False)
         quiet_alpaca_eval()

@@ -5,8 +5,7 @@ and level (see `constrained_sft.evaluation.alpaca.generate`).
 
 from __future__ import annotations
 
-from ..evaluation.alpaca.generate import GenerateArguments, run
-from .base import Command, dataclass_parser, parse
+from .base import Command
 
 
 class GenerateCommand(Command):
@@ -14,6 +13,9 @@ class GenerateCommand(Command):
     help = "answers to instructions (AlpacaEval or a local file) with embedding noise, in alpaca_eval's format"
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..evaluation.alpaca.generate import GenerateArguments, run
+        from ..tasks.recipes import dataclass_parser, parse
+
         parser = dataclass_parser((GenerateArguments,), prog, f"{prog} --model DIR --output_dir DIR: {self.help}.")
         (args,) = parse(parser, argv, with_config=False)
         for gamma, path in run(args).items():

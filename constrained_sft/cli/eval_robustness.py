@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..evaluation import RobustnessArguments, run
-from ..evaluation.robustness import console_lines
-from .base import Command, dataclass_parser, other_tasks, parse, recipe_and_task
+from .base import Command, other_tasks
 
 
 class RobustnessCommand(Command):
@@ -24,6 +22,10 @@ class RobustnessCommand(Command):
     help = "the headline metric vs noise, layer curves, descent; differences between arms with 95% intervals"
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..evaluation import RobustnessArguments, run
+        from ..evaluation.robustness import console_lines
+        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
+
         recipe, task, argv = recipe_and_task(argv, prog, flag="--recipe")
         description = (
             f"{prog} (--models DIR [DIR ...] | --arm NAME=DIR[,DIR...] --arm ...) --output_dir DIR [--recipe "

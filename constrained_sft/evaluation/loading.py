@@ -47,7 +47,17 @@ def trained_layers(choice: str, path: str):
         return training_report(path).get("layers", "all")
     if choice == "all":
         return "all"
-    return [int(x) for x in choice.replace(",", " ").split()]
+    return layer_indices(choice)
+
+
+def layer_indices(choice: str) -> list[int]:
+    """`--layers` as comma-separated layer indices (1 = the first layer's output), refused in one line otherwise."""
+    parts = choice.replace(",", " ").split()
+    if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+        raise ValueError(
+            f"`--layers` must be 'trained', 'all', or comma-separated layer indices >= 1 (e.g. 2,4,6), got {choice!r}."
+        )
+    return [int(p) for p in parts]
 
 
 def versions(*packages: str) -> dict[str, str]:

@@ -22,10 +22,10 @@ from tqdm.auto import tqdm
 from ..data import ModelPathError, ModelSpec
 from ..noise import embedding_sigma
 from ..tasks import TASKS, Measure, get_task
-from ..utils import check_fields, refuse_file_as_folder
+from ..utils import check_fields, check_output_folder
 from .compare import bands, check_pairs, compare
 from .levels import evaluate_level
-from .loading import recorded_gamma, reference_sigma, trained_layers, training_report, versions
+from .loading import layer_indices, recorded_gamma, reference_sigma, trained_layers, training_report, versions
 from .metrics import default_gammas, summarize
 from .report import write_report
 
@@ -107,7 +107,7 @@ class RobustnessArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        refuse_file_as_folder(self.output_dir, "--output_dir")
+        check_output_folder(self.output_dir, "--output_dir")
 
     def validate(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> None:
         """Every field checked before any work; `arms`: models given by the caller instead of --models / --arm."""
@@ -136,6 +136,8 @@ class RobustnessArguments:
         for name in ("seeds", "batch_size", "bootstrap_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`--{name}` must be >= 1, got {getattr(self, name)}.")
+        if self.layers not in ("trained", "all"):
+            layer_indices(self.layers)
         arms = self.arms() if arms is None else arms
         if self.reference is not None and self.reference not in arms:
             raise ValueError(f"`--reference` {self.reference!r} is not an arm; allowed: {list(arms)}.")

@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..evaluation.alpaca.generate import ALPACA_EVAL
-from ..utils import check_fields, refuse_file_as_folder
+from ..utils import check_fields, check_output_folder
 
 STAGES = ("train", "evaluate", "all")
 HELD_OUT = "held_out"
@@ -72,7 +72,7 @@ class StudyArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        refuse_file_as_folder(self.study_dir, "--study_dir")
+        check_output_folder(self.study_dir, "--study_dir")
 
     def validate(self) -> None:
         if not self.erm_config:

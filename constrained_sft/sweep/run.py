@@ -14,13 +14,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.engine import make_url
-
 from ..config import training_level
 from ..evaluation import default_gammas
 from ..evaluation.compare import table
 from ..tasks import Arm, Recipe, is_finished
-from ..utils import atomic_path, check_fields, refuse_file_as_folder, write_json, write_text
+from ..utils import atomic_path, check_fields, check_output_folder, write_json, write_text
 from .compare import evaluate_finals, seed_dir
 from .search import OBJECTIVES, Objective, best_params, open_study, run_trial, search, trial_args
 from .space import check_ranges, load_space
@@ -88,7 +86,7 @@ class SweepArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        refuse_file_as_folder(self.sweep_dir, "--sweep_dir")
+        check_output_folder(self.sweep_dir, "--sweep_dir")
 
     def validate(self) -> None:
         for name, allowed in (("objective", OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):
@@ -161,6 +159,8 @@ def run(settings: SweepArguments, task, recipe: Recipe) -> dict[str, Any]:
                 ),
                 desc=f"sweep {arm.name}",
             )
+    from sqlalchemy.engine import make_url  # Optuna's storage driver: imported by the sweep alone
+
     shown = make_url(settings.storage).render_as_string(hide_password=True)  # reports never carry a database password
     out: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "storage": shown}, "arms": {}}
     for arm in arms:

@@ -14,7 +14,7 @@ import re
 
 from trl import TrlParser
 
-from ..utils import read_yaml
+from ..utils import percent, read_yaml
 from . import DEFAULT_TASK, Recipe, Task, get_task
 
 HELP = ("-h", "--help")
@@ -27,11 +27,6 @@ def escape_percent(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
         if action.help:
             action.help = percent(action.help)
     return parser
-
-
-def percent(text: str) -> str:
-    """`text` with every lone '%' doubled, for argparse's help formatting."""
-    return re.sub(r"%%|%\((?=\w+\)s)|%", lambda m: m.group(0) if m.group(0) != "%" else "%%", text)
 
 
 def dataclass_parser(classes: tuple[type, ...], prog: str, description: str, epilog: str | None = None) -> TrlParser:

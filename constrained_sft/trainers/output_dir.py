@@ -23,7 +23,7 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from ..utils import refuse_file_as_folder, write_json
+from ..utils import check_output_folder, write_json
 from .checkpoints import CheckpointError, checkpoint_problem, checkpoints, resume_value
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def check_output_dir(
     (see [`prepare_output_dir`]).
     """
     out = args.output_dir
-    refuse_file_as_folder(out, "output_dir", OutputDirError)
+    check_output_folder(out, "output_dir", OutputDirError)
     model_dir = model_folder(model)
     if model_dir is not None and (how := _relation(out, model_dir)):
         raise OutputDirError(
@@ -193,7 +193,7 @@ def refusal_leaves_nothing(args: Any, existed: bool | None = None) -> Iterator[b
     at construction).
     """
     out = args.output_dir
-    refuse_file_as_folder(out, "output_dir", OutputDirError)
+    check_output_folder(out, "output_dir", OutputDirError)
     existed = os.path.exists(out) if existed is None else existed
     try:
         yield existed

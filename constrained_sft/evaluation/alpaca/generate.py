@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from ...data import ModelSpec
 from ...noise import embedding_noise, embedding_sigma, parse_levels
 from ...tasks.sft import load_causal_lm
-from ...utils import check_fields, refuse_file_as_folder, write_json
+from ...utils import check_fields, check_output_folder, read_json, write_json
 from ..loading import reference_sigma
 
 ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions, the set AlpacaEval's length control is fitted on
@@ -70,7 +70,7 @@ class GenerateArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        refuse_file_as_folder(self.output_dir, "--output_dir")
+        check_output_folder(self.output_dir, "--output_dir")
 
     def validate(self) -> None:
         if not self.model or not self.output_dir:
@@ -95,10 +95,7 @@ class GenerateArguments:
 
 
 def _rows_from_file(path: str) -> list[dict]:
-    with open(path) as f:
-        if path.endswith(".jsonl"):
-            return [json.loads(line) for line in f if line.strip()]
-        data = json.load(f)
+    data = read_json(path, "--instructions", GenerationError, jsonl=path.endswith(".jsonl"))
     if not isinstance(data, list):
         raise GenerationError(f"{path}: expected a JSON list of objects with an `instruction` field.")
     return data

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ...utils import check_fields, refuse_file_as_folder, write_json
+from ...utils import check_fields, check_output_folder, read_json, write_json
 from .generate import GenerationError, output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
 from .judges import (
@@ -78,7 +78,7 @@ class AlpacaArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        refuse_file_as_folder(self.output_dir, "--output_dir")
+        check_output_folder(self.output_dir, "--output_dir")
 
 
 def levels(generations: str, name: str) -> list[float]:
@@ -93,8 +93,7 @@ def load_pair(args: AlpacaArguments, gamma: float) -> tuple[list[dict], list[dic
         path = output_path(args.generations, name, gamma)
         if not os.path.isfile(path):
             raise GenerationError(f"{path} does not exist: run `constrained-sft eval generate` for {name} at {gamma}.")
-        with open(path) as f:
-            rows.append(json.load(f))
+        rows.append(read_json(path, "--generations", GenerationError))
         empty = [i for i, r in enumerate(rows[-1]) if not str(r.get("output", "")).strip()]
         if empty and not args.allow_empty_outputs:
             raise GenerationError(
@@ -246,6 +245,11 @@ def _full_alpaca_eval(args: AlpacaArguments) -> bool:
 def run(args: AlpacaArguments) -> dict[str, Any]:
     if not args.generations or not args.output_dir:
         raise GenerationError("`--generations` and `--output_dir` are required.")
+    if not os.path.isdir(args.generations):
+        raise GenerationError(
+            f"`--generations` {args.generations} is not a folder: give the --output_dir of `constrained-sft eval "
+            "generate`."
+        )
     if args.model == args.reference:
         raise GenerationError(f"`--model` and `--reference` must differ, both are {args.model!r}.")
     if args.bootstrap_samples < 1:
