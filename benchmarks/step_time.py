@@ -73,15 +73,22 @@ LLAMA_8B = dict(
     hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
     vocab_size=128256, max_position_embeddings=8192, rope_theta=500000.0, rms_norm_eps=1e-5, tie_word_embeddings=False,
 )  # fmt: skip
+# SmolLM2-135M-Instruct's shape (its config.json), for random-weight rows on machines without the offline assets
+SMOLLM2_135M = dict(
+    hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+    vocab_size=49152, max_position_embeddings=8192, rope_theta=100000.0, rms_norm_eps=1e-5, tie_word_embeddings=True,
+)  # fmt: skip
+SHAPES = {"llama-8b-shape": LLAMA_8B, "smollm2-shape": SMOLLM2_135M}
 
 
 def load_model(name: str, dtype: torch.dtype, device: str, num_layers: int | None = None, lora: bool = False):
     if name == "tiny":
         model, tokenizer = tiny_causal_lm("llama", num_layers=4, hidden=32, vocab=32), tiny_tokenizer()
-    elif name == "llama-8b-shape":
+    elif name in SHAPES:
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        config = LlamaConfig(**{**LLAMA_8B, "num_hidden_layers": num_layers or LLAMA_8B["num_hidden_layers"]})
+        shape = SHAPES[name]
+        config = LlamaConfig(**{**shape, "num_hidden_layers": num_layers or shape["num_hidden_layers"]})
         with torch.device(device):
             model = LlamaForCausalLM(config).to(dtype)
         tokenizer = tiny_tokenizer()  # only its pad / eos ids are used; the batch is random ids below the vocab
@@ -206,18 +213,26 @@ def time_settings(settings: list[str], args: argparse.Namespace) -> dict:
         "device": torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores)",
         "code": os.path.dirname(os.path.dirname(os.path.abspath(constrained_sft.__file__))),
         "commit": source_commit(os.path.dirname(os.path.abspath(constrained_sft.__file__))),
+        "version": constrained_sft.__version__,
     }
 
 
 def source_commit(folder: str) -> str | None:
-    """The git commit of the checkout holding `folder` (`+dirty` with uncommitted changes to tracked files), or None
-    outside git: results name the code they measured, where a worktree's path says nothing once it is gone."""
+    """The git commit of the checkout whose tracked files include the package in `folder` (`+dirty` with uncommitted
+    changes to tracked files), or None: results name the code they measured, where a worktree's path says nothing
+    once it is gone. A source copy (a tarball, an rsync) that lies inside another repository without being tracked
+    there has no commit of its own: it gets None, and the row names the package version alone."""
+    package = os.path.join(folder, "__init__.py")
     try:
-        head, status = (
+        tracked, head, status = (
             subprocess.run(["git", "-C", folder, *command], capture_output=True, text=True, timeout=30)
-            for command in (["rev-parse", "--short=7", "HEAD"], ["status", "--porcelain", "--untracked-files=no"])
+            for command in (
+                ["ls-files", "--error-unmatch", package],
+                ["rev-parse", "--short=7", "HEAD"],
+                ["status", "--porcelain", "--untracked-files=no"],
+            )
         )
-        if head.returncode != 0:
+        if tracked.returncode != 0 or head.returncode != 0:
             return None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -289,9 +304,13 @@ def flop_estimate(config, args, setting: str) -> tuple[float, float]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        "--model", default="tiny", help="tiny, smollm2, llama-8b-shape (random weights), or a model folder / Hub id"
+        "--model",
+        default="tiny",
+        help="tiny, smollm2, llama-8b-shape or smollm2-shape (random weights), or a model folder / Hub id",
     )
-    parser.add_argument("--num-layers", type=int, help="llama-8b-shape: fewer layers, to fit a smaller device")
+    parser.add_argument(
+        "--num-layers", type=int, help="llama-8b-shape / smollm2-shape: fewer layers, to fit a smaller device"
+    )
     parser.add_argument("--lora", action="store_true", help="train rank-16 LoRA adapters instead of all weights")
     parser.add_argument("--settings", default="sft,none,auto,all,8,16,32,64")
     parser.add_argument("--batch", type=int, default=4)
@@ -341,7 +360,13 @@ def summarise(args: argparse.Namespace, runs: list[dict], memory: dict[str, floa
             ]
             median = statistics.median(t for run in mine for t in run["step_s"][s])
             lower, estimate = mine[0]["flop_ratio"][s]
-            row = {"setting": s + label, "code": code, "commit": mine[0].get("commit"), "median_step_s": median}
+            row = {
+                "setting": s + label,
+                "code": code,
+                "commit": mine[0].get("commit"),
+                "version": mine[0].get("version"),
+            }
+            row["median_step_s"] = median
             row["flop_ratio_estimate"] = estimate
             row["flop_ratio_lower_bound"] = lower
             row["tflops"] = mine[0]["sft_flops"] * estimate / median / 1e12

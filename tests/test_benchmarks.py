@@ -98,3 +98,26 @@ def test_readout_overhead_compares_the_library_path_with_a_fused_reference_that_
     assert set(result["us_per_call"]) == {"library", "fused reference"}
     assert all(row["median"] > 0 for row in result["us_per_call"].values())
     assert json.loads(out.read_text())["shape"]["layers"] == 3
+
+
+def test_results_name_a_commit_only_for_a_package_the_repository_tracks(tmp_path):
+    """A source copy inside another repository (untracked there) has no commit of its own: the results name the
+    version alone; once that repository tracks it, its commit."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("step_time", SCRIPT)
+    step_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_time)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "notes.txt").write_text("the outer repository\n")
+    subprocess.run([*git, "add", "notes.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "outer"], check=True)
+    package = tmp_path / "copy" / "constrained_sft"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    assert step_time.source_commit(str(package)) is None
+    subprocess.run([*git, "add", "copy"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "track the copy"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert step_time.source_commit(str(package)) == head
