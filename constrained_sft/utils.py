@@ -254,6 +254,10 @@ def read_json(path: str, flag: str, error: type[ValueError] = ValueError, jsonl:
         raise error(f"`{flag}` {path}:{problem.lineno}:{problem.colno}: not valid JSON ({problem.msg}).") from None
 
 
+class OutputDirError(ValueError):
+    """An `output_dir` a run must not write to; the message names the folder, why, and the flag that allows it."""
+
+
 def check_output_folder(path: str | None, flag: str, error: type[ValueError] = ValueError) -> None:
     """
     An output folder that cannot be written is refused before any work, naming `flag`: an empty path, an existing

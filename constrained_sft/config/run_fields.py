@@ -11,7 +11,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from ..utils import check_fields, check_output_folder
+from ..utils import OutputDirError, check_fields, check_output_folder
 
 NONFINITE_POLICIES = ("stop", "skip")
 HOST_ALLOCATORS = ("reuse", "system")
@@ -59,7 +59,7 @@ class RunArguments:
         check_fields(self, RunArguments)
         _check_inherited(self)
         if isinstance(self.output_dir, str):  # before any model or data is loaded: the config is built first
-            check_output_folder(self.output_dir, "output_dir")
+            check_output_folder(self.output_dir, "output_dir", OutputDirError)
         deepspeed_without_gpu(self)
         whole_sequences(self)
 

@@ -23,7 +23,7 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from ..utils import check_output_folder, write_json
+from ..utils import OutputDirError, check_output_folder, write_json
 from .checkpoints import CheckpointError, checkpoint_problem, checkpoints, resume_value
 
 logger = logging.getLogger(__name__)
@@ -39,10 +39,6 @@ BOOKKEEPING = {
     "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_prefetch_factor", "trackio_space_id",
 }  # fmt: skip
 BOOKKEEPING_PREFIXES = ("logging_", "save_", "hub_", "include_")
-
-
-class OutputDirError(ValueError):
-    """An `output_dir` a run must not write to; the message names the folder, why, and the flag that allows it."""
 
 
 def model_folder(model: Any) -> str | None:

@@ -29,6 +29,7 @@ from constrained_sft.evaluation.alpaca.generate import GenerationError
 from constrained_sft.noise import EmbeddingNoiseError
 from constrained_sft.sweep import SearchSpaceError
 from constrained_sft.testing import presence_dataset, successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
+from constrained_sft.trainers import OutputDirError
 from constrained_sft.trainers.checkpoints import CheckpointError
 
 
@@ -246,9 +247,9 @@ ROWS = [
     Row("data-label-column", lambda c: c.train(c.reviews(label="sentiment"), task="classification"), DataError, "`label_column`", "sentiment"),
     Row("data-text-column", lambda c: c.train(c.reviews(text="review"), task="classification"), DataError, "`text_column`", "review"),
     Row("data-label-name", lambda c: c.train(c.reviews(test_label="meh"), task="classification"), DataError, "`num_labels`", r"\['meh', 'neg', 'pos'\]"),
-    Row("output-dir-below-file", lambda c: c.train(c.pc(), "--output_dir", str(c.tmp / "pc.jsonl" / "sub")), ValueError, "`output_dir`", "which is a file; give a folder"),
-    Row("output-dir-empty", lambda c: c.train(c.pc(), "--output_dir", ""), ValueError, "`output_dir` is empty", "give a folder"),
-    Row("output-dir-uncreatable", lambda c: c.train(c.pc(), "--output_dir", "/proc/constrained-sft-test"), ValueError, "`output_dir` /proc/constrained-sft-test", "cannot be created in /proc.*folder you can write to"),
+    Row("output-dir-below-file", lambda c: c.train(c.pc(), "--output_dir", str(c.tmp / "pc.jsonl" / "sub")), OutputDirError, "`output_dir`", "which is a file; give a folder"),
+    Row("output-dir-empty", lambda c: c.train(c.pc(), "--output_dir", ""), OutputDirError, "`output_dir` is empty", "give a folder"),
+    Row("output-dir-uncreatable", lambda c: c.train(c.pc(), "--output_dir", "/proc/constrained-sft-test"), OutputDirError, "`output_dir` /proc/constrained-sft-test", "cannot be created in /proc.*folder you can write to"),
     # --- evaluation and generation arguments --------------------------------------------------------------------------
     Row("robustness-gamma", lambda c: c.robustness("--gammas", "0", "-1"), ValueError, "`--gammas`", ">= 0"),
     Row("robustness-names", lambda c: c.robustness("--names", "a", "b"), ValueError, "`--names`", "one name per model"),
