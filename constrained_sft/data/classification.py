@@ -17,10 +17,10 @@ import os
 import zlib
 from dataclasses import dataclass, field
 
-from datasets import ClassLabel, Dataset, DatasetDict, load_dataset
+from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 
 from ..utils import check_fields
-from .chat import DataError, carve
+from .chat import DataError, carve, refuse_streamed_selection
 from .local_files import load_local
 
 RT_FILE = os.path.join("data", "rotten_tomatoes_corpus_full.csv.bz2")
@@ -55,9 +55,24 @@ class ClassificationDataArguments:
     max_eval_samples: int | None = field(default=None, metadata={"help": "Keep at most this many held-out rows."})
     dataset_seed: int = field(default=42, metadata={"help": "Seed of splits and subsampling."})
     max_seq_length: int = field(default=256, metadata={"help": "Truncate inputs to this many tokens."})
+    streaming: bool = field(
+        default=False,
+        metadata={
+            "help": "Stream the data instead of loading it (datasets' `streaming=True`), for corpora that do not fit "
+            "in memory. The held-out rows are read into memory: the held-out split (its first `max_eval_samples` "
+            "rows if set) or, without one, the stream's first `eval_size` rows (a row count), never trained on. The "
+            "classes come from a ClassLabel column, else from the model's head (`num_labels`, ids) or the held-out "
+            "rows' names; a training row outside them fails when training reaches it. Training needs `max_steps`."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.streaming and self.dataset_test_split in (None, "none", "None", "") and self.eval_size < 1:
+            raise DataError(
+                f"`eval_size` must be a whole number of rows >= 1 with `streaming` (a stream has no length to take a "
+                f"fraction of), got {self.eval_size!r}."
+            )
         if not (0 < self.eval_size < 1 or (self.eval_size >= 1 and float(self.eval_size).is_integer())):
             raise DataError(
                 f"`eval_size` must be a fraction in (0, 1) or a whole number of rows >= 1, got {self.eval_size!r}."
@@ -113,19 +128,20 @@ def load_source(args: ClassificationDataArguments) -> DatasetDict:
         raise DataError(
             f"`dataset_name` is required: a Hub id, a local file or folder, or one of {list(OFFLINE_SOURCES)}."
         )
-    if name == "pkg:rotten-tomatoes":
-        return rotten_tomatoes(args.dataset_seed)
-    if name == "pkg:bbc-news":
-        return bbc_news(args.dataset_seed)
+    if name in OFFLINE_SOURCES:  # small corpora built in memory; streamed, they are read as a stream all the same
+        source = (rotten_tomatoes if name == "pkg:rotten-tomatoes" else bbc_news)(args.dataset_seed)
+        if args.streaming:
+            return IterableDatasetDict({k: v.to_iterable_dataset() for k, v in source.items()})
+        return source
     if name.startswith("pkg:"):
         raise DataError(
             f"Unknown package source {name!r}; the offline classification sources are {list(OFFLINE_SOURCES)}."
         )
     if os.path.exists(name):
-        return load_local(name)
+        return load_local(name, streaming=args.streaming)
     if name.startswith((".", "/", "~")) or os.path.splitext(name)[1] in (".csv", ".json", ".jsonl", ".parquet"):
         raise DataError(f"`dataset_name` {name!r} looks like a local path but does not exist.")
-    return load_dataset(name, args.dataset_config)
+    return load_dataset(name, args.dataset_config, streaming=args.streaming)
 
 
 def label_names(splits: list[Dataset], column: str) -> list[str]:
@@ -201,6 +217,8 @@ def load_classification(args: ClassificationDataArguments, tokenizer, num_labels
             f"`dataset_test_split` {test!r} is not a split of {args.dataset_name!r}; it has {list(source)} (or 'none' "
             "to carve one off the training split)."
         )
+    if args.streaming:
+        return _streamed(args, tokenizer, num_labels, train, source.get(test))
     if test is not None and test in source:
         held_out = source[test]
     else:  # no test split asked for, or a single-split source (one local file): carve one off, reproducibly
@@ -208,10 +226,65 @@ def load_classification(args: ClassificationDataArguments, tokenizer, num_labels
     return _prepared(args, tokenizer, num_labels, train, held_out, "held-out")
 
 
+def _streamed(args, tokenizer, num_labels: int | None, train: IterableDataset, test: IterableDataset | None):
+    """`load_classification` of a stream: the held-out rows in memory (prepared as map-style rows are), the training
+    rows checked, labelled and tokenized lazily as training reads them."""
+    if test is None:
+        size = int(args.eval_size)
+        held_out = Dataset.from_list(list(train.take(size)), features=train.features)
+        if len(held_out) < size:
+            raise DataError(f"Cannot carve {size} rows: the stream has {len(held_out)} rows; lower `eval_size`.")
+        train = train.skip(size)
+    else:
+        rows = test if args.max_eval_samples is None else test.take(args.max_eval_samples)
+        held_out = Dataset.from_list(list(rows), features=test.features)
+    if args.label_column not in held_out.column_names:
+        raise DataError(
+            f"The held-out rows have no column for `label_column` {args.label_column!r}; they have "
+            f"{held_out.column_names}."
+        )
+    feature = (train.features or {}).get(args.label_column)
+    if isinstance(feature, ClassLabel):
+        names = list(feature.names)
+    elif num_labels is not None and all(isinstance(v, int) for v in held_out.unique(args.label_column)):
+        names = [str(i) for i in range(num_labels)]  # integer ids: the head says how many classes
+    else:
+        names = label_names([held_out], args.label_column)
+    if num_labels is not None and num_labels != len(names):
+        raise DataError(
+            f"The dataset has {len(names)} classes {names} but the model's head has `num_labels`={num_labels}; use a "
+            "model with a matching head, or a base encoder (a new head is created with the dataset's classes)."
+        )
+    ids = {n: i for i, n in enumerate(names)}
+    needed = [args.text_column] + ([args.text_pair_column] if args.text_pair_column else [])
+
+    def row_labelled(row: dict, i: int) -> dict:
+        label = row.get(args.label_column)
+        label = ids.get(label, -2) if isinstance(label, str) else label
+        if not isinstance(label, int) or label >= len(names) or label == -2:
+            raise DataError(f"train row {i} (streamed): label {row.get(args.label_column)!r} is not one of {names}.")
+        for col in needed:
+            if not isinstance(row.get(col), str) or not row[col].strip():
+                raise DataError(
+                    f"train row {i} (streamed): `{col}` must be a non-empty string, got {row.get(col)!r:.60}."
+                )
+        second = row[args.text_pair_column] if args.text_pair_column else None
+        encoded = tokenizer(row[args.text_column], second, truncation=True, max_length=args.max_seq_length)
+        return {**encoded, "labels": label}
+
+    columns = train.column_names or list(next(iter(train)))
+    stream = train.filter(lambda row: not (isinstance(row[args.label_column], int) and row[args.label_column] < 0))
+    stream = stream.map(row_labelled, with_indices=True, remove_columns=columns)
+    if args.max_train_samples is not None:
+        stream = stream.take(args.max_train_samples)
+    return stream, prepare(held_out, args, names, tokenizer, "held-out"), names
+
+
 def load_train_validation(args: ClassificationDataArguments, tokenizer, num_labels: int | None, size: float):
     """(train, validation, class names) for model selection: `size` rows (a fraction in (0, 1) or a count) carved
     off the training split with `dataset_seed`. No other split of the source is touched: a sweep never sees the
     test split."""
+    refuse_streamed_selection(args)
     train, validation = carve(_train_split(load_source(args), args), size, args.dataset_seed, "validation_size")
     return _prepared(args, tokenizer, num_labels, train, validation, "validation")
 

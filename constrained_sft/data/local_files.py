@@ -16,7 +16,7 @@ from .errors import DataError
 LOCAL_LOADERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
-def load_local(path: str) -> DatasetDict:
+def load_local(path: str, streaming: bool = False) -> DatasetDict:
     if os.path.isdir(path):
         files = sorted(os.path.join(path, f) for f in os.listdir(path) if os.path.splitext(f)[1] in LOCAL_LOADERS)
         if not files:
@@ -29,17 +29,19 @@ def load_local(path: str) -> DatasetDict:
         if len(kinds) > 1:
             raise DataError(f"Folder {path!r} mixes file types {sorted(kinds)}; keep one.")
         for f in files:
-            check_text_file(f)
+            if not streaming:  # it reads the whole file: a stream's rows are checked as they are read
+                check_text_file(f)
         try:
-            return load_dataset(kinds.pop(), data_files=by_split)
+            return load_dataset(kinds.pop(), data_files=by_split, streaming=streaming)
         except Exception as e:  # pyarrow errors the text check cannot see (a column of mixed types, a parquet file)
             raise DataError(f"`dataset_name` {path!r}: could not read its files ({e}).") from e
     ext = os.path.splitext(path)[1]
     if ext not in LOCAL_LOADERS:
         raise DataError(f"`dataset_name` {path!r}: unsupported data file; use one of {sorted(LOCAL_LOADERS)}.")
-    check_text_file(path)
+    if not streaming:  # it reads the whole file: a stream's rows are checked as they are read
+        check_text_file(path)
     try:
-        return load_dataset(LOCAL_LOADERS[ext], data_files={"train": path})
+        return load_dataset(LOCAL_LOADERS[ext], data_files={"train": path}, streaming=streaming)
     except Exception as e:  # pyarrow errors the text check cannot see (a column of mixed types, a parquet file)
         raise DataError(
             f"`dataset_name` {path!r}: could not read it as {LOCAL_LOADERS[ext]} ({e}); it must hold rows, one object "

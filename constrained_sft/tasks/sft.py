@@ -12,6 +12,7 @@ accuracy of the final layer, pooled over tokens: total correct / total supervise
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from trl import ModelConfig, get_peft_config
 from ..config import ConstrainedSFTConfig
 from ..data import (
     DataArguments,
+    describe_split,
     has_classification_head,
     load_chat_train_validation,
     load_pretrained,
@@ -29,6 +31,7 @@ from ..data import (
     resolve_model_path,
 )
 from ..trainers import ConstrainedSFTTrainer, check_output_dir
+from ..utils import write_json
 from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio, require_model
 from .training import train_and_report
 
@@ -97,7 +100,11 @@ class SFTTask(Task):
             eval_dataset=eval_dataset,
             peft_config=get_peft_config(recipe.model),
         )
-        return train_and_report(trainer, recipe.script.evaluate_before_training, end=not more_runs)
+        main = trainer.is_world_process_zero()
+        result = train_and_report(trainer, recipe.script.evaluate_before_training, end=not more_runs)
+        if main:  # where the held-out rows came from, beside the model (a refused run writes nothing)
+            write_json(os.path.join(recipe.training.output_dir, "data.json"), describe_split(recipe.script))
+        return result
 
     # --- evaluation ----------------------------------------------------------------------------------------------
     def load_model(self, spec, dtype):

@@ -10,10 +10,12 @@ squared error on pixels) are instances of it.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from contextlib import nullcontext
 from typing import Any
 
 import torch
+from datasets import Dataset, IterableDataset
 from transformers import Trainer
 from transformers.modeling_outputs import SequenceClassifierOutput
 
@@ -76,8 +78,11 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
                     "number of layers whose outputs `hidden_states` holds after the input (an integer >= 1)."
                 )
             self.model_accepts_loss_kwargs = False
+            num_labels = getattr(config, "num_labels", None)
             for name, dataset in (("train_dataset", self.train_dataset), ("eval_dataset", self.eval_dataset)):
-                check_labels(dataset, name, self.loss_name, getattr(config, "num_labels", None))
+                check_labels(dataset, name, self.loss_name, num_labels)
+            if any(streamed(d) for d in (self.train_dataset, self.eval_dataset)):  # read only batch by batch
+                self.data_collator = LabelCheck(self.data_collator, self.loss_name, num_labels)
             self._init_constraints(self.num_layers)
             self._accuracy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
             self._verified = False
@@ -176,33 +181,70 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         super().log(logs, start_time)
 
 
+def streamed(dataset) -> bool:
+    """Whether `dataset` (or one of a dict's) is read only by iterating (a `datasets.IterableDataset`)."""
+    if isinstance(dataset, dict):
+        return any(streamed(d) for d in dataset.values())
+    return isinstance(dataset, IterableDataset)
+
+
+def label_problem(values: torch.Tensor, loss: str, num_labels: int | None) -> tuple[torch.Tensor | None, str]:
+    """(rows whose targets the loss cannot take `[N]`, or None; what is allowed) for `values` `[N, ...]`."""
+    if loss == "squared_error":
+        return ~torch.isfinite(values).all(-1), "finite numbers (regression targets)"
+    top = (num_labels or 0) - 1
+    bad = (values != values.round()).any(-1) | (values < 0).any(-1) | (values > top).any(-1) if top >= 0 else None
+    return bad, f"class ids 0..{top} (the head's `num_labels`={num_labels})"
+
+
 def check_labels(dataset, name: str, loss: str, num_labels: int | None) -> None:
     """
     The `labels` column of a `datasets.Dataset` (one Arrow column read, no rows decoded) against the loss: class ids
     in 0..num_labels-1 for cross-entropy, finite numbers for squared error. A bad target is refused naming the
     dataset, the row and the allowed values, before training, instead of failing (or training to NaN) at its step.
+    A streamed dataset cannot be read ahead: its batches are checked as they are collated (`LabelCheck`).
     """
-    columns = getattr(dataset, "column_names", None)
     if isinstance(dataset, dict):
         for key, part in dataset.items():
             check_labels(part, f"{name}[{key!r}]", loss, num_labels)
         return
-    if not columns or "labels" not in columns or loss not in ("cross_entropy", "squared_error"):
+    if not isinstance(dataset, Dataset) or "labels" not in dataset.column_names:
+        return
+    if loss not in ("cross_entropy", "squared_error"):
         return
     values = torch.as_tensor(dataset.with_format("torch")["labels"]).reshape(len(dataset), -1).double()
-    if loss == "squared_error":
-        bad = ~torch.isfinite(values).all(-1)
-        allowed = "finite numbers (regression targets)"
-    else:
-        top = (num_labels or 0) - 1
-        bad = (values != values.round()).any(-1) | (values < 0).any(-1) | (values > top).any(-1) if top >= 0 else None
-        allowed = f"class ids 0..{top} (the head's `num_labels`={num_labels})"
+    bad, allowed = label_problem(values, loss, num_labels)
     if bad is not None and bool(bad.any()):
         row = int(bad.nonzero()[0])
         raise ValueError(
             f"`{name}` row {row}: `labels` {values[row].tolist()} — labels must be {allowed}; "
             f"{int(bad.sum())} of {len(values)} rows are not."
         )
+
+
+class LabelCheck:
+    """
+    A data collator that checks each collated batch's `labels` as `check_labels` checks a whole map-style dataset,
+    on the host before the batch reaches the device (no device sync): the check of a streamed dataset, whose rows are
+    seen only batch by batch. The error names the batch row.
+    """
+
+    def __init__(self, collator, loss: str, num_labels: int | None) -> None:
+        self.collator, self.loss, self.num_labels = collator, loss, num_labels
+
+    def __call__(self, examples):
+        batch = self.collator(examples)
+        labels = batch.get("labels") if isinstance(batch, Mapping) else None  # a dict, or a BatchEncoding
+        if labels is None or self.loss not in ("cross_entropy", "squared_error"):
+            return batch
+        values = torch.as_tensor(labels).reshape(len(labels), -1).double()
+        bad, allowed = label_problem(values, self.loss, self.num_labels)
+        if bad is not None and bool(bad.any()):
+            row = int(bad.nonzero()[0])
+            raise ValueError(
+                f"streamed data, a batch's row {row}: `labels` {values[row].tolist()} — labels must be {allowed}."
+            )
+        return batch
 
 
 def _default_loss(base, config) -> str:

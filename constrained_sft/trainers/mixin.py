@@ -116,6 +116,11 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
                 f"{type(args).__name__}."
             )
         check_not_empty(train_dataset=self.train_dataset, eval_dataset=self.eval_dataset)  # after TRL's filters
+        if getattr(args, "constraint_warmup_epochs", 0) and not hasattr(self.train_dataset, "__len__"):
+            raise ValueError(
+                "`constraint_warmup_epochs` counts epochs of a training set of known length, but `train_dataset` is "
+                "streamed (an IterableDataset, no length); set `constraint_warmup_steps` instead."
+            )
         launched = int(os.environ.get("WORLD_SIZE", "1"))
         if launched > 1 and self.accelerator.num_processes != launched:
             raise ValueError(

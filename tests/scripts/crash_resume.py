@@ -148,12 +148,14 @@ def kill_on_replace(name: str, when) -> None:
 
 
 def build(task: str, output_dir: str, overrides: dict):
+    """`task` 'sft', 'sft-streamed' (the same rows as an IterableDataset) or 'classifier'."""
     kw = {**CONFIG, "output_dir": output_dir, **overrides}
-    if task == "sft":
+    if task.startswith("sft"):
+        rows = successor_dataset(32)
         return ConstrainedSFTTrainer(
             model=tiny_causal_lm("llama"),
             args=ConstrainedSFTConfig(**kw, bf16=False, layer_loss_tokens=3),
-            train_dataset=successor_dataset(32),
+            train_dataset=rows.to_iterable_dataset() if task == "sft-streamed" else rows,
             eval_dataset=successor_dataset(16, seed=1),
             processing_class=tiny_tokenizer(),
         )

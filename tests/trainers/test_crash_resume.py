@@ -75,6 +75,15 @@ def test_killed_runs_resume_bit_exactly(tmp_path, reference):
     assert all((tmp_path / f"checkpoint-{s}" / "checkpoint_complete.json").exists() for s in range(2, 13, 2))
 
 
+def test_a_killed_streamed_run_resumes_bit_exactly(tmp_path, reference):
+    """The same run on the rows as an IterableDataset (no length: the Trainer skips the batches a resumed run already
+    consumed by reading them again), killed between steps 5 and 6 and inside checkpoint-8's constraint state."""
+    logs = resume_chain("sft-streamed", tmp_path, ["step:5", "save:8:constraint"])
+    assert f"Resuming from {tmp_path / 'checkpoint-4'} (optimizer step 4)" in logs[0]
+    assert f"resuming from {tmp_path / 'checkpoint-6'}" in logs[1]  # checkpoint-8 was left incomplete
+    assert largest_difference(finished(tmp_path), reference("sft-streamed")) == 0.0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("task", ["sft", "classifier"])
 def test_every_kill_point(tmp_path, reference, task):
