@@ -1,13 +1,13 @@
 """
 `--help` without the training stack. A command's help lists the fields of its dataclasses, and the training ones
-extend transformers' `TrainingArguments`, whose module imports torch and PEFT: about 6 s on 2 CPU cores before a line
-is printed (TRL's own `trl sft --help` pays the same). So the help text a command prints is kept, once built, in
-`<cache>/help/<key>.txt` and printed from there, which takes tens of milliseconds.
+extend transformers' `TrainingArguments`, whose module imports torch and PEFT: seconds before a line is printed
+(TRL's own `trl sft --help` pays the same; the performance guide has the figures). So the help text a command prints
+is kept, once built, in `<cache>/help/<key>.txt` and printed from there.
 
-The key holds everything the text depends on: the command line, this package's version and the modification times of
-its source files (an edited checkout is a new key), the versions of the packages whose fields or help it shows, and
-the size and modification time of every file the command line names (a recipe chooses the task whose fields are
-shown). Anything else (no cache folder, a write that fails) falls back to building the help as before; the first help
+The key holds everything the text depends on: the command line, the terminal's width, this package's version and the
+modification times of its source files (an edited checkout is a new key), the versions of the packages whose fields
+or help it shows, and the size and modification time of every file the command line names (a recipe chooses the task
+whose fields are shown). Anything else (no cache folder, a write that fails) falls back to building the help as before; the first help
 of a new install builds it (`make setup` builds every command's once). `CONSTRAINED_SFT_HELP_CACHE=0` turns it off.
 """
 
@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -42,7 +43,9 @@ def wants_help(argv: list[str]) -> bool:
 
 def key(argv: list[str]) -> str:
     """A digest of everything the help text of `argv` depends on (see the module docstring)."""
-    parts: dict = {"argv": argv, "version": VERSION, "python": sys.version_info[:2]}
+    # argparse wraps help to the terminal's width: a text built for one width is kept for that width
+    width = shutil.get_terminal_size().columns
+    parts: dict = {"argv": argv, "version": VERSION, "python": sys.version_info[:2], "columns": width}
     for name in SHOWN:
         try:
             parts[name] = version(name)
