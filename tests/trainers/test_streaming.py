@@ -1,8 +1,8 @@
 """
 Streamed data through the trainers: the whole-dataset checks read Arrow columns on map-style data and move to the
-batch on a stream, with the same one-line errors; the command line streams local files with the held-out rows taken
-first. (The SFTTrainer drop-in matrix, streamed cases included, is `test_drop_in_contract.py`; the streamed
-kill-and-resume is in `test_crash_resume.py`.)
+batch on a stream, with the same one-line errors; classifier and denoiser streams train; the command line streams
+local files with the held-out rows taken first. (The SFTTrainer drop-in matrix, streamed cases included, is
+`test_drop_in_contract.py`; the streamed kill-and-resume is in `test_crash_resume.py`.)
 """
 
 import json
@@ -13,6 +13,7 @@ import transformers
 from datasets import Dataset
 
 from constrained_sft import ConstrainedConfig, ConstrainedSFTConfig, ConstrainedSFTTrainer, ConstrainedTrainer
+from constrained_sft.models import DUSTConfig, DUSTForDenoising
 from constrained_sft.testing import presence_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
 from constrained_sft.trainers.sft import longest_row
 
@@ -67,6 +68,19 @@ def test_a_streamed_classifier_trains_and_its_labels_are_checked_per_batch(tmp_p
     with pytest.raises(ValueError, match=r"`train_dataset` row 6: `labels` \[5.0\]"):  # map-style: at construction
         ConstrainedTrainer(model=tiny_encoder(), args=_config(tmp_path, ConstrainedConfig), train_dataset=bad,
                            data_collator=collator)  # fmt: skip
+
+
+def test_a_streamed_denoiser_trains(tmp_path):
+    """Video clips `[T, 64]` as a stream (the denoisers' default collator stacks them), with pixel noise on."""
+    torch.manual_seed(0)
+    clips = torch.rand(32, 5, 64)
+    data = Dataset.from_dict({"input_values": clips, "labels": clips}).to_iterable_dataset().with_format("torch")
+    model = DUSTForDenoising(DUSTConfig(patch_size=8, dictionary_atoms_per_side=10, num_hidden_layers=3, data_std=0.2))
+    args = _config(tmp_path, ConstrainedConfig, constraints="descent", dual_lr=0.1, noise_gamma=0.5)
+    trainer = ConstrainedTrainer(model=model, args=args, train_dataset=data, loss="squared_error")
+    trainer.train()
+    assert trainer.state.global_step == 2 and trainer.noise_sigma == 0.2
+    assert torch.isfinite(trainer.primal_dual.multipliers.value()).all()
 
 
 def test_warmup_in_epochs_needs_a_length(tmp_path):
