@@ -3,10 +3,12 @@ What the data checks cost, and what streaming costs per step.
 
 1. Construction of `ConstrainedSFTTrainer` on a 1M-row pre-tokenized map-style dataset (TRL's own preparation
    skipped, `dataset_kwargs={"skip_prepare_dataset": True}`, so the trainer's checks are what is timed), in a fresh
-   process per code version: wall time and peak RSS. `--baseline-code DIR` also runs another checkout (a `git
-   worktree` of an older commit), for before -> after.
+   process per code version: wall time, and the peak resident memory of the construction alone (Linux's high-water
+   mark, reset just before it through /proc/self/clear_refs) above the memory before it. `--baseline-code DIR` also
+   runs another checkout (a `git worktree` of an older commit), for before -> after.
 2. Step time of the same rows map-style and streamed (`Dataset.to_iterable_dataset()`), tiny Llama, constraints on:
-   the median of the timed steps, in one process, interleaved over `--repeats`.
+   the median of the timed steps, in one process, interleaved over `--repeats`; streamed / map-style per repeat, and
+   their geometric mean with a 95% t-interval.
 
     python benchmarks/streaming.py --out benchmarks/results/streaming_cpu.json [--baseline-code /tmp/before]
 """
@@ -16,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -49,20 +50,31 @@ def construct(folder: str) -> dict:
     from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
 
     data = load_from_disk(folder)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    model, tokenizer = tiny_causal_lm("llama"), tiny_tokenizer()
     args = ConstrainedSFTConfig(
         output_dir=tempfile.mkdtemp(prefix="streaming-bench-"), report_to="none", bf16=False, use_cpu=True, max_steps=1,
         dataset_kwargs={"skip_prepare_dataset": True}, max_length=None,
     )  # fmt: skip
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS: the peak below is the construction's own
+    before = memory_mib("VmRSS")
     start = time.perf_counter()
-    ConstrainedSFTTrainer(
-        model=tiny_causal_lm("llama"), args=args, train_dataset=data, processing_class=tiny_tokenizer()
-    )
+    ConstrainedSFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = memory_mib("VmHWM")
     import constrained_sft
 
-    return {"seconds": seconds, "peak_rss_mib": peak, "rss_before_mib": before, "package": constrained_sft.__file__}
+    return {
+        "seconds": seconds, "rss_before_mib": before, "peak_rss_mib": peak, "peak_above_before_mib": peak - before,
+        "package": constrained_sft.__file__,
+    }  # fmt: skip
+
+
+def memory_mib(field: str) -> float:
+    """A memory line of /proc/self/status (VmRSS: resident now; VmHWM: its high-water mark), in MiB."""
+    with open("/proc/self/status") as f:
+        line = next(line for line in f if line.startswith(field + ":"))
+    return int(line.split()[1]) / 1024
 
 
 def step_times(steps: int, repeats: int) -> dict:
@@ -106,7 +118,19 @@ def step_times(steps: int, repeats: int) -> dict:
             medians[name] = statistics.median(clock.times[1:])
         ratios.append(medians["streamed"] / medians["map-style"])
     result = {name: {"median_step_s": statistics.median(t), "steps": len(t)} for name, t in out.items()}
-    return {**result, "streamed_over_map_style_per_repeat": ratios}
+    return {**result, "streamed_over_map_style_per_repeat": ratios, "streamed_over_map_style": ratio_interval(ratios)}
+
+
+def ratio_interval(ratios: list[float]) -> dict:
+    """The geometric mean of per-repeat ratios and its 95% t-interval (on log ratios: a ratio's noise is
+    multiplicative)."""
+    import math
+
+    from scipy import stats
+
+    logs = [math.log(r) for r in ratios]
+    low, high = stats.ttest_1samp(logs, 0.0).confidence_interval(0.95)
+    return {"geometric_mean": math.exp(statistics.fmean(logs)), "ci95": [math.exp(low), math.exp(high)]}
 
 
 def child(flag: str, code: str | None, args: argparse.Namespace) -> dict:
@@ -143,7 +167,9 @@ def main() -> None:
     tokenized_rows(args.rows, LENGTH).save_to_disk(args.data)
     result["construction"] = {"this checkout": child("--construct", None, args)}
     if args.baseline_code:
-        result["construction"]["baseline " + args.baseline_code] = child("--construct", args.baseline_code, args)
+        head = subprocess.run(["git", "-C", args.baseline_code, "rev-parse", "--short", "HEAD"], capture_output=True)
+        name = f"baseline {head.stdout.decode().strip() or args.baseline_code}"  # its commit, where it is a checkout
+        result["construction"][name] = child("--construct", args.baseline_code, args)
     result["step_time"] = child("--steps-only", None, args)
     print(json.dumps(result, indent=2))
     if args.out:
