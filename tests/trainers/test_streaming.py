@@ -130,6 +130,20 @@ def test_the_command_line_streams_a_file_holding_out_its_first_rows(tmp_path):
     assert report["global_step"] == 2 and torch.tensor(list(report["dual"].values())).gt(0).any()
 
 
+def test_the_studys_held_out_instructions_of_a_stream_skip_those_it_trains_on(tmp_path):
+    """The study's answers come from the stream's first `eval_size` rows, less any instruction the training rows
+    hold (found in one pass over the training stream)."""
+    from constrained_sft.data import DataArguments
+    from constrained_sft.data.instructions import held_out_instructions
+
+    path = tmp_path / "alpaca.jsonl"
+    rows = [{"instruction": f"say {i if i < 40 else i % 5}", "input": "", "output": f"ok {i}"} for i in range(60)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    used, counts = held_out_instructions(DataArguments(dataset_name=str(path), streaming=True, eval_size=6))
+    assert [row["instruction"] for row in used] == ["say 5"]  # say 0..4 come back in rows 40..59
+    assert counts == {"held_out_rows": 6, "in_training": 5, "repeated": 0, "no_exchange": 0, "used": 1}
+
+
 def test_the_command_line_streams_classification_data(tmp_path):
     from constrained_sft.cli import main
     from constrained_sft.testing import tiny_encoder
