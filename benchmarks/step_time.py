@@ -333,7 +333,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--host-allocator",
         choices=["reuse", "system"],
         default="reuse",
-        help="CPU: the trainers' `host_allocator` (default 'reuse', the library's default); applied to every timing "
+        help="CPU: the trainers' `host_allocator` (default 'reuse', the command's default); applied to every timing "
         "process, so plain SFT gets the same allocator as the constrained settings (peak memory is measured with the "
         "system allocator, whose peak RSS is what the step holds)",
     )

@@ -18,7 +18,7 @@ from ..utils import percent
 if TYPE_CHECKING:
     from ..tasks import Task
 
-__all__ = ["Command", "Group", "other_tasks"]
+__all__ = ["Command", "Group", "other_tasks", "own_process"]
 
 
 class Command(ABC):
@@ -66,3 +66,14 @@ def other_tasks(command: str, task: Task) -> str:
         + ", ".join(f"`{command} --task {n} --help`" for n in others)
         + "."
     )
+
+
+def own_process(recipe):
+    """
+    The command's process settings, which a library must not change on its own: an unset `host_allocator` becomes
+    'reuse' here (the trainer then applies it on a CPU), so the command keeps its fast CPU steps while a trainer built
+    from Python leaves the process's allocator alone. Returns `recipe`.
+    """
+    if getattr(recipe.training, "host_allocator", "unset") is None:
+        recipe.training.host_allocator = "reuse"
+    return recipe

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Command, other_tasks
+from .base import Command, other_tasks, own_process
 
 
 class StudyCommand(Command):
@@ -36,7 +36,7 @@ class StudyCommand(Command):
         parser = dataclass_parser((StudyArguments, *task.parser_classes()), prog, description, other_tasks(prog, task))
         args, *constrained = parse(parser, argv)
         _, *erm = parse(parser, erm_argv(argv, args.erm_config) if args.erm_config else argv)
-        out = run(args, task, task.recipe(tuple(constrained)), task.recipe(tuple(erm)))
+        out = run(args, task, own_process(task.recipe(tuple(constrained))), own_process(task.recipe(tuple(erm))))
         if "head_to_head" not in out:
             print(f"trained: {', '.join(p for ps in out['folders'].values() for p in ps)}")
             return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from .base import Command, other_tasks
+from .base import Command, other_tasks, own_process
 
 
 class TrainCommand(Command):
@@ -36,5 +36,5 @@ class TrainCommand(Command):
         given = recipe.get("model_name_or_path") or any(a.startswith("--model_name_or_path") for a in argv)
         if "model_name_or_path" in fields and not given:
             require_model(None)  # said first: the config's own checks (bf16 on a CPU) would otherwise come first
-        task.train(task.recipe(parse(parser, argv)))
+        task.train(own_process(task.recipe(parse(parser, argv))))
         return 0

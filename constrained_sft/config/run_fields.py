@@ -43,14 +43,16 @@ class RunArguments:
             "choices": list(NONFINITE_POLICIES),
         },
     )
-    host_allocator: str = field(
-        default="reuse",
+    host_allocator: str | None = field(
+        default=None,
         metadata={
             "help": "Training on the CPU: 'reuse' keeps the host memory PyTorch frees inside the process for the next "
-            "step's tensors (glibc's mmap and heap trimming off, for the rest of the process), so a step does not "
-            "page-fault its tensors in again: on SmolLM2-135M (2 cores, fp32, 4 x 256) the default constrained step "
-            "took 3.7 s instead of 5.3 s, and plain SFTTrainer's in the same process 3.3 s instead of 4.6 s, for "
-            "2-17% more peak RSS. 'system' leaves the C library's defaults. No effect on GPU training, nor off glibc.",
+            "step's tensors (glibc's mmap and heap trimming off), so a step does not page-fault its tensors in again "
+            "(faster, for somewhat more peak memory: the performance guide has the figures). It changes the whole "
+            "process, for good: every other library in it runs on the changed allocator. 'system' leaves the C "
+            "library's defaults. Unset: a trainer built from Python leaves the process as it is, and the "
+            "`constrained-sft` command, which owns its process, uses 'reuse'. No effect on GPU training, nor off "
+            "glibc.",
             "choices": list(HOST_ALLOCATORS),
         },
     )
