@@ -64,7 +64,7 @@ class DualOptimizer:
         if self.kind == "sgd":
             # SGD's own update for this group (no momentum or weight decay, maximize), lambda += lr * direction, bit
             # for bit (a test holds it to torch.optim.SGD) without `Optimizer.step`'s per-call machinery (hooks,
-            # profiler scope, grad-mode switch, grouping): ~0.1 ms of a 15 ms small-model step, for a few numbers
+            # profiler scope, grad-mode switch, grouping), whose cost is all overhead for a few numbers
             weight.add_(direction, alpha=self.optimizer.param_groups[0]["lr"])
         else:
             weight.grad = direction

@@ -54,7 +54,7 @@ def check_text_file(path: str) -> None:
     One read and parse of a text data file before the loader sees it: raise [`DataError`] naming the file, line and
     column of the first undecodable or malformed line (.jsonl: every line one JSON object; .json: one document of
     rows, a list of objects, or columns, an object of lists, not one object the loader would read as one row; .csv:
-    UTF-8). About a second per 100 MB.
+    UTF-8).
     """
     ext = os.path.splitext(path)[1]
     if ext not in (".json", ".jsonl", ".csv"):

@@ -3,22 +3,20 @@ Per-token NLL of a linear readout, `-log softmax(x @ W.T + b)[target]`, without 
 
 Cost per token and vocabulary entry (D = hidden size): forward 2D FLOPs; backward 4D (dx and dW). Three regimes by
 `K * V`: small (<= `NATIVE_ELEMENTS`, 16 MiB of fp32 logits) goes through torch's own `linear` + `cross_entropy`,
-whose few fused ops cost less than this kernel's per-call Python (48 x 32 x 32: 54 us against 157 us forward +
-backward; 1024 x 128 x 4096: 14 ms against 21 ms); medium (<= `KEEP_ELEMENTS`) keeps the softmax probabilities from
-the forward and reuses them in place (sampled tokens: no recomputation, one `[K, V]` block where torch's path holds
-two in its backward); large recomputes them chunk by chunk in the backward (all tokens: the extra peak memory is one
-chunk of `[C, V]`).
+whose few fused ops cost less than this kernel's per-call Python there; medium (<= `KEEP_ELEMENTS`) keeps the softmax
+probabilities from the forward and reuses them in place (sampled tokens: no recomputation, one `[K, V]` block where
+torch's path holds two in its backward); large recomputes them chunk by chunk in the backward (all tokens: the extra
+peak memory is one chunk of `[C, V]`).
 
 Precision: the matmuls run in the head's dtype (fp32, bf16 or fp16), softmax and the weight gradient accumulate in
 fp32, and autocast is off inside (an fp16 head under a bf16 autocast would otherwise meet fp32 gradients), so the
 result does not depend on whether the caller runs under autocast.
 
-Why hand-written (measured with `benchmarks/readout_kernels.py` on SmolLM2-135M's head, D 576 x V 49152, fp32, 2 CPU
-cores, forward + backward, median of 3 interleaved rounds; results in `benchmarks/results/readout_kernels_cpu.json`):
-at 464 sampled tokens (29 layers x 16) this kernel takes 0.32 s / 371 MiB peak, torch 2.13's chunked
-`F.linear_cross_entropy` 2.38 s / 261 MiB, its reference path 0.34 s / 430 MiB, TRL's chunked kernel 0.65 s; at 8192
-tokens (all of 16 x 512) 7.2 s / 495 MiB against 8.0 s / 301 MiB chunked, 6.1 s / 4.8 GiB reference and 11.9 s for
-TRL's. All agree with a float64 reference to 2.4e-6 (NLL). Off CPU the readout uses TRL's kernel (see `CausalLMReadout`).
+Why hand-written: on a CPU, at the sampled sizes the readouts use, torch's chunked `F.linear_cross_entropy` is
+several times slower and its reference path holds every `[K, V]` block, and TRL's chunked kernel is slower than this
+one; at all tokens this kernel is faster than the chunked one, at about a tenth of the reference path's memory. The
+figures, from `benchmarks/readout_kernels.py`, are in the performance guide ("Readout kernels") and
+`benchmarks/results/readout_kernels_cpu.json`. Off CPU the readout uses TRL's kernel (see `CausalLMReadout`).
 """
 
 from __future__ import annotations

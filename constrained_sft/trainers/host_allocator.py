@@ -5,9 +5,9 @@ A CPU training step allocates and frees the same large tensors every step: activ
 (`[1024, 32768]` fp32 = 128 MiB for SmolLM2 at 4 x 256), every parameter gradient (`zero_grad(set_to_none=True)`).
 glibc's malloc serves blocks above its mmap threshold (at most 32 MiB) with a fresh `mmap` and returns them with
 `munmap`, and trims the heap's free top, so the next step's tensors are new pages the kernel zero-fills on first
-touch: ~950k page faults per SmolLM2 step, about a quarter of its wall time on 2 cores (4.6 s against 3.3 s). With
-mmap off and trimming off, freed blocks stay in the heap and the next step reuses them (0 faults per step once the
-heap has grown).
+touch: a SmolLM2 step spends a large share of its wall time faulting pages in (the performance guide has the
+figures). With mmap off and trimming off, freed blocks stay in the heap and the next step reuses them (0 faults per
+step once the heap has grown).
 
 Why hand-written: PyTorch exposes no CPU caching allocator to Python, and jemalloc / tcmalloc (what
 `torch.backends.xeon.run_cpu` preloads) must be in `LD_PRELOAD` before the process starts, which a trainer built
@@ -30,9 +30,8 @@ _applied = False
 def reuse_freed_host_memory() -> bool:
     """
     Turn off glibc's mmap for large blocks and its heap trimming, for the rest of the process (mallopt cannot undo
-    them: it would also switch glibc's adaptive thresholds off). The process keeps its peak heap and reuses it
-    (SmolLM2 at 4 x 256: peak RSS 5.5 GB against 5.2 GB for the constrained step, 5.8 against 5.0 GB for plain
-    SFT's). Returns whether it applied: False off glibc (macOS, musl), where nothing changes. Idempotent.
+    them: it would also switch glibc's adaptive thresholds off). The process keeps its peak heap and reuses it, so
+    its peak resident memory is somewhat higher (measured in the performance guide). Returns whether it applied: False off glibc (macOS, musl), where nothing changes. Idempotent.
     """
     global _applied
     if _applied:

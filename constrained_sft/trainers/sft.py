@@ -49,7 +49,7 @@ def model_positions(config) -> int | None:
 def longest_row(dataset) -> int | None:
     """
     The longest tokenized row of a map-style dataset, read with Arrow compute on its `input_ids` column (the selected
-    rows only, never as Python lists: 2 ms for 200,000 rows of 256 tokens, against 2 s for the lists); None where that
+    rows only, never as Python lists: the performance guide's "Data checks and streaming"); None where that
     cannot be known without reading the data (a streamed `IterableDataset`, untokenized rows): those are checked per
     batch (`check_batch_positions`).
     """
