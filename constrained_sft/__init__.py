@@ -29,8 +29,17 @@ _EXPORTS = {
     "DualOptimizer": "constraints",
     "Multipliers": "constraints",
     "PrimalDual": "constraints",
+    "AdamDual": "constraints",
+    "SGDDual": "constraints",
+    "ConstraintStateError": "constraints",
     "PooledLinearConfig": "models",
     "PooledLinearForSequenceClassification": "models",
+    "DUSTConfig": "models",
+    "DUSTForDenoising": "models",
+    "VideoUTConfig": "models",
+    "VideoUTForDenoising": "models",
+    "ViTDenoiserConfig": "models",
+    "ViTForDenoising": "models",
     "EmbeddingNoiseCollator": "noise",
     "EmbeddingNoiseError": "noise",
     "embedding_noise": "noise",
@@ -40,26 +49,41 @@ _EXPORTS = {
     "ReadoutError": "readout",
     "ConstrainedSFTTrainer": "trainers",
     "ConstrainedTrainer": "trainers",
+    "CheckpointError": "trainers",
+    "NonFiniteStepError": "trainers",
+    "OutputDirError": "trainers",
 }
 
 __all__ = [
+    "AdamDual",
     "CausalLMReadout",
+    "CheckpointError",
     "ClassifierReadout",
     "ConstrainedConfig",
     "ConstrainedSFTConfig",
     "ConstrainedSFTTrainer",
     "ConstrainedTrainer",
     "ConstraintArguments",
+    "ConstraintStateError",
+    "DUSTConfig",
+    "DUSTForDenoising",
     "DescentConstraints",
     "DualOptimizer",
     "EmbeddingNoiseCollator",
     "EmbeddingNoiseError",
     "Multipliers",
     "NoiseArguments",
+    "NonFiniteStepError",
+    "OutputDirError",
     "PooledLinearConfig",
     "PooledLinearForSequenceClassification",
     "PrimalDual",
     "ReadoutError",
+    "SGDDual",
+    "ViTDenoiserConfig",
+    "ViTForDenoising",
+    "VideoUTConfig",
+    "VideoUTForDenoising",
     "embedding_noise",
     "embedding_sigma",
 ]  # the names of `_EXPORTS` (tests/cli/test_imports.py checks)
@@ -80,8 +104,31 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
     from .config import ConstrainedConfig, ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
-    from .constraints import DescentConstraints, DualOptimizer, Multipliers, PrimalDual
-    from .models import PooledLinearConfig, PooledLinearForSequenceClassification
+    from .constraints import (
+        AdamDual,
+        ConstraintStateError,
+        DescentConstraints,
+        DualOptimizer,
+        Multipliers,
+        PrimalDual,
+        SGDDual,
+    )
+    from .models import (
+        DUSTConfig,
+        DUSTForDenoising,
+        PooledLinearConfig,
+        PooledLinearForSequenceClassification,
+        VideoUTConfig,
+        VideoUTForDenoising,
+        ViTDenoiserConfig,
+        ViTForDenoising,
+    )
     from .noise import EmbeddingNoiseCollator, EmbeddingNoiseError, embedding_noise, embedding_sigma
     from .readout import CausalLMReadout, ClassifierReadout, ReadoutError
-    from .trainers import ConstrainedSFTTrainer, ConstrainedTrainer
+    from .trainers import (
+        CheckpointError,
+        ConstrainedSFTTrainer,
+        ConstrainedTrainer,
+        NonFiniteStepError,
+        OutputDirError,
+    )

@@ -8,21 +8,27 @@ May import: `constrained_sft.utils` only. Everything else in the package builds 
 about models, readouts, noise or trainers.
 """
 
-from .dual_optimizer import DualOptimizer
+from .dual_optimizer import DUAL_OPTIMIZERS, AdamDual, DualOptimizer, SGDDual, dual_optimizer_class
 from .lagrangian import DescentConstraints, constraint_sums, penalty, slack
 from .multipliers import Multipliers
 from .primal_dual import PrimalDual
+from .state_io import ConstraintStateError
 from .stats import LayerLosses, LayerStats, descent_counts, stats_metrics
 
 __all__ = [
+    "DUAL_OPTIMIZERS",
+    "AdamDual",
+    "ConstraintStateError",
     "DescentConstraints",
     "DualOptimizer",
     "LayerLosses",
     "LayerStats",
     "Multipliers",
     "PrimalDual",
+    "SGDDual",
     "constraint_sums",
     "descent_counts",
+    "dual_optimizer_class",
     "penalty",
     "slack",
     "stats_metrics",

@@ -1,19 +1,26 @@
-"""Projected dual ascent on the multipliers, with resilience (dual weight decay), and its pickle-free state."""
+"""
+Projected dual ascent on the multipliers, with resilience (dual weight decay). Each dual optimizer is a class behind
+one base (`DualOptimizer`), named in `DUAL_OPTIMIZERS` (the config's `dual_optimizer` values); its state round-trips
+through `state_dict()` / `load_state_dict()` like a torch optimizer's, with no file format in it (checkpoints write it
+with `state_io`).
+"""
 
 from __future__ import annotations
 
+import copy
 import math
-from typing import Any
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
 
 import torch
 
 from .multipliers import Multipliers
 
 
-class DualOptimizer:
+class DualOptimizer(ABC):
     """
-    One ascent step per call: `lambda <- proj[lambda + lr * (slack - resilience * lambda)]` for `'sgd'`, the same
-    ascent direction through Adam for `'adam'`. `slack` is the constraint value `g_c` (positive = violated).
+    One ascent step per call: `lambda <- proj[lambda + lr * (slack - resilience * lambda)]` through the subclass's
+    update rule (`ascend`). `slack` is the constraint value `g_c` (positive = violated).
 
     Resilience (paper, Appendix A.5) is the gradient of `-resilience/2 * ||lambda||^2` added to the dual function:
     it relaxes each constraint by `resilience * lambda`, so a multiplier settles at about `slack / resilience`.
@@ -24,29 +31,36 @@ class DualOptimizer:
     on its cost preconditioned by `resilience`, stable for any resilience). It settles where the weight-decay form
     does (u = resilience * lambda), but it can be restarted: `reset_relaxation()` sets u = 0 (the paper's
     "resilience restarts").
+
+    A new dual optimizer is a subclass: its `name`, the torch optimizer it builds, and (optionally) a cheaper `ascend`.
     """
 
+    name: ClassVar[str]
+
     def __init__(
-        self,
-        multipliers: Multipliers,
-        kind: str = "sgd",
-        lr: float = 0.01,
-        resilience: float = 0.0,
-        explicit_relaxation: bool = False,
+        self, multipliers: Multipliers, lr: float = 0.01, resilience: float = 0.0, explicit_relaxation: bool = False
     ) -> None:
-        if kind == "sgd":
-            self.optimizer: torch.optim.Optimizer = torch.optim.SGD([multipliers.weight], lr=lr, maximize=True)
-        elif kind == "adam":
-            self.optimizer = torch.optim.Adam([multipliers.weight], lr=lr, maximize=True)
-        else:
-            raise ValueError(f"`dual_optimizer` must be one of ['sgd', 'adam'], got {kind!r}.")
-        self.multipliers = multipliers
-        self.kind = kind
-        self.resilience = resilience
         if explicit_relaxation and not resilience > 0:
             raise ValueError(f"An explicit relaxation needs `resilience` > 0, got {resilience}.")
+        self.multipliers = multipliers
+        self.optimizer = self.make_optimizer(multipliers.weight, lr)
+        self.resilience = resilience
         # [C] u, float64 like the multipliers; None in the weight-decay form
         self.relaxation = torch.zeros_like(multipliers.weight.detach()) if explicit_relaxation else None
+
+    @abstractmethod
+    def make_optimizer(self, weight: torch.nn.Parameter, lr: float) -> torch.optim.Optimizer:
+        """The torch optimizer that owns `weight` (`[C]`), maximizing."""
+
+    def ascend(self, weight: torch.nn.Parameter, direction: torch.Tensor) -> None:
+        """Move `weight` up `direction` (`[C]`, float64) by the optimizer's rule, before the projection."""
+        weight.grad = direction
+        self.optimizer.step()
+        weight.grad = None
+
+    @property
+    def lr(self) -> float:
+        return self.optimizer.param_groups[0]["lr"]
 
     @torch.no_grad()
     def step(self, slack: torch.Tensor) -> bool:
@@ -61,20 +75,11 @@ class DualOptimizer:
             direction = torch.add(slack.to(weight), weight, alpha=-self.resilience)
         else:
             direction = slack.to(weight) - self.relaxation
-        if self.kind == "sgd":
-            # SGD's own update for this group (no momentum or weight decay, maximize), lambda += lr * direction, bit
-            # for bit (a test holds it to torch.optim.SGD) without `Optimizer.step`'s per-call machinery (hooks,
-            # profiler scope, grad-mode switch, grouping), whose cost is all overhead for a few numbers
-            weight.add_(direction, alpha=self.optimizer.param_groups[0]["lr"])
-        else:
-            weight.grad = direction
-            self.optimizer.step()
-            weight.grad = None
+        self.ascend(weight, direction)
         self.multipliers.project_()
         if self.relaxation is not None:
-            rate = min(1.0, self.optimizer.param_groups[0]["lr"])
             u = self.relaxation
-            u.add_(rate * (self.resilience * weight.detach() - u)).clamp_(min=0.0)
+            u.add_(min(1.0, self.lr) * (self.resilience * weight.detach() - u)).clamp_(min=0.0)
         return True
 
     def reset_relaxation(self) -> None:
@@ -88,56 +93,79 @@ class DualOptimizer:
             return self.relaxation.tolist()
         return [self.resilience * lam for lam in self.multipliers.weight.tolist()]
 
-    # Checkpoints hold tensors in safetensors and the rest in JSON, never pickle.
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        tensors = {"multipliers": self.multipliers.weight.detach().cpu().clone()}
-        if self.relaxation is not None:
-            tensors["relaxation"] = self.relaxation.cpu().clone()
-        for name, value in self.optimizer.state_dict()["state"].get(0, {}).items():
-            if torch.is_tensor(value):
-                tensors[f"optimizer.{name}"] = value.detach().cpu().clone().reshape(value.shape)
-        return tensors
-
-    def state_json(self) -> dict[str, Any]:
-        state = self.optimizer.state_dict()
-        scalars = {k: v for k, v in state["state"].get(0, {}).items() if not torch.is_tensor(v)}
-        groups = [{k: v for k, v in g.items() if k != "params"} for g in state["param_groups"]]
+    def state_dict(self) -> dict[str, Any]:
+        """Copies of everything a resumed run needs: multipliers, relaxation, the torch optimizer's state, settings."""
         return {
-            "kind": self.kind,
+            "kind": self.name,
             "resilience": self.resilience,
             "explicit_relaxation": self.relaxation is not None,
-            "param_groups": groups,
-            "scalars": scalars,
+            "multipliers": self.multipliers.weight.detach().clone(),
+            "relaxation": None if self.relaxation is None else self.relaxation.clone(),
+            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
         }
 
-    def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        if meta.get("kind") != self.kind:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`'s output; another dual optimizer, constraint count or relaxation form is refused
+        naming the setting. The run's current learning rate wins (a user may lower the dual lr on resume)."""
+        if state.get("kind") != self.name:
             raise ValueError(
-                f"The checkpoint's dual optimizer is {meta.get('kind')!r} but `dual_optimizer={self.kind!r}`; resume "
+                f"The checkpoint's dual optimizer is {state.get('kind')!r} but `dual_optimizer={self.name!r}`; resume "
                 "with the same `dual_optimizer` or start a new run."
             )
-        saved = tensors["multipliers"]
+        saved = state["multipliers"]
         if saved.shape != self.multipliers.weight.shape:
             raise ValueError(
                 f"The checkpoint holds {saved.numel()} multipliers but this run has {len(self.multipliers)} "
                 "constraints; `constrained_layers` / `descent_epsilon` must match the run being resumed."
             )
-        if bool(meta.get("explicit_relaxation", False)) != (self.relaxation is not None):
+        if bool(state.get("explicit_relaxation", False)) != (self.relaxation is not None):
             raise ValueError(
                 f"The checkpoint was trained with `resilience_restarts={self.relaxation is None}` but this run "
                 f"has `resilience_restarts={self.relaxation is not None}`; resume with the same setting."
             )
+        lr = self.lr
         with torch.no_grad():
             self.multipliers.weight.copy_(saved)
             if self.relaxation is not None:
-                self.relaxation.copy_(tensors["relaxation"])
-        per_param = {k.removeprefix("optimizer."): v for k, v in tensors.items() if k.startswith("optimizer.")}
-        per_param.update(meta.get("scalars", {}))
-        current = self.optimizer.state_dict()
-        groups = [
-            {**g, "params": cg["params"]} for g, cg in zip(meta["param_groups"], current["param_groups"], strict=True)
-        ]
-        self.optimizer.load_state_dict({"state": {0: per_param} if per_param else {}, "param_groups": groups})
-        # The run's current settings win over the checkpoint's (a user may lower the dual lr on resume).
+                self.relaxation.copy_(state["relaxation"])
+        current = self.optimizer.state_dict()["param_groups"]
+        saved_groups = state["optimizer"]["param_groups"]
+        groups = [{**g, "params": cg["params"]} for g, cg in zip(saved_groups, current, strict=True)]
+        self.optimizer.load_state_dict({"state": state["optimizer"]["state"], "param_groups": groups})
         for group in self.optimizer.param_groups:
-            group["lr"] = current["param_groups"][0]["lr"]
+            group["lr"] = lr
+
+
+class SGDDual(DualOptimizer):
+    """Projected gradient ascent: `lambda <- max(0, lambda + lr * direction)`."""
+
+    name = "sgd"
+
+    def make_optimizer(self, weight, lr):
+        return torch.optim.SGD([weight], lr=lr, maximize=True)
+
+    def ascend(self, weight, direction):
+        # SGD's own update for this group (no momentum or weight decay, maximize), lambda += lr * direction, bit for
+        # bit (a test holds it to torch.optim.SGD) without `Optimizer.step`'s per-call machinery (hooks, profiler
+        # scope, grad-mode switch, grouping), whose cost is all overhead for a few numbers
+        weight.add_(direction, alpha=self.lr)
+
+
+class AdamDual(DualOptimizer):
+    """Adam on the same ascent direction, then the same projection (the paper's choice)."""
+
+    name = "adam"
+
+    def make_optimizer(self, weight, lr):
+        return torch.optim.Adam([weight], lr=lr, maximize=True)
+
+
+# the config's `dual_optimizer` values and their classes; the next dual optimizers are added here
+DUAL_OPTIMIZERS: dict[str, type[DualOptimizer]] = {cls.name: cls for cls in (SGDDual, AdamDual)}
+
+
+def dual_optimizer_class(name: str) -> type[DualOptimizer]:
+    """The class named `name` in `DUAL_OPTIMIZERS`; another name is refused listing them."""
+    if name not in DUAL_OPTIMIZERS:
+        raise ValueError(f"`dual_optimizer` must be one of {list(DUAL_OPTIMIZERS)}, got {name!r}.")
+    return DUAL_OPTIMIZERS[name]

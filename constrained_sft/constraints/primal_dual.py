@@ -3,7 +3,7 @@ Primal-dual state of one training run, independent of any Trainer: the constrain
 optimizer, the statistics accumulated over the micro-batches of one optimizer step, and a short history of the
 optimizer steps with the constraints active (every step of an unconstrained run) for the end-of-training feasibility
 report. What it does with them: the penalty of a micro-batch, the dual step once per optimizer step, and its state
-as tensors + JSON for checkpoints (written by `state_io`).
+through `state_dict()` / `load_state_dict()` (checkpoints write it with `state_io`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .dual_optimizer import DualOptimizer
+from .dual_optimizer import DualOptimizer, SGDDual
 from .feasibility import feasibility_report
 from .lagrangian import DescentConstraints, linear_penalty, penalty_terms
 from .multipliers import Multipliers
@@ -25,11 +25,16 @@ logger = logging.getLogger(__name__)
 
 
 class PrimalDual:
+    """
+    The run's constrained problem and its dual state. `dual_optimizer` is a [`DualOptimizer`] class (`SGDDual`,
+    `AdamDual`, or a subclass of one's own); a trainer takes a `PrimalDual` built here through `primal_dual=`.
+    """
+
     def __init__(
         self,
         spec: DescentConstraints,
         enabled: bool = True,
-        dual_optimizer: str = "sgd",
+        dual_optimizer: type[DualOptimizer] = SGDDual,
         dual_lr: float = 0.01,
         dual_init: float = 0.0,
         resilience: float = 0.0,
@@ -42,7 +47,7 @@ class PrimalDual:
         self.enabled = enabled
         self.warmup_steps = warmup_steps
         self.multipliers = Multipliers(len(spec), init=dual_init, upper=dual_max)
-        self.dual = DualOptimizer(self.multipliers, dual_optimizer, dual_lr, resilience, explicit_relaxation)
+        self.dual = dual_optimizer(self.multipliers, dual_lr, resilience, explicit_relaxation)
         self.train_stats = LayerStats(len(spec.layers))
         self.history: deque[dict[str, Any]] = deque(maxlen=window)
         self.skipped_steps = 0
@@ -138,21 +143,19 @@ class PrimalDual:
         )
         return {**report, "nonfinite_steps_skipped": self.nonfinite_steps}
 
-    # Checkpointing: tensors for safetensors, the rest for JSON.
-    def state_tensors(self) -> dict[str, torch.Tensor]:
-        return self.dual.state_tensors()
-
-    def state_json(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs (the layout, the dual optimizer's state, the feasibility window, the skip
+        counters), as copies; `load_state_dict` restores it."""
         return {
             "spec": {"layers": list(self.spec.layers), "alpha": list(self.spec.alphas), "epsilon": self.spec.epsilon},
-            "dual_optimizer": self.dual.state_json(),
-            "history": list(self.history),
+            "dual_optimizer": self.dual.state_dict(),
+            "history": [dict(row) for row in self.history],
             "skipped_steps": self.skipped_steps,
             "nonfinite_steps": self.nonfinite_steps,
         }
 
     def check_saved_spec(self, saved: dict[str, Any]) -> None:
-        """Refuse a saved constraint layout (`state_json()["spec"]`) other than this run's."""
+        """Refuse a saved constraint layout (`state_dict()["spec"]`) other than this run's."""
         if saved["layers"] != list(self.spec.layers) or saved["epsilon"] != self.spec.epsilon:
             raise ValueError(
                 f"The checkpoint constrains layers {saved['layers']} (epsilon={saved['epsilon']}) but this run "
@@ -160,10 +163,11 @@ class PrimalDual:
                 "`descent_epsilon` must match the run being resumed."
             )
 
-    def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        self.check_saved_spec(meta["spec"])
-        self.dual.load_state(tensors, meta["dual_optimizer"])
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()`'s output; another constraint layout or dual optimizer is refused naming it."""
+        self.check_saved_spec(state["spec"])
+        self.dual.load_state_dict(state["dual_optimizer"])
         self.history.clear()
-        self.history.extend(meta.get("history", []))
-        self.skipped_steps = int(meta.get("skipped_steps", 0))
-        self.nonfinite_steps = int(meta.get("nonfinite_steps", 0))
+        self.history.extend(state.get("history", []))
+        self.skipped_steps = int(state.get("skipped_steps", 0))
+        self.nonfinite_steps = int(state.get("nonfinite_steps", 0))

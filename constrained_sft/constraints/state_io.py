@@ -28,13 +28,52 @@ class ConstraintStateError(ValueError):
     """A checkpoint's constraint state that cannot be resumed from: the message names the file and what is wrong."""
 
 
+def to_files(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """
+    `PrimalDual.state_dict()` as the checkpoint's two parts: tensors for safetensors (`multipliers`, `relaxation`,
+    `optimizer.<name>` for the torch optimizer's per-parameter tensors) and the rest for JSON (format version 1).
+    """
+    dual = state["dual_optimizer"]
+    tensors = {"multipliers": dual["multipliers"]}
+    if dual["relaxation"] is not None:
+        tensors["relaxation"] = dual["relaxation"]
+    per_param = dual["optimizer"]["state"].get(0, {})
+    tensors.update({f"optimizer.{k}": v.detach() for k, v in per_param.items() if torch.is_tensor(v)})
+    meta = {
+        **{k: v for k, v in dual.items() if k in ("kind", "resilience", "explicit_relaxation")},
+        "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in dual["optimizer"]["param_groups"]],
+        "scalars": {k: v for k, v in per_param.items() if not torch.is_tensor(v)},
+    }
+    tensors = {k: v.detach().cpu().contiguous() for k, v in tensors.items()}
+    return tensors, {**state, "dual_optimizer": meta}
+
+
+def from_files(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of `to_files`: a state for `PrimalDual.load_state_dict`."""
+    saved = meta["dual_optimizer"]
+    per_param = {k.removeprefix("optimizer."): v for k, v in tensors.items() if k.startswith("optimizer.")}
+    per_param.update(saved.get("scalars", {}))
+    dual = {
+        "kind": saved.get("kind"),
+        "resilience": saved.get("resilience"),
+        "explicit_relaxation": saved.get("explicit_relaxation", False),
+        "multipliers": tensors["multipliers"],
+        "relaxation": tensors.get("relaxation"),
+        "optimizer": {
+            "state": {0: per_param} if per_param else {},
+            "param_groups": [{**g, "params": [i]} for i, g in enumerate(saved["param_groups"])],
+        },
+    }
+    return {**{k: v for k, v in meta.items() if k != "format_version"}, "dual_optimizer": dual}
+
+
 def save_state(primal_dual: PrimalDual, directory: str) -> None:
     """Tensors first, then the JSON that describes them; each file appears whole or not at all."""
     os.makedirs(directory, exist_ok=True)
-    tensors = {k: v.contiguous() for k, v in primal_dual.state_tensors().items()}
+    tensors, meta = to_files(primal_dual.state_dict())
     with atomic_path(os.path.join(directory, STATE_TENSORS)) as tmp:
         save_file(tensors, tmp)
-    write_json(os.path.join(directory, STATE_JSON), {"format_version": FORMAT_VERSION, **primal_dual.state_json()})
+    write_json(os.path.join(directory, STATE_JSON), {"format_version": FORMAT_VERSION, **meta})
 
 
 def read_state(directory: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -97,6 +136,6 @@ def load_state(primal_dual: PrimalDual, directory: str) -> None:
     """Restore `primal_dual` from `directory`; a state for other constraints is refused naming the file."""
     tensors, meta = read_state(directory)
     try:
-        primal_dual.load_state(tensors, meta)
+        primal_dual.load_state_dict(from_files(tensors, meta))
     except (ValueError, KeyError, TypeError) as error:  # another constraint layout, or a hand-edited file
         raise ConstraintStateError(f"{os.path.join(directory, STATE_JSON)}: {error}") from None

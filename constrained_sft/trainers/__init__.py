@@ -8,6 +8,7 @@ May import: `constrained_sft.config`, `utils`, `constraints`, `readout`, `noise`
 `cli`.
 """
 
+from .checkpoints import CheckpointError
 from .classifier import ConstrainedTrainer
 from .mixin import BatchScore, ConstrainedTrainerMixin
 from .nonfinite import NonFiniteStepError
@@ -16,6 +17,7 @@ from .sft import ConstrainedSFTTrainer, auto_tokens_per_sequence
 
 __all__ = [
     "BatchScore",
+    "CheckpointError",
     "ConstrainedSFTTrainer",
     "ConstrainedTrainer",
     "ConstrainedTrainerMixin",

@@ -20,7 +20,7 @@ from transformers import Trainer
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from ..config import ConstrainedConfig
-from ..constraints import LayerLosses
+from ..constraints import LayerLosses, PrimalDual
 from ..readout import ClassifierReadout, ReadoutError, per_example_loss
 from ..utils import unwrap_model
 from .mixin import BatchScore, ConstrainedTrainerMixin, constrained_args
@@ -40,6 +40,8 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
             default from the model's config: squared error for `problem_type='regression'` or `num_labels=1`,
             cross-entropy otherwise (single-label only; multi-label is refused).
         num_layers (`int`, *optional*): L, for a model without `config.num_hidden_layers`.
+        primal_dual (`PrimalDual`, *optional*): the constrained problem and its dual optimizer, built by hand; it
+            replaces what the config's constraint fields would build.
 
     Gradient accumulation: classification heads in transformers 5 take `**kwargs` but ignore `num_items_in_batch`,
     which makes `Trainer` skip its division by the accumulation steps (transformers issue #47688). This trainer sets
@@ -55,6 +57,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         readout: ClassifierReadout | None = None,
         loss=None,
         num_layers: int | None = None,
+        primal_dual: PrimalDual | None = None,
         **kwargs,
     ) -> None:
         if args is None:
@@ -83,7 +86,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
                 check_labels(dataset, name, self.loss_name, num_labels)
             if any(streamed(d) for d in (self.train_dataset, self.eval_dataset)):  # read only batch by batch
                 self.data_collator = LabelCheck(self.data_collator, self.loss_name, num_labels)
-            self._init_constraints(self.num_layers)
+            self._init_constraints(self.num_layers, primal_dual)
             self._accuracy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
             self._verified = False
 

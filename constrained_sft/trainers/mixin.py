@@ -19,7 +19,7 @@ import torch
 from transformers import TrainerCallback, TrainingArguments
 
 from ..config import ConstraintArguments
-from ..constraints import DescentConstraints, LayerLosses, LayerStats, PrimalDual, stats_metrics
+from ..constraints import LayerLosses, LayerStats, PrimalDual, stats_metrics
 from ..constraints.feasibility import bound_message, verdict_message
 from ..constraints.state_io import REPORT
 from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_noise, embedding_sigma
@@ -28,6 +28,7 @@ from .checkpointing import CheckpointingMixin
 from .console import use_compact_console
 from .host_allocator import reuse_freed_host_memory
 from .nonfinite import handle_nonfinite
+from .problem import own_primal_dual, primal_dual_from_config
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
 
     primal_dual: PrimalDual
 
-    def _init_constraints(self, num_layers: int) -> None:
+    def _init_constraints(self, num_layers: int, primal_dual: PrimalDual | None = None) -> None:
         args = self.args
         if not isinstance(args, ConstraintArguments):
             raise TypeError(
@@ -131,21 +132,11 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
             )
         if args.host_allocator == "reuse" and args.device.type == "cpu":
             reuse_freed_host_memory()
-        spec = DescentConstraints.resolve(
-            num_layers, args.constrained_layers, args.descent_alpha, args.descent_epsilon
-        )
-        self.primal_dual = PrimalDual(
-            spec,
-            enabled=args.constraints == "descent",
-            dual_optimizer=args.dual_optimizer,
-            dual_lr=args.dual_lr,
-            dual_init=args.dual_init,
-            resilience=args.resilience,
-            dual_max=args.dual_max,
-            warmup_steps=args.constraint_warmup_steps,
-            window=args.feasibility_window,
-            explicit_relaxation=args.resilience_restarts,
-        )
+        if primal_dual is not None:
+            self.primal_dual = own_primal_dual(primal_dual, num_layers)
+        else:
+            self.primal_dual = primal_dual_from_config(args, num_layers)
+        spec = self.primal_dual.spec
         self._eval_stats = LayerStats(len(spec.layers))
         self._constraint_metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list)}
         self._draws: dict[str, int] = defaultdict(int)

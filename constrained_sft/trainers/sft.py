@@ -11,7 +11,7 @@ from trl import SFTTrainer
 from trl.trainer.utils import compute_flops_per_token, get_config_model_id
 
 from ..config import ConstrainedSFTConfig
-from ..constraints import LayerLosses
+from ..constraints import LayerLosses, PrimalDual
 from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
 from ..utils import unwrap_model
 from .mixin import BatchScore, ConstrainedTrainerMixin, check_not_empty, constrained_args
@@ -103,6 +103,9 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
     Args:
         readout (`CausalLMReadout`, *optional*):
             How to read out a layer, for architectures whose final norm or LM head is not found automatically.
+        primal_dual (`PrimalDual`, *optional*):
+            The constrained problem and its dual optimizer, built by hand (e.g. a `DualOptimizer` subclass of one's
+            own); it replaces what the config's constraint fields would build.
     """
 
     _tag_names = ["trl", "sft", "constrained-sft"]
@@ -114,6 +117,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         args: ConstrainedSFTConfig | None = None,
         *rest: Any,
         readout: CausalLMReadout | None = None,
+        primal_dual: PrimalDual | None = None,
         **kwargs,
     ) -> None:
         if args is None:
@@ -137,7 +141,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
             self._sample_sizes: dict[tuple, int] = {}  # per batch shape
             num_layers = base.config.get_text_config().num_hidden_layers
-            self._init_constraints(num_layers)
+            self._init_constraints(num_layers, primal_dual)
             sharded = self.is_deepspeed_enabled or self.is_fsdp_enabled  # the head may be gathered per readout call
             self.probe = LayerProbe(
                 self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm, sharded=sharded

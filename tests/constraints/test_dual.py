@@ -1,18 +1,21 @@
-"""Multipliers and the dual step, without a Trainer: arithmetic, projection, state, and a convex problem."""
+"""Multipliers and the dual step, without a Trainer: arithmetic, projection, state (in memory and on disk), and a
+convex problem."""
 
+import json
 import math
+import os
 
 import pytest
 import torch
 
-from constrained_sft import DescentConstraints, DualOptimizer, Multipliers, PrimalDual
-from constrained_sft.constraints import LayerLosses
-from constrained_sft.constraints.state_io import load_state, read_state, save_state
+from constrained_sft import AdamDual, DescentConstraints, DualOptimizer, Multipliers, PrimalDual, SGDDual
+from constrained_sft.constraints import DUAL_OPTIMIZERS, LayerLosses, dual_optimizer_class
+from constrained_sft.constraints.state_io import load_state, read_state, save_state, to_files
 
 
 def test_sgd_step_is_projected_ascent_with_resilience():
     lam = Multipliers(3, init=0.5)
-    dual = DualOptimizer(lam, "sgd", lr=0.1, resilience=0.2)
+    dual = SGDDual(lam, lr=0.1, resilience=0.2)
     assert dual.step(torch.tensor([1.0, -10.0, 0.0], dtype=torch.float64))
     # lambda + lr * (slack - rho * lambda), then max(0, .)
     expected = [0.5 + 0.1 * (1.0 - 0.1), max(0.0, 0.5 + 0.1 * (-10.0 - 0.1)), 0.5 + 0.1 * (0.0 - 0.1)]
@@ -23,7 +26,7 @@ def test_sgd_step_is_projected_ascent_with_resilience():
 def test_sgd_ascent_is_torch_sgd_bit_for_bit(resilience):
     """The SGD dual step writes torch.optim.SGD's update itself (no per-call machinery): it must stay SGD's, exactly."""
     lam = Multipliers(4, init=0.2, upper=1.5)
-    dual = DualOptimizer(lam, "sgd", lr=0.07, resilience=resilience)
+    dual = SGDDual(lam, lr=0.07, resilience=resilience)
     ref = torch.full((4,), 0.2, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.SGD([ref], lr=0.07, maximize=True)
     g = torch.Generator().manual_seed(0)
@@ -42,14 +45,14 @@ def test_sgd_ascent_is_torch_sgd_bit_for_bit(resilience):
 
 def test_dual_max_caps_and_zero_floor():
     lam = Multipliers(2, init=0.0, upper=1.0)
-    dual = DualOptimizer(lam, "sgd", lr=10.0)
+    dual = SGDDual(lam, lr=10.0)
     dual.step(torch.tensor([5.0, -5.0], dtype=torch.float64))
     assert lam.value().tolist() == [1.0, 0.0]
 
 
 def test_adam_matches_torch_adam_on_the_ascent_direction():
     lam = Multipliers(2, init=0.0)
-    dual = DualOptimizer(lam, "adam", lr=0.05, resilience=0.1)
+    dual = AdamDual(lam, lr=0.05, resilience=0.1)
     ref = torch.zeros(2, dtype=torch.float64, requires_grad=True)
     opt = torch.optim.Adam([ref], lr=0.05)
     for slack in ([1.0, 0.3], [0.5, -0.2], [0.2, 0.1]):
@@ -64,7 +67,7 @@ def test_adam_matches_torch_adam_on_the_ascent_direction():
 
 def test_non_finite_slack_skips_and_keeps_lambda():
     lam = Multipliers(2, init=0.3)
-    dual = DualOptimizer(lam, "adam", lr=0.1)
+    dual = AdamDual(lam, lr=0.1)
     assert not dual.step(torch.tensor([float("nan"), 1.0], dtype=torch.float64))
     assert not dual.step(torch.tensor([float("inf"), 1.0], dtype=torch.float64))
     assert lam.value().tolist() == [0.3, 0.3]
@@ -74,14 +77,14 @@ def test_non_finite_slack_skips_and_keeps_lambda():
 def test_value_is_a_detached_clone():
     lam = Multipliers(1, init=1.0)
     used = lam.value()
-    DualOptimizer(lam, "sgd", lr=1.0).step(torch.tensor([1.0], dtype=torch.float64))
+    SGDDual(lam, lr=1.0).step(torch.tensor([1.0], dtype=torch.float64))
     assert used.item() == 1.0 and not used.requires_grad
 
 
 @pytest.mark.parametrize("kind", ["sgd", "adam"])
 def test_state_round_trip_without_pickle(tmp_path, kind):
     spec = DescentConstraints(layers=(1, 2, 3), alphas=(0.1, 0.1), epsilon=2.0)
-    a = PrimalDual(spec, dual_optimizer=kind, dual_lr=0.1)
+    a = PrimalDual(spec, dual_optimizer=DUAL_OPTIMIZERS[kind], dual_lr=0.1)
     losses = LayerLosses(torch.tensor([3.0, 2.9, 2.0]) * 10, torch.zeros(3, 1), torch.tensor([10]), torch.tensor(10))
     for step in range(3):
         a.train_stats.add(losses)
@@ -89,7 +92,7 @@ def test_state_round_trip_without_pickle(tmp_path, kind):
     save_state(a, str(tmp_path))
     assert read_state(str(tmp_path))[1]["format_version"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["constraint_state.json", "constraint_state.safetensors"]
-    b = PrimalDual(spec, dual_optimizer=kind, dual_lr=0.1)
+    b = PrimalDual(spec, dual_optimizer=DUAL_OPTIMIZERS[kind], dual_lr=0.1)
     load_state(b, str(tmp_path))
     torch.testing.assert_close(b.multipliers.value(), a.multipliers.value())
     for pd in (a, b):  # the next step agrees too, so optimizer moments were restored
@@ -116,7 +119,7 @@ def test_primal_dual_converges_to_known_multipliers(rho, kind, lr, steps, tol):
     a = torch.tensor([3.0, 1.0, -2.0], dtype=torch.float64)
     b = torch.tensor([1.0, 0.5, 0.0], dtype=torch.float64)
     lam = Multipliers(3)
-    dual = DualOptimizer(lam, kind, lr=lr, resilience=rho)
+    dual = DUAL_OPTIMIZERS[kind](lam, lr=lr, resilience=rho)
     x = torch.zeros(3, dtype=torch.float64, requires_grad=True)
     primal = torch.optim.SGD([x], lr=0.2)
     for _ in range(steps):
@@ -133,7 +136,7 @@ def test_primal_dual_converges_to_known_multipliers(rho, kind, lr, steps, tol):
 
 def test_explicit_relaxation_steps_settles_at_rho_lambda_and_restarts():
     lam = Multipliers(1, init=0.0)
-    dual = DualOptimizer(lam, "sgd", lr=0.1, resilience=0.5, explicit_relaxation=True)
+    dual = SGDDual(lam, lr=0.1, resilience=0.5, explicit_relaxation=True)
     dual.step(torch.tensor([1.0], dtype=torch.float64))
     # lambda <- max(0, 0 + 0.1 (1 - u=0)) = 0.1; u <- 0 + min(1, 0.1) (0.5 x 0.1 - 0) = 0.005
     assert lam.value().item() == pytest.approx(0.1) and dual.relaxation.item() == pytest.approx(0.005)
@@ -146,19 +149,80 @@ def test_explicit_relaxation_steps_settles_at_rho_lambda_and_restarts():
     dual.reset_relaxation()
     assert dual.relaxation.item() == 0.0 and lam.value().item() > 1.9  # the multiplier is kept
     with pytest.raises(ValueError, match="resilience"):
-        DualOptimizer(Multipliers(1), "sgd", lr=0.1, resilience=0.0, explicit_relaxation=True)
+        SGDDual(Multipliers(1), lr=0.1, resilience=0.0, explicit_relaxation=True)
 
 
 def test_explicit_relaxation_state_round_trips_and_mismatch_is_refused():
-    dual = DualOptimizer(Multipliers(2), "adam", lr=0.1, resilience=0.5, explicit_relaxation=True)
+    dual = AdamDual(Multipliers(2), lr=0.1, resilience=0.5, explicit_relaxation=True)
     for _ in range(3):
         dual.step(torch.tensor([1.0, 0.5], dtype=torch.float64))
-    tensors, meta = dual.state_tensors(), dual.state_json()
-    again = DualOptimizer(Multipliers(2), "adam", lr=0.1, resilience=0.5, explicit_relaxation=True)
-    again.load_state(tensors, meta)
+    state = dual.state_dict()
+    again = AdamDual(Multipliers(2), lr=0.1, resilience=0.5, explicit_relaxation=True)
+    again.load_state_dict(state)
     assert torch.equal(again.relaxation, dual.relaxation) and torch.equal(
         again.multipliers.weight, dual.multipliers.weight
     )
-    plain = DualOptimizer(Multipliers(2), "adam", lr=0.1, resilience=0.5)
+    plain = AdamDual(Multipliers(2), lr=0.1, resilience=0.5)
     with pytest.raises(ValueError, match="resilience_restarts"):
-        plain.load_state(tensors, meta)
+        plain.load_state_dict(state)
+
+
+def _stepped(pd: PrimalDual, steps: range) -> PrimalDual:
+    losses = LayerLosses(torch.tensor([3.0, 2.9, 2.0]) * 10, torch.zeros(3, 1), torch.tensor([10]), torch.tensor(10))
+    for step in steps:
+        pd.train_stats.add(losses)
+        pd.step(step, lambda t: t)
+    return pd
+
+
+@pytest.mark.parametrize("kind", sorted(DUAL_OPTIMIZERS))
+def test_state_dict_round_trips_in_memory_like_a_torch_optimizer(kind):
+    """No disk: `state_dict()` holds copies (later steps do not change it), and a fresh object loaded from it takes
+    the same next steps, moments included."""
+    spec = DescentConstraints(layers=(1, 2, 3), alphas=(0.1, 0.1), epsilon=2.0)
+    a = _stepped(PrimalDual(spec, dual_optimizer=DUAL_OPTIMIZERS[kind], dual_lr=0.1), range(3))
+    state = a.state_dict()
+    frozen = state["dual_optimizer"]["multipliers"].clone()
+    b = PrimalDual(spec, dual_optimizer=DUAL_OPTIMIZERS[kind], dual_lr=0.1)
+    b.load_state_dict(state)
+    _stepped(a, range(3, 5)), _stepped(b, range(3, 5))
+    assert torch.equal(state["dual_optimizer"]["multipliers"], frozen)  # a copy, not a view of the live weights
+    assert torch.equal(b.multipliers.value(), a.multipliers.value()) and list(b.history) == list(a.history)
+    with pytest.raises(ValueError, match="dual_optimizer"):  # another dual optimizer's state is refused
+        other = next(cls for name, cls in DUAL_OPTIMIZERS.items() if name != kind)
+        PrimalDual(spec, dual_optimizer=other).load_state_dict(state)
+
+
+def test_a_dual_optimizer_of_ones_own_is_a_subclass():
+    """The base class is the extension point: a new update rule is a subclass, nothing else changes."""
+
+    class Frozen(DualOptimizer):
+        name = "frozen"
+
+        def make_optimizer(self, weight, lr):
+            return torch.optim.SGD([weight], lr=lr, maximize=True)
+
+        def ascend(self, weight, direction):
+            pass
+
+    pd = _stepped(PrimalDual(DescentConstraints(layers=(1, 2, 3), alphas=(0.1, 0.1), epsilon=None),
+                             dual_optimizer=Frozen, dual_lr=1.0, dual_init=0.25), range(3))  # fmt: skip
+    assert pd.multipliers.value().tolist() == [0.25, 0.25] and pd.state_dict()["dual_optimizer"]["kind"] == "frozen"
+    assert dual_optimizer_class("adam") is AdamDual
+    with pytest.raises(ValueError, match=r"`dual_optimizer` must be one of \['sgd', 'adam'\], got 'nupi'"):
+        dual_optimizer_class("nupi")
+
+
+def test_a_checkpoint_written_before_state_dict_still_resumes_and_is_written_the_same_way():
+    """`v1_state/` was saved by 031f68e (Adam, explicit relaxation, 3 steps), before the state went through
+    `state_dict()`: it loads, and writing the loaded state gives the same tensors and JSON (the format is unchanged)."""
+    folder = os.path.join(os.path.dirname(__file__), "v1_state")
+    spec = DescentConstraints(layers=(1, 2, 3), alphas=(0.1, 0.1), epsilon=2.0)
+    pd = PrimalDual(spec, dual_optimizer=AdamDual, dual_lr=0.1, resilience=0.5, explicit_relaxation=True)
+    load_state(pd, folder)
+    assert pd.multipliers.value().tolist() == pytest.approx([0.29993383368858545, 0.29961631241502146, 0.0], abs=0)
+    assert len(pd.history) == 3 and "exp_avg" in pd.dual.optimizer.state_dict()["state"][0]
+    tensors, meta = read_state(folder)
+    again, again_meta = to_files(pd.state_dict())
+    assert sorted(again) == sorted(tensors) and all(torch.equal(again[k], tensors[k]) for k in tensors)
+    assert json.loads(json.dumps(again_meta)) == {k: v for k, v in meta.items() if k != "format_version"}

@@ -38,6 +38,7 @@ from constrained_sft import (  # noqa: E402
     ConstrainedTrainer,
     utils,  # noqa: E402
 )
+from constrained_sft.constraints.state_io import to_files  # noqa: E402
 from constrained_sft.testing import (  # noqa: E402
     presence_dataset,
     successor_dataset,
@@ -171,11 +172,12 @@ def build(task: str, output_dir: str, overrides: dict):
 def dump(trainer, output_dir: str) -> None:
     """The finished run's weights and full constraint state, for an exact comparison."""
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in trainer.model.state_dict().items()}
-    tensors.update({f"dual.{k}": v.contiguous() for k, v in trainer.primal_dual.state_tensors().items()})
+    dual, meta = to_files(trainer.primal_dual.state_dict())  # the checkpoint's own form of the constraint state
+    tensors.update({f"dual.{k}": v for k, v in dual.items()})
     suffix = f".rank{trainer.args.process_index}" if trainer.args.world_size > 1 else ""
     save_file(tensors, os.path.join(output_dir, f"final{suffix}.safetensors"))
     with open(os.path.join(output_dir, f"final{suffix}.json"), "w") as f:
-        json.dump(trainer.primal_dual.state_json(), f, sort_keys=True)
+        json.dump(meta, f, sort_keys=True)
 
 
 def finished(output_dir, suffix: str = "") -> tuple[dict, dict]:

@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from constrained_sft.constraints import DescentConstraints, LayerLosses, PrimalDual
+from constrained_sft.constraints import AdamDual, DescentConstraints, LayerLosses, PrimalDual
 from constrained_sft.constraints.state_io import (
     STATE_JSON,
     STATE_TENSORS,
@@ -21,7 +21,7 @@ SPEC = DescentConstraints(layers=(1, 2, 3), alphas=(0.1, 0.1), epsilon=None)
 
 
 def primal_dual(spec=SPEC):
-    pd = PrimalDual(spec, dual_optimizer="adam", dual_lr=0.1)
+    pd = PrimalDual(spec, dual_optimizer=AdamDual, dual_lr=0.1)
     losses = LayerLosses(torch.tensor([3.0, 2.9, 2.0]) * 10, torch.zeros(3, 1), torch.tensor([10]), torch.tensor(10))
     pd.train_stats.add(losses)
     pd.step(0, lambda t: t)

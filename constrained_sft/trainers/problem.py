@@ -1,0 +1,41 @@
+"""
+The run's constrained problem (`PrimalDual`): built from the config's constraint fields, where the config's
+`dual_optimizer` name becomes its class (the only place it does), or a user's own passed as `primal_dual=`, checked
+against the model.
+"""
+
+from __future__ import annotations
+
+from ..constraints import DescentConstraints, PrimalDual, dual_optimizer_class
+
+
+def primal_dual_from_config(args, num_layers: int) -> PrimalDual:
+    """The `PrimalDual` the config's constraint fields describe, for a model of `num_layers` layers."""
+    spec = DescentConstraints.resolve(num_layers, args.constrained_layers, args.descent_alpha, args.descent_epsilon)
+    return PrimalDual(
+        spec,
+        enabled=args.constraints == "descent",
+        dual_optimizer=dual_optimizer_class(args.dual_optimizer),
+        dual_lr=args.dual_lr,
+        dual_init=args.dual_init,
+        resilience=args.resilience,
+        dual_max=args.dual_max,
+        warmup_steps=args.constraint_warmup_steps,
+        window=args.feasibility_window,
+        explicit_relaxation=args.resilience_restarts,
+    )
+
+
+def own_primal_dual(primal_dual, num_layers: int) -> PrimalDual:
+    """A user's `primal_dual=`, used as given (its constraints, multipliers and dual optimizer replace what the
+    config's constraint fields would build); refused, naming the argument, if it is not one or measures layers the
+    model does not have."""
+    if not isinstance(primal_dual, PrimalDual):
+        raise TypeError(f"`primal_dual` must be a constrained_sft.PrimalDual, got {type(primal_dual).__name__}.")
+    layers = primal_dual.spec.layers
+    if not layers or min(layers) < 1 or max(layers) > num_layers:
+        raise ValueError(
+            f"`primal_dual` measures layers {list(layers)}, but the model has layers 1..{num_layers}; build its "
+            f"DescentConstraints with DescentConstraints.resolve({num_layers}, ...)."
+        )
+    return primal_dual
