@@ -47,6 +47,7 @@ _EXPORTS = {
     "CausalLMReadout": "readout",
     "ClassifierReadout": "readout",
     "ReadoutError": "readout",
+    "ReadoutLoss": "readout",
     "ConstrainedSFTTrainer": "trainers",
     "ConstrainedTrainer": "trainers",
     "CheckpointError": "trainers",
@@ -79,6 +80,7 @@ __all__ = [
     "PooledLinearForSequenceClassification",
     "PrimalDual",
     "ReadoutError",
+    "ReadoutLoss",
     "SGDDual",
     "ViTDenoiserConfig",
     "ViTForDenoising",
@@ -124,7 +126,7 @@ if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerl
         ViTForDenoising,
     )
     from .noise import EmbeddingNoiseCollator, EmbeddingNoiseError, embedding_noise, embedding_sigma
-    from .readout import CausalLMReadout, ClassifierReadout, ReadoutError
+    from .readout import CausalLMReadout, ClassifierReadout, ReadoutError, ReadoutLoss
     from .trainers import (
         CheckpointError,
         ConstrainedSFTTrainer,

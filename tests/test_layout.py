@@ -137,3 +137,61 @@ def test_folder_map_matches_the_layering_table():
         table[unit] = set(re.findall(r"`(\w+)`", may))
     expected = {u: a - {"version"} for u, a in ALLOWED.items() if not u.startswith("__") and u != "version"}
     assert table == expected
+
+
+def import_graph(package_dir: str) -> dict[str, set[str]]:
+    """module -> the package modules it imports (functions' imports included; `if TYPE_CHECKING:` blocks too, which
+    only `constrained_sft/__init__` has, for type checkers)."""
+    graph = {}
+    for folder, _, files in os.walk(package_dir):
+        for name in (f for f in files if f.endswith(".py")):
+            path = os.path.join(folder, name)
+            module = module_name(package_dir, path)
+            graph[module] = imported_modules(path, module) - {module}
+    return {m: {t for t in targets if t in graph} for m, targets in graph.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan): each is an import circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = [stack.pop()]
+            while group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circle_anywhere():
+    """Between modules of any depth, not only between floors (a circle inside a folder is invisible to the floors)."""
+    assert circles(import_graph(PACKAGE)) == []
+
+
+def test_the_circle_check_finds_one_inside_a_folder(tmp_path):
+    package = tmp_path / "constrained_sft"
+    (package / "evaluation" / "alpaca").mkdir(parents=True)
+    for init in (package, package / "evaluation", package / "evaluation" / "alpaca"):
+        (init / "__init__.py").write_text("")
+    (package / "evaluation" / "report.py").write_text("def f():\n    from .alpaca.report import g\n")
+    (package / "evaluation" / "alpaca" / "report.py").write_text("from ..report import f\n")
+    assert circles(import_graph(str(package))) == [
+        ["constrained_sft.evaluation.alpaca.report", "constrained_sft.evaluation.report"]
+    ]

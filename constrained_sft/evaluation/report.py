@@ -6,8 +6,8 @@ from __future__ import annotations
 import base64
 import csv
 import html
-import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from ..utils import atomic_path, pyplot, save_figure, write_json, write_text
@@ -186,10 +186,15 @@ def comparison_sections(results: dict[str, Any]) -> list[str]:
     return out
 
 
-def write_report(results: dict[str, Any], output_dir: str, figures: dict[str, str] | None = None) -> dict[str, str]:
-    """Every output file; returns their paths. `figures`: a task's extra figures (kept when the page is rewritten)."""
-    from .alpaca.report import ALPACA_JSON, alpaca_section  # the AlpacaEval part of a shared report folder
-
+def write_report(
+    results: dict[str, Any],
+    output_dir: str,
+    figures: dict[str, str] | None = None,
+    more_sections: Sequence[str] = (),
+) -> dict[str, str]:
+    """Every output file; returns their paths. `figures`: a task's extra figures (kept when the page is rewritten);
+    `more_sections`: HTML sections other parts of the folder contribute (the AlpacaEval head-to-head,
+    `alpaca.report.folder_sections`), placed before the settings."""
     os.makedirs(output_dir, exist_ok=True)
     key = results["headline"]["key"]
     layer_key, layer_label = results["layer_curve"]["key"], results["layer_curve"]["label"]
@@ -220,10 +225,7 @@ def write_report(results: dict[str, Any], output_dir: str, figures: dict[str, st
             + table(["gamma", key, "std over noise seeds", "loss", "descent share", "median ratio"], rows)
         )
     sections.append("<h2>Plots</h2>" + "".join(img(p) for p in [*plots.values(), *figures.values()]))
-    alpaca_json = os.path.join(output_dir, ALPACA_JSON)
-    if os.path.isfile(alpaca_json):  # written by `eval alpaca`; kept when the robustness part is rerun
-        with open(alpaca_json) as f:
-            sections.append(alpaca_section(json.load(f), output_dir))
+    sections.extend(more_sections)
     sections.append(
         f"<h2>Settings</h2><pre>{html.escape(str(results['settings']))}\n{html.escape(str(results['versions']))}</pre>"
     )

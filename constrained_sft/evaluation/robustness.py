@@ -268,7 +268,9 @@ def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=N
     results["comparisons"] = compare(results, task, pairs, args.bootstrap_samples)
     os.makedirs(args.output_dir, exist_ok=True)
     figures = task.figures(snapshots, data, args.output_dir)
-    results["files"] = write_report(results, args.output_dir, figures)
+    from .alpaca.report import folder_sections  # the AlpacaEval part of a shared report folder, if any
+
+    results["files"] = write_report(results, args.output_dir, figures, folder_sections(args.output_dir))
     return results
 
 

@@ -115,10 +115,6 @@ class EmbeddingNoise:
         self.segments: torch.Tensor | None = None  # [B, T] document ids (padding-free rows)
         self.calls = 0  # forward calls that were perturbed (tests count generation steps with it)
 
-    def set_gamma(self, gamma: float | torch.Tensor) -> None:
-        _check_gamma(gamma)
-        self.gamma = gamma
-
     def _capture_call(self, _module, args, kwargs) -> None:
         self.mask = kwargs.get("attention_mask")
         position_ids = kwargs.get("position_ids")

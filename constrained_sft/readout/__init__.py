@@ -13,7 +13,16 @@ from .base import ReadoutError
 from .causal_lm import CausalLMReadout
 from .classifier import ClassifierReadout
 from .layer_losses import aggregate, layer_token_nll, layers_token_nll
-from .losses import PER_EXAMPLE_LOSSES, cross_entropy, per_example_loss, squared_error
+from .losses import (
+    PER_EXAMPLE_LOSSES,
+    CrossEntropy,
+    FunctionLoss,
+    ReadoutLoss,
+    SquaredError,
+    cross_entropy,
+    readout_loss,
+    squared_error,
+)
 from .probe import LayerProbe, ProbeRequest
 from .tokens import TokenSelection, select_tokens
 
@@ -22,12 +31,16 @@ __all__ = [
     "ClassifierReadout",
     "LayerProbe",
     "PER_EXAMPLE_LOSSES",
+    "CrossEntropy",
+    "FunctionLoss",
+    "ReadoutLoss",
+    "SquaredError",
     "ProbeRequest",
     "ReadoutError",
     "TokenSelection",
     "aggregate",
     "cross_entropy",
-    "per_example_loss",
+    "readout_loss",
     "squared_error",
     "layer_token_nll",
     "layers_token_nll",

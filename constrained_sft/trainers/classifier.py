@@ -9,6 +9,7 @@ squared error on pixels) are instances of it.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from collections.abc import Mapping
 from contextlib import nullcontext
@@ -21,10 +22,12 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 
 from ..config import ConstrainedConfig
 from ..constraints import LayerLosses, PrimalDual
-from ..readout import ClassifierReadout, ReadoutError, per_example_loss
+from ..readout import ClassifierReadout, FunctionLoss, ReadoutError, ReadoutLoss, readout_loss
 from ..utils import unwrap_model
 from .mixin import BatchScore, ConstrainedTrainerMixin, constrained_args
 from .output_dir import refusal_leaves_nothing, run_identity
+
+logger = logging.getLogger(__name__)
 
 
 class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
@@ -36,9 +39,10 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
 
     Args:
         readout (`ClassifierReadout`, *optional*): psi, for a model whose head is not found automatically.
-        loss (`str` or callable, *optional*): `'cross_entropy'`, `'squared_error'` or `(predictions, targets) -> [B]`;
-            default from the model's config: squared error for `problem_type='regression'` or `num_labels=1`,
-            cross-entropy otherwise (single-label only; multi-label is refused).
+        loss (`str`, `ReadoutLoss` or callable, *optional*): `'cross_entropy'`, `'squared_error'`, a `ReadoutLoss`
+            (which says what targets it takes and whether accuracy is reported) or a function `(predictions,
+            targets) -> [B]` (targets unchecked, no accuracy); default from the model's config: squared error for
+            `problem_type='regression'` or `num_labels=1`, cross-entropy otherwise (multi-label is refused).
         num_layers (`int`, *optional*): L, for a model without `config.num_hidden_layers`.
         primal_dual (`PrimalDual`, *optional*): the constrained problem and its dual optimizer, built by hand; it
             replaces what the config's constraint fields would build.
@@ -71,8 +75,13 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
             config = getattr(base, "config", None)
             if loss is None:
                 loss = _default_loss(base, config)
-            self.loss_fn = per_example_loss(loss)
-            self.loss_name = loss if isinstance(loss, str) else getattr(loss, "__name__", "custom")
+            self.readout_loss = readout_loss(loss)
+            if isinstance(self.readout_loss, FunctionLoss):
+                logger.info(
+                    "`loss` %s is a function: its targets are not checked and no accuracy is logged; pass a "
+                    "ReadoutLoss subclass to declare them.",
+                    self.readout_loss.name,
+                )
             self.readout = readout if readout is not None else ClassifierReadout.from_model(base)
             self.num_layers = num_layers if num_layers is not None else getattr(config, "num_hidden_layers", None)
             if not isinstance(self.num_layers, int) or self.num_layers < 1:
@@ -83,9 +92,9 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
             self.model_accepts_loss_kwargs = False
             num_labels = getattr(config, "num_labels", None)
             for name, dataset in (("train_dataset", self.train_dataset), ("eval_dataset", self.eval_dataset)):
-                check_labels(dataset, name, self.loss_name, num_labels)
+                check_labels(dataset, name, self.readout_loss, num_labels)
             if any(streamed(d) for d in (self.train_dataset, self.eval_dataset)):  # read only batch by batch
-                self.data_collator = LabelCheck(self.data_collator, self.loss_name, num_labels)
+                self.data_collator = LabelCheck(self.data_collator, self.readout_loss, num_labels)
             self._init_constraints(self.num_layers, primal_dual)
             self._accuracy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
             self._verified = False
@@ -103,7 +112,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         if labels is not None:
             losses = self._layer_losses(outputs, labels, inputs.get("attention_mask"))
             loss = self._add_constraints(loss, losses, num_items_in_batch)
-            if self.loss_name == "cross_entropy":
+            if self.readout_loss.reports_accuracy:
                 hits = (outputs["logits"].argmax(-1) == labels).sum()
                 correct = torch.stack([hits, labels.new_tensor(labels.numel())])
                 mode = "train" if self.model.training else "eval"
@@ -130,7 +139,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
                 predictions if layer == self.num_layers else self.readout(hidden[layer], mask)
                 for layer in self.primal_dual.spec.layers
             ]
-            nll = torch.stack([self.loss_fn(x, labels) for x in per_layer])  # [n, B]
+            nll = torch.stack([self.readout_loss(x, labels) for x in per_layer])  # [n, B]
         B = labels.shape[0]
         return LayerLosses(
             sums=nll.sum(1),
@@ -154,7 +163,8 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
     def score_batch(self, inputs: dict[str, Any]) -> BatchScore:
         """
         One held-out batch through the training code path: per example the final layer's loss (`loss`, this trainer's
-        per-example loss), `count` = 1 and, with cross-entropy, the top-1 hit (`correct`); every constrained layer.
+        per-example loss), `count` = 1 and, where the loss reports accuracy, the top-1 hit (`correct`); every
+        constrained layer.
         """
         self.model.eval()
         inputs = self._prepare_inputs(inputs)
@@ -164,9 +174,9 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
             out = self.model(**inputs, output_hidden_states=True)
         examples = {
             "count": torch.ones(labels.shape[0], dtype=torch.float64, device=labels.device),
-            "loss": self.loss_fn(out.logits, labels).double(),
+            "loss": self.readout_loss(out.logits, labels).double(),
         }
-        if self.loss_name == "cross_entropy":
+        if self.readout_loss.reports_accuracy:
             examples["correct"] = (out.logits.argmax(-1) == labels).double()
         return BatchScore(examples=examples, layers=self._layer_losses(out, labels, inputs.get("attention_mask")))
 
@@ -191,21 +201,13 @@ def streamed(dataset) -> bool:
     return isinstance(dataset, IterableDataset)
 
 
-def label_problem(values: torch.Tensor, loss: str, num_labels: int | None) -> tuple[torch.Tensor | None, str]:
-    """(rows whose targets the loss cannot take `[N]`, or None; what is allowed) for `values` `[N, ...]`."""
-    if loss == "squared_error":
-        return ~torch.isfinite(values).all(-1), "finite numbers (regression targets)"
-    top = (num_labels or 0) - 1
-    bad = (values != values.round()).any(-1) | (values < 0).any(-1) | (values > top).any(-1) if top >= 0 else None
-    return bad, f"class ids 0..{top} (the head's `num_labels`={num_labels})"
-
-
-def check_labels(dataset, name: str, loss: str, num_labels: int | None) -> None:
+def check_labels(dataset, name: str, loss: ReadoutLoss, num_labels: int | None) -> None:
     """
-    The `labels` column of a `datasets.Dataset` (one Arrow column read, no rows decoded) against the loss: class ids
-    in 0..num_labels-1 for cross-entropy, finite numbers for squared error. A bad target is refused naming the
-    dataset, the row and the allowed values, before training, instead of failing (or training to NaN) at its step.
-    A streamed dataset cannot be read ahead: its batches are checked as they are collated (`LabelCheck`).
+    The `labels` column of a `datasets.Dataset` (one Arrow column read, no rows decoded) against the loss's
+    `target_problem`: class ids in 0..num_labels-1 for cross-entropy, finite numbers for squared error, whatever a
+    `ReadoutLoss` of one's own declares. A bad target is refused naming the dataset, the row and the allowed values,
+    before training, instead of failing (or training to NaN) at its step. A streamed dataset cannot be read ahead: its
+    batches are checked as they are collated (`LabelCheck`).
     """
     if isinstance(dataset, dict):
         for key, part in dataset.items():
@@ -213,11 +215,10 @@ def check_labels(dataset, name: str, loss: str, num_labels: int | None) -> None:
         return
     if not isinstance(dataset, Dataset) or "labels" not in dataset.column_names:
         return
-    if loss not in ("cross_entropy", "squared_error"):
-        return
     values = torch.as_tensor(dataset.with_format("torch")["labels"]).reshape(len(dataset), -1).double()
-    bad, allowed = label_problem(values, loss, num_labels)
-    if bad is not None and bool(bad.any()):
+    problem = loss.target_problem(values, num_labels)
+    if problem is not None and bool(problem[0].any()):
+        bad, allowed = problem
         row = int(bad.nonzero()[0])
         raise ValueError(
             f"`{name}` row {row}: `labels` {values[row].tolist()} — labels must be {allowed}; "
@@ -232,17 +233,18 @@ class LabelCheck:
     seen only batch by batch. The error names the batch row.
     """
 
-    def __init__(self, collator, loss: str, num_labels: int | None) -> None:
+    def __init__(self, collator, loss: ReadoutLoss, num_labels: int | None) -> None:
         self.collator, self.loss, self.num_labels = collator, loss, num_labels
 
     def __call__(self, examples):
         batch = self.collator(examples)
         labels = batch.get("labels") if isinstance(batch, Mapping) else None  # a dict, or a BatchEncoding
-        if labels is None or self.loss not in ("cross_entropy", "squared_error"):
+        if labels is None:
             return batch
         values = torch.as_tensor(labels).reshape(len(labels), -1).double()
-        bad, allowed = label_problem(values, self.loss, self.num_labels)
-        if bad is not None and bool(bad.any()):
+        problem = self.loss.target_problem(values, self.num_labels)
+        if problem is not None and bool(problem[0].any()):
+            bad, allowed = problem
             row = int(bad.nonzero()[0])
             raise ValueError(
                 f"streamed data, a batch's row {row}: `labels` {values[row].tolist()} — labels must be {allowed}."

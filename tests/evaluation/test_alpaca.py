@@ -129,6 +129,13 @@ def test_judge_pipeline_end_to_end_with_the_offline_judge(models, tmp_path, caps
     for name in models:
         _generate(models, tmp_path, name)
     report = tmp_path / "report"
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text("".join(json.dumps({"prompt": f"s{i} s{i + 1} =", "completion": f" s{i + 2}"}) + "\n"
+                                for i in range(12)))  # fmt: skip
+    robustness = ["eval", "robustness", "--models", *models.values(), "--names", *models, "--dataset_name",
+                  str(held_out), "--eval_size", "8", "--output_dir", str(report), "--gammas", "0", "1", "--seeds", "1",
+                  "--bootstrap_samples", "50"]  # fmt: skip
+    assert cli(robustness) == 0  # a shared report folder: robustness first, the head-to-head joins its page
     assert (
         cli(
             ["eval", "alpaca", "--generations", str(tmp_path / "gens"), "--judge", "test", "--output_dir", str(report)]
@@ -146,7 +153,11 @@ def test_judge_pipeline_end_to_end_with_the_offline_judge(models, tmp_path, caps
         assert lv["lc_win_rate"] is None
     assert "805 AlpacaEval instructions" in result["lc_missing_reason"]
     assert os.path.isfile(report / "alpaca_win_rate.png")
-    assert "Head-to-head: constrained vs erm" in (report / "report.html").read_text()
+    page = (report / "report.html").read_text()
+    assert "Head-to-head: constrained vs erm" in page and "Robustness report" in page
+    assert cli(robustness) == 0  # the robustness part rewritten: the head-to-head stays
+    page = (report / "report.html").read_text()
+    assert "Head-to-head: constrained vs erm" in page and "Robustness report" in page
     raw = _load(report / "alpaca_eval" / "gamma_1.5" / "annotations-0.json")
     assert len(raw) == 20 and {(r["output_1"], r["output_2"]) for r in raw[:10]} == {
         (r["output_2"], r["output_1"]) for r in raw[10:]

@@ -11,7 +11,7 @@ from datasets import Dataset
 from torch import nn
 
 from constrained_sft import ConstrainedConfig, ConstrainedTrainer
-from constrained_sft.readout import ReadoutError, cross_entropy, squared_error
+from constrained_sft.readout import FunctionLoss, ReadoutError, ReadoutLoss, cross_entropy, readout_loss, squared_error
 from constrained_sft.testing import tiny_encoder
 
 
@@ -70,7 +70,7 @@ def test_a_users_own_regression_module_trains_under_the_constraints(tmp_path):
         model=TinyRegressor(), args=args(tmp_path), train_dataset=regression_data(), loss="squared_error", num_layers=4
     )
     trainer.train()
-    assert trainer.loss_name == "squared_error" and trainer.primal_dual.spec.layers == (1, 2, 3, 4)
+    assert trainer.readout_loss.name == "squared_error" and trainer.primal_dual.spec.layers == (1, 2, 3, 4)
     rows = [r for r in trainer.state.log_history if "layer_loss/4" in r]
     assert rows[-1]["layer_loss/4"] < rows[0]["layer_loss/4"]  # it learned
     assert all(math.isfinite(rows[-1][f"slack/{k}"]) for k in (2, 3, 4))
@@ -96,7 +96,7 @@ def test_a_transformers_regression_head_defaults_to_squared_error(tmp_path):
     )
     trainer = ConstrainedTrainer(model=model, args=args(tmp_path, max_steps=3, per_device_train_batch_size=16),
                                  train_dataset=data)  # fmt: skip
-    assert trainer.loss_name == "squared_error"
+    assert trainer.readout_loss.name == "squared_error"
     trainer.train()
     assert math.isfinite(trainer.state.log_history[-2]["layer_loss/4"])
 
@@ -135,3 +135,44 @@ def test_a_users_module_checkpoints_and_resumes_exactly(tmp_path):
     assert torch.equal(resumed.primal_dual.multipliers.value(), full.primal_dual.multipliers.value())
     for a, b in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+class HuberLoss(ReadoutLoss):
+    """A loss of one's own that declares its targets (finite, at most 10 in size) and no accuracy."""
+
+    name = "huber"
+
+    def __call__(self, predictions, targets):
+        return nn.functional.huber_loss(predictions.float(), targets.float(), reduction="none")
+
+    def target_problem(self, values, num_labels):
+        return ~(torch.isfinite(values) & (values.abs() <= 10)).all(-1), "finite numbers of size <= 10"
+
+
+def test_a_loss_says_what_targets_it_takes_and_whether_accuracy_means_anything(tmp_path, caplog):
+    """The trainer asks the loss, never its name: a loss of one's own gets its own target check, and a plain function
+    is said (once, at construction) to get neither a check nor an accuracy."""
+    trainer = ConstrainedTrainer(model=TinyRegressor(), args=args(tmp_path, max_steps=3), train_dataset=regression_data(),
+                                 loss=HuberLoss(), num_layers=4)  # fmt: skip
+    trainer.train()
+    assert (
+        math.isfinite(trainer.state.log_history[-2]["layer_loss/4"])
+        and "accuracy" not in trainer.state.log_history[-2]
+    )
+    far = regression_data().map(lambda row, i: {"labels": 50.0 if i == 7 else row["labels"]}, with_indices=True)
+    with pytest.raises(
+        ValueError, match=r"`train_dataset` row 7: `labels` \[50.0\] — labels must be finite numbers of size <= 10"
+    ):
+        ConstrainedTrainer(
+            model=TinyRegressor(), args=args(tmp_path), train_dataset=far, loss=HuberLoss(), num_layers=4
+        )
+    with caplog.at_level("INFO", logger="constrained_sft.trainers.classifier"):
+        plain = ConstrainedTrainer(model=TinyRegressor(), args=args(tmp_path), train_dataset=far, loss=squared_error,
+                                   num_layers=4)  # fmt: skip
+    assert isinstance(plain.readout_loss, FunctionLoss) and plain.readout_loss.name == "squared_error"
+    assert "its targets are not checked and no accuracy is logged" in caplog.text
+    assert readout_loss("cross_entropy").reports_accuracy and not readout_loss("squared_error").reports_accuracy
+    with pytest.raises(
+        ReadoutError, match=r"`loss` must be one of \['cross_entropy', 'squared_error'\], a ReadoutLoss"
+    ):
+        readout_loss("hinge")

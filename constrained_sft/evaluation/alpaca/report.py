@@ -77,6 +77,16 @@ def alpaca_section(alpaca: dict[str, Any], output_dir: str) -> str:
     )
 
 
+def folder_sections(output_dir: str) -> list[str]:
+    """The AlpacaEval section of a report folder, if `eval alpaca` wrote one there (kept when the robustness part
+    of the page is rewritten)."""
+    path = os.path.join(output_dir, ALPACA_JSON)
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return [alpaca_section(json.load(f), output_dir)]
+
+
 def write_alpaca(alpaca: dict[str, Any], output_dir: str) -> dict[str, str]:
     """alpaca_eval.json and its plot, then report.html again (with the robustness results if the folder has them)."""
     os.makedirs(output_dir, exist_ok=True)
@@ -86,7 +96,7 @@ def write_alpaca(alpaca: dict[str, Any], output_dir: str) -> dict[str, str]:
     results = os.path.join(output_dir, "results.json")
     if os.path.isfile(results):
         with open(results) as f:
-            paths["html"] = write_report(json.load(f), output_dir)["html"]
+            paths["html"] = write_report(json.load(f), output_dir, more_sections=folder_sections(output_dir))["html"]
     else:
         paths["html"] = write_html(os.path.join(output_dir, "report.html"), [alpaca_section(alpaca, output_dir)])
     return paths
