@@ -23,8 +23,6 @@ __version__ = VERSION
 _EXPORTS = {
     "ConstrainedConfig": "config",
     "ConstrainedSFTConfig": "config",
-    "ConstraintArguments": "config",
-    "NoiseArguments": "config",
     "DescentConstraints": "constraints",
     "DualOptimizer": "constraints",
     "Multipliers": "constraints",
@@ -64,7 +62,6 @@ __all__ = [
     "ConstrainedSFTConfig",
     "ConstrainedSFTTrainer",
     "ConstrainedTrainer",
-    "ConstraintArguments",
     "ConstraintStateError",
     "DUSTConfig",
     "DUSTForDenoising",
@@ -73,7 +70,6 @@ __all__ = [
     "EmbeddingNoiseCollator",
     "EmbeddingNoiseError",
     "Multipliers",
-    "NoiseArguments",
     "NonFiniteStepError",
     "OutputDirError",
     "PooledLinearConfig",
@@ -105,7 +101,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # for type checkers and IDEs: the same names, imported eagerly
-    from .config import ConstrainedConfig, ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
+    from .config import ConstrainedConfig, ConstrainedSFTConfig
     from .constraints import (
         AdamDual,
         ConstraintStateError,

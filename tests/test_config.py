@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 from trl import SFTConfig, TrlParser
 
-from constrained_sft import ConstrainedSFTConfig, ConstraintArguments, NoiseArguments
-from constrained_sft.config import RunArguments
+from constrained_sft import ConstrainedSFTConfig
+from constrained_sft.config import ConstraintArguments, NoiseArguments, RunArguments
 
 
 def make(**kwargs):
