@@ -13,7 +13,7 @@ from .lagrangian import DescentConstraints, constraint_sums, penalty, slack
 from .multipliers import Multipliers
 from .primal_dual import PrimalDual
 from .state_io import ConstraintStateError
-from .stats import LayerLosses, LayerStats, descent_counts, stats_metrics
+from .stats import LayerLosses, LayerStats, StepStats, descent_counts, stats_metrics, step_stats
 
 __all__ = [
     "DUAL_OPTIMIZERS",
@@ -26,10 +26,12 @@ __all__ = [
     "Multipliers",
     "PrimalDual",
     "SGDDual",
+    "StepStats",
     "constraint_sums",
     "descent_counts",
     "dual_optimizer_class",
     "penalty",
     "slack",
     "stats_metrics",
+    "step_stats",
 ]

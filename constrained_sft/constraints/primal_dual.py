@@ -19,7 +19,7 @@ from .dual_optimizer import DualOptimizer, SGDDual
 from .feasibility import feasibility_report
 from .lagrangian import DescentConstraints, linear_penalty, penalty_terms
 from .multipliers import Multipliers
-from .stats import LayerLosses, LayerStats, Reduce, stats_metrics
+from .stats import LayerLosses, LayerStats, Reduce, StepStats, step_stats
 
 logger = logging.getLogger(__name__)
 
@@ -76,14 +76,15 @@ class PrimalDual:
 
     def step(
         self, global_step: int, reduce: Reduce, grad_norm: torch.Tensor | float | None = None
-    ) -> dict[str, float]:
+    ) -> StepStats | None:
         """
         End of an optimizer step's micro-batches: reduce their totals over ranks, ascend on the global-batch slack
-        when active, and return the step's metrics. Every rank computes the same update from the same reduced totals.
-        `grad_norm` (the step's global gradient norm, a device scalar) comes to the host in the same transfer as the
-        totals, so checking it costs no extra device sync: when it or a measured layer loss is not finite, the step
-        is recorded as non-finite (`last_step_finite` False), the multipliers and the history are left as they were,
-        and the caller decides whether training stops or skips the step.
+        when active, and return the step's statistics (None without a supervised token in the global batch). Every
+        rank computes the same update from the same reduced totals. `grad_norm` (the step's global gradient norm, a
+        device scalar) comes to the host in the same transfer as the totals, so checking it costs no extra device
+        sync: when it or a measured layer loss is not finite, the step is recorded as non-finite (`last_step_finite`
+        False), the multipliers and the history are left as they were, and the caller decides whether training stops
+        or skips the step.
         """
         totals = self.train_stats.pop(reduce)
         if torch.is_tensor(grad_norm):  # [n + 3] totals and the norm: one device -> host copy
@@ -93,40 +94,36 @@ class PrimalDual:
         else:
             values = totals.tolist()
         self.last_grad_norm = None if grad_norm is None else float(grad_norm)
-        metrics = stats_metrics(self.spec, values)
-        losses = [metrics[f"layer_loss/{layer}"] for layer in self.spec.layers] if metrics else []
-        self.last_step_finite = all(
-            math.isfinite(v) for v in [*losses, *([grad_norm] if grad_norm is not None else [])]
-        )
-        if not self.last_step_finite:
-            return metrics
-        if not metrics:  # no supervised token in the whole global batch: nothing to measure, lambda unchanged
-            return {}
-        slacks = [metrics[f"slack/{k}"] for k in self.spec.keys]
+        stats = step_stats(self.spec, values)
+        losses = stats.layer_loss if stats is not None else ()
+        norms = (grad_norm,) if grad_norm is not None else ()
+        self.last_step_finite = all(math.isfinite(v) for v in (*losses, *norms))
+        if stats is None or not self.last_step_finite:
+            return stats  # nothing measured (lambda unchanged), or the caller's non-finite policy applies
         updated = False
         if self.active(global_step):
-            updated = self.dual.step(torch.tensor(slacks, dtype=torch.float64))
+            updated = self.dual.step(torch.tensor(stats.slack, dtype=torch.float64))
             if not updated:
                 self.skipped_steps += 1
                 logger.warning(
                     "Skipped the dual step at optimizer step %d: the slack is not finite (%s); multipliers kept.",
                     global_step,
-                    slacks,
+                    list(stats.slack),
                 )
         if self.enabled and not self.active(global_step):
-            return metrics  # warm-up: logged, but not part of the feasibility window
+            return stats  # warm-up: logged, but not part of the feasibility window
         self.history.append(
             {
                 "step": global_step + 1,
-                "layer_loss": [metrics[f"layer_loss/{layer}"] for layer in self.spec.layers],
-                "slack": slacks,
+                "layer_loss": list(stats.layer_loss),
+                "slack": list(stats.slack),
                 "dual": self.multipliers.weight.tolist(),
                 "relaxation": self.dual.relaxation_values(),
-                "descent_fraction": metrics.get("descent_fraction"),
+                "descent_fraction": stats.descent_fraction,
                 "dual_updated": updated,
             }
         )
-        return metrics
+        return stats
 
     def dual_metrics(self) -> dict[str, float]:
         return {f"dual/{k}": v for k, v in zip(self.spec.keys, self.multipliers.value().tolist(), strict=True)}

@@ -61,20 +61,47 @@ class LayerStats:
         return reduce(totals)
 
 
-def stats_metrics(spec: DescentConstraints, totals: torch.Tensor | Sequence[float]) -> dict[str, float]:
-    """Public metric keys from reduced totals (a tensor is read once: `.tolist()`); empty when no supervised token
+@dataclass(frozen=True)
+class StepStats:
+    """The reduced statistics of one optimizer step (or one evaluation): what the dual step and the feasibility window
+    read, by field; `metrics()` is their public log form."""
+
+    layer_loss: tuple[float, ...]  # f_l of each measured layer
+    slack: tuple[float, ...]  # g_c of each constraint (positive = violated), in `spec.keys` order
+    descent_fraction: float | None  # share of (sequence, consecutive layers) steps that descend; None without steps
+
+    @property
+    def feasible_fraction(self) -> float | None:
+        return sum(v <= 0 for v in self.slack) / len(self.slack) if self.slack else None
+
+    def metrics(self, spec: DescentConstraints) -> dict[str, float]:
+        """Public metric keys: `layer_loss/<l>`, `slack/<l>` (lined up with `dual/<l>`), the two fractions."""
+        out = {f"layer_loss/{layer}": v for layer, v in zip(spec.layers, self.layer_loss, strict=True)}
+        out.update({f"slack/{key}": v for key, v in zip(spec.keys, self.slack, strict=True)})
+        if self.descent_fraction is not None:
+            out["descent_fraction"] = self.descent_fraction
+        if self.feasible_fraction is not None:
+            out["feasible_fraction"] = self.feasible_fraction
+        return out
+
+
+def step_stats(spec: DescentConstraints, totals: torch.Tensor | Sequence[float]) -> StepStats | None:
+    """The statistics of reduced totals `[n + 3]` (a tensor is read once: `.tolist()`); None when no supervised token
     was seen."""
     n = len(spec.layers)
     # the one read of a tensor's totals; on a device tensor it is the step's device -> host copy
     values = totals.tolist() if torch.is_tensor(totals) else list(totals)
     sums, tokens, descended, steps = values[:n], values[n], values[n + 1], values[n + 2]
     if tokens <= 0:
-        return {}
-    slacks = constraint_values(spec, sums, tokens)
-    metrics = {f"layer_loss/{layer}": s / tokens for layer, s in zip(spec.layers, sums, strict=True)}
-    metrics.update({f"slack/{key}": v for key, v in zip(spec.keys, slacks, strict=True)})
-    if steps > 0:
-        metrics["descent_fraction"] = descended / steps
-    if slacks:
-        metrics["feasible_fraction"] = sum(v <= 0 for v in slacks) / len(slacks)
-    return metrics
+        return None
+    return StepStats(
+        layer_loss=tuple(s / tokens for s in sums),
+        slack=tuple(constraint_values(spec, sums, tokens)),
+        descent_fraction=descended / steps if steps > 0 else None,
+    )
+
+
+def stats_metrics(spec: DescentConstraints, totals: torch.Tensor | Sequence[float]) -> dict[str, float]:
+    """`step_stats(...).metrics(spec)`, or empty when no supervised token was seen."""
+    stats = step_stats(spec, totals)
+    return {} if stats is None else stats.metrics(spec)

@@ -254,15 +254,16 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
     def _dual_step(self) -> None:
         grad_norm = getattr(self, "_step_grad_norm", None)
         self._step_grad_norm = None
-        metrics = self.primal_dual.step(self.state.global_step, self._reduce, grad_norm)
+        spec = self.primal_dual.spec
+        stats = self.primal_dual.step(self.state.global_step, self._reduce, grad_norm)
+        metrics = stats.metrics(spec) if stats is not None else {}
         self._draws.clear()
         if not self.primal_dual.last_step_finite:
             handle_nonfinite(self, metrics, self.primal_dual.last_grad_norm)
             return
-        if metrics and not self._bound_checked and self.primal_dual.enabled:
+        if stats is not None and not self._bound_checked and self.primal_dual.enabled:
             self._bound_checked = True  # once, on the first measured step
-            spec = self.primal_dual.spec
-            message = bound_message(spec, {layer: metrics[f"layer_loss/{layer}"] for layer in spec.layers})
+            message = bound_message(spec, dict(zip(spec.layers, stats.layer_loss, strict=True)))
             if message is not None and self.is_world_process_zero():
                 logger.warning(message)
         for key, value in metrics.items():

@@ -59,16 +59,18 @@ def test_primal_dual_step_uses_the_global_batch_and_skips_empty_batches():
     pd = PrimalDual(spec, dual_lr=1.0)
     pd.train_stats.add(_losses([4.0, 3.0], tokens=10))  # micro-batch 1: slack 3 - 2 = 1
     pd.train_stats.add(_losses([2.0, 0.0], tokens=30))  # micro-batch 2
-    metrics = pd.step(0, lambda t: t)
+    stats = pd.step(0, lambda t: t)
     # token-weighted: f1 = (40 + 60) / 40 = 2.5, f2 = 30 / 40 = 0.75 -> slack 0.75 - 1.25 = -0.5
+    assert stats.layer_loss == pytest.approx((2.5, 0.75)) and stats.slack == pytest.approx((-0.5,))
+    assert stats.feasible_fraction == 1.0 and pd.multipliers.value().item() == 0.0
+    metrics = stats.metrics(spec)  # the public log form: keys lined up with `dual/<l>`
     assert metrics["layer_loss/1"] == pytest.approx(2.5) and metrics["slack/2"] == pytest.approx(-0.5)
-    assert metrics["feasible_fraction"] == 1.0 and pd.multipliers.value().item() == 0.0
     pd.train_stats.add(_losses([4.0, 3.0]))
     pd.step(1, lambda t: t)
     assert pd.multipliers.value().item() == pytest.approx(1.0)
     empty = _losses([0.0, 0.0], tokens=0)
     pd.train_stats.add(empty)
-    assert pd.step(2, lambda t: t) == {}
+    assert pd.step(2, lambda t: t) is None  # no supervised token: nothing measured
     assert pd.multipliers.value().item() == pytest.approx(1.0)
 
 
