@@ -13,19 +13,26 @@ from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
 from constrained_sft.trainers import mixin
 
-FAULTS = """
-import json, resource, sys, torch
-if sys.argv[1] == "reuse":
-    from constrained_sft.trainers.host_allocator import reuse_freed_host_memory
-    assert reuse_freed_host_memory() and reuse_freed_host_memory()  # applies, and is idempotent
+# made and freed 5 times, a 200 MB tensor (above glibc's mmap threshold, as a step's logits are): the page faults of
+# each, printed as JSON
+MEASURE = """
 faults = []
-for _ in range(5):  # a 200 MB tensor (above glibc's mmap threshold) made and freed, as a step's logits are
+for _ in range(5):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     x = torch.ones(50_000_000)
     del x
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 print(json.dumps(faults))
 """
+FAULTS = (
+    """
+import json, resource, sys, torch
+if sys.argv[1] == "reuse":
+    from constrained_sft.trainers.host_allocator import reuse_freed_host_memory
+    assert reuse_freed_host_memory() and reuse_freed_host_memory()  # applies, and is idempotent
+"""
+    + MEASURE
+)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
@@ -75,30 +82,27 @@ def test_the_command_reuses_freed_memory_unless_told_otherwise(tmp_path, monkeyp
     assert calls == ([] if flags else [1])
 
 
-TRAIN_THEN_FAULTS = """
-import json, resource, torch
+TRAIN_THEN_FAULTS = (
+    """
+import json, resource, sys, torch
 from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
 args = ConstrainedSFTConfig(output_dir=sys.argv[1], report_to="none", bf16=False, use_cpu=True, save_strategy="no",
                             max_steps=2, per_device_train_batch_size=4, disable_tqdm=True)
 ConstrainedSFTTrainer(model=tiny_causal_lm("llama"), args=args, train_dataset=successor_dataset(16),
                       processing_class=tiny_tokenizer()).train()
-faults = []
-for _ in range(3):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    x = torch.ones(50_000_000)
-    del x
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(json.dumps(faults))
 """
+    + MEASURE
+)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_training_from_python_leaves_the_process_allocator_as_it_was(tmp_path):
     """After a default run from Python, a freed 200 MB tensor still goes back to the system (its pages fault in again
     when it is made again), as before the run: the library changed nothing process-wide."""
-    script = "import sys\n" + TRAIN_THEN_FAULTS
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", TRAIN_THEN_FAULTS, str(tmp_path)], capture_output=True, text=True, check=True
+    )
     faults = json.loads(out.stdout.strip().splitlines()[-1])
     assert all(f > 50_000_000 * 4 // 4096 * 0.9 for f in faults), faults
 
