@@ -37,6 +37,7 @@ BOOKKEEPING = {
     "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "per_device_eval_batch_size",
     "eval_accumulation_steps", "eval_delay", "eval_on_start", "eval_steps", "eval_strategy", "eval_noise_gammas",
     "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_prefetch_factor", "trackio_space_id",
+    "host_allocator",
 }  # fmt: skip
 BOOKKEEPING_PREFIXES = ("logging_", "save_", "hub_", "include_")
 
@@ -58,19 +59,27 @@ def run_identity(args: Any, model: Any) -> dict[str, Any]:
     {"id", "model", "config"}: the fields that decide the trained weights and a short hash of them, and the model's
     source (compared only where both runs know it: a model built in code has none).
     """
-    settings = {
-        k: v
-        for k, v in args.to_dict().items()
-        if k not in BOOKKEEPING and not k.startswith(BOOKKEEPING_PREFIXES) and not k.endswith("_token")
-    }
-    config = json.loads(json.dumps(settings, default=str))
+    config = json.loads(json.dumps(deciding(args.to_dict()), default=str))
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     return {"id": digest, "model": model_source(model), "config": config}
 
 
+def deciding(settings: dict[str, Any]) -> dict[str, Any]:
+    """The settings that decide the trained weights: all but bookkeeping (paths, logging, evaluation, speed)."""
+    return {
+        k: v
+        for k, v in settings.items()
+        if k not in BOOKKEEPING and not k.startswith(BOOKKEEPING_PREFIXES) and not k.endswith("_token")
+    }
+
+
 def same_run(saved: dict[str, Any] | None, identity: dict[str, Any]) -> bool:
-    """Whether a folder's `run.json` is this run's: same configuration, and the same model where both name one."""
-    if saved is None or saved.get("id") != identity["id"]:
+    """Whether a folder's `run.json` is this run's: same configuration, and the same model where both name one. A
+    `run.json` written when a setting that is bookkeeping now still counted (`host_allocator` before it did) is
+    compared on what decides the weights."""
+    if saved is None:
+        return False
+    if saved.get("id") != identity["id"] and deciding(saved.get("config") or {}) != identity["config"]:
         return False
     return not (saved.get("model") and identity["model"]) or saved["model"] == identity["model"]
 

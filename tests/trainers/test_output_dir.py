@@ -38,6 +38,19 @@ def test_the_same_run_resumes_its_own_folder_and_says_from_where(tmp_path, caplo
     assert again.state.global_step == 2  # nothing left to train
 
 
+def test_a_setting_that_does_not_decide_the_weights_is_not_part_of_the_run(tmp_path):
+    """`host_allocator` changes speed, not weights: a run continues under another value, and a folder whose run.json
+    predates it being bookkeeping (it was in the identity, as 'reuse') is still the same run's."""
+    trainer(tmp_path / "run", host_allocator="reuse").train()
+    assert trainer(tmp_path / "run", host_allocator="system").train().global_step == 2  # resumed: nothing left
+    path = tmp_path / "run" / "run.json"
+    saved = json.loads(path.read_text())
+    saved["config"]["host_allocator"] = "reuse"  # how an earlier version wrote it
+    saved["id"] = "0123456789abcdef"
+    path.write_text(json.dumps(saved))
+    assert trainer(tmp_path / "run").train().global_step == 2
+
+
 def test_another_runs_folder_is_refused_naming_what_differs_and_the_flags(tmp_path):
     trainer(tmp_path / "run").train()
     before = {n: os.path.getmtime(tmp_path / "run" / n) for n in os.listdir(tmp_path / "run")}
