@@ -81,12 +81,14 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow or gpu"
 
 # The default suite against the newest releases the package's ranges allow, without the lock (a fresh .venv-latest):
-# what a user's `pip install constrained-sft` gets today. A failure here is a break to fix or a bound to add.
+# what a user's `pip install constrained-sft` gets today. A failure here is a break to fix or a bound to add. Without
+# CUDA, torch stays the lock's CPU wheel (a newer torch from the index is a CUDA build: several GB of CUDA packages).
 test-latest:
 	rm -rf .venv-latest && $(PYTHON) -m venv .venv-latest
 	.venv-latest/bin/python -m pip install --upgrade pip
-	if ! command -v nvidia-smi >/dev/null 2>&1; then .venv-latest/bin/python -m pip install torch==2.13.0; fi
-	.venv-latest/bin/python -m pip install --upgrade --upgrade-strategy eager -e ".[dev]"
+	if command -v nvidia-smi >/dev/null 2>&1; then : > .venv-latest/torch.txt; else grep '^torch==' $(LOCK) > .venv-latest/torch.txt; fi
+	.venv-latest/bin/python -m pip install -c .venv-latest/torch.txt torch
+	.venv-latest/bin/python -m pip install -c .venv-latest/torch.txt --upgrade --upgrade-strategy eager -e ".[dev]"
 	.venv-latest/bin/python -m pip freeze --exclude-editable > .venv-latest/resolved.txt
 	diff $(LOCK) .venv-latest/resolved.txt | grep '^[<>]' || true
 	.venv-latest/bin/python -m pytest
