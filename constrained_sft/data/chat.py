@@ -89,11 +89,7 @@ class DataArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.streaming and self.dataset_test_split is None and self.eval_size < 1:
-            raise DataError(
-                f"`eval_size` must be a whole number of rows >= 1 with `streaming` (a stream has no length to take a "
-                f"fraction of), got {self.eval_size!r}."
-            )
+        check_stream_eval_size(self.streaming, self.dataset_test_split is not None, self.eval_size)
         if self.dataset_format not in FORMATS:
             raise DataError(f"`dataset_format` must be one of {list(FORMATS)}, got {self.dataset_format!r}.")
         if self.conversation_mode not in CONVERSATION_MODES:
@@ -357,21 +353,38 @@ def source_splits(args: DataArguments) -> tuple[Dataset, Dataset, Dataset]:
     return pool, train, held_out
 
 
+def check_stream_eval_size(streaming: bool, has_test_split: bool, eval_size: float) -> None:
+    """A stream's held-out rows are counted, not a fraction: refuse `eval_size` < 1 without a held-out split."""
+    if streaming and not has_test_split and eval_size < 1:
+        raise DataError(
+            f"`eval_size` must be a whole number of rows >= 1 with `streaming` (a stream has no length to take a "
+            f"fraction of), got {eval_size!r}."
+        )
+
+
+def carve_stream(args, pool: IterableDataset, test: IterableDataset | None, features=None):
+    """
+    (held-out rows in memory, the training stream): the first `eval_size` rows of `pool`, which the returned stream
+    skips, or without carving the held-out split `test` (its first `max_eval_samples` rows if set). `features`: the
+    held-out rows' (None: inferred from the rows).
+    """
+    if test is not None:
+        rows = test if args.max_eval_samples is None else test.take(args.max_eval_samples)
+        return Dataset.from_list(list(rows), features=features), pool
+    size = int(args.eval_size)
+    held_out = Dataset.from_list(list(pool.take(size)), features=features)
+    if len(held_out) < size:
+        raise DataError(
+            f"Cannot carve {size} rows: the stream of {args.dataset_name!r} has {len(held_out)} rows; lower "
+            "`eval_size`."
+        )
+    return held_out, pool.skip(size)
+
+
 def _streamed_splits(args: DataArguments, pool: IterableDataset, test: IterableDataset | None):
-    """`source_splits` of a stream: the held-out rows are read into memory (the first `eval_size` rows of the
-    training stream, skipped by training, or the held-out split, its first `max_eval_samples` rows if set); the
-    training rows stay a stream (its first `max_train_samples` rows if set)."""
-    if test is None:
-        size = int(args.eval_size)
-        held_out = Dataset.from_list(list(pool.take(size)))
-        if len(held_out) < size:
-            raise DataError(
-                f"Cannot carve {size} rows: the stream of {args.dataset_name!r} has {len(held_out)} rows; lower "
-                "`eval_size`."
-            )
-        pool = pool.skip(size)
-    else:
-        held_out = Dataset.from_list(list(test if args.max_eval_samples is None else test.take(args.max_eval_samples)))
+    """`source_splits` of a stream: the held-out rows are read into memory (`carve_stream`); the training rows stay
+    a stream (its first `max_train_samples` rows if set)."""
+    held_out, pool = carve_stream(args, pool, test)
     train = pool if args.max_train_samples is None else pool.take(args.max_train_samples)
     return pool, train, held_out
 

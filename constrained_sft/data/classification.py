@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 
 from ..utils import check_fields
-from .chat import DataError, carve, refuse_streamed_selection
+from .chat import DataError, carve, carve_stream, check_stream_eval_size, refuse_streamed_selection
 from .local_files import load_local
 
 RT_FILE = os.path.join("data", "rotten_tomatoes_corpus_full.csv.bz2")
@@ -68,11 +68,9 @@ class ClassificationDataArguments:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.streaming and self.dataset_test_split in (None, "none", "None", "") and self.eval_size < 1:
-            raise DataError(
-                f"`eval_size` must be a whole number of rows >= 1 with `streaming` (a stream has no length to take a "
-                f"fraction of), got {self.eval_size!r}."
-            )
+        check_stream_eval_size(
+            self.streaming, self.dataset_test_split not in (None, "none", "None", ""), self.eval_size
+        )
         if not (0 < self.eval_size < 1 or (self.eval_size >= 1 and float(self.eval_size).is_integer())):
             raise DataError(
                 f"`eval_size` must be a fraction in (0, 1) or a whole number of rows >= 1, got {self.eval_size!r}."
@@ -229,15 +227,7 @@ def load_classification(args: ClassificationDataArguments, tokenizer, num_labels
 def _streamed(args, tokenizer, num_labels: int | None, train: IterableDataset, test: IterableDataset | None):
     """`load_classification` of a stream: the held-out rows in memory (prepared as map-style rows are), the training
     rows checked, labelled and tokenized lazily as training reads them."""
-    if test is None:
-        size = int(args.eval_size)
-        held_out = Dataset.from_list(list(train.take(size)), features=train.features)
-        if len(held_out) < size:
-            raise DataError(f"Cannot carve {size} rows: the stream has {len(held_out)} rows; lower `eval_size`.")
-        train = train.skip(size)
-    else:
-        rows = test if args.max_eval_samples is None else test.take(args.max_eval_samples)
-        held_out = Dataset.from_list(list(rows), features=test.features)
+    held_out, train = carve_stream(args, train, test, features=(train if test is None else test).features)
     if args.label_column not in held_out.column_names:
         raise DataError(
             f"The held-out rows have no column for `label_column` {args.label_column!r}; they have "

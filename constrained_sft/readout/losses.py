@@ -11,6 +11,7 @@ accuracy, and a subclass of one's own can declare both.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import torch
@@ -37,7 +38,7 @@ def squared_error(predictions: torch.Tensor, targets: torch.Tensor) -> torch.Ten
     return error.reshape(error.shape[0], -1).mean(1)
 
 
-class ReadoutLoss:
+class ReadoutLoss(ABC):
     """
     A per-example loss and what it knows about its targets. Subclasses set `name`, `reports_accuracy` (the trainer
     then logs the top-1 accuracy of the predictions' argmax) and implement `__call__`, and may implement
@@ -47,8 +48,9 @@ class ReadoutLoss:
     name: str = "custom"
     reports_accuracy: bool = False
 
+    @abstractmethod
     def __call__(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        """`[B, ...]` predictions of one layer and their targets -> `[B]` losses."""
 
     def target_problem(self, values: torch.Tensor, num_labels: int | None) -> tuple[torch.Tensor, str] | None:
         """(rows whose targets this loss cannot take `[N]` bool, what is allowed) for `values` `[N, k]` float64;

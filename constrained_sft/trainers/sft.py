@@ -68,14 +68,14 @@ def _positions_error(args: ConstrainedSFTConfig, longest: int, positions: int) -
     )
 
 
-def check_positions(dataset, args: ConstrainedSFTConfig, config) -> None:
+def check_positions(dataset, args: ConstrainedSFTConfig, positions: int | None) -> None:
     """
     Refuse, naming `max_length`, training sequences longer than the model's positions (learned position embeddings
     fail with an IndexError at the first such batch; rotary ones run past the context they were trained on): packed
     rows are `max_length` long, unpacked ones as long as their longest tokenized row (`longest_row`). A streamed
-    dataset is checked batch by batch instead, with the same error (`check_batch_positions`).
+    dataset is checked batch by batch instead, with the same error (`check_batch_positions`). `positions`: the
+    model's (`model_positions`).
     """
-    positions = model_positions(config)
     if positions is None or dataset is None:
         return
     longest = args.max_length if args.packing else longest_row(dataset)
@@ -136,11 +136,12 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
                 )
             super().__init__(model, args, *rest, **kwargs)
             base = unwrap_model(self.model)
-            self._positions = model_positions(base.config.get_text_config())
-            check_positions(self.train_dataset, args, base.config.get_text_config())
+            text_config = base.config.get_text_config()
+            self._positions = model_positions(text_config)
+            check_positions(self.train_dataset, args, self._positions)
             self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
             self._sample_sizes: dict[tuple, int] = {}  # per batch shape
-            num_layers = base.config.get_text_config().num_hidden_layers
+            num_layers = text_config.num_hidden_layers
             self._init_constraints(num_layers, primal_dual)
             sharded = self.is_deepspeed_enabled or self.is_fsdp_enabled  # the head may be gathered per readout call
             self.probe = LayerProbe(
