@@ -215,15 +215,24 @@ def check_labels(dataset, name: str, loss: ReadoutLoss, num_labels: int | None) 
         return
     if not isinstance(dataset, Dataset) or "labels" not in dataset.column_names:
         return
-    values = torch.as_tensor(dataset.with_format("torch")["labels"]).reshape(len(dataset), -1).double()
-    problem = loss.target_problem(values, num_labels)
-    if problem is not None and bool(problem[0].any()):
-        bad, allowed = problem
-        row = int(bad.nonzero()[0])
+    found = bad_targets(dataset.with_format("torch")["labels"], loss, num_labels)
+    if found is not None:
+        row, labels, allowed, count = found
         raise ValueError(
-            f"`{name}` row {row}: `labels` {values[row].tolist()} — labels must be {allowed}; "
-            f"{int(bad.sum())} of {len(values)} rows are not."
+            f"`{name}` row {row}: `labels` {labels} — labels must be {allowed}; {count} of {len(dataset)} rows are not."
         )
+
+
+def bad_targets(labels, loss: ReadoutLoss, num_labels: int | None) -> tuple[int, list, str, int] | None:
+    """(first bad row, its labels, what is allowed, how many rows are bad) for `labels` `[N, ...]` against the loss's
+    `target_problem`; None when every row is fine or the loss checks nothing."""
+    values = torch.as_tensor(labels).reshape(len(labels), -1).double()
+    problem = loss.target_problem(values, num_labels)
+    if problem is None or not bool(problem[0].any()):
+        return None
+    bad, allowed = problem
+    row = int(bad.nonzero()[0])
+    return row, values[row].tolist(), allowed, int(bad.sum())
 
 
 class LabelCheck:
@@ -241,14 +250,10 @@ class LabelCheck:
         labels = batch.get("labels") if isinstance(batch, Mapping) else None  # a dict, or a BatchEncoding
         if labels is None:
             return batch
-        values = torch.as_tensor(labels).reshape(len(labels), -1).double()
-        problem = self.loss.target_problem(values, self.num_labels)
-        if problem is not None and bool(problem[0].any()):
-            bad, allowed = problem
-            row = int(bad.nonzero()[0])
-            raise ValueError(
-                f"streamed data, a batch's row {row}: `labels` {values[row].tolist()} — labels must be {allowed}."
-            )
+        found = bad_targets(labels, self.loss, self.num_labels)
+        if found is not None:
+            row, values, allowed, _ = found
+            raise ValueError(f"streamed data, a batch's row {row}: `labels` {values} — labels must be {allowed}.")
         return batch
 
 
