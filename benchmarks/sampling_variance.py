@@ -19,8 +19,13 @@ warnings.filterwarnings("ignore")
 import torch  # noqa: E402
 
 from constrained_sft import CausalLMReadout, DescentConstraints  # noqa: E402
-from constrained_sft.constraints import slack  # noqa: E402
+from constrained_sft.constraints import constraint_values  # noqa: E402
 from constrained_sft.readout import aggregate, layer_token_nll, select_tokens  # noqa: E402
+
+
+def host_slack(spec, losses) -> torch.Tensor:
+    """`[C]` constraint values of a batch's layer losses, as the dual step computes them."""
+    return torch.tensor(constraint_values(spec, losses.sums.double().tolist(), float(losses.num_tokens)))
 
 
 def held_out_batch(tokenizer, batch: int, seq: int):
@@ -71,7 +76,7 @@ def main() -> None:
     )
     spec = DescentConstraints.resolve(L, "all", 0.05, None)
     exact = aggregate(token_nll, full)
-    exact_f, exact_g = exact.means, slack(spec, exact.sums, exact.num_tokens)
+    exact_f, exact_g = exact.means, host_slack(spec, exact)
     position = {int(p): i for i, p in enumerate(full.index)}  # flat position -> column of token_nll
     rows = []
     for k in args.ks:
@@ -80,7 +85,7 @@ def main() -> None:
             sel = select_tokens(labels, per_sequence=k, seed=1_000_003 * k + draw)
             est = aggregate(token_nll[:, [position[int(p)] for p in sel.index]], sel)
             fs.append(est.means)
-            gs.append(slack(spec, est.sums, est.num_tokens))
+            gs.append(host_slack(spec, est))
         f, g = torch.stack(fs), torch.stack(gs)
         rows.append(
             {

@@ -144,7 +144,7 @@ def train_step(trainer, batch) -> None:
     num_items = (batch["labels"][:, 1:] != -100).sum()
     trainer.training_step(trainer.model, dict(batch), num_items)
     if hasattr(trainer, "primal_dual"):
-        trainer._dual_step()
+        trainer.dual_step()
     trainer.optimizer.step()
     trainer.optimizer.zero_grad(set_to_none=True)
 

@@ -13,6 +13,8 @@ name below is imported from its module the first time it is read (PEP 562 `__get
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import sys
 from typing import TYPE_CHECKING, Any
 
 from .version import VERSION
@@ -85,6 +87,36 @@ __all__ = [
     "embedding_noise",
     "embedding_sigma",
 ]  # the names of `_EXPORTS` (tests/cli/test_imports.py checks)
+
+
+# modules that moved (old path -> where its names are now): importing an old path fails with one line naming the new
+MOVED = {
+    "constrained_sft.constraints.state_io": "constrained_sft.trainers.resume.files (the checkpoint's constraint-state "
+    "files; ConstraintStateError: constrained_sft.constraints)",
+    "constrained_sft.trainers.mixin": "constrained_sft.trainers.constrained (ConstrainedTrainerMixin, BatchScore); "
+    "the trainer's noise: constrained_sft.trainers.noise",
+    "constrained_sft.trainers.classifier": "constrained_sft.trainers.readout (ConstrainedTrainer; also "
+    "`from constrained_sft import ConstrainedTrainer`)",
+    "constrained_sft.trainers.checkpoints": "constrained_sft.trainers.resume.select (which checkpoint) and "
+    "constrained_sft.trainers.resume.files (the marker)",
+    "constrained_sft.trainers.checkpointing": "constrained_sft.trainers.resume.overrides",
+    "constrained_sft.trainers.output_dir": "constrained_sft.trainers.resume.run_folder",
+    "constrained_sft.trainers.nonfinite": "constrained_sft.trainers.callbacks (NonFiniteStepError: also "
+    "`from constrained_sft import NonFiniteStepError`)",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder):
+    """Consulted last, so only for a module no file provides: an old path of `MOVED` fails naming the new one."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in MOVED:
+            raise ModuleNotFoundError(f"{fullname} has moved: import from {MOVED[fullname]}.", name=fullname)
+        return None
+
+
+if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
+    sys.meta_path.append(_MovedModules())
 
 
 def __getattr__(name: str) -> Any:

@@ -1,8 +1,8 @@
 """
 Projected dual ascent on the multipliers, with resilience (dual weight decay). Each dual optimizer is a class behind
 one base (`DualOptimizer`), named in `DUAL_OPTIMIZERS` (the config's `dual_optimizer` values); its state round-trips
-through `state_dict()` / `load_state_dict()` like a torch optimizer's, with no file format in it (checkpoints write it
-with `state_io`).
+through `state_dict()` / `load_state_dict()` like a torch optimizer's, with no file format in it (a trainer's
+checkpoints write it: `trainers/resume/files.py`).
 """
 
 from __future__ import annotations

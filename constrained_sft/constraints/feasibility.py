@@ -21,6 +21,7 @@ import torch
 
 from .lagrangian import DescentConstraints
 
+REPORT = "constraints.json"  # the report's file name in a run's output_dir
 SHOWN = 6  # constraints a message lists by name before "and N more"
 GAP_FLOOR = 1e-6  # nats: below this a relaxed constraint counts as met whatever the noise estimate says
 

@@ -1,5 +1,7 @@
 """
-The descent constraints and their Lagrangian terms, as pure functions of per-layer loss sums.
+The descent constraints and their Lagrangian terms, as pure functions of per-layer loss sums. The formula lives in
+one place, `DescentConstraints.terms` (each constraint as a linear form in the layers' loss sums and the token count);
+the slack on the host (`constraint_values`) and the penalty's coefficients (`penalty_coefficients`) both read it.
 
 With measured layers l_0 < l_1 < ... < l_{n-1} (1-based), constraint j >= 1 is f_{l_j} <= (1 - alpha_j) f_{l_{j-1}},
 and the optional constraint 0 is f_{l_0} <= epsilon. Each constraint is keyed by the layer it bounds, so the logged
@@ -70,29 +72,11 @@ class DescentConstraints:
         return tuple(first + steps)
 
 
-def constraint_sums(spec: DescentConstraints, layer_sums: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
-    """
-    `[C]` token-sums of the constraint functions from per-layer loss sums `[n]`: dividing by the token count gives
-    the slack g_c = f_{l_j} - (1 - alpha_j) f_{l_{j-1}} (and f_{l_0} - epsilon); g_c <= 0 means satisfied.
-    """
-    alphas = layer_sums.new_tensor(spec.alphas)  # [n-1]
-    terms = layer_sums[1:] - (1 - alphas) * layer_sums[:-1]
-    if spec.epsilon is not None:
-        first = layer_sums[:1] - spec.epsilon * num_tokens.to(layer_sums.dtype)
-        terms = torch.cat([first, terms])
-    return terms
-
-
-def slack(spec: DescentConstraints, layer_sums: torch.Tensor, num_tokens: torch.Tensor) -> torch.Tensor:
-    """`[C]` constraint values at the batch means; NaN when the batch has no supervised token."""
-    sums = constraint_sums(spec, layer_sums.double(), num_tokens)
-    return sums / num_tokens.double() if num_tokens > 0 else torch.full_like(sums, float("nan"))
-
-
 def constraint_values(spec: DescentConstraints, layer_sums: Sequence[float], num_tokens: float) -> list[float]:
     """
-    `slack` on host floats, the same float64 arithmetic operation for operation (the once-per-optimizer-step
-    statistics: a dozen tensor ops on a handful of values cost more than the Python); NaN without a token.
+    `[C]` constraint values g_c = f_{l_j} - (1 - alpha_j) f_{l_{j-1}} (and f_{l_0} - epsilon) at the batch means, from
+    the per-layer loss sums `[n]` and the token count, in host float64 (the once-per-optimizer-step statistics: a
+    dozen tensor ops on a handful of values cost more than the Python); g_c <= 0 means satisfied; NaN without a token.
     """
     if not num_tokens > 0:
         return [float("nan")] * len(spec)
@@ -107,7 +91,8 @@ def penalty(
 ) -> torch.Tensor:
     """
     Sum_c lambda_c g_c as a token sum (the caller divides by the same token count as the objective), so micro-batches
-    and ranks add up to the global-batch Lagrangian. `multipliers` must be a detached copy.
+    and ranks add up to the global-batch Lagrangian, differentiable in `layer_sums` `[n]`; from the coefficients
+    (`PrimalDual.penalty` caches them per multiplier update). `multipliers` must be a detached copy.
     """
     return linear_penalty(*penalty_terms(spec, multipliers, layer_sums.device), layer_sums, num_tokens)
 

@@ -3,7 +3,8 @@ Primal-dual state of one training run, independent of any Trainer: the constrain
 optimizer, the statistics accumulated over the micro-batches of one optimizer step, and a short history of the
 optimizer steps with the constraints active (every step of an unconstrained run) for the end-of-training feasibility
 report. What it does with them: the penalty of a micro-batch, the dual step once per optimizer step, and its state
-through `state_dict()` / `load_state_dict()` (checkpoints write it with `state_io`).
+through `state_dict()` / `load_state_dict()` (a trainer's checkpoints write that state to files:
+`trainers/resume/files.py`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,13 @@ from .dual_optimizer import DualOptimizer, SGDDual
 from .feasibility import feasibility_report
 from .lagrangian import DescentConstraints, linear_penalty, penalty_terms
 from .multipliers import Multipliers
-from .stats import LayerLosses, LayerStats, Reduce, StepStats, step_stats
+from .stats import LayerLosses, LayerStats, LayerTotals, Reduce, StepStats, step_stats
 
 logger = logging.getLogger(__name__)
+
+
+class ConstraintStateError(ValueError):
+    """A saved constraint state that cannot be resumed from: the message names the file and what is wrong."""
 
 
 class PrimalDual:
@@ -94,7 +99,7 @@ class PrimalDual:
         else:
             values = totals.tolist()
         self.last_grad_norm = None if grad_norm is None else float(grad_norm)
-        stats = step_stats(self.spec, values)
+        stats = step_stats(self.spec, LayerTotals.unpack(values))
         losses = stats.layer_loss if stats is not None else ()
         norms = (grad_norm,) if grad_norm is not None else ()
         self.last_step_finite = all(math.isfinite(v) for v in (*losses, *norms))

@@ -39,8 +39,27 @@ def descent_counts(losses: LayerLosses) -> tuple[torch.Tensor, torch.Tensor]:
     return steps.sum(), valid.sum() * (per_seq.size(0) - 1)
 
 
+@dataclass(frozen=True)
+class LayerTotals:
+    """What `LayerStats` accumulates over batches (and ranks), read on the host, by field."""
+
+    sums: tuple[float, ...]  # [n] token-weighted layer loss sums
+    tokens: float  # supervised tokens (examples, for classifiers and denoisers)
+    descended: float  # (sequence, consecutive measured layers) steps with f_l < f_{l-1}
+    steps: float  # all such steps
+
+    @classmethod
+    def unpack(cls, values: Sequence[float]) -> LayerTotals:
+        """From `LayerStats`' packed `[n + 3]` values (`tolist()` of its totals)."""
+        *sums, tokens, descended, steps = values
+        return cls(tuple(sums), tokens, descended, steps)
+
+
 class LayerStats:
-    """Running totals `[n + 3]` = (layer loss sums, tokens, descending steps, steps), detached, float64."""
+    """
+    Running `LayerTotals`, detached, float64, kept packed in one `[n + 3]` tensor (the fields in order: sums, tokens,
+    descended, steps) so that a step costs one all-reduce and one device -> host copy; `LayerTotals.unpack` reads it.
+    """
 
     def __init__(self, num_layers: int) -> None:
         self.num_layers = num_layers
@@ -55,10 +74,14 @@ class LayerStats:
         self.totals = row if self.totals is None else self.totals + row.to(self.totals.device)
 
     def pop(self, reduce: Reduce) -> torch.Tensor:
-        """The totals summed over ranks (every rank must call this), then reset. Zeros when nothing was added."""
+        """The packed totals summed over ranks (every rank must call this), then reset. Zeros when nothing was added."""
         totals = self.totals if self.totals is not None else torch.zeros(self.num_layers + 3, dtype=torch.float64)
         self.totals = None
         return reduce(totals)
+
+    def pop_totals(self, reduce: Reduce) -> LayerTotals:
+        """`pop`, read on the host (one device -> host copy)."""
+        return LayerTotals.unpack(self.pop(reduce).tolist())
 
 
 @dataclass(frozen=True)
@@ -85,23 +108,18 @@ class StepStats:
         return out
 
 
-def step_stats(spec: DescentConstraints, totals: torch.Tensor | Sequence[float]) -> StepStats | None:
-    """The statistics of reduced totals `[n + 3]` (a tensor is read once: `.tolist()`); None when no supervised token
-    was seen."""
-    n = len(spec.layers)
-    # the one read of a tensor's totals; on a device tensor it is the step's device -> host copy
-    values = totals.tolist() if torch.is_tensor(totals) else list(totals)
-    sums, tokens, descended, steps = values[:n], values[n], values[n + 1], values[n + 2]
-    if tokens <= 0:
+def step_stats(spec: DescentConstraints, totals: LayerTotals) -> StepStats | None:
+    """The statistics of reduced totals; None when no supervised token was seen."""
+    if totals.tokens <= 0:
         return None
     return StepStats(
-        layer_loss=tuple(s / tokens for s in sums),
-        slack=tuple(constraint_values(spec, sums, tokens)),
-        descent_fraction=descended / steps if steps > 0 else None,
+        layer_loss=tuple(s / totals.tokens for s in totals.sums),
+        slack=tuple(constraint_values(spec, totals.sums, totals.tokens)),
+        descent_fraction=totals.descended / totals.steps if totals.steps > 0 else None,
     )
 
 
-def stats_metrics(spec: DescentConstraints, totals: torch.Tensor | Sequence[float]) -> dict[str, float]:
+def stats_metrics(spec: DescentConstraints, totals: LayerTotals) -> dict[str, float]:
     """`step_stats(...).metrics(spec)`, or empty when no supervised token was seen."""
     stats = step_stats(spec, totals)
     return {} if stats is None else stats.metrics(spec)

@@ -9,7 +9,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ..config import training_level
-from ..constraints.state_io import REPORT
+from ..constraints.feasibility import REPORT
 from ..utils import VERSION
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gc
 import os
 
-from ..constraints.state_io import REPORT
+from ..constraints.feasibility import REPORT
 
 DONE = "training_args.json"  # Trainer.save_model writes it last: a run folder holding it is finished
 

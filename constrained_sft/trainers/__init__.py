@@ -1,18 +1,18 @@
 """
-The Trainer side: what every constrained trainer shares (`mixin`: the Lagrangian term in the loss, the dual step
-after each optimizer step, noise in training and evaluation, metrics, checkpoints, the feasibility report), and the
-two thin trainers built on it: `ConstrainedSFTTrainer` (TRL's `SFTTrainer`, causal LMs; `sft`) and
-`ConstrainedTrainer` (`transformers.Trainer`, sequence classifiers; `classifier`).
+The Trainer side. How constrained training works (`constrained`: the penalty in the loss, the dual step, the logs,
+the feasibility report), the trainer's noise (`noise`), its callbacks (`callbacks`: dual step, non-finite guard,
+compact console), resume (`resume/`: checkpoint files, which checkpoint, the run folder, and every private `Trainer`
+override), and the two thin trainers built on it: `ConstrainedSFTTrainer` (TRL's `SFTTrainer`, causal LMs; `sft`)
+and `ConstrainedTrainer` (`transformers.Trainer`, any model with a readout: classifiers and denoisers; `readout`).
 
 May import: `constrained_sft.config`, `utils`, `constraints`, `readout`, `noise`. Never `data`, `evaluation` or
 `cli`.
 """
 
-from .checkpoints import CheckpointError
-from .classifier import ConstrainedTrainer
-from .mixin import BatchScore, ConstrainedTrainerMixin
-from .nonfinite import NonFiniteStepError
-from .output_dir import OutputDirError, check_output_dir
+from .callbacks import NonFiniteStepError
+from .constrained import BatchScore, ConstrainedTrainerMixin
+from .readout import ConstrainedTrainer
+from .resume import CheckpointError, ConstraintStateError, OutputDirError, check_output_dir
 from .sft import ConstrainedSFTTrainer, auto_tokens_per_sequence
 
 __all__ = [
@@ -21,6 +21,7 @@ __all__ = [
     "ConstrainedSFTTrainer",
     "ConstrainedTrainer",
     "ConstrainedTrainerMixin",
+    "ConstraintStateError",
     "NonFiniteStepError",
     "OutputDirError",
     "auto_tokens_per_sequence",

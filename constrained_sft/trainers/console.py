@@ -11,8 +11,6 @@ import re
 import time
 from typing import Any
 
-from transformers import PrinterCallback, ProgressCallback
-
 EVAL_COLUMNS = ("loss", "accuracy", "f_L", "descent", "feasible")
 _EVAL_PREFIX = re.compile(r"^(eval|before|test)(?:_gamma_([^_]+))?_(.+)$")
 
@@ -100,38 +98,3 @@ class CompactConsole:
                 out.append(eval_row(label, cells))
             return out
         return [" | ".join(f"{k} {_num(v)}" for k, v in logs.items() if "/" not in k and k != "total_flos")]
-
-
-class CompactProgressCallback(ProgressCallback):
-    """transformers' progress bar, with compact lines instead of the log dict."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.console = CompactConsole()
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if state.is_world_process_zero and self.training_bar is not None and logs:
-            for line in self.console.lines(logs, state.global_step, state.max_steps):
-                self.training_bar.write(line)
-
-
-class CompactPrinterCallback(PrinterCallback):
-    """transformers' printer (`disable_tqdm=True`), with compact lines instead of the log dict."""
-
-    def __init__(self) -> None:
-        self.console = CompactConsole()
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if state.is_local_process_zero and logs:
-            for line in self.console.lines(logs, state.global_step, state.max_steps):
-                print(line)
-
-
-def use_compact_console(trainer) -> None:
-    """Swap the trainer's log printers (progress bar or plain printer) for the compact ones."""
-    for plain, compact in ((ProgressCallback, CompactProgressCallback), (PrinterCallback, CompactPrinterCallback)):
-        found = trainer.callback_handler.pop_callback(plain)
-        if found is not None and not isinstance(found, compact):
-            trainer.add_callback(compact)
-        elif found is not None:
-            trainer.add_callback(found)

@@ -14,8 +14,8 @@ from ..config import ConstrainedSFTConfig
 from ..constraints import LayerLosses, PrimalDual
 from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
 from ..utils import unwrap_model
-from .mixin import BatchScore, ConstrainedTrainerMixin, check_not_empty, constrained_args
-from .output_dir import refusal_leaves_nothing, run_identity
+from .constrained import BatchScore, ConstrainedTrainerMixin, check_not_empty, constrained_args
+from .resume import prepare_inputs, refusal_leaves_nothing, run_identity
 
 
 def _flops_per_token(config, seq_len: int) -> float:
@@ -159,7 +159,9 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         check_batch_positions(inputs, self.args, self._positions)  # a shape read: streamed rows are seen only here
-        noise = self._noise(model, inputs)  # pops `noise_gamma`: it never reaches the model's forward
+        noise = self.noise.for_forward(
+            model, inputs, self.model.training
+        )  # pops `noise_gamma`: it never reaches the model's forward
         request = self._probe_request(inputs)
         with noise, self.probe.serving(unwrap_model(model), request):
             result = super().compute_loss(
@@ -178,7 +180,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         layer's losses.
         """
         self.model.eval()
-        inputs = self._prepare_inputs(inputs)
+        inputs = prepare_inputs(self, inputs)
         inputs.pop("noise_gamma", None)
         request = self._probe_request(inputs)
         with self.compute_loss_context_manager(), self.probe.serving(unwrap_model(self.model), request):
@@ -234,7 +236,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             )
         # Training reads a sample when `layer_loss_tokens` asks for one; evaluation always reads every token.
         sample = self._sample_size(labels, inputs.get("position_ids")) if self.model.training else None
-        seed, first_row = self._row_stream("tokens", labels.shape[0]) if sample is not None else (0, 0)
+        seed, first_row = self.noise.row_stream("tokens", labels.shape[0]) if sample is not None else (0, 0)
         selection = select_tokens(labels, inputs.get("position_ids"), sample, seed, first_row)
         bound = self._rows_bound if sample is not None and inputs.get("position_ids") is None else None
         return ProbeRequest(

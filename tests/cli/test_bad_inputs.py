@@ -29,8 +29,7 @@ from constrained_sft.evaluation.alpaca.generate import GenerationError
 from constrained_sft.noise import EmbeddingNoiseError
 from constrained_sft.sweep import SearchSpaceError
 from constrained_sft.testing import presence_dataset, successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
-from constrained_sft.trainers import OutputDirError
-from constrained_sft.trainers.checkpoints import CheckpointError
+from constrained_sft.trainers import CheckpointError, OutputDirError
 
 
 @dataclass

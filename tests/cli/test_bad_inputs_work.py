@@ -21,12 +21,11 @@ from transformers import BertModel
 from constrained_sft import ConstrainedConfig, ConstrainedTrainer, ReadoutError
 from constrained_sft.cli import main as cli
 from constrained_sft.constraints import DescentConstraints, PrimalDual
-from constrained_sft.constraints.state_io import STATE_TENSORS, save_state
 from constrained_sft.data import DataError
 from constrained_sft.sweep import SearchSpaceError
 from constrained_sft.testing import tiny_encoder
-from constrained_sft.trainers import OutputDirError
-from constrained_sft.trainers.checkpoints import CheckpointError, mark_complete
+from constrained_sft.trainers import CheckpointError, OutputDirError
+from constrained_sft.trainers.resume.files import STATE_TENSORS, mark_complete, save_state
 
 
 def fake_checkpoint(ctx, multipliers=None, damage=None, step=2, run="run"):

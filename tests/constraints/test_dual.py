@@ -10,7 +10,7 @@ import torch
 
 from constrained_sft import AdamDual, DescentConstraints, DualOptimizer, Multipliers, PrimalDual, SGDDual
 from constrained_sft.constraints import DUAL_OPTIMIZERS, LayerLosses, dual_optimizer_class
-from constrained_sft.constraints.state_io import load_state, read_state, save_state, to_files
+from constrained_sft.trainers.resume.files import load_state, read_state, save_state, to_files
 
 
 def test_sgd_step_is_projected_ascent_with_resilience():

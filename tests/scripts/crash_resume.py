@@ -38,7 +38,6 @@ from constrained_sft import (  # noqa: E402
     ConstrainedTrainer,
     utils,  # noqa: E402
 )
-from constrained_sft.constraints.state_io import to_files  # noqa: E402
 from constrained_sft.testing import (  # noqa: E402
     presence_dataset,
     successor_dataset,
@@ -46,7 +45,8 @@ from constrained_sft.testing import (  # noqa: E402
     tiny_encoder,
     tiny_tokenizer,
 )
-from constrained_sft.trainers import checkpoints  # noqa: E402
+from constrained_sft.trainers.resume import overrides, select  # noqa: E402
+from constrained_sft.trainers.resume.files import to_files  # noqa: E402
 
 # Every random stream on: token sampling, a gamma range with a clean probability, the Adam dual with resilience,
 # 2 accumulated micro-batches, an epoch boundary at step 8, a checkpoint every 2 steps, noisy evaluation every 4.
@@ -107,14 +107,14 @@ def arm(kill: str, rank: int, trainer) -> TrainerCallback:
 
             TrainerState.save_to_json = half
         elif stage == "marker":
-            original_mark = checkpoints.mark_complete
+            original_mark = overrides.mark_complete  # as the save calls it
 
             def mark(directory, global_step):
                 if global_step == step:
                     die()
                 return original_mark(directory, global_step)
 
-            checkpoints.mark_complete = mark
+            overrides.mark_complete = mark
         elif stage == "constraint":
             kill_on_replace("constraint_state.json", lambda: state["step"] == step)
     elif where == "eval":
@@ -199,7 +199,7 @@ def main(task: str, output_dir: str, kill: str, overrides: str = "{}") -> None:
     rank = int(os.environ.get("RANK", 0))
     trainer = build(task, output_dir, json.loads(overrides))
     trainer.add_callback(arm(kill, rank, trainer))
-    resume = bool(checkpoints.checkpoints(output_dir))
+    resume = bool(select.checkpoints(output_dir))
     trainer.train(resume_from_checkpoint=resume)
     dump(trainer, output_dir)
     trainer.accelerator.wait_for_everyone()

@@ -8,14 +8,16 @@ import torch
 from safetensors.torch import save_file
 
 from constrained_sft.constraints import AdamDual, DescentConstraints, LayerLosses, PrimalDual
-from constrained_sft.constraints.state_io import (
+from constrained_sft.trainers.resume.files import (
+    MARKER,
     STATE_JSON,
     STATE_TENSORS,
     ConstraintStateError,
     load_state,
+    mark_complete,
     save_state,
 )
-from constrained_sft.trainers.checkpoints import MARKER, CheckpointError, mark_complete, resolve_resume
+from constrained_sft.trainers.resume.select import CheckpointError, resolve_resume
 
 SPEC = DescentConstraints(layers=(1, 2, 3), alphas=(0.1, 0.1), epsilon=None)
 

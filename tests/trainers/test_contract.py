@@ -166,7 +166,7 @@ def test_a_loss_says_what_targets_it_takes_and_whether_accuracy_means_anything(t
         ConstrainedTrainer(
             model=TinyRegressor(), args=args(tmp_path), train_dataset=far, loss=HuberLoss(), num_layers=4
         )
-    with caplog.at_level("INFO", logger="constrained_sft.trainers.classifier"):
+    with caplog.at_level("INFO", logger="constrained_sft.trainers.readout"):
         plain = ConstrainedTrainer(model=TinyRegressor(), args=args(tmp_path), train_dataset=far, loss=squared_error,
                                    num_layers=4)  # fmt: skip
     assert isinstance(plain.readout_loss, FunctionLoss) and plain.readout_loss.name == "squared_error"

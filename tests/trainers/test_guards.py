@@ -12,10 +12,9 @@ from datasets import Dataset
 from safetensors.torch import load_file, save_file
 
 from constrained_sft import ConstrainedConfig, ConstrainedTrainer
-from constrained_sft.constraints.state_io import STATE_TENSORS, ConstraintStateError
 from constrained_sft.testing import tiny_encoder
-from constrained_sft.trainers.checkpoints import CheckpointError
-from constrained_sft.trainers.nonfinite import NonFiniteStepError
+from constrained_sft.trainers import CheckpointError, NonFiniteStepError
+from constrained_sft.trainers.resume.files import STATE_TENSORS, ConstraintStateError
 
 
 def regression_rows(n=16, bad_row=3):
@@ -86,7 +85,7 @@ def test_a_checkpoint_with_nan_or_negative_multipliers_is_refused_naming_the_fil
     tensors = load_file(path)
     tensors["multipliers"][0] = value
     save_file(tensors, path)
-    from constrained_sft.constraints.state_io import read_state
+    from constrained_sft.trainers.resume.files import read_state
 
     with pytest.raises(ConstraintStateError, match=rf"{STATE_TENSORS}.*{why}"):
         read_state(str(checkpoint))

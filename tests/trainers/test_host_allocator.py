@@ -11,7 +11,7 @@ from conftest import config_kwargs
 
 from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
-from constrained_sft.trainers import mixin
+from constrained_sft.trainers import constrained
 
 # made and freed 5 times, a 200 MB tensor (above glibc's mmap threshold, as a step's logits are): the page faults of
 # each, printed as JSON
@@ -52,7 +52,7 @@ def test_reuse_stops_the_page_faults_of_a_freed_tensor_made_again():
 @pytest.mark.parametrize("mode", ["reuse", "system", None])
 def test_cpu_training_applies_the_configured_allocator(tmp_path, monkeypatch, mode):
     calls = []
-    monkeypatch.setattr(mixin, "reuse_freed_host_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(constrained, "reuse_freed_host_memory", lambda: calls.append(1) or True)
     args = ConstrainedSFTConfig(
         **config_kwargs(tmp_path, max_steps=1, **({} if mode is None else {"host_allocator": mode}))
     )
@@ -68,7 +68,7 @@ def test_the_command_reuses_freed_memory_unless_told_otherwise(tmp_path, monkeyp
     from constrained_sft.cli import main
 
     calls = []
-    monkeypatch.setattr(mixin, "reuse_freed_host_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(constrained, "reuse_freed_host_memory", lambda: calls.append(1) or True)
     tiny_causal_lm("llama").save_pretrained(tmp_path / "model")
     tiny_tokenizer().save_pretrained(tmp_path / "model")
     data = tmp_path / "data.jsonl"

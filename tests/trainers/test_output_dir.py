@@ -11,8 +11,7 @@ import pytest
 
 from constrained_sft import ConstrainedConfig, ConstrainedTrainer
 from constrained_sft.testing import presence_dataset, tiny_encoder
-from constrained_sft.trainers import OutputDirError
-from constrained_sft.trainers.checkpoints import CheckpointError
+from constrained_sft.trainers import CheckpointError, OutputDirError
 
 
 def trainer(out, model=None, **kw):

@@ -341,7 +341,7 @@ def test_the_loss_and_its_gradient_are_the_lagrangian(make_trainer):
 
 def test_an_unreachable_last_layer_bound_is_flagged_at_the_first_step(make_trainer, caplog):
     trainer = make_trainer(descent_alpha=0.5, descent_epsilon=0.05, max_steps=2)  # f_4 <= 0.05 x 0.5^3
-    with caplog.at_level("WARNING", logger="constrained_sft.trainers.mixin"):
+    with caplog.at_level("WARNING", logger="constrained_sft.trainers.constrained"):
         trainer.train()
     flagged = [r.getMessage() for r in caplog.records if "The constraints imply f_4 <=" in r.getMessage()]
     assert len(flagged) == 1 and "descent_epsilon 0.05 x (1 - 0.5)^3 = 0.00625 nats" in flagged[0]

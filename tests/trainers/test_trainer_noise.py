@@ -24,14 +24,14 @@ def test_training_noise_is_applied_per_example_and_never_reaches_forward(make_tr
     )
     calls = _spy_forward(noisy)
     levels = []
-    original = noisy._training_levels
+    original = noisy.noise.training_levels
 
-    def spy(inputs):
-        gamma = original(inputs)
+    def spy(inputs, training):
+        gamma = original(inputs, training)
         levels.append(gamma.clone())
         return gamma
 
-    noisy._training_levels = spy
+    noisy.noise.training_levels = spy
     noisy.train()
     assert calls and all("noise_gamma" not in kwargs for kwargs in calls)
     assert len(levels) == 3 and all(g.shape == (4,) for g in levels)
@@ -102,7 +102,7 @@ def test_one_noise_scale_for_the_whole_run_measured_once(tmp_path, monkeypatch):
     from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer, embedding_sigma
     from constrained_sft.noise import embedding as noise_module
     from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
-    from constrained_sft.trainers import mixin
+    from constrained_sft.trainers import noise as trainer_noise
 
     model = tiny_causal_lm("llama")
     start = embedding_sigma(model)
@@ -110,9 +110,9 @@ def test_one_noise_scale_for_the_whole_run_measured_once(tmp_path, monkeypatch):
     original_std = noise_module.table_std
     monkeypatch.setattr(noise_module, "table_std", lambda w: measured.append(1) or original_std(w))
     used = []
-    original_noise = mixin.embedding_noise
+    original_noise = trainer_noise.embedding_noise
     monkeypatch.setattr(
-        mixin, "embedding_noise", lambda *a, **kw: used.append(kw["sigma"]) or original_noise(*a, **kw)
+        trainer_noise, "embedding_noise", lambda *a, **kw: used.append(kw["sigma"]) or original_noise(*a, **kw)
     )
     args = ConstrainedSFTConfig(
         **config_kwargs(tmp_path, max_steps=4, learning_rate=0.05, noise_gamma=1.0, eval_noise_gammas=[1.0])
@@ -138,8 +138,8 @@ def test_one_training_level_per_packed_document(make_trainer):
         "input_ids": torch.ones(1, 9, dtype=torch.long),
         "position_ids": torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3]]),
     }
-    levels = trainer._training_levels(inputs)
+    levels = trainer.noise.training_levels(inputs, trainer.model.training)
     assert levels.shape == (3,) and len(set(levels.tolist())) == 3 and all(0.5 <= v <= 2.0 for v in levels.tolist())
-    assert trainer._training_levels({"input_ids": torch.ones(4, 5, dtype=torch.long)}).shape == (4,)
+    assert trainer.noise.training_levels({"input_ids": torch.ones(4, 5, dtype=torch.long)}, True).shape == (4,)
     trainer.model.eval()
-    assert trainer._training_levels(inputs) is None  # evaluation draws no training noise
+    assert trainer.noise.training_levels(inputs, trainer.model.training) is None  # evaluation draws no training noise

@@ -23,8 +23,9 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from ..utils import OutputDirError, check_output_folder, write_json
-from .checkpoints import CheckpointError, checkpoint_problem, checkpoints, resume_value
+from ...utils import OutputDirError, check_output_folder, write_json
+from .files import TRAINER_STATE
+from .select import CheckpointError, check_fits, checkpoint_problem, checkpoints, resolve_resume, resume_value
 
 logger = logging.getLogger(__name__)
 
@@ -206,3 +207,29 @@ def refusal_leaves_nothing(args: Any, existed: bool | None = None) -> Iterator[b
         if not existed and os.path.isdir(out) and not os.listdir(out):
             os.rmdir(out)
         raise
+
+
+def start_run(trainer: Any, resume_from_checkpoint: str | bool | None) -> str | None:
+    """
+    What `train()` does before transformers' loop: the output folder checked (see the module docstring),
+    `resume_from_checkpoint=True` resolved to the newest *complete* checkpoint (`select.resolve_resume`), unset the
+    same run's own folder resumed, and the checkpoint checked against the run (`select.check_fits`); then, on the main
+    process, the folder prepared. Returns the checkpoint to resume from (None: step 0).
+    """
+    args = trainer.args
+    identity = getattr(trainer, "run_identity", None) or run_identity(args, trainer.model)
+    with refusal_leaves_nothing(args, getattr(trainer, "output_dir_existed", True)):
+        check_output_dir(args, trainer.model, resume_from_checkpoint, identity)
+        resume = auto_resume(args, identity, resume_from_checkpoint)
+        main = trainer.is_world_process_zero()
+        checkpoint = resolve_resume(resume, args.output_dir, log=main)
+        if checkpoint is not None:
+            check_fits(checkpoint, trainer.model, trainer.primal_dual, args.constraints)
+            with open(os.path.join(checkpoint, TRAINER_STATE)) as f:
+                step = json.load(f).get("global_step")
+            if main:
+                logger.warning("Resuming from %s (optimizer step %s).", checkpoint, step)
+    trainer.accelerator.wait_for_everyone()  # every rank has read the folder before the main one changes it
+    if args.should_save:
+        prepare_output_dir(args, identity, resume)
+    return checkpoint

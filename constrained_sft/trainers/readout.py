@@ -24,8 +24,8 @@ from ..config import ConstrainedConfig
 from ..constraints import LayerLosses, PrimalDual
 from ..readout import ClassifierReadout, FunctionLoss, ReadoutError, ReadoutLoss, readout_loss
 from ..utils import unwrap_model
-from .mixin import BatchScore, ConstrainedTrainerMixin, constrained_args
-from .output_dir import refusal_leaves_nothing, run_identity
+from .constrained import BatchScore, ConstrainedTrainerMixin, constrained_args
+from .resume import prepare_inputs, refusal_leaves_nothing, run_identity
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
             self._verified = False
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        noise = self._noise(model, inputs)
+        noise = self.noise.for_forward(model, inputs, self.model.training)
         labels = inputs.get("labels")
         with noise:
             loss, outputs = super().compute_loss(
@@ -167,7 +167,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         constrained layer.
         """
         self.model.eval()
-        inputs = self._prepare_inputs(inputs)
+        inputs = prepare_inputs(self, inputs)
         inputs.pop("noise_gamma", None)
         labels = inputs["labels"]
         with self.compute_loss_context_manager():

@@ -1,8 +1,10 @@
 """
-Which checkpoint a run resumes from. A kill can land inside a save and leave a `checkpoint-N` folder with some files
+Which checkpoint a run resumes from, and whether it fits the run. A kill can land inside a save and leave a `checkpoint-N` folder with some files
 and not others; transformers' `resume_from_checkpoint=True` picks the highest N regardless. Here a checkpoint counts
 as complete only once `checkpoint_complete.json` is written, after every rank has written its files; resuming with
-`True` takes the newest complete checkpoint whose constraint state reads back, and names the folders it skipped.
+`True` takes the newest complete checkpoint whose constraint state reads back, and names the folders it skipped. A
+checkpoint of another model shape or constraint layout is refused before anything is loaded, and a load that fails
+later names the checkpoint and what it was reading.
 """
 
 from __future__ import annotations
@@ -11,65 +13,23 @@ import json
 import logging
 import os
 import re
-import shutil
+from collections.abc import Callable
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..constraints.state_io import ConstraintStateError, read_state
-from ..utils import write_json
+from ...constraints import ConstraintStateError
+from ...utils import unwrap_model
+from .files import ARGS_JSON, MARKER, STATE_JSON, TRAINER_STATE, file_problem, read_state
 
 logger = logging.getLogger(__name__)
 
-ARGS_JSON = "training_args.json"  # written by every save, in place of transformers' pickled training_args.bin
-MARKER = "checkpoint_complete.json"
-TRAINER_STATE = "trainer_state.json"
+SHAPE_KEYS = ("model_type", "hidden_size", "num_hidden_layers", "vocab_size", "intermediate_size", "num_labels")
 INCOMPLETE = "incomplete"
 _CHECKPOINT = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed from; the message names the folder and what is wrong."""
-
-
-def mark_complete(directory: str, global_step: int) -> None:
-    """Written last, by the main process, once every rank has saved: the folder is whole from here on. The size of
-    every file is recorded, so a file truncated or replaced later is found before resuming."""
-    files = sorted(name for name in os.listdir(directory) if name != MARKER)
-    sizes = {name: os.path.getsize(os.path.join(directory, name)) for name in files}
-    write_json(os.path.join(directory, MARKER), {"global_step": global_step, "files": files, "sizes": sizes})
-
-
-def file_problem(path: str, size: int | None) -> str | None:
-    """None if the checkpoint file at `path` reads as what its name says, else what is wrong. Cheap: sizes, JSON,
-    the safetensors header, the zip directory of a `torch.save` file; never the tensors themselves."""
-    import zipfile
-
-    name = os.path.basename(path)
-    if size is not None and os.path.getsize(path) != size:
-        return f"{name} is {os.path.getsize(path)} bytes but was saved as {size} (truncated or replaced)"
-    try:
-        if name.endswith(".json"):
-            with open(path) as f:
-                json.load(f)
-        elif name.endswith(".safetensors"):
-            from safetensors import safe_open
-
-            with safe_open(path, framework="pt"):
-                pass
-        elif name.endswith((".pt", ".pth", ".bin")) and os.path.isfile(path):
-            with zipfile.ZipFile(path):
-                pass
-    except Exception as error:  # noqa: BLE001 - any reader error means the file cannot be resumed from
-        return f"{name} is damaged ({type(error).__name__}: {str(error)[:120]})"
-    return None
-
-
-def remove_if_incomplete(directory: str) -> bool:
-    """Remove the leftovers of a save that was cut short, before saving the same step again; True if removed."""
-    if os.path.isdir(directory) and not os.path.isfile(os.path.join(directory, MARKER)):
-        shutil.rmtree(directory)
-        return True
-    return False
 
 
 def checkpoint_problem(directory: str) -> str | None:
@@ -166,3 +126,64 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str, l
     for name, why in skipped if log else []:
         logger.warning("Skipped %s (%s); resuming from %s.", name, why, path or "step 0, no checkpoint is complete")
     return path
+
+
+def check_fits(checkpoint: str, model, primal_dual, constraints: str) -> None:
+    """
+    Refuse a checkpoint of another model shape or constraint layout before anything is loaded (naming the file and
+    the differing fields); say when a constrained checkpoint is resumed without constraints, or the reverse.
+    """
+    config_path = os.path.join(checkpoint, "config.json")
+    config = getattr(unwrap_model(model), "config", None)
+    if os.path.isfile(config_path) and config is not None:
+        from transformers import AutoConfig
+
+        try:
+            saved = AutoConfig.from_pretrained(checkpoint)  # defaults filled in (config.json omits num_labels=2)
+        except (OSError, ValueError) as error:
+            raise CheckpointError(f"`resume_from_checkpoint`: {config_path} cannot be read ({error}).") from None
+        saved, current = _shape(saved), _shape(config)
+        diffs = [k for k in SHAPE_KEYS if k in saved and k in current and saved[k] != current[k]]
+        if diffs:
+            shown = ", ".join(f"{k} {saved[k]} vs {current[k]}" for k in diffs)
+            raise CheckpointError(
+                f"`resume_from_checkpoint`: {config_path} is a model of another shape ({shown} in this run); resume "
+                "it with the model it was trained from, or start a new run."
+            )
+    _, meta = read_state(checkpoint)
+    try:
+        primal_dual.check_saved_spec(meta["spec"])
+    except (ValueError, KeyError) as error:
+        raise CheckpointError(f"`resume_from_checkpoint`: {os.path.join(checkpoint, STATE_JSON)}: {error}") from None
+    args_path = os.path.join(checkpoint, ARGS_JSON)
+    if os.path.isfile(args_path):
+        with open(args_path) as f:
+            was = json.load(f).get("constraints")
+        if was is not None and was != constraints:
+            logger.warning(
+                "Resuming a checkpoint trained with `constraints: %s` as `constraints: %s`: %s",
+                was,
+                constraints,
+                "its multipliers are loaded but no longer used."
+                if constraints == "none"
+                else "the multipliers "
+                "start from the checkpoint's values (zero for an ERM run) and constraints apply from here on.",
+            )
+
+
+def _shape(config) -> dict:
+    """The shape fields a config has (`num_labels` included, which `to_dict()` leaves out)."""
+    return {k: getattr(config, k) for k in SHAPE_KEYS if hasattr(config, k)}
+
+
+def load_or_refuse(what: str, checkpoint: str, load: Callable[[], object]) -> None:
+    """Run `load`; any failure becomes a one-line [`CheckpointError`] naming the checkpoint and what was read."""
+    try:
+        load()
+    except CheckpointError:
+        raise
+    except Exception as error:  # noqa: BLE001 - torch, safetensors and pickle raise many kinds
+        raise CheckpointError(
+            f"`resume_from_checkpoint`: {checkpoint}: its {what} cannot be loaded ({type(error).__name__}: "
+            f"{str(error).splitlines()[0][:200] if str(error) else ''}). Resume from an earlier checkpoint."
+        ) from None

@@ -1,31 +1,32 @@
 """
-The primal-dual state in checkpoints: multipliers and dual-optimizer moments in safetensors, settings and recent
-history in JSON, never pickle. Both files are written atomically and carry a format version; reading either refuses,
-naming the file, what a killed save, a copy gone wrong or another version of the library can leave behind. The
-end-of-training report's file name lives here too.
+Every file this package adds to a checkpoint, its name and its format. The primal-dual state: multipliers and
+dual-optimizer moments in safetensors, settings and recent history in JSON, never pickle; both written atomically
+with a format version, and reading either refuses, naming the file, what a killed save, a copy gone wrong or another
+version of the library can leave behind. The completion marker (`checkpoint_complete.json`, written last, with every
+file's size) and the training arguments as JSON (`training_args.json`, in place of transformers' pickle).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import zipfile
 from typing import Any
 
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from ..utils import atomic_path, write_json
-from .primal_dual import PrimalDual
+from ...constraints import ConstraintStateError, PrimalDual
+from ...utils import atomic_path, write_json
 
 STATE_TENSORS = "constraint_state.safetensors"
 STATE_JSON = "constraint_state.json"
-REPORT = "constraints.json"
 FORMAT_VERSION = 1  # of `STATE_JSON`; a file without the field predates it and reads as version 1
-
-
-class ConstraintStateError(ValueError):
-    """A checkpoint's constraint state that cannot be resumed from: the message names the file and what is wrong."""
+ARGS_JSON = "training_args.json"  # written by every save, in place of transformers' pickled training_args.bin
+MARKER = "checkpoint_complete.json"
+TRAINER_STATE = "trainer_state.json"
 
 
 def to_files(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -139,3 +140,56 @@ def load_state(primal_dual: PrimalDual, directory: str) -> None:
         primal_dual.load_state_dict(from_files(tensors, meta))
     except (ValueError, KeyError, TypeError) as error:  # another constraint layout, or a hand-edited file
         raise ConstraintStateError(f"{os.path.join(directory, STATE_JSON)}: {error}") from None
+
+
+def mark_complete(directory: str, global_step: int) -> None:
+    """Written last, by the main process, once every rank has saved: the folder is whole from here on. The size of
+    every file is recorded, so a file truncated or replaced later is found before resuming."""
+    files = sorted(name for name in os.listdir(directory) if name != MARKER)
+    sizes = {name: os.path.getsize(os.path.join(directory, name)) for name in files}
+    write_json(os.path.join(directory, MARKER), {"global_step": global_step, "files": files, "sizes": sizes})
+
+
+def file_problem(path: str, size: int | None) -> str | None:
+    """None if the checkpoint file at `path` reads as what its name says, else what is wrong. Cheap: sizes, JSON,
+    the safetensors header, the zip directory of a `torch.save` file; never the tensors themselves."""
+    name = os.path.basename(path)
+    if size is not None and os.path.getsize(path) != size:
+        return f"{name} is {os.path.getsize(path)} bytes but was saved as {size} (truncated or replaced)"
+    try:
+        if name.endswith(".json"):
+            with open(path) as f:
+                json.load(f)
+        elif name.endswith(".safetensors"):
+            from safetensors import safe_open
+
+            with safe_open(path, framework="pt"):
+                pass
+        elif name.endswith((".pt", ".pth", ".bin")) and os.path.isfile(path):
+            with zipfile.ZipFile(path):
+                pass
+    except Exception as error:  # noqa: BLE001 - any reader error means the file cannot be resumed from
+        return f"{name} is damaged ({type(error).__name__}: {str(error)[:120]})"
+    return None
+
+
+def remove_if_incomplete(directory: str) -> bool:
+    """Remove the leftovers of a save that was cut short, before saving the same step again; True if removed."""
+    if os.path.isdir(directory) and not os.path.isfile(os.path.join(directory, MARKER)):
+        shutil.rmtree(directory)
+        return True
+    return False
+
+
+def write_training_args(args, output_dir: str) -> None:
+    """
+    The training arguments as JSON (`*_token` secrets masked by `to_dict()`; the tokenizer's own `eos_token` and
+    `pad_token` are no secret), replacing the pickled `training_args.bin` transformers writes, which holds the
+    arguments as a Python object, a Hub token in clear included, and can only be read by unpickling.
+    """
+    pickled = os.path.join(output_dir, "training_args.bin")
+    if os.path.exists(pickled):
+        os.remove(pickled)
+    settings = args.to_dict()
+    settings.update({k: getattr(args, k) for k in ("eos_token", "pad_token") if hasattr(args, k)})
+    write_json(os.path.join(output_dir, ARGS_JSON), settings)

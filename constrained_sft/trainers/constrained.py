@@ -1,34 +1,31 @@
 """
-What every constrained trainer shares, whatever its readout: the Lagrangian term, the dual step once per optimizer
-step, the public metrics, and the feasibility report at the end of training (checkpoints: `checkpoints`).
+How constrained training works, whatever the readout: the Lagrangian penalty added to each micro-batch's loss, the
+dual step once per optimizer step (run by `callbacks.DualStepCallback`), the layer statistics merged into the logs,
+and the feasibility report at the end of training. The trainer owns its noise (`noise.TrainingNoise`); resume and
+every private `Trainer` override live in `resume/`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
-import math
 import os
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import TrainerCallback, TrainingArguments
+from transformers import TrainingArguments
 
 from ..config import ConstraintArguments
 from ..constraints import LayerLosses, LayerStats, PrimalDual, stats_metrics
-from ..constraints.feasibility import bound_message, verdict_message
-from ..constraints.state_io import REPORT
-from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_noise, embedding_sigma
+from ..constraints.feasibility import REPORT, bound_message, verdict_message
 from ..utils import write_json
-from .checkpointing import CheckpointingMixin
-from .console import use_compact_console
+from .callbacks import DualStepCallback, handle_nonfinite, use_compact_console
 from .host_allocator import reuse_freed_host_memory
-from .nonfinite import handle_nonfinite
+from .noise import TrainingNoise
 from .problem import own_primal_dual, primal_dual_from_config
+from .resume import TrainerOverrides, start_run, trl_eval_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -77,39 +74,14 @@ def constrained_args(args: Any, config_class: type, trainer: str) -> Any:
     return config_class(**fields)
 
 
-class _DualStep(TrainerCallback):
-    """
-    Runs once all gradient-accumulation micro-batches of an optimizer step have run (and the gradients are clipped),
-    just before `optimizer.step()`, on every rank: the dual step, and the non-finite guard that may stop training or
-    drop the step's gradients before the parameters move.
-    """
-
-    def __init__(self, trainer: ConstrainedTrainerMixin) -> None:
-        self.trainer = trainer
-
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
-        self.trainer._dual_step()
-
-    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
-        """`constraint_warmup_epochs` in optimizer steps, now that the epoch length is known."""
-        epochs = getattr(args, "constraint_warmup_epochs", 0)
-        if epochs and train_dataloader is not None:
-            per_epoch = max(math.ceil(len(train_dataloader) / args.gradient_accumulation_steps), 1)
-            pd = self.trainer.primal_dual
-            pd.warmup_steps = max(args.constraint_warmup_steps, epochs * per_epoch)
-
-    def on_epoch_begin(self, args, state, control, **kwargs):
-        """Resilience restarts: u = 0 when an epoch after the first starts (not when a run resumes inside one)."""
-        if getattr(args, "resilience_restarts", False) and state.epoch and float(state.epoch).is_integer():
-            self.trainer.primal_dual.dual.reset_relaxation()
-
-
-class ConstrainedTrainerMixin(CheckpointingMixin):
+class ConstrainedTrainerMixin(TrainerOverrides):
     """Mixed in before a `transformers.Trainer` subclass; `args` must carry [`ConstraintArguments`]."""
 
     primal_dual: PrimalDual
+    noise: TrainingNoise
 
     def _init_constraints(self, num_layers: int, primal_dual: PrimalDual | None = None) -> None:
+        """Called by each trainer's `__init__` once `Trainer.__init__` has run: checks, the problem, the noise."""
         args = self.args
         if not isinstance(args, ConstraintArguments):
             raise TypeError(
@@ -136,90 +108,22 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
             self.primal_dual = own_primal_dual(primal_dual, num_layers)
         else:
             self.primal_dual = primal_dual_from_config(args, num_layers)
-        spec = self.primal_dual.spec
-        self._eval_stats = LayerStats(len(spec.layers))
-        self._constraint_metrics: dict[str, dict[str, list[float]]] = {"train": defaultdict(list)}
-        self._draws: dict[str, int] = defaultdict(int)
-        self._noise_eval = False
+        self._eval_stats = LayerStats(len(self.primal_dual.spec.layers))
+        self._train_metrics: dict[str, list[float]] = defaultdict(list)  # log key -> one value per optimizer step
         self._bound_checked = False
-        self.noise_sigma = self._reference_sigma()
-        gamma = getattr(args, "noise_gamma", 0.0)
-        self._noise_levels = NoiseLevels(
-            gamma=None if isinstance(gamma, list) else gamma,
-            gamma_range=gamma if isinstance(gamma, list) else None,
-            clean_prob=getattr(args, "noise_clean_prob", 0.0),
-        )
-        self.add_callback(_DualStep(self))
+        self.noise = TrainingNoise(args, self.model, step=lambda: self.state.global_step)
+        self.add_callback(DualStepCallback(self))
         if args.console_format == "compact":
             use_compact_console(self)
 
-    def _reference_sigma(self) -> float | None:
-        """sigma_x of every noisy forward of this trainer: `noise_sigma`, else the starting model's, measured now."""
-        given = getattr(self.args, "noise_sigma", None)
-        if given is not None:
-            return given
-        try:
-            return embedding_sigma(self.model)
-        except EmbeddingNoiseError as error:
-            if getattr(self.args, "uses_noise", False):
-                raise EmbeddingNoiseError(
-                    f"`noise_gamma` / `eval_noise_gammas` perturb the input embeddings, but {error} Train this model "
-                    "with `noise_gamma: 0` and no `eval_noise_gammas`, or use a model whose token embeddings come "
-                    "from `get_input_embeddings()`."
-                ) from None
-            return None  # a model without input embeddings, trained without noise
+    @property
+    def noise_sigma(self) -> float | None:
+        """sigma_x of every noisy forward of this trainer (`noise_sigma`, else the starting model's)."""
+        return self.noise.sigma
 
     # --- the loss -------------------------------------------------------------------------------------------------
     def _constraints_active(self) -> bool:
         return self.model.training and self.primal_dual.active(self.state.global_step)
-
-    def _generator(self, purpose: str, device: torch.device) -> torch.Generator:
-        """A private stream per (purpose, seed, step, draw, rank): reproducible, resumable, global RNG untouched."""
-        key = f"{purpose}/{self.args.seed}/{self.state.global_step}/{self._draws[purpose]}/{self.args.process_index}"
-        self._draws[purpose] += 1
-        return torch.Generator(device=device).manual_seed(zlib.crc32(key.encode()))
-
-    def _row_stream(self, purpose: str, rows: int) -> tuple[int, int]:
-        """
-        (seed, first global row) of a micro-batch of `rows` rows, for streams keyed by row (see `row_keys`): the
-        seed is a function of (purpose, seed, step), the row of (micro-batch, rank), so a sequence draws the same
-        whatever the split of the global batch into micro-batches and ranks.
-        """
-        micro = self._draws[purpose]
-        self._draws[purpose] += 1
-        seed = zlib.crc32(f"{purpose}/{self.args.seed}/{self.state.global_step}".encode())
-        return seed, (micro * self.args.world_size + self.args.process_index) * rows
-
-    def _noise(self, model, inputs: dict[str, Any]):
-        """
-        Embedding noise for one forward: per-example levels from a collator's `noise_gamma` (popped: it never
-        reaches the model), else in training the config's `noise_gamma` drawn by [`_training_levels`].
-        """
-        gamma = inputs.pop("noise_gamma", None)
-        if gamma is None:
-            gamma = self._training_levels(inputs)
-        if gamma is None:
-            return contextlib.nullcontext()
-        generator = self._generator("noise", gamma.device)
-        return embedding_noise(
-            model, gamma=gamma, mean=self.args.noise_mean, generator=generator, sigma=self.noise_sigma
-        )
-
-    def _training_levels(self, inputs: dict[str, Any]) -> torch.Tensor | None:
-        """
-        `[n]` levels for a training micro-batch: one per row, or one per document of a padding-free row (documents
-        start where `position_ids` restart at 0). Drawn from the (seed, step, micro-batch, rank) stream, so a resumed
-        run draws exactly what the uninterrupted run drew, and no two ranks or workers share a stream.
-        """
-        args = self.args
-        if not (self.model.training and getattr(args, "trains_with_noise", False)):
-            return None
-        ids, positions = inputs.get("input_ids"), inputs.get("position_ids")
-        if ids is None:  # models fed something else (a denoiser's `input_values`): one level per row
-            ids = next(v for k, v in inputs.items() if torch.is_tensor(v) and k != "labels")
-        n = int(positions.eq(0).sum()) if positions is not None and ids.shape[0] == 1 else ids.shape[0]
-        levels = self._noise_levels.sample(max(n, 1), self._generator("noise-levels", torch.device("cpu")))
-        return levels.to(ids.device)
 
     def _reduce(self, tensor: torch.Tensor) -> torch.Tensor:
         """The sum over data-parallel ranks (in one process, the tensor itself: accelerate would only clone it)."""
@@ -246,18 +150,18 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
         return loss + self.primal_dual.penalty(losses) / self._loss_denominator(num_items_in_batch, losses.num_tokens)
 
     # --- once per optimizer step ----------------------------------------------------------------------------------
-    def _get_grad_norm(self, model, grad_norm=None):
-        """transformers' global gradient norm of the step (a device scalar), kept for the non-finite guard."""
-        self._step_grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
-        return self._step_grad_norm
-
-    def _dual_step(self) -> None:
-        grad_norm = getattr(self, "_step_grad_norm", None)
+    def dual_step(self) -> None:
+        """
+        Once all micro-batches of an optimizer step have run and the gradients are clipped, before the parameters
+        move (`DualStepCallback`): the multipliers' step on the global-batch slack, the non-finite guard, and the
+        step's metrics kept for the next log. Every rank runs it on the same reduced statistics.
+        """
+        grad_norm = getattr(self, "_step_grad_norm", None)  # kept by the `_get_grad_norm` override
         self._step_grad_norm = None
         spec = self.primal_dual.spec
         stats = self.primal_dual.step(self.state.global_step, self._reduce, grad_norm)
         metrics = stats.metrics(spec) if stats is not None else {}
-        self._draws.clear()
+        self.noise.next_step()
         if not self.primal_dual.last_step_finite:
             handle_nonfinite(self, metrics, self.primal_dual.last_grad_norm)
             return
@@ -267,9 +171,9 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
             if message is not None and self.is_world_process_zero():
                 logger.warning(message)
         for key, value in metrics.items():
-            self._constraint_metrics["train"][key].append(value)
+            self._train_metrics[key].append(value)
 
-    # --- logging --------------------------------------------------------------------------------------------------
+    # --- evaluation and logging -----------------------------------------------------------------------------------
     def evaluation_loop(self, *args, **kwargs):
         """Every evaluation or prediction loop starts from empty statistics: `predict()` never calls `log()`, which
         is where they are otherwise emptied."""
@@ -278,7 +182,7 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
 
     def _reset_eval_statistics(self) -> None:
         self._eval_stats = LayerStats(len(self.primal_dual.spec.layers))
-        trl_metrics = getattr(self, "_metrics", {}).get("eval")  # TRL's own eval metrics leak the same way
+        trl_metrics = trl_eval_metrics(self)  # TRL's own eval metrics leak the same way
         if trl_metrics:
             trl_metrics.clear()
 
@@ -288,49 +192,51 @@ class ConstrainedTrainerMixin(CheckpointingMixin):
         metrics = super().evaluate(
             eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix
         )
-        levels = getattr(self.args, "eval_noise_gammas", None)
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
-        if not levels or self._noise_eval or isinstance(dataset, dict):  # a dict comes back here once per dataset
+        levels = self.noise.evaluation_levels(metric_key_prefix)
+        if not levels or isinstance(dataset, dict):  # `Trainer.evaluate` comes back here once per dataset of a dict
             return metrics
-        self._noise_eval = True
+        self.noise.evaluating = True
         try:
-            for i, gamma in enumerate(levels):
-                prefix = f"{metric_key_prefix}_gamma_{gamma:g}"
+            for prefix, gamma, seed in levels:
                 self._eval_prefix = prefix
-                seed = self.args.seed + 7919 * (i + 1) + 104729 * self.args.process_index
-                noise = embedding_noise(
-                    self.model, gamma=gamma, mean=self.args.noise_mean, seed=seed, sigma=self.noise_sigma
-                )
-                with noise:
+                with self.noise.at_level(self.model, gamma, seed):
                     metrics.update(
                         super().evaluate(eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=prefix)
                     )
         finally:
-            self._noise_eval = False
+            self.noise.evaluating = False
             self._eval_prefix = metric_key_prefix
         return metrics
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """The optimizer steps' constraint metrics (means since the last log) and the multipliers in a training
+        log; the layer statistics of an evaluation under its prefix."""
         if self.model.training:
-            buffer = self._constraint_metrics["train"]
-            logs.update({key: sum(values) / len(values) for key, values in buffer.items() if values})
-            buffer.clear()
+            logs.update({key: sum(values) / len(values) for key, values in self._train_metrics.items() if values})
+            self._train_metrics.clear()
             if self.primal_dual.enabled:
                 logs.update(self.primal_dual.dual_metrics())
         else:
             prefix = getattr(self, "_eval_prefix", "eval")
             if self._eval_stats.totals is not None:
-                metrics = stats_metrics(self.primal_dual.spec, self._eval_stats.pop(lambda t: t))
+                metrics = stats_metrics(self.primal_dual.spec, self._eval_stats.pop_totals(lambda t: t))
                 logs.update({f"{prefix}_{key}": value for key, value in metrics.items()})
-            trl_metrics = getattr(self, "_metrics", {}).get("eval")
+            trl_metrics = trl_eval_metrics(self)
             if prefix != "eval" and trl_metrics:  # TRL names its eval metrics eval_*; keep them under this prefix
                 logs.update({f"{prefix}_{key}": sum(v) / len(v) for key, v in trl_metrics.items() if v})
                 trl_metrics.clear()
         super().log(logs, start_time)
 
-    # --- end of training ------------------------------------------------------------------------------------------
-    def train(self, *args, **kwargs):
-        output = super().train(*args, **kwargs)
+    # --- the run --------------------------------------------------------------------------------------------------
+    def train(self, resume_from_checkpoint: str | bool | None = None, *args, **kwargs):
+        """
+        `Trainer.train`, after checking the output folder (`resume.run_folder`): `resume_from_checkpoint=True` takes
+        the newest *complete* checkpoint, unset it resumes the same run's own folder, and the checkpoint must fit this
+        run; then the feasibility report (`write_constraint_report`).
+        """
+        checkpoint = start_run(self, resume_from_checkpoint)
+        output = super().train(checkpoint, *args, **kwargs)
         self.write_constraint_report()
         return output
 

@@ -1,0 +1,118 @@
+"""
+Every private method of `transformers.Trainer` this package overrides, and every private attribute or method of
+transformers or TRL it reads, in one file: a transformers or TRL upgrade is an audit of this file alone. Each override
+says which behaviour of transformers it changes and why; each calls the original (`super()`) unless it says otherwise.
+
+Overridden (transformers 5.23-5.24): `_save_checkpoint`, `_save`, `_save_optimizer_and_scheduler`,
+`_load_optimizer_and_scheduler`, `_load_from_checkpoint`, `_load_rng_state`, `_run_epoch`, `_get_grad_norm`.
+Read: TRL's `SFTTrainer._metrics` (`trl_eval_metrics`); called: `Trainer._prepare_inputs` (`prepare_inputs`),
+`Trainer._get_output_dir` (in `_save_checkpoint`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+from .files import load_state, mark_complete, remove_if_incomplete, save_state, write_training_args
+from .select import load_or_refuse
+
+logger = logging.getLogger(__name__)
+
+
+def trl_eval_metrics(trainer: Any) -> dict[str, list[float]] | None:
+    """TRL's evaluation metrics buffer (`SFTTrainer._metrics["eval"]`: name -> values), None on a plain `Trainer`.
+    TRL empties it only in `log()`, which `predict()` never calls, and names its keys `eval_*` whatever the prefix."""
+    return getattr(trainer, "_metrics", {}).get("eval")
+
+
+def prepare_inputs(trainer: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """`Trainer._prepare_inputs`: a batch moved to the trainer's device, as its training and evaluation steps see it."""
+    return trainer._prepare_inputs(inputs)
+
+
+class TrainerOverrides:
+    """
+    Mixed in before a `transformers.Trainer` subclass that has a `primal_dual`: the constraint state saved beside
+    the optimizer's and restored with it, saves a kill cannot leave half-done, every load failure named in one line,
+    no step past the end, and the step's gradient norm kept for the non-finite guard.
+    """
+
+    # transformers writes the optimizer and scheduler; the constraint state (multipliers, dual-optimizer moments)
+    # is written beside them, so a checkpoint holds both halves of the primal-dual state.
+    def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
+        super()._save_optimizer_and_scheduler(output_dir)
+        if self.args.should_save:
+            save_state(self.primal_dual, output_dir)
+
+    # transformers loads the optimizer and scheduler with raw torch errors; here any failure is one line naming the
+    # checkpoint, and the constraint state is restored with them (a missing, damaged or foreign one refused).
+    def _load_optimizer_and_scheduler(self, checkpoint: str | None) -> None:
+        load_or_refuse(
+            "optimizer / scheduler state (optimizer.pt, scheduler.pt)",
+            checkpoint,
+            lambda: super(TrainerOverrides, self)._load_optimizer_and_scheduler(checkpoint),
+        )
+        if checkpoint is not None:
+            load_state(self.primal_dual, checkpoint)
+
+    # transformers' weight loading, with its failure (torch, safetensors, pickle) as one line naming the checkpoint.
+    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
+        load_or_refuse(
+            "model weights",
+            resume_from_checkpoint,
+            lambda: super(TrainerOverrides, self)._load_from_checkpoint(resume_from_checkpoint, model),
+        )
+
+    # transformers' RNG restore, with its failure as one line naming the checkpoint.
+    def _load_rng_state(self, checkpoint):
+        load_or_refuse(
+            "RNG state (rng_state*.pth)",
+            checkpoint,
+            lambda: super(TrainerOverrides, self)._load_rng_state(checkpoint),
+        )
+
+    # transformers pickles the arguments (`training_args.bin`, a Hub token in clear included); here they are JSON.
+    # transformers calls `_save` on every rank; only the main one writes.
+    def _save(self, output_dir: str | None = None, state_dict=None) -> None:
+        super()._save(output_dir, state_dict)
+        if self.args.should_save:
+            write_training_args(self.args, output_dir if output_dir is not None else self.args.output_dir)
+
+    # transformers saves a checkpoint's files one by one and rotates old checkpoints inside the save, so a kill can
+    # leave a half-written `checkpoint-N` that `resume_from_checkpoint=True` would pick, after the complete one was
+    # rotated away. Here: leftovers of a cut-short save of the same step go first, rotation is held back
+    # (`save_total_limit` unset for the call), the completion marker is written once every rank has saved, and only
+    # then are older checkpoints rotated.
+    def _save_checkpoint(self, model, trial) -> None:
+        run_dir = self._get_output_dir(trial=trial)
+        folder = os.path.join(run_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.args.should_save and remove_if_incomplete(folder):
+            logger.info("Removed %s, left incomplete by an interrupted save, before saving it again.", folder)
+        self.accelerator.wait_for_everyone()
+        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        self.accelerator.wait_for_everyone()  # every rank's files (its RNG state, its shards) are on disk
+        if self.args.should_save:
+            mark_complete(folder, self.state.global_step)
+            rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint, use_mtime=True)
+
+    # transformers enters an epoch without checking the step budget, so a run resumed from the checkpoint of its last
+    # step would train one step more (and move the multipliers); a finished run resumes to nothing to do.
+    def _run_epoch(self, *args, **kwargs):
+        if self.state.global_step >= self.state.max_steps > 0:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
+    # transformers computes the step's clipped global gradient norm here (a device scalar; under FSDP2 a replicated
+    # DTensor) and passes it on; it is also kept, unchanged, for the non-finite guard of the dual step.
+    def _get_grad_norm(self, model, grad_norm=None):
+        self._step_grad_norm = super()._get_grad_norm(model, grad_norm=grad_norm)
+        return self._step_grad_norm
