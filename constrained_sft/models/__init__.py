@@ -8,11 +8,13 @@ Model classes the library defines, registered with the transformers Auto classes
   attention tied across layers, ReLU perceptrons, average pooling into the shared linear readout.
 - Video denoisers (Section 4), registered with `AutoModel`: `DUSTForDenoising` (De Weerdt et al., 2023: symmetric
   attention + LISTA on DCT dictionaries), `VideoUTForDenoising` (the UT on patch sequences) and `ViTForDenoising`
-  (a `ViTModel` with a shared linear un-patching readout); their shared pieces are in `denoising`.
+  (a `ViTModel` with a shared linear un-patching readout); their shared pieces are in `denoising`, and the registry
+  of their names (`denoisers.DENOISERS`: class, sequence axis, recipe fields, how each is built) in `denoisers`.
 
 May import: utils.
 """
 
+from .denoisers import DENOISERS, Denoiser, denoiser_of
 from .denoising import PixelInput, dct_dictionary
 from .dust import DUSTConfig, DUSTForDenoising
 from .pooled_linear import POOLINGS, PooledLinearConfig, PooledLinearForSequenceClassification
@@ -26,11 +28,10 @@ ARCHITECTURES = (
     "ut",
 )  # `classifier_architecture`: the model at `model_name_or_path`, or a UT on its embeddings
 
-DENOISERS = ("dust", "ut", "vit")  # `architecture` of a `task: video` recipe
-
 __all__ = [
     "ARCHITECTURES",
     "DENOISERS",
+    "Denoiser",
     "DUSTConfig",
     "DUSTForDenoising",
     "PixelInput",
@@ -39,6 +40,7 @@ __all__ = [
     "ViTDenoiserConfig",
     "ViTForDenoising",
     "dct_dictionary",
+    "denoiser_of",
     "POOLINGS",
     "READOUTS",
     "PooledLinearConfig",

@@ -34,15 +34,8 @@ from ..data.video import (
     load_video_validation,
     read_clips,
 )
-from ..models import (
-    DENOISERS,
-    DUSTConfig,
-    DUSTForDenoising,
-    VideoUTConfig,
-    VideoUTForDenoising,
-    ViTDenoiserConfig,
-    ViTForDenoising,
-)
+from ..models import DENOISERS, denoiser_of
+from ..models.denoisers import architecture_help
 from ..trainers import ConstrainedTrainer, check_output_dir
 from ..utils import write_json
 from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio
@@ -59,11 +52,7 @@ class VideoScriptArguments(VideoDataArguments):
     )
     architecture: str = field(
         default="dust",
-        metadata={
-            "help": "'dust' (De Weerdt et al. 2023), 'ut' (Yang et al. 2022, on patch sequences) or 'vit' (a "
-            "ViTModel with a shared linear un-patching readout).",
-            "choices": list(DENOISERS),
-        },
+        metadata={"help": architecture_help(), "choices": list(DENOISERS)},
     )
     num_layers: int = field(default=3, metadata={"help": "L, the unrolled layers (ViT: its encoder layers)."})
     dictionary_atoms_per_side: int | None = field(
@@ -104,55 +93,19 @@ class VideoScriptArguments(VideoDataArguments):
             )
         if self.sparsity_weight < 0:
             raise VideoDataError(f"`sparsity_weight` must be a finite number >= 0, got {self.sparsity_weight!r}.")
-        if self.architecture == "vit" and self.vit_hidden_size % 64 and self.vit_model_name_or_path is None:
-            raise VideoDataError(
-                f"`vit_hidden_size` must be a multiple of 64 (heads of 64), got {self.vit_hidden_size}."
-            )
+        problem = DENOISERS[self.architecture].problem(self)
+        if problem is not None:
+            raise VideoDataError(problem)
 
     @property
     def sequence_axis(self) -> str:
-        """DUST and UT read a patch position over time; the ViT reads one frame (B.2)."""
-        return "space" if self.architecture == "vit" else "time"
+        """The axis the architecture's patch sequences run along (DUST and UT: time; the ViT: space, B.2)."""
+        return DENOISERS[self.architecture].sequence_axis
 
 
 def build_denoiser(args: VideoScriptArguments, sigma_x: float):
-    """The recipe's denoiser, its noise scale sigma_x saved in its config."""
-    if args.architecture == "dust":
-        config = DUSTConfig(
-            patch_size=args.patch_size,
-            dictionary_atoms_per_side=args.dictionary_atoms_per_side or 20,
-            num_hidden_layers=args.num_layers,
-            sparsity_weight=args.sparsity_weight,
-            attention_weight=args.attention_weight,
-            tie_dictionaries=args.tie_dictionaries,
-            data_std=sigma_x,
-            architectures=[DUSTForDenoising.__name__],
-        )
-        return DUSTForDenoising(config)
-    if args.architecture == "ut":
-        config = VideoUTConfig(
-            patch_size=args.patch_size,
-            dictionary_atoms_per_side=args.dictionary_atoms_per_side or 16,
-            num_hidden_layers=args.num_layers,
-            data_std=sigma_x,
-            architectures=[VideoUTForDenoising.__name__],
-        )
-        return VideoUTForDenoising(config)
-    frame = dict(frame_size=args.frame_size, data_std=sigma_x)
-    if args.vit_model_name_or_path:
-        return ViTForDenoising.from_pretrained_vit(args.vit_model_name_or_path, **frame)
-    config = ViTDenoiserConfig(
-        hidden_size=args.vit_hidden_size,
-        num_attention_heads=args.vit_hidden_size // 64,
-        intermediate_size=args.vit_intermediate_size,
-        num_hidden_layers=args.num_layers,
-        image_size=args.frame_size,
-        patch_size=args.patch_size,
-        num_channels=1,
-        architectures=[ViTForDenoising.__name__],
-        **frame,
-    )
-    return ViTForDenoising(config)
+    """The recipe's denoiser (see `models.DENOISERS`), its noise scale sigma_x saved in its config."""
+    return DENOISERS[args.architecture].build(args, sigma_x)
 
 
 def denoiser_trainer(model, args, train=None, held_out=None, callbacks=()) -> ConstrainedTrainer:
@@ -193,7 +146,7 @@ class VideoSweepData:
 
 
 def _axis(model) -> str:
-    return "space" if isinstance(model, ViTForDenoising) else "time"
+    return denoiser_of(model).sequence_axis
 
 
 class VideoTask(Task):

@@ -137,3 +137,26 @@ def test_a_few_constrained_steps(kind, tmp_path):
     assert trainer.noise_sigma == 0.2  # the data's sigma_x, from the model's pixel input
     assert trainer.primal_dual.multipliers.value().gt(0).any()
     assert any(not torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_the_registry_builds_each_denoiser_from_its_recipe_fields():
+    """`DENOISERS` owns the names: each entry's fields are recipe fields, its builder gives its class (the recipe's
+    sigma_x in the config), and `denoiser_of` finds the entry again from the model."""
+    import dataclasses
+
+    from constrained_sft.models import DENOISERS, denoiser_of
+    from constrained_sft.tasks import VideoScriptArguments
+
+    recipe_fields = {f.name for f in dataclasses.fields(VideoScriptArguments)}
+    assert set(DENOISERS) == {"dust", "ut", "vit"}
+    for name, entry in DENOISERS.items():
+        assert set(entry.fields) <= recipe_fields, name
+        recipe = VideoScriptArguments(
+            architecture=name, patch_size=8, frame_size=16, num_layers=2, dictionary_atoms_per_side=8,
+            vit_hidden_size=64, vit_intermediate_size=32,
+        )  # fmt: skip
+        model = entry.build(recipe, 0.25)
+        assert isinstance(model, entry.model_class) and model.config.data_std == 0.25
+        assert denoiser_of(model) is entry and recipe.sequence_axis == entry.sequence_axis
+    with pytest.raises(ValueError, match="not a registered video denoiser"):
+        denoiser_of(torch.nn.Linear(1, 1))
