@@ -8,9 +8,9 @@ flag is refused with the closest known fields, so a typo never passes as a defau
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import os
-import re
 
 from trl import TrlParser
 
@@ -20,19 +20,36 @@ from . import DEFAULT_TASK, Recipe, Task, get_task
 HELP = ("-h", "--help")
 
 
-def escape_percent(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """argparse formats help text with `%`: a literal '%' in a field's help ("10%") must be written '%%' (help
-    already written for argparse, '%%' or '%(default)s', is kept)."""
-    for action in parser._actions:
-        if action.help:
-            action.help = percent(action.help)
-    return parser
+def _escaped(kwargs: dict) -> dict:
+    return {**kwargs, "help": percent(kwargs["help"])} if kwargs.get("help") else kwargs
 
 
-def dataclass_parser(classes: tuple[type, ...], prog: str, description: str, epilog: str | None = None) -> TrlParser:
-    """A `TrlParser` over `classes` whose `--help` shows `prog`, what it does, and the fields with their defaults."""
-    parser = TrlParser(classes, prog=prog, description=description, epilog=epilog)
-    return escape_percent(parser)
+class RecipeParser(TrlParser):
+    """
+    TRL's parser of recipes and flags into dataclasses, with two changes through argparse's public API: a field's help
+    may hold a literal '%' ("10%"; argparse formats help with `%`, so it is doubled as each argument is added; help
+    already written for argparse, '%%' or '%(default)s', is kept), and `known_fields()` for the hints of `parse`.
+    """
+
+    def add_argument(self, *args, **kwargs):
+        return super().add_argument(*args, **_escaped(kwargs))
+
+    def add_argument_group(self, *args, **kwargs):
+        group = super().add_argument_group(*args, **kwargs)
+        add = group.add_argument
+        group.add_argument = lambda *a, **kw: add(*a, **_escaped(kw))
+        return group
+
+    def known_fields(self) -> list[str]:
+        """Every field name a recipe key or flag may take."""
+        return sorted({f.name for cls in self.dataclass_types for f in dataclasses.fields(cls) if f.init})
+
+
+def dataclass_parser(
+    classes: tuple[type, ...], prog: str, description: str, epilog: str | None = None
+) -> RecipeParser:
+    """A parser over `classes` whose `--help` shows `prog`, what it does, and the fields with their defaults."""
+    return RecipeParser(classes, prog=prog, description=description, epilog=epilog)
 
 
 def read_recipe(path: str | None, flag: str = "--config") -> dict:
@@ -70,30 +87,36 @@ def recipe_and_task(argv: list[str], prog: str, flag: str = "--config") -> tuple
     return recipe, get_task(known.task or recipe.get("task", DEFAULT_TASK)), argv
 
 
-def parse(parser, argv: list[str] | None, with_config: bool = True) -> tuple:
+def parse(parser: RecipeParser, argv: list[str] | None, with_config: bool = True) -> tuple:
     """
     The parser's dataclasses from `argv` (and a `--config` YAML when `with_config`); an unknown key or flag is
     refused with the closest known fields, so a typo in a recipe never passes as a default.
     """
     argv = list(argv or [])
-    try:
-        if with_config:
-            return parser.parse_args_and_config(argv)
-        return parser.parse_args_into_dataclasses(argv)
-    except ValueError as error:
-        text = str(error)
-        source = "recipe key" if "config file" in text else "flag"
-        if "not used by the HfArgumentParser" not in text and "Unknown arguments" not in text:
-            raise
-        known = sorted({action.dest for action in parser._actions if action.dest != "help"})
-        hints = []
-        for name in dict.fromkeys(re.findall(r"'--([A-Za-z_][\w.-]*)'", text)):
-            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
-            hints.append(f"`{name}` (did you mean {' / '.join(f'`{c}`' for c in close)}?)" if close else f"`{name}`")
-        raise ValueError(
-            f"Unknown {source}(s): {', '.join(hints) or text}. Recipe keys and flags are the fields that `--help` "
-            "lists."
-        ) from None
+    if with_config:
+        *parsed, from_recipe, from_flags = parser.parse_args_and_config(
+            argv, return_remaining_strings=True, separate_remaining_strings=True
+        )
+    else:
+        *parsed, from_flags = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+        from_recipe = []
+    for source, unknown in (("flag", from_flags), ("recipe key", from_recipe)):
+        if unknown:
+            raise ValueError(f"Unknown {source}(s): {_hints(unknown, parser.known_fields())}. Recipe keys and flags "
+                             "are the fields that `--help` lists.")  # fmt: skip
+    return tuple(parsed)
+
+
+def _hints(unknown: list[str], known: list[str]) -> str:
+    """The unknown names of `unknown` (argv strings: `--name`, values) with the closest known fields."""
+    names = [a.lstrip("-").split("=", 1)[0] for a in unknown if a.startswith("-")]
+    if not names:
+        return ", ".join(f"`{a}`" for a in unknown)
+    hints = []
+    for name in dict.fromkeys(names):
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        hints.append(f"`{name}` (did you mean {' / '.join(f'`{c}`' for c in close)}?)" if close else f"`{name}`")
+    return ", ".join(hints)
 
 
 def load_recipe(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Task, Recipe]:

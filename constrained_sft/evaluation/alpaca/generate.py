@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from ...data import ModelSpec
 from ...noise import embedding_noise, embedding_sigma, parse_levels
-from ...tasks.sft import load_causal_lm
+from ...tasks import SFTTask, get_task
 from ...utils import check_fields, check_output_folder, read_json, write_json
 from ..loading import reference_sigma
 
@@ -229,7 +229,7 @@ def run(args: GenerateArguments) -> dict[float, str]:
     name = args.name or os.path.basename(os.path.normpath(args.model))
     args = replace(args, sigma_x=reference_sigma(args.sigma_x, args.model)[0])  # else measured below
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    model, tokenizer = load_causal_lm(
+    model, tokenizer = get_task(SFTTask.name).load_model(
         ModelSpec(name, args.model, args.base_model), torch.bfloat16 if bf16 else torch.float32
     )
     if args.sigma_x is None:

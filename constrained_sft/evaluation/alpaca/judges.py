@@ -78,9 +78,9 @@ def offline_test_completions(prompts: Sequence[str], **_: object) -> dict[str, l
 @functools.lru_cache(maxsize=1)
 def _judge_model(model_name: str, dtype: str):
     from ...data import ModelSpec
-    from ...tasks.sft import load_causal_lm
+    from ...tasks import SFTTask, get_task
 
-    model, tokenizer = load_causal_lm(ModelSpec("judge", model_name), getattr(torch, dtype))
+    model, tokenizer = get_task(SFTTask.name).load_model(ModelSpec("judge", model_name), getattr(torch, dtype))
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
