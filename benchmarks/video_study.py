@@ -92,10 +92,10 @@ def main() -> int:
         evaluated = run(evaluation, recipe.script)
         results["architectures"][arch] = {
             "train_gamma": train_gamma,
-            "gammas": evaluated["settings"]["gammas"],
+            "gammas": evaluated.gammas,
             "runs": runs,
-            "comparison": evaluated["comparisons"]["constrained - erm"],
-            "report": evaluated["files"]["html"],
+            "comparison": evaluated.comparisons["constrained - erm"].to_dict(),
+            "report": evaluated.files["html"],
         }
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "video-skvideo-results.json"), "w") as f:

@@ -24,8 +24,9 @@ class StudyCommand(Command):
 
     def run(self, argv: list[str], prog: str) -> int:
         from ..evaluation.alpaca.report import judge_label
-        from ..evaluation.compare import table
+        from ..evaluation.report import comparisons_markdown
         from ..study import StudyArguments, run
+        from ..study.results import StudyResults
         from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
 
         _, task, argv = recipe_and_task(argv, prog)
@@ -37,11 +38,11 @@ class StudyCommand(Command):
         args, *constrained = parse(parser, argv)
         _, *erm = parse(parser, erm_argv(argv, args.erm_config) if args.erm_config else argv)
         out = run(args, task, own_process(task.recipe(tuple(constrained))), own_process(task.recipe(tuple(erm))))
-        if "head_to_head" not in out:
+        if not isinstance(out, StudyResults):  # `--stage train`
             print(f"trained: {', '.join(p for ps in out['folders'].values() for p in ps)}")
             return 0
-        print(table(out["robustness"]["comparisons"]))
-        head = out["head_to_head"]
+        print(comparisons_markdown(out.robustness.comparisons))
+        head = out.head_to_head
         for lv in head["levels"]:
             agreement = "-" if lv["order_agreement"] is None else f"{lv['order_agreement']:.2f}"
             print(
@@ -50,7 +51,7 @@ class StudyCommand(Command):
                 f"{judge_label(head)})"
             )
         print(can_show(out))
-        print(f"report: {out['files']['html']} and {out['files']['md']}")
+        print(f"report: {out.files['html']} and {out.files['md']}")
         return 0
 
 
@@ -70,20 +71,20 @@ def erm_argv(argv: list[str], erm_config: str) -> list[str]:
     return out
 
 
-def can_show(study: dict) -> str:
-    """What this budget resolved and what it did not, in words."""
-    comparisons = next(iter(study["robustness"]["comparisons"].values()))
-    resolved = [k for k, row in comparisons.items() if row["difference"]["verdict"] != "same"]
-    widths = [lv["high"] - lv["low"] for lv in study["head_to_head"]["levels"] if lv["win_rate"] is not None]
-    budget = study["settings"]["budget"]
+def can_show(study) -> str:
+    """What this budget resolved and what it did not, in words (`study`: the study's results)."""
+    rows = next(iter(study.robustness.comparisons.values())).rows
+    resolved = [k for k, row in rows.items() if row.difference.verdict != "same"]
+    widths = [lv["high"] - lv["low"] for lv in study.head_to_head["levels"] if lv["win_rate"] is not None]
+    budget = study.budget
     text = (
         f"At this budget ({budget['training_seeds_per_arm']} training seed(s) per arm, {budget['max_steps']} steps, "
-        f"{budget['held_out_sequences']} held-out sequences) {len(resolved)} of {len(comparisons)} differences are "
+        f"{budget['held_out_sequences']} held-out sequences) {len(resolved)} of {len(rows)} differences are "
         f"resolved ({', '.join(resolved) or 'none'}); the others' intervals contain 0, which says the budget cannot "
         "tell the arms apart there, not that they are equal."
     )
     if widths and math.isfinite(max(widths)):
         text += f" Win-rate intervals are up to {max(widths):.0f} points wide."
-    if study["head_to_head"].get("judge_is_proxy"):
+    if study.head_to_head.get("judge_is_proxy"):
         text += " The judge is a proxy (similarity to the reference answer), not a judge of quality."
     return text

@@ -21,7 +21,7 @@ class SweepCommand(Command):
     )
 
     def run(self, argv: list[str], prog: str) -> int:
-        from ..evaluation.compare import table
+        from ..evaluation.report import comparisons_markdown
         from ..sweep import SweepArguments, run
         from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
 
@@ -40,6 +40,6 @@ class SweepCommand(Command):
                 + ("none" if best is None else f"{best['value']:.4f} (trial {best['trial']})")
             )
         if "comparison" in out:
-            print(table(out["comparison"]))
+            print(comparisons_markdown(out["comparison"]))
         print(f"report: {settings.sweep_dir}/report.md")
         return 0

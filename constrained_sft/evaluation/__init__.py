@@ -2,8 +2,8 @@
 Measuring trained models, for every task at once: one robustness run (`robustness`) whose per-level loop (`levels`)
 scores held-out batches through the task's own training code path, the arithmetic of a level grid and a model's
 summary (`metrics`), one paired bootstrap for any statistic (`bootstrap`), the comparisons between arms of models
-with their intervals and verdicts (`compare`), what a saved run recorded (`loading`), and the report files
-(`report`). AlpacaEval (noisy generation, judges, win rates) is its own subfolder, `alpaca`.
+with their intervals and verdicts (`compare`), the results as types with their one JSON form (`results`), what a
+saved run recorded (`loading`), and the reports, one writer per format (`report/`). AlpacaEval (noisy generation, judges, win rates) is its own subfolder, `alpaca`.
 
 May import: everything below it (`config`, `utils`, `constraints`, `readout`, `noise`, `data`, `models`, `trainers`,
 `tasks`); never `sweep` or `cli`. The runnable harness that reproduces the paper's comparisons lives outside the
@@ -11,15 +11,18 @@ package, in `eval/`.
 """
 
 from .bootstrap import Interval, Statistic, paired_bootstrap, verdict
-from .compare import compare, statistics, table
+from .compare import compare, statistics
 from .levels import LevelResult, evaluate_level
 from .metrics import auc, default_gammas, split_levels, summarize
+from .results import Comparison, RobustnessResults
 from .robustness import RobustnessArguments, run, saved_results
 
 __all__ = [
+    "Comparison",
     "Interval",
     "LevelResult",
     "RobustnessArguments",
+    "RobustnessResults",
     "Statistic",
     "auc",
     "compare",
@@ -31,6 +34,14 @@ __all__ = [
     "split_levels",
     "statistics",
     "summarize",
-    "table",
     "verdict",
 ]
+
+
+def __getattr__(name: str):
+    if name == "table":  # an ImportError, so `from constrained_sft.evaluation import table` shows this line
+        raise ImportError(
+            "constrained_sft.evaluation.table was removed: use constrained_sft.evaluation.report.comparisons_markdown "
+            "(results.comparisons are Comparison objects now)."
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

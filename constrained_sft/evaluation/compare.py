@@ -12,12 +12,11 @@ descent).
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .bootstrap import Scores, Statistic, bootstrap_interval, paired_bootstrap, total
 from .metrics import split_levels
+from .results import Band, Comparison, Difference, RobustnessResults, StatisticRow
 
 
 def statistics(task, gammas: list[float], train_gamma: float) -> list[Statistic]:
@@ -40,39 +39,41 @@ def statistics(task, gammas: list[float], train_gamma: float) -> list[Statistic]
     return out
 
 
-def arm_scores(results: dict[str, Any], names: list[str]) -> Scores:
+def arm_scores(results: RobustnessResults, names: list[str]) -> Scores:
     """The unit scores `[K, S, N]` of the models `names` (one per training seed) as `eval robustness` saved them."""
-    gammas = results["settings"]["gammas"]
-    keys = results["models"][names[0]]["scores"][str(gammas[0])]
+    gammas = results.gammas
+    keys = results.models[names[0]].scores[str(gammas[0])]
     return {
-        key: np.array([[results["models"][n]["scores"][str(g)][key] for n in names] for g in gammas], np.float64)
+        key: np.array([[results.models[n].scores[str(g)][key] for n in names] for g in gammas], np.float64)
         for key in keys
     }
 
 
 def compare(
-    results: dict[str, Any], task, pairs: list[tuple[str, str]], n_boot: int = 2000, confidence: float = 0.95
-) -> dict[str, Any]:
-    """{'A - B': {statistic: {A: value, B: value, 'seed_std': [..], 'difference': interval}}} for each (A, B) of
-    `pairs`, arms of `results['arms']` with the same number of training seeds (paired by position)."""
-    stats = statistics(task, results["settings"]["gammas"], results["settings"]["train_gamma"])
-    check_pairs({arm: len(names) for arm, names in results["arms"].items()}, pairs)
+    results: RobustnessResults, task, pairs: list[tuple[str, str]], n_boot: int = 2000, confidence: float = 0.95
+) -> dict[str, Comparison]:
+    """{'A - B': the comparison} for each (A, B) of `pairs`, arms of `results.arms` with the same number of
+    training seeds (paired by position)."""
+    stats = statistics(task, results.gammas, results.settings["train_gamma"])
+    check_pairs({arm: len(names) for arm, names in results.arms.items()}, pairs)
     out = {}
     for a, b in pairs:
-        members = results["arms"][a], results["arms"][b]
+        members = results.arms[a], results.arms[b]
         sa, sb = arm_scores(results, members[0]), arm_scores(results, members[1])
         intervals = paired_bootstrap(sa, sb, stats, n_boot=n_boot, confidence=confidence)
         whole = {a: total(sa), b: total(sb)}
         per_seed = {arm: _per_seed(scores) for arm, scores in ((a, sa), (b, sb))}
-        out[f"{a} - {b}"] = {
-            s.name: {
-                a: float(s.compute(whole[a])),
-                b: float(s.compute(whole[b])),
-                "seed_std": [float(np.std(s.compute(per_seed[arm]))) for arm in (a, b)],
-                "difference": intervals[s.name].to_dict(),
-            }
+        rows = {
+            s.name: StatisticRow(
+                value_a=float(s.compute(whole[a])),
+                value_b=float(s.compute(whole[b])),
+                seed_std=tuple(float(np.std(s.compute(per_seed[arm]))) for arm in (a, b)),
+                difference=Difference.of(intervals[s.name]),
+            )
             for s in stats
         }
+        comparison = Comparison(a, b, rows)
+        out[comparison.name] = comparison
     return out
 
 
@@ -93,25 +94,11 @@ def _per_seed(scores: Scores) -> dict[str, np.ndarray]:
     return {k: v.sum(-1).T for k, v in scores.items()}
 
 
-def bands(results: dict[str, Any], task, n_boot: int = 2000, confidence: float = 0.95) -> dict[str, Any]:
+def bands(results: RobustnessResults, task, n_boot: int = 2000, confidence: float = 0.95) -> dict[str, Band]:
     """Each arm's headline at every level with a bootstrap interval over its seeds and units (the plots' bands)."""
     headline = Statistic(task.headline.key, task.metric, task.headline.higher_is_better)
     out = {}
-    for arm, names in results["arms"].items():
+    for arm, names in results.arms.items():
         value, low, high = bootstrap_interval(arm_scores(results, names), headline, n_boot, confidence)
-        out[arm] = {"value": value.tolist(), "low": low.tolist(), "high": high.tolist()}
+        out[arm] = Band(value.tolist(), low.tolist(), high.tolist())
     return out
-
-
-def table(comparisons: dict[str, Any]) -> str:
-    """Markdown: one row per statistic and pair, arm values and the difference with its interval and verdict."""
-    lines = ["| comparison | statistic | A | B | A - B [95% CI] | verdict |", "|---|---|---|---|---|---|"]
-    for pair, stats in comparisons.items():
-        a, b = pair.split(" - ")
-        for key, row in stats.items():
-            d = row["difference"]
-            lines.append(
-                f"| {pair} | {key} | {row[a]:.4f} | {row[b]:.4f} | {d['estimate']:+.4f} [{d['low']:+.4f}, "
-                f"{d['high']:+.4f}] | {d['verdict']} |"
-            )
-    return "\n".join(lines)

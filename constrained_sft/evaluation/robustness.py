@@ -8,12 +8,10 @@ statistic with paired-bootstrap intervals (`compare`); results.json / results.cs
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import tempfile
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -28,6 +26,7 @@ from .levels import evaluate_level
 from .loading import layer_indices, recorded_gamma, reference_sigma, trained_layers, training_report, versions
 from .metrics import default_gammas, summarize
 from .report import write_report
+from .results import ModelResult, RobustnessResults
 
 
 @dataclass
@@ -182,7 +181,7 @@ class RobustnessArguments:
         return [(a, reference) for a in arms if a != reference]
 
 
-def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=None, pairs=None) -> dict[str, Any]:
+def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=None, pairs=None) -> RobustnessResults:
     """
     Every model at every level and noise seed, then the comparisons and the report. `data_args`: the task's data
     fields (the held-out rows); `recipe`: the training recipe's keys, if any; `arms`: {arm: [(model name, path)]}
@@ -205,8 +204,8 @@ def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=N
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     dtype = torch.bfloat16 if bf16 else torch.float32
     sigma, source = reference_sigma(args.sigma_x, first)
-    results: dict[str, Any] = {
-        "settings": {
+    results = RobustnessResults(
+        settings={
             "description": f"{task.describe(data, data_args)}: N({args.noise_mean}, (gamma sigma_x)^2); "
             f"{args.seeds} noise seed(s) per level",
             "task": task.name,
@@ -223,24 +222,23 @@ def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=N
             "max_length": args.max_length,
             "bootstrap_samples": args.bootstrap_samples,
         },
-        "versions": versions("torch", "transformers", "trl"),
-        "headline": dataclasses.asdict(task.headline),
-        "layer_curve": dict(zip(("key", "label"), task.layer_curve, strict=True)),
-        "arms": {arm: [name for name, _ in members] for arm, members in arms.items()},
-        "models": {},
-    }
+        versions=versions("torch", "transformers", "trl"),
+        headline=task.headline,
+        layer_curve=tuple(task.layer_curve),
+        arms={arm: [name for name, _ in members] for arm, members in arms.items()},
+    )
     snapshots = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name, path in models:
             model, tokenizer = task.load_model(ModelSpec(name, path, args.base_model), dtype)
             if sigma is None:
                 sigma, source = embedding_sigma(model), f"measured on {name}'s input embeddings"
-                results["settings"].update(sigma_x=sigma, sigma_x_source=source)
+                results.settings.update(sigma_x=sigma, sigma_x_source=source)
             measure = Measure(
                 trained_layers(args.layers, path), args.batch_size, args.max_length, bf16, scratch, sigma
             )
             trainer = task.measuring_trainer(model, tokenizer, data, measure)
-            results["settings"]["held_out_rows"] = len(trainer.eval_dataset)
+            results.settings["held_out_rows"] = len(trainer.eval_dataset)
             batches = len(trainer.get_eval_dataloader())
             levels = []
             with tqdm(total=len(gammas) * args.seeds * batches, desc=f"evaluating {name}") as bar:
@@ -251,44 +249,44 @@ def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=N
                             for s in range(args.seeds)
                         ]
                     )
-            results["models"][name] = {
-                "path": path,
-                "architecture": type(model).__name__,
-                "noise_sigma_x_recorded": training_report(path).get("noise_sigma_x"),  # its own training's
-                "layers": list(trainer.primal_dual.spec.layers),
-                "summary": summarize(levels, train_gamma, task.headline.key, task.level_extras),
+            results.models[name] = ModelResult(
+                path=path,
+                architecture=type(model).__name__,
+                noise_sigma_x_recorded=training_report(path).get("noise_sigma_x"),  # its own training's
+                layers=list(trainer.primal_dual.spec.layers),
+                summary=summarize(levels, train_gamma, task.headline.key, task.level_extras),
                 # per unit, summed over noise seeds: what the intervals resample
-                "scores": {str(lv[0].gamma): _seed_sums(lv) for lv in levels},
-            }
+                scores={str(lv[0].gamma): _seed_sums(lv) for lv in levels},
+            )
             snapshot = task.snapshot(model, trainer, data, curve, sigma, args.noise_mean)
             if snapshot is not None:
                 snapshots[name] = snapshot
             del trainer, model
-    results["bands"] = bands(results, task, args.bootstrap_samples)
-    results["comparisons"] = compare(results, task, pairs, args.bootstrap_samples)
+    results.bands = bands(results, task, args.bootstrap_samples)
+    results.comparisons = compare(results, task, pairs, args.bootstrap_samples)
     os.makedirs(args.output_dir, exist_ok=True)
     figures = task.figures(snapshots, data, args.output_dir)
     from .alpaca.report import folder_sections  # the AlpacaEval part of a shared report folder, if any
 
-    results["files"] = write_report(results, args.output_dir, figures, folder_sections(args.output_dir))
+    write_report(results, args.output_dir, figures, folder_sections(args.output_dir))
     return results
 
 
-def saved_results(output_dir: str, arms: dict[str, list[tuple[str, str]]], gammas, seeds: int, task, pairs, n_boot):
+def saved_results(
+    output_dir: str, arms: dict[str, list[tuple[str, str]]], gammas, seeds: int, task, pairs, n_boot
+) -> RobustnessResults | None:
     """A finished evaluation in `output_dir` (its results.json) of exactly these models (arm -> [(name, path)]),
     levels and noise seeds, with its comparisons recomputed from its saved unit scores for `pairs` and `n_boot`; None
     when there is none. A rerun of a sweep's comparison or a study then does not evaluate again."""
-    path = os.path.join(output_dir, "results.json")
-    if not os.path.isfile(path):
+    results = RobustnessResults.load(output_dir)
+    if results is None:
         return None
-    with open(path) as f:
-        results = json.load(f)
     names = {arm: [name for name, _ in members] for arm, members in arms.items()}
     paths = {name: path for members in arms.values() for name, path in members}
-    same = results["settings"]["gammas"] == list(gammas) and results["settings"]["seeds"] == seeds
-    if not same or results.get("arms") != names or {n: m["path"] for n, m in results["models"].items()} != paths:
+    same = results.gammas == list(gammas) and results.settings["seeds"] == seeds
+    if not same or results.arms != names or {n: m.path for n, m in results.models.items()} != paths:
         return None
-    results["comparisons"] = compare(results, task, pairs, n_boot)
+    results.comparisons = compare(results, task, pairs, n_boot)
     return results
 
 
@@ -298,24 +296,22 @@ def _seed_sums(per_seed) -> dict[str, list[float]]:
     return {k: np.sum([r.scores[k] for r in per_seed], axis=0).tolist() for k in keys}
 
 
-def console_lines(results: dict[str, Any]) -> list[str]:
+def console_lines(results: RobustnessResults) -> list[str]:
     """What `eval robustness` prints: each model's summary, then each comparison with its intervals."""
-    key = results["headline"]["key"]
+    key = results.headline.key
     lines = []
-    for name, model in results["models"].items():
-        s = model["summary"]
+    for name, model in results.models.items():
+        s = model.summary
         levels = ", ".join(f"{r['gamma']:g}: {r[f'{key}_mean']:.4g}" for r in s["levels"])
         lines.append(
             f"{name}: {key} by gamma {{{levels}}}; AUC {s['auc']:.4g}, ID {s[f'id_{key}']:.4g}, "
             f"OOD {s[f'ood_{key}']:.4g}, descent share {s['descent_share']:.3f}"
         )
-    for pair, stats in results["comparisons"].items():
-        lines.append(f"{pair} (95% paired bootstrap over training seeds and held-out units):")
-        for stat, row in stats.items():
-            d = row["difference"]
-            value = f"{d['estimate']:+.4g} [{d['low']:+.4g}, {d['high']:+.4g}]"
-            lines.append(
-                f"  {stat:<18} {value:<34} {d['verdict']}" if math.isfinite(d["estimate"]) else f"  {stat}: -"
-            )
-    lines.append(f"report: {results['files']['html']}")
+    for name, comparison in results.comparisons.items():
+        lines.append(f"{name} (95% paired bootstrap over training seeds and held-out units):")
+        for stat, row in comparison.rows.items():
+            d = row.difference
+            value = f"{d.estimate:+.4g} [{d.low:+.4g}, {d.high:+.4g}]"
+            lines.append(f"  {stat:<18} {value:<34} {d.verdict}" if math.isfinite(d.estimate) else f"  {stat}: -")
+    lines.append(f"report: {results.files['html']}")
     return lines

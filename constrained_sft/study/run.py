@@ -22,7 +22,7 @@ from typing import Any
 
 from ..config import ConstraintArguments, NoiseArguments, training_level
 from ..data.instructions import held_out_instructions
-from ..evaluation import RobustnessArguments, default_gammas, saved_results
+from ..evaluation import RobustnessArguments, RobustnessResults, default_gammas, saved_results
 from ..evaluation import run as robustness
 from ..evaluation.alpaca import AlpacaArguments, build_judge, check_judge, judge_levels
 from ..evaluation.alpaca.generate import ALPACA_EVAL, ALPACA_EVAL_SIZE, GenerateArguments, load_instructions
@@ -32,6 +32,7 @@ from ..tasks import Recipe, is_finished
 from ..utils import write_json, write_text
 from .arguments import HELD_OUT, StudyArguments
 from .report import write_study_report
+from .results import StudyResults
 
 ARMS = ("constrained", "erm")
 BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}
@@ -124,7 +125,7 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def measure(args: StudyArguments, task, recipe: Recipe, folders: dict[str, list[str]]) -> dict[str, Any]:
+def measure(args: StudyArguments, task, recipe: Recipe, folders: dict[str, list[str]]) -> RobustnessResults:
     """`eval robustness` of every model, arms paired by seed; a finished evaluation of the same models, levels and
     noise seeds is reused (its intervals recomputed), so a resumed study does not evaluate again."""
     train_gamma = training_level(recipe.training.noise_gamma)
@@ -209,8 +210,9 @@ def head_to_head(args: StudyArguments, generations: str, full_set: bool) -> dict
     )
 
 
-def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> dict[str, Any]:
-    """The study's stages (`args.stage`); every input checked before the first run starts."""
+def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> StudyResults | dict[str, Any]:
+    """The study's stages (`args.stage`); every input checked before the first run starts. With `--stage train`:
+    {"folders": arm -> run folders, "timings"}; else the study's results."""
     recipes = {"constrained": constrained, "erm": erm}
     check(args, task, recipes)
     if world_size() > 1 and args.stage != "train":
@@ -244,28 +246,27 @@ def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> dict[st
 
     results = timed("robustness", measure, args, task, constrained, folders)
     path, instructions = instruction_set(args, constrained)
-    generations = timed("generation", answer, args, path, folders, results["settings"]["sigma_x"])
+    generations = timed("generation", answer, args, path, folders, results.settings["sigma_x"])
     judged = timed("judging", head_to_head, args, generations, instructions.get("is_full_alpaca_eval", False))
-    study = {
-        "settings": {
+    study = StudyResults(
+        settings={
             "study": dataclasses.asdict(args),
             "constrained_recipe": constrained.training.to_dict(),
             "twin_differences": differences,
             "instructions": instructions,
             "budget": budget(constrained, args, results),
         },
-        "versions": versions("torch", "transformers", "trl", "alpaca_eval"),
-        "robustness": {k: results[k] for k in ("settings", "headline", "arms", "comparisons", "files")},
-        "summaries": {n: m["summary"] for n, m in results["models"].items()},
-        "head_to_head": judged,
-        "timings": timings,
-    }
-    study["files"] = write_study_report(study, args.study_dir, args.examples)
-    write_json(os.path.join(args.study_dir, "study.json"), study)
+        versions=versions("torch", "transformers", "trl", "alpaca_eval"),
+        robustness=results,
+        head_to_head=judged,
+        timings=timings,
+    )
+    study.files = write_study_report(study, args.study_dir, args.examples)
+    write_json(os.path.join(args.study_dir, "study.json"), study.to_dict())
     return study
 
 
-def budget(recipe: Recipe, args: StudyArguments, results: dict) -> dict[str, Any]:
+def budget(recipe: Recipe, args: StudyArguments, results: RobustnessResults) -> dict[str, Any]:
     """What the study spent: the numbers that bound what it can resolve."""
     t = recipe.training
     return {
@@ -273,7 +274,7 @@ def budget(recipe: Recipe, args: StudyArguments, results: dict) -> dict[str, Any
         "max_steps": t.max_steps,
         "batch": t.per_device_train_batch_size * t.gradient_accumulation_steps,
         "max_length": t.max_length,
-        "held_out_sequences": results["settings"].get("held_out_rows"),
+        "held_out_sequences": results.settings.get("held_out_rows"),
         "noise_seeds": args.noise_seeds,
         "generation_gammas": args.generation_gammas,
         "max_new_tokens": args.max_new_tokens,

@@ -16,9 +16,19 @@ from typing import Any
 
 from ..config import training_level
 from ..evaluation import default_gammas
-from ..evaluation.compare import table
+from ..evaluation.report import (
+    Block,
+    Document,
+    Heading,
+    Image,
+    Preformatted,
+    Table,
+    Text,
+    comparison_blocks,
+    write_markdown,
+)
 from ..tasks import Arm, Recipe, is_finished
-from ..utils import atomic_path, check_fields, check_output_folder, write_json, write_text
+from ..utils import atomic_path, check_fields, check_output_folder, write_json
 from .compare import evaluate_finals, seed_dir
 from .search import OBJECTIVES, Objective, best_params, open_study, run_trial, search, trial_args
 from .space import check_ranges, load_space
@@ -175,10 +185,11 @@ def run(settings: SweepArguments, task, recipe: Recipe) -> dict[str, Any]:
             if a.constrained and not b.constrained and a.readout == b.readout
         ]
         results = evaluate_finals(task, arms, settings, train_gamma, recipe.script, pairs)
-        out["comparison"] = results["comparisons"]
-        out["test_report"] = results["files"]
-        out["arm_plot"] = results["files"][task.headline.key]
-        write_json(os.path.join(settings.sweep_dir, "comparison.json"), out)
+        out["comparison"] = results.comparisons  # typed; comparison.json holds their JSON form
+        out["test_report"] = results.files
+        out["arm_plot"] = results.files[task.headline.key]
+        saved = {**out, "comparison": {name: c.to_dict() for name, c in results.comparisons.items()}}
+        write_json(os.path.join(settings.sweep_dir, "comparison.json"), saved)
     write_report(out, settings.sweep_dir)
     return out
 
@@ -242,34 +253,22 @@ def optuna_plots(study, arm: str, sweep_dir: str) -> dict[str, str]:
 
 def write_report(out: dict[str, Any], sweep_dir: str) -> str:
     """`report.md`: each arm's trials and best configuration, the plots, and the comparison with intervals."""
-    lines = [
-        "# Sweep report",
-        "",
-        f"Settings: `{json.dumps({k: v for k, v in out['settings'].items() if v is not None})}`",
-        "",
-    ]
+    settings = json.dumps({k: v for k, v in out["settings"].items() if v is not None})
+    blocks: list[Block] = [Heading("Sweep report", 1), Text("Settings:"), Preformatted(settings)]
     for arm, info in out["arms"].items():
-        lines += [f"## {arm}", "", trial_table(info["trials"]), ""]
+        blocks += [Heading(arm), trial_table(info["trials"])]
         if info["best"]:
-            lines += [f"Best trial {info['best']['trial']}: value {info['best']['value']:.4f}", ""]
-        lines += [f"![{kind}]({os.path.basename(p)})" for kind, p in info["plots"].items()] + [""]
+            blocks.append(Text(f"Best trial {info['best']['trial']}: value {info['best']['value']:.4f}"))
+        blocks += [Image(p, kind) for kind, p in info["plots"].items()]
     if "comparison" in out:
-        lines += ["## Held-out data: constrained - ERM (paired bootstrap, 95%)", "", table(out["comparison"]), ""]
-        lines += [f"![headline vs gamma]({os.path.relpath(out['arm_plot'], sweep_dir)})", ""]
-    path = os.path.join(sweep_dir, "report.md")
-    write_text(path, "\n".join(lines))
-    return path
+        n_boot = out["settings"]["bootstrap_samples"]
+        blocks += [Heading("Held-out data: constrained - ERM (paired bootstrap, 95%)")]
+        blocks += [*comparison_blocks(out["comparison"], n_boot, level=3), Image(out["arm_plot"], "headline vs gamma")]
+    return write_markdown(os.path.join(sweep_dir, "report.md"), Document("Sweep report", blocks))
 
 
-def trial_table(rows: list[dict[str, Any]]) -> str:
+def trial_table(rows: list[dict[str, Any]]) -> Block:
     if not rows:
-        return "(no trials)"
+        return Text("(no trials)")
     keys = list(dict.fromkeys(k for r in rows for k in r))
-
-    def cell(v: Any) -> str:
-        return f"{v:.4g}" if isinstance(v, float) else "" if v is None else str(v)
-
-    head = "| " + " | ".join(keys) + " |"
-    return "\n".join(
-        [head, "|" + "---|" * len(keys)] + ["| " + " | ".join(cell(r.get(k)) for k in keys) + " |" for r in rows]
-    )
+    return Table(keys, [[r.get(k) for k in keys] for r in rows], number=".4g")

@@ -20,7 +20,8 @@ import sys
 import yaml
 
 from constrained_sft.config import training_level
-from constrained_sft.evaluation import compare, table
+from constrained_sft.evaluation import RobustnessResults, compare
+from constrained_sft.evaluation.report import comparisons_markdown
 from constrained_sft.sweep import Objective, SweepArguments
 from constrained_sft.sweep.compare import evaluate_finals, run_name
 from constrained_sft.sweep.run import retrain
@@ -72,12 +73,13 @@ def main(argv: list[str]) -> None:
     arms = {a.name: a for a in task.arms(recipe, settings.readouts, baseline=True)}
     if own["arm"] not in arms or own["against"] not in arms:
         raise SystemExit(f"--arm / --against must be arms of the sweep: {list(arms)}.")
-    with open(os.path.join(settings.sweep_dir, "test", "results.json")) as f:
-        main_results = json.load(f)
+    main_results = RobustnessResults.load(os.path.join(settings.sweep_dir, "test"))
+    if main_results is None:
+        raise SystemExit(f"No sweep comparison in {settings.sweep_dir}/test: run the sweep's compare stage first.")
     train_gamma = training_level(recipe.training.noise_gamma)
-    objective = Objective(settings.objective, main_results["settings"]["gammas"], train_gamma, task.headline)
+    objective = Objective(settings.objective, main_results.gammas, train_gamma, task.headline)
     best = best_params(settings.study(own["arm"], objective), objective.maximize)
-    settings.gammas = main_results["settings"]["gammas"]
+    settings.gammas = main_results.gammas
     here = dataclasses.replace(settings, sweep_dir=os.path.join(settings.sweep_dir, "ablation"))
     data = task.sweep_data(recipe, settings.validation_size)
     base = dataclasses.replace(recipe.training, per_device_eval_batch_size=settings.eval_batch_size)
@@ -88,14 +90,14 @@ def main(argv: list[str]) -> None:
     results = evaluate_finals(task, ablated, here, train_gamma, recipe.script, pairs=[])
     for arm in (own["arm"], own["against"]):  # same held-out units and noise draws: their saved scores are comparable
         names = [run_name(arm, s) for s in range(settings.final_seeds)]
-        results["arms"][arm] = names
-        results["models"].update({n: main_results["models"][n] for n in names})
+        results.arms[arm] = names
+        results.models.update({n: main_results.models[n] for n in names})
     pairs = [(own["arm"], own["against"])] + [(v, own["against"]) for v, _ in variants]
     comparison = compare(results, task, pairs, settings.bootstrap_samples)
-    out = {"best": best, "variants": dict(variants), "comparison": comparison}
+    out = {"best": best, "variants": dict(variants), "comparison": {n: c.to_dict() for n, c in comparison.items()}}
     with open(os.path.join(here.sweep_dir, "ablation.json"), "w") as f:
         json.dump(out, f, indent=2)
-    text = table(comparison)
+    text = comparisons_markdown(comparison)
     with open(os.path.join(here.sweep_dir, "ablation.md"), "w") as f:
         f.write(f"Best {own['arm']} trial: {best}\n\nVariants: {dict(variants)}\n\n{text}\n")
     print(text)

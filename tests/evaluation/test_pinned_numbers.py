@@ -68,7 +68,9 @@ def test_classification_numbers_and_intervals_are_unchanged(root):
         task="classification", arm=arms, output_dir=str(root / "c-out"), gammas=GAMMAS, seeds=1, batch_size=16,
         bootstrap_samples=500,
     )  # fmt: skip
-    results = run(args, ClassificationDataArguments(dataset_name=assets["data"], max_seq_length=16))
+    results = run(
+        args, ClassificationDataArguments(dataset_name=assets["data"], max_seq_length=16)
+    ).to_dict()  # the saved (JSON) form
     old = PINNED["classification"]
     assert results["settings"]["sigma_x"] == pytest.approx(old["sigma_x"], **FLOAT32)
     for new_name, old_name in zip(results["models"], old["summaries"], strict=True):
@@ -98,7 +100,7 @@ def test_sft_numbers_are_unchanged_and_now_have_intervals(root):
         models=assets["models"], names=["a", "b"], output_dir=str(root / "s-out"), gammas=GAMMAS, seeds=2,
         batch_size=8, max_length=64, bootstrap_samples=500,
     )  # fmt: skip
-    results = run(args, DataArguments(dataset_name=assets["data"], eval_size=12))
+    results = run(args, DataArguments(dataset_name=assets["data"], eval_size=12)).to_dict()  # the saved (JSON) form
     old = PINNED["sft"]
     assert results["settings"]["sigma_x"] == pytest.approx(old["sigma_x"], **FLOAT32)
     for name in ("a", "b"):
@@ -118,7 +120,7 @@ def test_video_numbers_are_unchanged(root):
         task="video", models=assets["models"], names=["a", "b"], output_dir=str(root / "v-out"), gammas=VIDEO_GAMMAS,
         seeds=2, batch_size=64,
     )  # fmt: skip
-    results = run(args, VideoDataArguments(**video_data_fields(assets["videos"])))
+    results = run(args, VideoDataArguments(**video_data_fields(assets["videos"]))).to_dict()  # the saved (JSON) form
     old = PINNED["video"]
     assert results["settings"]["sigma_x"] == pytest.approx(old["sigma_x"], **FLOAT32)
     for name in ("a", "b"):

@@ -91,7 +91,7 @@ def test_report_files_hold_the_numbers(model_dir, data_file, tmp_path):
         batch_size=8,
         max_length=64,
     )
-    results = run(args, DataArguments(dataset_name=data_file, eval_size=12))
+    results = run(args, DataArguments(dataset_name=data_file, eval_size=12)).to_dict()  # the saved (JSON) form
     for name in (
         "results.json",
         "results.csv",
@@ -103,6 +103,9 @@ def test_report_files_hold_the_numbers(model_dir, data_file, tmp_path):
     ):
         assert (out / name).stat().st_size > 0, name
     saved = json.loads((out / "results.json").read_text())
+    from constrained_sft.evaluation import RobustnessResults
+
+    assert RobustnessResults.load(str(out)).to_dict() == saved == results  # one JSON form, read back whole
     summary = saved["models"]["a"]["summary"]
     assert saved["settings"]["train_gamma"] == 0.5 and saved["models"]["a"]["layers"] == [2, 3, 4]
     assert [r["gamma"] for r in summary["levels"]] == [0.0, 0.5, 1.0]
@@ -171,7 +174,7 @@ def test_one_noise_scale_for_every_model_compared(model_dir, data_file, tmp_path
     args = RobustnessArguments(
         models=[str(moved), model_dir], names=["a", "b"], output_dir=str(tmp_path / "r"), gammas=[0.0, 1.0], seeds=1
     )
-    results = run(args, DataArguments(dataset_name=data_file, eval_size=8))
+    results = run(args, DataArguments(dataset_name=data_file, eval_size=8)).to_dict()  # the saved (JSON) form
     assert set(used) == {recorded} and len(used) == 4  # 2 models x 2 levels x 1 seed, one scale
     assert results["settings"]["sigma_x"] == recorded and "constraints.json" in results["settings"]["sigma_x_source"]
     assert results["models"]["a"]["noise_sigma_x_recorded"] == recorded
@@ -179,7 +182,7 @@ def test_one_noise_scale_for_every_model_compared(model_dir, data_file, tmp_path
     args = RobustnessArguments(
         models=[model_dir, str(moved)], names=["b", "a"], output_dir=str(tmp_path / "s"), gammas=[1.0], seeds=1
     )
-    results = run(args, DataArguments(dataset_name=data_file, eval_size=8))
+    results = run(args, DataArguments(dataset_name=data_file, eval_size=8)).to_dict()  # the saved (JSON) form
     own = embedding_sigma(SFT.load_model(ModelSpec("b", model_dir), torch.float32)[0])
     assert (
         used == [pytest.approx(own)] * 2

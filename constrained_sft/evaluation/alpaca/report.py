@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import html
 import json
 import os
 import textwrap
 from typing import Any
 
 from ...utils import pyplot, save_figure, write_json
-from ..report import img, table, write_html, write_report
+from ..report import Block, Document, Heading, Image, Table, Text, write_html, write_report
+from ..results import RobustnessResults
 
 ALPACA_JSON = "alpaca_eval.json"
 ALPACA_PLOT = "alpaca_win_rate.png"
@@ -39,8 +39,8 @@ def plot_win_rates(alpaca: dict[str, Any], path: str) -> str:
     return save_figure(fig, path)
 
 
-def level_rows(alpaca: dict[str, Any]) -> tuple[list[str], list[list]]:
-    """(headers, rows) of the win-rate table, shared by the HTML and Markdown reports."""
+def level_table(alpaca: dict[str, Any]) -> Table:
+    """The win-rate table, one row per level, shared by every report that shows a head-to-head."""
     headers = ["gamma", "win rate %", "low", "high", "order agreement", "first-position rate", "LC win rate", "wins",
                "losses", "draws", "verdicts", "unparsed"]  # fmt: skip
 
@@ -53,38 +53,45 @@ def level_rows(alpaca: dict[str, Any]) -> tuple[list[str], list[list]]:
          r.get("n_draws", 0), r["n_verdicts"], r["unparsed"]]
         for r in alpaca["levels"]
     ]  # fmt: skip
-    return headers, rows
+    return Table(headers, rows)
 
 
-def alpaca_section(alpaca: dict[str, Any], output_dir: str) -> str:
+def alpaca_blocks(alpaca: dict[str, Any], output_dir: str) -> list[Block]:
+    """The head-to-head section of a report folder: the judge, the win-rate table, the plot."""
     note = alpaca.get("lc_missing_reason")
     plot = os.path.join(output_dir, ALPACA_PLOT)
-    proxy = (
-        "<p><b>Proxy judge:</b> it prefers the answer closer to the data's reference answer in sentence embeddings; "
-        "it measures resemblance to the reference, not quality.</p>"
-        if alpaca.get("judge_is_proxy")
-        else ""
-    )
-    return (
-        f"<h2>Head-to-head: {html.escape(alpaca['model'])} vs {html.escape(alpaca['reference'])}</h2>"
-        f"<p>judge: {html.escape(judge_label(alpaca))}. Every pair judged in both orders; win rates in percent, draws "
-        "count half, 95% bootstrap interval over instructions (and training seeds). Order agreement: share of pairs "
-        "judged alike in both orders; first-position rate: share of decided verdicts for the answer shown first.</p>"
-        + proxy
-        + table(*level_rows(alpaca))
-        + (f"<p>No length-controlled win rate: {html.escape(note)}.</p>" if note else "")
-        + (img(plot) if os.path.isfile(plot) else "")
-    )
+    blocks: list[Block] = [
+        Heading(f"Head-to-head: {alpaca['model']} vs {alpaca['reference']}"),
+        Text(
+            f"judge: {judge_label(alpaca)}. Every pair judged in both orders; win rates in percent, draws count half, "
+            "95% bootstrap interval over instructions (and training seeds). Order agreement: share of pairs judged "
+            "alike in both orders; first-position rate: share of decided verdicts for the answer shown first."
+        ),
+    ]
+    if alpaca.get("judge_is_proxy"):
+        blocks.append(
+            Text(
+                "Proxy judge: it prefers the answer closer to the data's reference answer in sentence embeddings; it "
+                "measures resemblance to the reference, not quality.",
+                strong=True,
+            )
+        )
+    blocks.append(level_table(alpaca))
+    if note:
+        blocks.append(Text(f"No length-controlled win rate: {note}."))
+    if os.path.isfile(plot):
+        blocks.append(Image(plot))
+    return blocks
 
 
-def folder_sections(output_dir: str) -> list[str]:
+def folder_sections(output_dir: str) -> list[Block]:
     """The AlpacaEval section of a report folder, if `eval alpaca` wrote one there (kept when the robustness part
     of the page is rewritten)."""
     path = os.path.join(output_dir, ALPACA_JSON)
     if not os.path.isfile(path):
         return []
     with open(path) as f:
-        return [alpaca_section(json.load(f), output_dir)]
+        return alpaca_blocks(json.load(f), output_dir)
 
 
 def write_alpaca(alpaca: dict[str, Any], output_dir: str) -> dict[str, str]:
@@ -93,10 +100,10 @@ def write_alpaca(alpaca: dict[str, Any], output_dir: str) -> dict[str, str]:
     paths = {"json": os.path.join(output_dir, ALPACA_JSON), "plot": os.path.join(output_dir, ALPACA_PLOT)}
     write_json(paths["json"], {**alpaca, "files": paths})
     plot_win_rates(alpaca, paths["plot"])
-    results = os.path.join(output_dir, "results.json")
-    if os.path.isfile(results):
-        with open(results) as f:
-            paths["html"] = write_report(json.load(f), output_dir, more_sections=folder_sections(output_dir))["html"]
+    results = RobustnessResults.load(output_dir)
+    if results is not None:
+        paths["html"] = write_report(results, output_dir, more_sections=folder_sections(output_dir))["html"]
     else:
-        paths["html"] = write_html(os.path.join(output_dir, "report.html"), [alpaca_section(alpaca, output_dir)])
+        page = Document("Head-to-head", alpaca_blocks(alpaca, output_dir))
+        paths["html"] = write_html(os.path.join(output_dir, "report.html"), page)
     return paths

@@ -1,0 +1,39 @@
+"""The study's results as a type, with its one JSON form (`study.json`, the layout earlier versions wrote)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..evaluation import RobustnessResults
+
+ROBUSTNESS_KEYS = ("settings", "headline", "arms", "comparisons", "files")  # what study.json keeps of the evaluation
+
+
+@dataclass
+class StudyResults:
+    """`settings`: the study's arguments, the twins' recipe and differences, the instructions and the budget;
+    `head_to_head`: the AlpacaEval-style judging of both arms' answers per level (its own JSON form)."""
+
+    settings: dict[str, Any]
+    versions: dict[str, str]
+    robustness: RobustnessResults
+    head_to_head: dict[str, Any]
+    timings: dict[str, Any]
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def budget(self) -> dict[str, Any]:
+        return self.settings["budget"]
+
+    def to_dict(self) -> dict[str, Any]:
+        robustness = self.robustness.to_dict()
+        return {
+            "settings": self.settings,
+            "versions": self.versions,
+            "robustness": {k: robustness[k] for k in ROBUSTNESS_KEYS},
+            "summaries": {name: m.summary for name, m in self.robustness.models.items()},
+            "head_to_head": self.head_to_head,
+            "timings": self.timings,
+            "files": self.files,
+        }
