@@ -195,3 +195,43 @@ def test_the_circle_check_finds_one_inside_a_folder(tmp_path):
     assert circles(import_graph(str(package))) == [
         ["constrained_sft.evaluation.alpaca.report", "constrained_sft.evaluation.report"]
     ]
+
+
+# sub-package -> the modules of its own top-level folder it may import besides its own: below the folder's other
+# modules, so nothing in it imports back up
+SUB_FLOORS = {
+    "constrained_sft.trainers.resume": set(),
+    "constrained_sft.evaluation.report": {
+        "constrained_sft.evaluation.results",
+        "constrained_sft.evaluation.bootstrap",
+    },
+}
+
+
+def sub_floor_violations(graph: dict[str, set[str]], floors: dict[str, set[str]]) -> list[str]:
+    out = []
+    for sub, allowed in floors.items():
+        folder = ".".join(sub.split(".")[:2])
+        for module, targets in graph.items():
+            if module != sub and not module.startswith(sub + "."):
+                continue
+            for target in sorted(targets):
+                inside = target == sub or target.startswith(sub + ".")
+                if target.startswith(folder + ".") and not inside and target not in allowed:
+                    out.append(
+                        f"{module} imports {target} ({sub} may import of {folder}: {sorted(allowed) or 'none'})"
+                    )
+    return out
+
+
+def test_sub_packages_sit_below_the_rest_of_their_folder():
+    """`trainers/resume/` knows nothing of the trainers; the report writers only the results they render."""
+    assert sub_floor_violations(import_graph(PACKAGE), SUB_FLOORS) == []
+
+
+def test_the_sub_floor_check_catches_an_import_back_up():
+    graph = {"constrained_sft.trainers.resume.files": {"constrained_sft.trainers.sft", "constrained_sft.utils"}}
+    assert sub_floor_violations(graph, SUB_FLOORS) == [
+        "constrained_sft.trainers.resume.files imports constrained_sft.trainers.sft (constrained_sft.trainers.resume "
+        "may import of constrained_sft.trainers: none)"
+    ]
