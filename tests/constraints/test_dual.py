@@ -226,3 +226,15 @@ def test_a_checkpoint_written_before_state_dict_still_resumes_and_is_written_the
     again, again_meta = to_files(pd.state_dict())
     assert sorted(again) == sorted(tensors) and all(torch.equal(again[k], tensors[k]) for k in tensors)
     assert json.loads(json.dumps(again_meta)) == {k: v for k, v in meta.items() if k != "format_version"}
+
+
+def test_multipliers_round_trip_through_state_dict_without_disk():
+    """`Multipliers` is a torch module: its values go out as a copy and come back exactly, in float64."""
+    from constrained_sft.constraints import Multipliers
+
+    a = Multipliers(3, init=0.5, upper=2.0)
+    a.weight.data.copy_(torch.tensor([0.0, 1.25, 2.0], dtype=torch.float64))
+    state = {k: v.clone() for k, v in a.state_dict().items()}
+    b = Multipliers(3, upper=2.0)
+    b.load_state_dict(state)
+    assert torch.equal(b.value(), a.value()) and b.value().dtype == torch.float64 and set(state) == {"weight"}
