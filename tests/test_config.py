@@ -43,7 +43,7 @@ def test_defaults_validate():
         ({"dual_init": -1.0}, r"dual_init.*>= 0"),
         ({"dual_max": 0.0}, r"dual_max.*> 0"),
         ({"dual_max": 1.0, "dual_init": 2.0}, r"dual_init"),
-        ({"constraints": "soft"}, r"constraints.*\['descent', 'none'\].*'soft'"),
+        ({"constraints": "soft"}, r"constraints.*\['descent', 'penalty', 'early_exit', 'none'\].*'soft'"),
         ({"dual_optimizer": "rmsprop"}, r"dual_optimizer.*\['sgd', 'adam'\].*'rmsprop'"),
         ({"constrained_layers": [0, 2]}, r"constrained_layers.*1-based"),
         ({"constrained_layers": [3, 2]}, r"constrained_layers.*strictly increasing"),

@@ -10,8 +10,11 @@ from dataclasses import dataclass, field
 
 from ..utils import check_fields
 
-CONSTRAINT_MODES = ("descent", "none")
+CONSTRAINT_MODES = ("descent", "penalty", "early_exit", "none")
+# the names of constraints.DUAL_OPTIMIZERS and constraints.EARLY_EXIT_SCALES (this floor cannot import them; a test
+# checks they agree)
 DUAL_OPTIMIZERS = ("sgd", "adam")
+EARLY_EXIT_SCALES = ("uniform", "linear", "sum", "sqrt", "inv", "inv_sqrt")
 CONSOLE_FORMATS = ("compact", "full")
 
 
@@ -35,9 +38,36 @@ class ConstraintArguments:
         default="descent",
         metadata={
             "help": "`'descent'`: every constrained layer must reduce the loss of the previous one (primal-dual "
-            "training). `'none'`: the ERM baseline, trained exactly like `SFTTrainer`, while every constrained layer is "
-            "still measured and logged so both runs share one instrument.",
+            "training). `'penalty'`: the same descent terms with a fixed weight `penalty_weight` and no dual ascent "
+            "(the penalty method). `'early_exit'`: f_L plus fixed per-layer weights on the layers below "
+            "(`early_exit_scale`, `early_exit_weight`; LayerSkip's / torchtune's early-exit loss). `'none'`: the ERM "
+            "baseline, trained exactly like `SFTTrainer`. Every constrained layer is measured, logged and reported in "
+            "every mode, so all runs share one instrument.",
             "choices": list(CONSTRAINT_MODES),
+        },
+    )
+    penalty_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "`constraints: penalty`: the fixed multiplier of every descent term, f_L + w sum_c g_c (>= 0; 0 "
+            "trains exactly as `constraints: none`)."
+        },
+    )
+    early_exit_scale: str = field(
+        default="uniform",
+        metadata={
+            "help": "`constraints: early_exit`: torchtune's rule for the scale s(l) of each constrained layer l below "
+            "L: 'uniform' (1), 'linear' (l), 'sum' (the running sum of the exit layers), 'sqrt', 'inv' (1/l), "
+            "'inv_sqrt'. Each gets the weight early_exit_weight x s(l) / s(L).",
+            "choices": list(EARLY_EXIT_SCALES),
+        },
+    )
+    early_exit_weight: float = field(
+        default=1.0,
+        metadata={
+            "help": "`constraints: early_exit`: torchtune's e_scale (>= 0; 0 trains exactly as `constraints: none`). "
+            "f_L keeps weight 1: torchtune divides every exit by the sum of the scales, a constant factor that Adam "
+            "ignores."
         },
     )
     # Union-with-list fields take their default through `default_factory`: HfArgumentParser ignores a plain default
@@ -163,11 +193,15 @@ class ConstraintArguments:
         check_fields(self, ConstraintArguments)
         if self.constraints not in CONSTRAINT_MODES:
             raise ValueError(f"`constraints` must be one of {list(CONSTRAINT_MODES)}, got {self.constraints!r}.")
+        if self.early_exit_scale not in EARLY_EXIT_SCALES:
+            raise ValueError(
+                f"`early_exit_scale` must be one of {list(EARLY_EXIT_SCALES)}, got {self.early_exit_scale!r}."
+            )
         if self.dual_optimizer not in DUAL_OPTIMIZERS:
             raise ValueError(f"`dual_optimizer` must be one of {list(DUAL_OPTIMIZERS)}, got {self.dual_optimizer!r}.")
         self.constrained_layers = _parse_layers(self.constrained_layers)
         self.descent_alpha = _parse_alpha(self.descent_alpha)
-        for name in ("dual_lr", "dual_init", "resilience"):
+        for name in ("dual_lr", "dual_init", "resilience", "penalty_weight", "early_exit_weight"):
             value = getattr(self, name)
             if not is_number(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
@@ -175,6 +209,14 @@ class ConstraintArguments:
             raise ValueError(f"`dual_max` must be None or a number > 0, got {self.dual_max!r}.")
         if self.dual_max is not None and self.dual_init > self.dual_max:
             raise ValueError(f"`dual_init` ({self.dual_init}) must not exceed `dual_max` ({self.dual_max}).")
+        if self.constraints == "penalty" and self.dual_max is not None and self.penalty_weight > self.dual_max:
+            raise ValueError(f"`penalty_weight` ({self.penalty_weight}) must not exceed `dual_max` ({self.dual_max}).")
+        if self.constraints in ("penalty", "early_exit") and (self.resilience > 0 or self.resilience_restarts):
+            raise ValueError(
+                f"`resilience` relaxes the constraints through the dual ascent, which `constraints: {self.constraints}` "
+                f"does not run (fixed weights); set `resilience: 0` and `resilience_restarts: false`, or use "
+                "`constraints: descent`."
+            )
         if self.descent_epsilon is not None and (
             not is_number(self.descent_epsilon) or not math.isfinite(self.descent_epsilon) or self.descent_epsilon <= 0
         ):

@@ -1,6 +1,7 @@
 """
 The constrained optimisation problem, without any Trainer (cooper's split): the descent constraints and their
-Lagrangian terms (`lagrangian`), the multipliers (`multipliers`), the dual optimizer (`dual_optimizer`), the per-layer
+Lagrangian terms (`lagrangian`), what the measured layers add to the loss (`objectives`: the Lagrangian or fixed
+early-exit weights), the multipliers (`multipliers`), the dual optimizer (`dual_optimizer`), the per-layer
 losses of a batch and their running statistics (`stats`), the per-run primal-dual state (`primal_dual`), the
 feasibility report (`feasibility`). The state round-trips through `state_dict()` / `load_state_dict()`; writing it
 to a checkpoint's files is the trainers' (`trainers/resume/files.py`).
@@ -9,19 +10,25 @@ May import: `constrained_sft.utils` only. Everything else in the package builds 
 about models, readouts, noise or trainers.
 """
 
-from .dual_optimizer import DUAL_OPTIMIZERS, AdamDual, DualOptimizer, SGDDual, dual_optimizer_class
+from .dual_optimizer import DUAL_OPTIMIZERS, AdamDual, DualOptimizer, FixedDual, SGDDual, dual_optimizer_class
 from .lagrangian import DescentConstraints, constraint_values, penalty
 from .multipliers import Multipliers
+from .objectives import EARLY_EXIT_SCALES, EarlyExit, Lagrangian, LayerObjective
 from .primal_dual import ConstraintStateError, PrimalDual
 from .stats import LayerLosses, LayerStats, LayerTotals, StepStats, descent_counts, stats_metrics, step_stats
 
 __all__ = [
     "DUAL_OPTIMIZERS",
+    "EARLY_EXIT_SCALES",
     "AdamDual",
     "ConstraintStateError",
     "DescentConstraints",
     "DualOptimizer",
+    "EarlyExit",
+    "FixedDual",
+    "Lagrangian",
     "LayerLosses",
+    "LayerObjective",
     "LayerStats",
     "LayerTotals",
     "Multipliers",

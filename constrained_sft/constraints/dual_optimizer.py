@@ -160,6 +160,22 @@ class AdamDual(DualOptimizer):
         return torch.optim.Adam([weight], lr=lr, maximize=True)
 
 
+class FixedDual(DualOptimizer):
+    """
+    No dual ascent: the multipliers keep the values they start with (`dual_init`), whatever the slack. With the
+    `Lagrangian` objective this is the penalty method (`constraints: penalty`); with `EarlyExit` the multipliers are
+    not used at all. Not a `dual_optimizer` choice: the `constraints` mode selects it.
+    """
+
+    name = "fixed"
+
+    def make_optimizer(self, weight, lr):
+        return torch.optim.SGD([weight], lr=0.0, maximize=True)  # owns the weight, never moves it
+
+    def ascend(self, weight, direction):
+        pass
+
+
 # the config's `dual_optimizer` values and their classes; the next dual optimizers are added here
 DUAL_OPTIMIZERS: dict[str, type[DualOptimizer]] = {cls.name: cls for cls in (SGDDual, AdamDual)}
 

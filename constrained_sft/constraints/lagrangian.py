@@ -100,9 +100,13 @@ def penalty(
 def penalty_terms(
     spec: DescentConstraints, multipliers: torch.Tensor, device: torch.device
 ) -> tuple[torch.Tensor, float]:
-    """`linear_penalty`'s coefficients: the layers' `[n]` fp32 on `device` (one host -> device copy) and the token
-    count's host float."""
-    coefficients = penalty_coefficients(spec, multipliers)
+    """`linear_penalty`'s coefficients of the Lagrangian (see `coefficient_tensors`)."""
+    return coefficient_tensors(penalty_coefficients(spec, multipliers), device)
+
+
+def coefficient_tensors(coefficients: Sequence[float], device: torch.device) -> tuple[torch.Tensor, float]:
+    """`linear_penalty`'s form of `n + 1` coefficients: the layers' `[n]` fp32 on `device` (one host -> device copy)
+    and the token count's host float."""
     return torch.tensor(coefficients[:-1], dtype=torch.float32, device=device), coefficients[-1]
 
 

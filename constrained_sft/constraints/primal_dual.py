@@ -18,8 +18,9 @@ import torch
 
 from .dual_optimizer import DualOptimizer, SGDDual
 from .feasibility import feasibility_report
-from .lagrangian import DescentConstraints, linear_penalty, penalty_terms
+from .lagrangian import DescentConstraints, coefficient_tensors, linear_penalty
 from .multipliers import Multipliers
+from .objectives import Lagrangian, LayerObjective
 from .stats import LayerLosses, LayerStats, LayerTotals, Reduce, StepStats, step_stats
 
 logger = logging.getLogger(__name__)
@@ -32,7 +33,10 @@ class ConstraintStateError(ValueError):
 class PrimalDual:
     """
     The run's constrained problem and its dual state. `dual_optimizer` is a [`DualOptimizer`] class (`SGDDual`,
-    `AdamDual`, or a subclass of one's own); a trainer takes a `PrimalDual` built here through `primal_dual=`.
+    `AdamDual`, `FixedDual` for fixed multipliers, or a subclass of one's own); `objective` is what the measured layers
+    add to the loss (`Lagrangian`: the descent terms weighted by the multipliers; `EarlyExit`: fixed per-layer
+    weights; see `objectives`). The descent constraints are measured and reported whatever the objective. A trainer
+    takes a `PrimalDual` built here through `primal_dual=`.
     """
 
     def __init__(
@@ -47,8 +51,10 @@ class PrimalDual:
         warmup_steps: int = 0,
         window: int = 20,
         explicit_relaxation: bool = False,
+        objective: LayerObjective | None = None,
     ) -> None:
         self.spec = spec
+        self.objective = objective if objective is not None else Lagrangian()
         self.enabled = enabled
         self.warmup_steps = warmup_steps
         self.multipliers = Multipliers(len(spec), init=dual_init, upper=dual_max)
@@ -68,15 +74,16 @@ class PrimalDual:
 
     def penalty(self, losses: LayerLosses) -> torch.Tensor:
         """
-        Token-sum of sum_c lambda_c g_c for one micro-batch, differentiable in the layer losses: the penalty's
-        coefficients `[n + 1]` (see `penalty_coefficients`) reach the device once per multiplier update, not once
-        per micro-batch (a blocking host -> device copy is a device sync).
+        Token-sum of the objective's term for one micro-batch (sum_c lambda_c g_c with the `Lagrangian`),
+        differentiable in the layer losses: its coefficients `[n + 1]` (see `objectives`) reach the device once per
+        multiplier update, not once per micro-batch (a blocking host -> device copy is a device sync).
         """
         device = losses.sums.device
         lam = self.multipliers.weight.detach()  # [C] on the host: comparing it costs no device sync
         cached = self._coefficients
         if cached is None or cached[1].device != device or not torch.equal(cached[0], lam):
-            cached = self._coefficients = (lam.clone(), *penalty_terms(self.spec, lam, device))
+            coefficients = self.objective.coefficients(self.spec, lam)
+            cached = self._coefficients = (lam.clone(), *coefficient_tensors(coefficients, device))
         return linear_penalty(cached[1], cached[2], losses.sums, losses.num_tokens)
 
     def step(
@@ -131,6 +138,9 @@ class PrimalDual:
         return stats
 
     def dual_metrics(self) -> dict[str, float]:
+        """`dual/<layer>` per constraint; none when the objective does not use the multipliers."""
+        if not self.objective.uses_multipliers:
+            return {}
         return {f"dual/{k}": v for k, v in zip(self.spec.keys, self.multipliers.value().tolist(), strict=True)}
 
     def summary(self) -> dict[str, Any]:
@@ -143,7 +153,12 @@ class PrimalDual:
             self.skipped_steps,
             self.dual.resilience,
         )
-        return {**report, "nonfinite_steps_skipped": self.nonfinite_steps}
+        return {
+            **report,
+            "objective": self.objective.name,
+            "dual_optimizer": self.dual.name,
+            "nonfinite_steps_skipped": self.nonfinite_steps,
+        }
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs (the layout, the dual optimizer's state, the feasibility window, the skip

@@ -207,6 +207,23 @@ def test_recipe_twins_differ_only_in_constraints():
         assert b.get("constraints") == "none" and a.get("constraints", "descent") == "descent"
 
 
+MODE_FIELDS = {"penalty": {"penalty_weight"}, "early_exit": {"early_exit_scale", "early_exit_weight"}}
+
+
+def test_penalty_and_early_exit_recipes_differ_from_their_constrained_twin_only_in_the_objective():
+    """The arms a user compares constrained training with: the objective's fields, no resilience (there is no dual
+    ascent to relax), the output folder; every other line as the constrained recipe has it."""
+    others = [r for r in RECIPES if os.path.basename(r) in ("penalty.yaml", "early-exit.yaml")]
+    assert len(others) >= 4
+    for path in others:
+        a = yaml.safe_load(Path(os.path.join(os.path.dirname(path), "constrained.yaml")).read_text())
+        b = yaml.safe_load(Path(path).read_text())
+        mode = b["constraints"]
+        differing = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+        assert differing <= {"constraints", "output_dir", "resilience", *MODE_FIELDS[mode]}, (path, differing)
+        assert b.get("resilience", 0) == 0 and Path(path).read_text().count("(changed)") == len(differing)
+
+
 @pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=os.path.basename)
 def test_accelerate_configs_load(path):
     from accelerate.commands.config.config_args import load_config_from_file
