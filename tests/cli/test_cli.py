@@ -224,6 +224,16 @@ def test_penalty_and_early_exit_recipes_differ_from_their_constrained_twin_only_
         assert b.get("resilience", 0) == 0 and Path(path).read_text().count("(changed)") == len(differing)
 
 
+def test_the_neftune_recipe_is_the_erm_twin_with_neftunes_noise_instead_of_gaussian():
+    for path in [r for r in RECIPES if os.path.basename(r) == "neftune.yaml"]:
+        erm = yaml.safe_load(Path(os.path.join(os.path.dirname(path), "erm.yaml")).read_text())
+        neft = yaml.safe_load(Path(path).read_text())
+        differing = {k for k in set(erm) | set(neft) if erm.get(k) != neft.get(k)}
+        assert differing == {"neftune_noise_alpha", "noise_gamma", "output_dir"}, (path, differing)
+        assert neft["noise_gamma"] == 0 and neft["neftune_noise_alpha"] > 0 and neft["constraints"] == "none"
+        assert Path(path).read_text().count("(changed)") == len(differing)
+
+
 @pytest.mark.parametrize("path", ACCELERATE_CONFIGS, ids=os.path.basename)
 def test_accelerate_configs_load(path):
     from accelerate.commands.config.config_args import load_config_from_file
