@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(BIN)/python -m pip install -c $(CONSTRAINTS) -e ".[dev]"
 	$(BIN)/python -m pip check
 	# every command's --help once, so the first one a user asks for prints at once (constrained_sft/cli/help_cache.py)
-	for c in "" train "eval robustness" "eval generate" "eval alpaca" sweep study; do \
+	for c in "" train "eval robustness" "eval generate" "eval alpaca" "eval exits" sweep study; do \
 		$(BIN)/constrained-sft $$c --help > /dev/null; done
 	touch $(STAMP)
 

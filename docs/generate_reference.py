@@ -37,6 +37,7 @@ def _config_classes() -> list[tuple[str, type, str]]:
     from constrained_sft.data.video import VideoDataArguments
     from constrained_sft.evaluation.alpaca.generate import GenerateArguments
     from constrained_sft.evaluation.alpaca.judging import AlpacaArguments
+    from constrained_sft.evaluation.exits import ExitsArguments
     from constrained_sft.evaluation.robustness import RobustnessArguments
     from constrained_sft.study.arguments import StudyArguments
     from constrained_sft.sweep.run import SweepArguments
@@ -57,6 +58,7 @@ def _config_classes() -> list[tuple[str, type, str]]:
         ("Robustness evaluation", RobustnessArguments, "`constrained-sft eval robustness`."),
         ("Generation", GenerateArguments, "`constrained-sft eval generate`."),
         ("Head-to-head judging", AlpacaArguments, "`constrained-sft eval alpaca`."),
+        ("Self-speculative decoding", ExitsArguments, "`constrained-sft eval exits`."),
         ("Search and comparison", SweepArguments, "`constrained-sft sweep`."),
         ("Study", StudyArguments, "`constrained-sft study`."),
     ]

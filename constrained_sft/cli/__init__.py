@@ -17,6 +17,7 @@ import warnings
 from ..version import VERSION
 from .base import Command, Group
 from .eval_alpaca import AlpacaCommand
+from .eval_exits import ExitsCommand
 from .eval_generate import GenerateCommand
 from .eval_robustness import RobustnessCommand
 from .help_cache import cached_help, wants_help
@@ -30,7 +31,7 @@ PROG = "constrained-sft"
 class EvalGroup(Group):
     name = "eval"
     help = "measure trained models: robustness to noise with intervals, noisy generation, AlpacaEval judging"
-    commands = (RobustnessCommand(), GenerateCommand(), AlpacaCommand())
+    commands = (RobustnessCommand(), GenerateCommand(), AlpacaCommand(), ExitsCommand())
 
 
 COMMANDS: tuple[Command, ...] = (TrainCommand(), EvalGroup(), SweepCommand(), StudyCommand())

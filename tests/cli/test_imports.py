@@ -19,7 +19,7 @@ HEAVY = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "nump
 # each command's own dependencies; the others must not be needed
 OTHERS = ("sqlalchemy", "optuna", "alpaca_eval", "av")
 NEEDS = {"sweep": {"sqlalchemy", "optuna"}, "eval alpaca": {"alpaca_eval"}, "study": {"alpaca_eval"}}
-COMMANDS = ["train", "eval robustness", "eval generate", "eval alpaca", "sweep", "study"]
+COMMANDS = ["train", "eval robustness", "eval generate", "eval alpaca", "eval exits", "sweep", "study"]
 
 PROBE = """
 import json, os, sys
@@ -126,7 +126,7 @@ def test_only_a_help_that_exits_0_is_kept_and_the_cache_can_be_turned_off(tmp_pa
 
 
 # the commands grouped by the dependencies they may load: one interpreter per group
-GROUPS = [["train", "eval robustness", "eval generate"], ["eval alpaca", "study"], ["sweep"]]
+GROUPS = [["train", "eval robustness", "eval generate", "eval exits"], ["eval alpaca", "study"], ["sweep"]]
 
 
 @pytest.mark.parametrize("commands", GROUPS, ids=lambda c: ", ".join(c))

@@ -170,7 +170,8 @@ def _check_resume(path: str, settings: dict) -> None:
         )
 
 
-def _prompts(tokenizer, rows: list[dict[str, str]], system_prompt: str | None) -> list[str]:
+def prompts_for(tokenizer, rows: list[dict[str, str]], system_prompt: str | None) -> list[str]:
+    """Each instruction as the model's chat template writes a user turn (after an optional system message)."""
     if not getattr(tokenizer, "chat_template", None):
         raise GenerationError("the model's tokenizer has no chat template; generation needs an instruct model.")
     head = [{"role": "system", "content": system_prompt}] if system_prompt else []
@@ -201,7 +202,10 @@ def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, g
     for b in tqdm(range(start, len(rows), args.batch_size), desc=f"{name} gamma={gamma}"):
         batch = rows[b : b + args.batch_size]
         enc = tokenizer(
-            _prompts(tokenizer, batch, args.system_prompt), return_tensors="pt", padding=True, add_special_tokens=False
+            prompts_for(tokenizer, batch, args.system_prompt),
+            return_tensors="pt",
+            padding=True,
+            add_special_tokens=False,
         ).to(device)
         seed = args.seed * 1_000_003 + b  # a function of the position only: resumed batches see the same noise
         torch.manual_seed(seed)

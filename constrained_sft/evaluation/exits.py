@@ -1,0 +1,255 @@
+"""
+What descending layers buy at inference (`constrained-sft eval exits`): self-speculative decoding, where the first l
+layers of a model, read out through its own final norm and LM head (the readout the constraints train), draft tokens
+that the full model then verifies (transformers' `generate(assistant_early_exit=l)`, LayerSkip's scheme). Per model
+and exit layer: the speed-up over plain greedy decoding of the same prompts with a paired interval over prompts,
+tokens per second, the acceptance rate of the drafted tokens, and the check that the tokens equal plain greedy
+decoding's (greedy speculative decoding must return exactly the full model's tokens).
+
+Batch size 1: transformers' assisted generation decodes one sequence at a time. Counting is exact and needs no
+transformers internals: a forward pre-hook on the model sees every call, the draft's with the model's
+`num_hidden_layers` temporarily set to l (how `EarlyExitCandidateGenerator` exits early), the verifier's with L. T
+new tokens from V verifying forwards and D drafting forwards: T / V tokens per full-model forward, and (T - V) / D
+accepted drafts (each verifying forward adds the one token the full model picks after the accepted drafts).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ..data import ModelSpec
+from ..tasks import SFTTask, get_task
+from ..utils import check_fields, check_output_folder, pyplot, save_figure, write_json
+from .alpaca.generate import ALPACA_EVAL, GenerationError, load_instructions, prompts_for
+from .bootstrap import Statistic, bootstrap_interval
+from .loading import versions
+from .report import Document, Heading, Image, Preformatted, Table, Text, write_html
+
+EXITS_JSON = "exits.json"
+
+
+@dataclass
+class ExitsArguments:
+    models: list[str] = field(
+        default=None, metadata={"help": "Causal LM folders, Hub ids, `pkg:` aliases or LoRA adapter folders."}
+    )
+    names: list[str] | None = field(default=None, metadata={"help": "A name per model (default: folder names)."})
+    base_model: str | None = field(default=None, metadata={"help": "Base model of an adapter that does not name one."})
+    output_dir: str = field(default=None, metadata={"help": "Where exits.json, the plot and report.html go."})
+    exit_layers: list[int] | None = field(
+        default=None,
+        metadata={"help": "Layers l whose readout drafts (1 <= l < L; default: L/4, L/2 and 3L/4, rounded)."},
+    )
+    instructions: str = field(
+        default=ALPACA_EVAL,
+        metadata={"help": "`tatsu-lab/alpaca_eval` (Hub) or a local .json/.jsonl file with an `instruction` field."},
+    )
+    max_instances: int = field(default=16, metadata={"help": "Prompts decoded (the units the interval resamples)."})
+    max_new_tokens: int = field(default=64, metadata={"help": "New tokens per prompt."})
+    system_prompt: str | None = field(default=None, metadata={"help": "A system message before each instruction."})
+    bootstrap_samples: int = field(default=2000, metadata={"help": "Bootstrap resamples of the prompts."})
+    bf16: bool | None = field(default=None, metadata={"help": "bf16 weights (default: on CUDA devices with bf16)."})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        check_output_folder(self.output_dir, "--output_dir")
+
+    def validate(self) -> None:
+        """Everything checkable before a model loads; errors name the field."""
+        if not self.models or not self.output_dir:
+            raise GenerationError("`--models` and `--output_dir` are required.")
+        if self.names is not None and (len(self.names) != len(self.models) or len(set(self.names)) != len(self.names)):
+            raise GenerationError(f"`--names` must give one distinct name per model of --models, got {self.names}.")
+        for name in ("max_instances", "max_new_tokens", "bootstrap_samples"):
+            if getattr(self, name) < 1:
+                raise GenerationError(f"`--{name}` must be an integer >= 1, got {getattr(self, name)}.")
+        if self.exit_layers is not None and (not self.exit_layers or min(self.exit_layers) < 1):
+            raise GenerationError(f"`--exit_layers` must be layers >= 1, got {self.exit_layers}.")
+
+    def model_names(self) -> list[str]:
+        return self.names or [os.path.basename(os.path.normpath(p)) or p for p in self.models]
+
+
+def default_exits(num_layers: int) -> list[int]:
+    """L/4, L/2 and 3L/4, rounded, distinct, in 1..L-1."""
+    return sorted({min(max(round(num_layers * q), 1), num_layers - 1) for q in (0.25, 0.5, 0.75)})
+
+
+class ForwardCounter:
+    """Counts the model's forward calls by the layers they run (`num_hidden_layers` at call time)."""
+
+    def __init__(self, model) -> None:
+        self.config = getattr(model, model.base_model_prefix).config
+        self.depths: list[int] = []
+        self.handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
+
+    def _record(self, module, args, kwargs) -> None:
+        self.depths.append(self.config.num_hidden_layers)
+
+    def take(self) -> list[int]:
+        depths, self.depths = self.depths, []
+        return depths
+
+
+def _decode(model, enc, max_new_tokens: int, pad_token_id: int, exit_layer: int | None):
+    """(new token ids, seconds) of one greedy decoding, plain or drafted by layer `exit_layer`."""
+    extra = {} if exit_layer is None else {"assistant_early_exit": exit_layer}
+    start = time.perf_counter()
+    out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None,
+                         top_k=None, pad_token_id=pad_token_id, **extra)  # fmt: skip
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return out[0, enc["input_ids"].shape[1] :], time.perf_counter() - start
+
+
+@torch.no_grad()
+def measure_model(model, tokenizer, prompts: list[str], exits: list[int], max_new_tokens: int, desc: str) -> dict:
+    """
+    Per prompt: plain greedy decoding, then each exit layer's self-speculative decoding of the same prompt (one untimed
+    warm-up decode first). Returns `{"plain_seconds": [N], "tokens": [N], "exits": {l: {"seconds", "drafted",
+    "verified", "identical": [N]}}}`.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    L = getattr(model, model.base_model_prefix).config.num_hidden_layers
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    encoded = [tokenizer(p, return_tensors="pt", add_special_tokens=False).to(device) for p in prompts]
+    _decode(model, encoded[0], 2, pad, None)  # warm-up: first-call allocations are not timed
+    counter = ForwardCounter(model)
+    empty = {"seconds": [], "drafted": [], "verified": [], "identical": []}
+    out: dict[str, Any] = {"plain_seconds": [], "tokens": [], "exits": {x: {k: [] for k in empty} for x in exits}}
+    try:
+        for enc in tqdm(encoded, desc=desc):
+            plain, seconds = _decode(model, enc, max_new_tokens, pad, None)
+            counter.take()
+            out["plain_seconds"].append(seconds)
+            out["tokens"].append(int(plain.numel()))
+            for layer in exits:
+                drafted_ids, seconds = _decode(model, enc, max_new_tokens, pad, layer)
+                depths = counter.take()
+                row = out["exits"][layer]
+                row["seconds"].append(seconds)
+                row["drafted"].append(sum(d < L for d in depths))
+                row["verified"].append(sum(d >= L for d in depths))
+                row["identical"].append(bool(torch.equal(drafted_ids, plain)))
+    finally:
+        counter.handle.remove()
+    return out
+
+
+def summarize_exits(measured: dict, n_boot: int) -> dict[str, dict]:
+    """Per exit layer: speed-up (plain / drafted seconds, pooled over prompts) with its 95% interval over prompts,
+    tokens per second, acceptance rate, tokens per full-model forward, and whether every prompt decoded identically."""
+    plain = np.asarray(measured["plain_seconds"], np.float64)
+    tokens = np.asarray(measured["tokens"], np.float64)
+    out = {}
+    for layer, row in measured["exits"].items():
+        seconds = np.asarray(row["seconds"], np.float64)
+        scores = {"plain": plain[None, None], "drafted": seconds[None, None]}  # [K=1, S=1, N prompts]
+        speedup = Statistic("speedup", lambda s: s["plain"] / s["drafted"])
+        value, low, high = bootstrap_interval(scores, speedup, n_boot)
+        drafted, verified = sum(row["drafted"]), sum(row["verified"])
+        out[str(layer)] = {
+            "speedup": float(value[0]),
+            "speedup_low": float(low[0]),
+            "speedup_high": float(high[0]),
+            "tokens_per_second": float(tokens.sum() / seconds.sum()),
+            "acceptance_rate": (tokens.sum() - verified) / drafted if drafted else math.nan,
+            "tokens_per_verify": float(tokens.sum() / verified) if verified else math.nan,
+            "identical_to_greedy": all(row["identical"]),
+        }
+    return out
+
+
+def plot_speedups(results: dict, path: str) -> str:
+    """Speed-up over plain greedy decoding against the exit layer, one line per model with its 95% band."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, model in results["models"].items():
+        layers = sorted(model["exits"], key=int)
+        rows = [model["exits"][x] for x in layers]
+        xs = [int(x) for x in layers]
+        (line,) = ax.plot(xs, [r["speedup"] for r in rows], marker="o", label=name)
+        ax.fill_between(xs, [r["speedup_low"] for r in rows], [r["speedup_high"] for r in rows],
+                        color=line.get_color(), alpha=0.2)  # fmt: skip
+    ax.axhline(1.0, color="black", lw=0.8, ls="--")
+    ax.set(xlabel="exit layer l (drafts with layers 1..l)", ylabel="speed-up over greedy decoding",
+           title="Self-speculative decoding, batch 1 (band: 95% over prompts)")  # fmt: skip
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return save_figure(fig, path)
+
+
+def report_blocks(results: dict, plot: str) -> list:
+    rows = [
+        [name, int(layer), r["speedup"], f"[{r['speedup_low']:.3f}, {r['speedup_high']:.3f}]", r["tokens_per_second"],
+         model["plain_tokens_per_second"], r["acceptance_rate"], r["tokens_per_verify"],
+         "yes" if r["identical_to_greedy"] else "NO"]
+        for name, model in results["models"].items()
+        for layer, r in sorted(model["exits"].items(), key=lambda kv: int(kv[0]))
+    ]  # fmt: skip
+    headers = ["model", "exit layer", "speed-up", "95% CI", "tokens/s", "greedy tokens/s", "acceptance",
+               "tokens per full forward", "tokens = greedy"]  # fmt: skip
+    return [
+        Heading("Self-speculative decoding", 1),
+        Text(results["settings"]["description"]),
+        Table(headers, rows, number=".3f"),
+        Image(plot),
+        Heading("Settings"),
+        Preformatted(f"{results['settings']}\n{results['versions']}"),
+    ]
+
+
+def run(args: ExitsArguments) -> dict:
+    """Every model at every exit layer; exits.json, the plot and report.html in `args.output_dir`."""
+    args.validate()
+    rows = load_instructions(args.instructions, args.max_instances)
+    task = get_task(SFTTask.name)
+    bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    results: dict[str, Any] = {"settings": {**asdict(args), "n_prompts": len(rows)}, "models": {},
+                               "versions": versions("torch", "transformers")}  # fmt: skip
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for name, path in zip(args.model_names(), args.models, strict=True):
+        model, tokenizer = task.load_model(
+            ModelSpec(name, path, args.base_model), torch.bfloat16 if bf16 else torch.float32
+        )
+        model.to(device)
+        L = getattr(model, model.base_model_prefix).config.num_hidden_layers
+        exits = args.exit_layers or default_exits(L)
+        if bad := [x for x in exits if not 1 <= x < L]:
+            raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {name} ({L} layers).")
+        measured = measure_model(model, tokenizer, prompts_for(tokenizer, rows, args.system_prompt), exits,
+                                 args.max_new_tokens, f"decoding {name}")  # fmt: skip
+        tokens, plain = sum(measured["tokens"]), sum(measured["plain_seconds"])
+        results["models"][name] = {
+            "path": path,
+            "num_layers": L,
+            "plain_tokens_per_second": tokens / plain,
+            "exits": summarize_exits(measured, args.bootstrap_samples),
+            "per_prompt": {
+                "plain_seconds": measured["plain_seconds"],
+                "tokens": measured["tokens"],
+                "exits": {str(k): v for k, v in measured["exits"].items()},
+            },  # fmt: skip
+        }
+        del model
+    results["settings"]["description"] = (
+        f"{len(rows)} prompts of {args.instructions}, {args.max_new_tokens} new tokens each, greedy, batch 1 "
+        f"(transformers' assisted generation decodes one sequence at a time), on {device}. Speed-up: plain greedy "
+        "seconds / drafted seconds, pooled over the prompts; interval: 95% bootstrap over prompts (paired: each "
+        "prompt decoded both ways)."
+    )
+    os.makedirs(args.output_dir, exist_ok=True)
+    plot = plot_speedups(results, os.path.join(args.output_dir, "speedup_vs_exit_layer.png"))
+    page = write_html(os.path.join(args.output_dir, "report.html"), Document("Exits", report_blocks(results, plot)))
+    results["files"] = {"json": os.path.join(args.output_dir, EXITS_JSON), "plot": plot, "html": page}
+    write_json(results["files"]["json"], results)
+    return results

@@ -1,0 +1,76 @@
+"""`eval exits`: self-speculative decoding returns exactly greedy decoding's tokens, its counts and intervals are
+what they say, and the command writes its report; bad options fail in one line."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from constrained_sft.cli import main as cli
+from constrained_sft.evaluation.alpaca.generate import GenerationError
+from constrained_sft.evaluation.exits import ExitsArguments, default_exits, measure_model, summarize_exits
+from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
+
+
+def test_drafted_decoding_returns_the_greedy_tokens_at_every_exit():
+    torch.manual_seed(0)
+    model, tokenizer = tiny_causal_lm("llama"), tiny_tokenizer()
+    prompts = ["a b c", "d e", "f g h i"]
+    measured = measure_model(model, tokenizer, prompts, [1, 2, 3], max_new_tokens=12, desc="t")
+    assert measured["tokens"] == [12, 12, 12] and len(measured["plain_seconds"]) == 3
+    for layer, row in measured["exits"].items():
+        assert row["identical"] == [True, True, True], layer  # greedy speculative decoding changes no token
+        assert all(d >= 1 and v >= 1 for d, v in zip(row["drafted"], row["verified"], strict=True))
+        # each verifying forward adds one token after the accepted drafts: no more verifications than tokens
+        assert all(v <= t for v, t in zip(row["verified"], measured["tokens"], strict=True))
+    summary = summarize_exits(measured, n_boot=200)
+    for r in summary.values():
+        assert 0 <= r["acceptance_rate"] <= 1 and r["tokens_per_verify"] >= 1 and r["identical_to_greedy"]
+        assert r["speedup_low"] <= r["speedup"] <= r["speedup_high"]
+
+
+def test_the_summary_pools_the_prompts():
+    measured = {"plain_seconds": [1.0, 3.0], "tokens": [10, 10],
+                "exits": {2: {"seconds": [0.5, 1.5], "drafted": [8, 8], "verified": [5, 5], "identical": [True, True]}}}  # fmt: skip
+    r = summarize_exits(measured, n_boot=100)["2"]
+    assert r["speedup"] == pytest.approx(2.0) and r["speedup_low"] == pytest.approx(2.0)  # every prompt 2x faster
+    assert r["acceptance_rate"] == pytest.approx((20 - 10) / 16) and r["tokens_per_verify"] == pytest.approx(2.0)
+    assert r["tokens_per_second"] == pytest.approx(20 / 2.0)
+    assert default_exits(30) == [8, 15, 22] and default_exits(2) == [1]
+
+
+def test_the_command_writes_its_report(tmp_path, capsys):
+    model_dir = tmp_path / "m"
+    tiny_causal_lm("llama").save_pretrained(model_dir)
+    tiny_tokenizer().save_pretrained(model_dir)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"instruction": f"say {w}"}) for w in "abcd"))
+    out = tmp_path / "out"
+    argv = ["eval", "exits", "--models", str(model_dir), "--names", "tiny", "--output_dir", str(out),
+            "--instructions", str(prompts), "--exit_layers", "1", "3", "--max_new_tokens", "6",
+            "--bootstrap_samples", "100"]  # fmt: skip
+    assert cli(argv) == 0
+    printed = capsys.readouterr().out
+    assert "tiny exit layer 1: speed-up" in printed and "tokens = greedy" in printed
+    results = json.loads((out / "exits.json").read_text())
+    assert set(results["models"]["tiny"]["exits"]) == {"1", "3"} and results["settings"]["n_prompts"] == 4
+    assert all(r["identical_to_greedy"] for r in results["models"]["tiny"]["exits"].values())
+    page = (out / "report.html").read_text()
+    assert "Self-speculative decoding" in page and "data:image/png;base64" in page
+    assert np.isfinite(results["models"]["tiny"]["plain_tokens_per_second"])
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        (dict(models=["m"], output_dir="o", exit_layers=[0]), "`--exit_layers` must be layers >= 1"),
+        (dict(models=["m"], output_dir="o", max_new_tokens=0), "`--max_new_tokens` must be an integer >= 1"),
+        (dict(models=["a", "b"], names=["x"], output_dir="o"), "`--names` must give one distinct name per model"),
+        (dict(output_dir="o"), "`--models` and `--output_dir` are required"),
+    ],
+)
+def test_bad_options_fail_in_one_line_before_any_model_loads(fields, match):
+    with pytest.raises(GenerationError, match=match) as error:
+        ExitsArguments(**fields).validate()
+    assert "\n" not in str(error.value)
