@@ -6,6 +6,9 @@ and exit layer: the speed-up over plain greedy decoding of the same prompts with
 tokens per second, the acceptance rate of the drafted tokens, and the check that the tokens equal plain greedy
 decoding's (greedy speculative decoding must return exactly the full model's tokens).
 
+With reference answers in the instructions (`reference` or `output`), also each layer's own readout of them: per-layer
+token accuracy and loss of the answer tokens, teacher-forced, clean and at the `gammas` levels of embedding noise.
+
 Batch size 1: transformers' assisted generation decodes one sequence at a time. Counting is exact and needs no
 transformers internals: a forward pre-hook on the model sees every call, the draft's with the model's
 `num_hidden_layers` temporarily set to l (how `EarlyExitCandidateGenerator` exits early), the verifier's with L. T
@@ -26,11 +29,13 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data import ModelSpec
+from ..noise import embedding_noise, embedding_sigma, parse_levels
+from ..readout import CausalLMReadout
 from ..tasks import SFTTask, get_task
 from ..utils import check_fields, check_output_folder, pyplot, save_figure, write_json
 from .alpaca.generate import ALPACA_EVAL, GenerationError, load_instructions, prompts_for
 from .bootstrap import Statistic, bootstrap_interval
-from .loading import versions
+from .loading import reference_sigma, versions
 from .report import Document, Heading, Image, Preformatted, Table, Text, write_html
 
 EXITS_JSON = "exits.json"
@@ -55,6 +60,16 @@ class ExitsArguments:
     max_instances: int = field(default=16, metadata={"help": "Prompts decoded (the units the interval resamples)."})
     max_new_tokens: int = field(default=64, metadata={"help": "New tokens per prompt."})
     system_prompt: str | None = field(default=None, metadata={"help": "A system message before each instruction."})
+    gammas: list[float] = field(
+        default_factory=lambda: [0.0],
+        metadata={"help": "Noise levels of the per-layer view (needs reference answers in --instructions)."},
+    )
+    sigma_x: float | None = field(
+        default=None,
+        metadata={
+            "help": "sigma_x of that noise (default: the first model's recorded `noise_sigma_x`, else measured)."
+        },
+    )
     bootstrap_samples: int = field(default=2000, metadata={"help": "Bootstrap resamples of the prompts."})
     bf16: bool | None = field(default=None, metadata={"help": "bf16 weights (default: on CUDA devices with bf16)."})
 
@@ -73,6 +88,9 @@ class ExitsArguments:
                 raise GenerationError(f"`--{name}` must be an integer >= 1, got {getattr(self, name)}.")
         if self.exit_layers is not None and (not self.exit_layers or min(self.exit_layers) < 1):
             raise GenerationError(f"`--exit_layers` must be layers >= 1, got {self.exit_layers}.")
+        parse_levels(self.gammas)
+        if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
+            raise GenerationError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
 
     def model_names(self) -> list[str]:
         return self.names or [os.path.basename(os.path.normpath(p)) or p for p in self.models]
@@ -145,6 +163,45 @@ def measure_model(model, tokenizer, prompts: list[str], exits: list[int], max_ne
     return out
 
 
+@torch.no_grad()
+def layer_view(model, tokenizer, prompts: list[str], answers: list[str], gammas: list[float], sigma: float) -> dict:
+    """
+    Each layer's readout of the reference answers, teacher-forced, one prompt at a time: `{gamma: {"loss": {l: mean
+    NLL}, "accuracy": {l: top-1 share}}}` over every answer token, layers 1..L (L as the model scores itself, below it
+    through the final norm and head: the readout the constraints train). Noise seeded per prompt.
+    """
+    model.eval()
+    device = next(model.parameters()).device
+    readout = CausalLMReadout.from_model(model)
+    out = {}
+    for gamma in gammas:
+        nll, hits, count = None, None, 0
+        for i, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
+            head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            tail = tokenizer(answer, add_special_tokens=False)["input_ids"]
+            ids = torch.tensor([head + tail], device=device)  # [1, T]
+            with embedding_noise(model, gamma=gamma, seed=i, sigma=sigma):
+                hidden = model(input_ids=ids, output_hidden_states=True).hidden_states  # L + 1 of [1, T, D]
+            positions = torch.arange(len(head) - 1, ids.shape[1] - 1, device=device)  # predict each answer token
+            targets = ids[0, positions + 1]  # [K]
+            L = len(hidden) - 1
+            rows_nll, rows_hit = [], []
+            for layer in range(1, L + 1):
+                h = hidden[layer][0, positions]  # [K, D]
+                rows_nll.append(readout.token_nll(h, targets, apply_norm=layer < L).double().sum())
+                x = readout.final_norm(h) if layer < L else h
+                rows_hit.append((readout.lm_head(x).argmax(-1) == targets).double().sum())  # [K, V] logits, small K
+            nll = torch.stack(rows_nll) + (0 if nll is None else nll)
+            hits = torch.stack(rows_hit) + (0 if hits is None else hits)
+            count += int(targets.numel())
+        layers = range(1, len(nll) + 1)
+        out[str(gamma)] = {
+            "loss": {str(x): float(v) / count for x, v in zip(layers, nll.tolist(), strict=True)},
+            "accuracy": {str(x): float(v) / count for x, v in zip(layers, hits.tolist(), strict=True)},
+        }
+    return out
+
+
 def summarize_exits(measured: dict, n_boot: int) -> dict[str, dict]:
     """Per exit layer: speed-up (plain / drafted seconds, pooled over prompts) with its 95% interval over prompts,
     tokens per second, acceptance rate, tokens per full-model forward, and whether every prompt decoded identically."""
@@ -188,6 +245,21 @@ def plot_speedups(results: dict, path: str) -> str:
     return save_figure(fig, path)
 
 
+def plot_layer_accuracy(results: dict, path: str) -> str:
+    """Each layer's token accuracy on the reference answers, one panel per noise level, one line per model."""
+    plt = pyplot()
+    gammas = results["settings"]["gammas"]
+    fig, axes = plt.subplots(1, len(gammas), figsize=(4.5 * len(gammas), 3.8), squeeze=False)
+    for ax, gamma in zip(axes[0], gammas, strict=True):
+        for name, model in results["models"].items():
+            accuracy = model["layers"][str(gamma)]["accuracy"]
+            ax.plot([int(x) for x in accuracy], list(accuracy.values()), marker=".", label=name)
+        ax.set(xlabel="layer", ylabel="token accuracy of the layer's readout", title=f"gamma = {gamma:g}")
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    return save_figure(fig, path)
+
+
 def report_blocks(results: dict, plot: str) -> list:
     rows = [
         [name, int(layer), r["speedup"], f"[{r['speedup_low']:.3f}, {r['speedup_high']:.3f}]", r["tokens_per_second"],
@@ -198,11 +270,23 @@ def report_blocks(results: dict, plot: str) -> list:
     ]  # fmt: skip
     headers = ["model", "exit layer", "speed-up", "95% CI", "tokens/s", "greedy tokens/s", "acceptance",
                "tokens per full forward", "tokens = greedy"]  # fmt: skip
-    return [
+    blocks = [
         Heading("Self-speculative decoding", 1),
         Text(results["settings"]["description"]),
         Table(headers, rows, number=".3f"),
         Image(plot),
+    ]
+    if "layer_plot" in results["files"]:
+        gammas = results["settings"]["gammas"]
+        blocks += [Heading("Each layer's readout of the reference answers"), Image(results["files"]["layer_plot"])]
+        for name, model in results["models"].items():
+            layers = model["layers"][str(gammas[0])]["accuracy"]
+            table = [[int(x)] + [v for g in gammas for v in (model["layers"][str(g)]["accuracy"][x],
+                                                              model["layers"][str(g)]["loss"][x])] for x in layers]  # fmt: skip
+            headers = ["layer"] + [f"{what} (gamma {g:g})" for g in gammas for what in ("accuracy", "loss")]
+            blocks += [Heading(name, 3), Table(headers, table)]
+    return [
+        *blocks,
         Heading("Settings"),
         Preformatted(f"{results['settings']}\n{results['versions']}"),
     ]
@@ -217,6 +301,8 @@ def run(args: ExitsArguments) -> dict:
     results: dict[str, Any] = {"settings": {**asdict(args), "n_prompts": len(rows)}, "models": {},
                                "versions": versions("torch", "transformers")}  # fmt: skip
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    answers = [r.get("reference") for r in rows]
+    sigma = reference_sigma(args.sigma_x, args.models[0])[0]
     for name, path in zip(args.model_names(), args.models, strict=True):
         model, tokenizer = task.load_model(
             ModelSpec(name, path, args.base_model), torch.bfloat16 if bf16 else torch.float32
@@ -226,8 +312,11 @@ def run(args: ExitsArguments) -> dict:
         exits = args.exit_layers or default_exits(L)
         if bad := [x for x in exits if not 1 <= x < L]:
             raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {name} ({L} layers).")
-        measured = measure_model(model, tokenizer, prompts_for(tokenizer, rows, args.system_prompt), exits,
-                                 args.max_new_tokens, f"decoding {name}")  # fmt: skip
+        prompts = prompts_for(tokenizer, rows, args.system_prompt)
+        measured = measure_model(model, tokenizer, prompts, exits, args.max_new_tokens, f"decoding {name}")
+        if all(answers):  # one scale for every model compared: the first's, recorded or measured
+            sigma = sigma if sigma is not None else embedding_sigma(model)
+            layers = layer_view(model, tokenizer, prompts, answers, sorted(set(args.gammas)), sigma)
         tokens, plain = sum(measured["tokens"]), sum(measured["plain_seconds"])
         results["models"][name] = {
             "path": path,
@@ -238,8 +327,10 @@ def run(args: ExitsArguments) -> dict:
                 "plain_seconds": measured["plain_seconds"],
                 "tokens": measured["tokens"],
                 "exits": {str(k): v for k, v in measured["exits"].items()},
-            },  # fmt: skip
+            },
         }
+        if all(answers):
+            results["models"][name]["layers"] = layers
         del model
     results["settings"]["description"] = (
         f"{len(rows)} prompts of {args.instructions}, {args.max_new_tokens} new tokens each, greedy, batch 1 "
@@ -247,9 +338,15 @@ def run(args: ExitsArguments) -> dict:
         "seconds / drafted seconds, pooled over the prompts; interval: 95% bootstrap over prompts (paired: each "
         "prompt decoded both ways)."
     )
+    results["settings"].update(gammas=sorted(set(args.gammas)), sigma_x=sigma)
     os.makedirs(args.output_dir, exist_ok=True)
     plot = plot_speedups(results, os.path.join(args.output_dir, "speedup_vs_exit_layer.png"))
+    results["files"] = {"json": os.path.join(args.output_dir, EXITS_JSON), "plot": plot}
+    if all(answers):
+        results["files"]["layer_plot"] = plot_layer_accuracy(
+            results, os.path.join(args.output_dir, "layer_accuracy.png")
+        )
     page = write_html(os.path.join(args.output_dir, "report.html"), Document("Exits", report_blocks(results, plot)))
-    results["files"] = {"json": os.path.join(args.output_dir, EXITS_JSON), "plot": plot, "html": page}
+    results["files"]["html"] = page
     write_json(results["files"]["json"], results)
     return results

@@ -9,7 +9,13 @@ import torch
 
 from constrained_sft.cli import main as cli
 from constrained_sft.evaluation.alpaca.generate import GenerationError
-from constrained_sft.evaluation.exits import ExitsArguments, default_exits, measure_model, summarize_exits
+from constrained_sft.evaluation.exits import (
+    ExitsArguments,
+    default_exits,
+    layer_view,
+    measure_model,
+    summarize_exits,
+)
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
 
 
@@ -30,6 +36,27 @@ def test_drafted_decoding_returns_the_greedy_tokens_at_every_exit():
         assert r["speedup_low"] <= r["speedup"] <= r["speedup_high"]
 
 
+def test_each_layers_readout_of_the_answers_ends_at_the_models_own_loss():
+    """Layer L is scored as the model scores itself: its loss is the model's own loss on the answer tokens."""
+    torch.manual_seed(0)
+    model, tokenizer = tiny_causal_lm("llama").eval(), tiny_tokenizer()
+    prompts, answers = ["a b c", "d e"], ["f g h", "i j"]
+    view = layer_view(model, tokenizer, prompts, answers, [0.0, 2.0], sigma=0.5)
+    clean, noisy = view["0.0"], view["2.0"]
+    assert list(clean["loss"]) == ["1", "2", "3", "4"] and all(0 <= v <= 1 for v in clean["accuracy"].values())
+    total, count = 0.0, 0
+    for prompt, answer in zip(prompts, answers, strict=True):
+        head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([head + tokenizer(answer, add_special_tokens=False)["input_ids"]])
+        labels = ids.clone()
+        labels[0, : len(head)] = -100
+        n = int((labels[0, 1:] != -100).sum())
+        total += model(input_ids=ids, labels=labels).loss.item() * n
+        count += n
+    assert clean["loss"]["4"] == pytest.approx(total / count, rel=1e-5)
+    assert noisy["loss"] != clean["loss"]  # the noise reaches every layer
+
+
 def test_the_summary_pools_the_prompts():
     measured = {"plain_seconds": [1.0, 3.0], "tokens": [10, 10],
                 "exits": {2: {"seconds": [0.5, 1.5], "drafted": [8, 8], "verified": [5, 5], "identical": [True, True]}}}  # fmt: skip
@@ -45,11 +72,11 @@ def test_the_command_writes_its_report(tmp_path, capsys):
     tiny_causal_lm("llama").save_pretrained(model_dir)
     tiny_tokenizer().save_pretrained(model_dir)
     prompts = tmp_path / "p.jsonl"
-    prompts.write_text("\n".join(json.dumps({"instruction": f"say {w}"}) for w in "abcd"))
+    prompts.write_text("\n".join(json.dumps({"instruction": f"say {w}", "reference": f"{w} {w}"}) for w in "abcd"))
     out = tmp_path / "out"
     argv = ["eval", "exits", "--models", str(model_dir), "--names", "tiny", "--output_dir", str(out),
             "--instructions", str(prompts), "--exit_layers", "1", "3", "--max_new_tokens", "6",
-            "--bootstrap_samples", "100"]  # fmt: skip
+            "--bootstrap_samples", "100", "--gammas", "0", "1"]  # fmt: skip
     assert cli(argv) == 0
     printed = capsys.readouterr().out
     assert "tiny exit layer 1: speed-up" in printed and "tokens = greedy" in printed
@@ -59,6 +86,9 @@ def test_the_command_writes_its_report(tmp_path, capsys):
     page = (out / "report.html").read_text()
     assert "Self-speculative decoding" in page and "data:image/png;base64" in page
     assert np.isfinite(results["models"]["tiny"]["plain_tokens_per_second"])
+    layers = results["models"]["tiny"]["layers"]
+    assert set(layers) == {"0.0", "1.0"} and set(layers["1.0"]["accuracy"]) == {"1", "2", "3", "4"}
+    assert (out / "layer_accuracy.png").stat().st_size > 0 and "reference answers" in page
 
 
 @pytest.mark.parametrize(
