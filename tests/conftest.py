@@ -139,3 +139,23 @@ def duals(log_history, key_prefix="dual/"):
         for row in log_history
         if any(k.startswith(key_prefix) for k in row)
     }
+
+
+def full_and_resumed(make_trainer, tmp_path, stop_at: int, **config):
+    """(a run trained to the end, the same run stopped after optimizer step `stop_at` and resumed from that step's
+    checkpoint): the pair a bit-exact resume test compares. `config` must save a checkpoint at `stop_at`."""
+    from transformers import TrainerCallback
+
+    class Stop(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == stop_at:
+                control.should_training_stop = True
+
+    full = make_trainer(**config, output_dir=str(tmp_path / "full"))
+    full.train()
+    cut = make_trainer(**config, output_dir=str(tmp_path / "cut"))
+    cut.add_callback(Stop())
+    cut.train()
+    resumed = make_trainer(**config, output_dir=str(tmp_path / "cut"))
+    resumed.train(resume_from_checkpoint=str(tmp_path / "cut" / f"checkpoint-{stop_at}"))
+    return full, resumed

@@ -4,7 +4,7 @@ run resumes bit-exact."""
 
 import pytest
 import torch
-from transformers import TrainerCallback
+from conftest import full_and_resumed
 
 
 def _weights(trainer) -> list[torch.Tensor]:
@@ -47,17 +47,5 @@ def test_a_neftune_run_resumes_bit_exact(make_trainer, tmp_path):
     """NEFTune draws from torch's global RNG, which a checkpoint saves and a resume restores."""
     kw = dict(constraints="descent", neftune_noise_alpha=5.0, max_steps=4, save_strategy="steps", save_steps=2,
               layer_loss_tokens=2)  # fmt: skip
-    full = make_trainer(**kw, output_dir=str(tmp_path / "full"))
-    full.train()
-
-    class StopAt2(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step == 2:
-                control.should_training_stop = True
-
-    cut = make_trainer(**kw, output_dir=str(tmp_path / "cut"))
-    cut.add_callback(StopAt2())
-    cut.train()
-    resumed = make_trainer(**kw, output_dir=str(tmp_path / "cut"))
-    resumed.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-2"))
+    full, resumed = full_and_resumed(make_trainer, tmp_path, 2, **kw)
     assert all(torch.equal(a, b) for a, b in zip(_weights(full), _weights(resumed), strict=True))

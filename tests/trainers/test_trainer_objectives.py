@@ -5,8 +5,7 @@ import json
 
 import pytest
 import torch
-from conftest import duals
-from transformers import TrainerCallback
+from conftest import duals, full_and_resumed
 
 
 def _weights(trainer) -> list[torch.Tensor]:
@@ -53,17 +52,5 @@ def test_penalty_holds_the_multipliers_and_reports_measured_constraints(make_tra
                                   dict(constraints="early_exit", early_exit_scale="sqrt")])  # fmt: skip
 def test_resumes_bit_exact(make_trainer, tmp_path, mode):
     kw = dict(**mode, max_steps=4, save_strategy="steps", save_steps=2, layer_loss_tokens=2, noise_gamma=[0.0, 1.0])
-    full = make_trainer(**kw, output_dir=str(tmp_path / "full"))
-    full.train()
-
-    class StopAt2(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            if state.global_step == 2:
-                control.should_training_stop = True
-
-    cut = make_trainer(**kw, output_dir=str(tmp_path / "cut"))
-    cut.add_callback(StopAt2())
-    cut.train()
-    resumed = make_trainer(**kw, output_dir=str(tmp_path / "cut"))
-    resumed.train(resume_from_checkpoint=str(tmp_path / "cut" / "checkpoint-2"))
+    full, resumed = full_and_resumed(make_trainer, tmp_path, 2, **kw)
     assert all(torch.equal(a, b) for a, b in zip(_weights(full), _weights(resumed), strict=True))
