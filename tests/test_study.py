@@ -45,7 +45,7 @@ def assets(tmp_path_factory):
     tiny_encoder("bert", layers=2).save_pretrained(root / "encoder")  # the proxy judge's sentence encoder
     tiny_tokenizer().save_pretrained(root / "encoder")
     (root / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(56)))
-    for kind in ("descent", "none"):
+    for kind in ("descent", "none", "penalty"):
         (root / f"{kind}.yaml").write_text(
             RECIPE.format(model=root / "model", data=root / "rows.jsonl", constraints=kind, out=root / "run")
         )
@@ -120,6 +120,30 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
     kept = json.loads((out / "timings.json").read_text())  # a resume adds to the stages' times, never resets them
     assert kept["train"] == timings["train"] and kept["robustness"] >= timings["robustness"] > 0
     assert again["head_to_head"]["levels"] == head["levels"]
+
+
+def test_a_three_arm_study_compares_every_arm_with_the_reference(assets, tmp_path, capsys):
+    """`--arm penalty=...`: trained, measured and judged beside the twins; every arm against ERM with intervals."""
+    out = tmp_path / "three"
+    argv = study_argv(assets, out, "--arm", f"penalty={assets / 'penalty.yaml'}", "--training_seeds", "1",
+                      "--max_steps", "2")  # fmt: skip
+    assert cli(argv) == 0
+    printed = capsys.readouterr().out
+    study = json.loads((out / "study.json").read_text())
+    assert set(study["robustness"]["arms"]) == {"constrained", "erm", "penalty"}
+    assert set(study["robustness"]["comparisons"]) == {"constrained - erm", "penalty - erm"}
+    for pair in study["robustness"]["comparisons"].values():
+        auc = pair["auc"]["difference"]
+        assert auc["low"] <= auc["estimate"] <= auc["high"] and auc["verdict"] in ("better", "same", "worse")
+    assert study["head_to_head"]["model"] == "constrained" and study["head_to_head"]["reference"] == "erm"
+    penalty = study["more_head_to_heads"]["penalty"]
+    assert penalty["model"] == "penalty" and all(lv["low"] <= lv["win_rate"] <= lv["high"] for lv in penalty["levels"])
+    assert "penalty beats ERM" in printed and "constrained beats ERM" in printed
+    md = (out / "report.md").read_text()
+    assert "| penalty - erm | auc |" in md and "## Head-to-head: penalty vs ERM" in md
+    assert (out / "win_rate_penalty_vs_gamma.png").stat().st_size > 0
+    args = json.loads((out / "train" / "penalty" / "seed0" / "training_args.json").read_text())
+    assert args["constraints"] == "penalty" and args["max_steps"] == 2  # the command line's override reached it
 
 
 def test_study_refuses_recipes_that_are_not_twins(assets, tmp_path, capsys, monkeypatch):

@@ -4,7 +4,13 @@
     constrained-sft study --config recipes/smollm2-135m/sharegpt/constrained.yaml \\
         --erm_config recipes/smollm2-135m/sharegpt/erm.yaml --training_seeds 3
 
-Recipe fields given on the command line (`--max_steps 20`) apply to both twins; the study's own options are the
+More arms (the same data and model, another objective or noise), each compared with the reference arm (ERM unless
+`--reference` names another):
+
+    constrained-sft study --config .../constrained.yaml --erm_config .../erm.yaml \
+        --arm penalty=.../penalty.yaml --arm early-exit=.../early-exit.yaml --arm neftune=.../neftune.yaml
+
+Recipe fields given on the command line (`--max_steps 20`) apply to every arm; the study's own options are the
 fields of `StudyArguments` (`constrained_sft.study`).
 """
 
@@ -26,30 +32,38 @@ class StudyCommand(Command):
         from ..evaluation.alpaca.report import judge_label
         from ..evaluation.report import comparisons_markdown
         from ..study import StudyArguments, run
+        from ..study.report import arm_label
         from ..study.results import StudyResults
         from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
 
         _, task, argv = recipe_and_task(argv, prog)
         description = (
-            f"{prog} --config <constrained recipe.yaml> --erm_config <ERM recipe.yaml> [--training_seeds N] "
-            "[--field value ...]: train both twins with N seeds each, measure them, judge their answers, report."
+            f"{prog} --config <constrained recipe.yaml> --erm_config <ERM recipe.yaml> [--arm NAME=RECIPE.yaml ...] "
+            "[--training_seeds N] [--field value ...]: train every arm with N seeds, measure them, judge each arm's "
+            "answers against the reference arm's, report."
         )
         parser = dataclass_parser((StudyArguments, *task.parser_classes()), prog, description, other_tasks(prog, task))
         args, *constrained = parse(parser, argv)
         _, *erm = parse(parser, erm_argv(argv, args.erm_config) if args.erm_config else argv)
-        out = run(args, task, own_process(task.recipe(tuple(constrained))), own_process(task.recipe(tuple(erm))))
+        more = {}
+        for name, path in args.extra_arms().items():  # the same overrides reach every arm
+            _, *arm = parse(parser, erm_argv(argv, path))
+            more[name] = own_process(task.recipe(tuple(arm)))
+        constrained, erm = (own_process(task.recipe(tuple(r))) for r in (constrained, erm))
+        out = run(args, task, constrained, erm, more)
         if not isinstance(out, StudyResults):  # `--stage train`
             print(f"trained: {', '.join(p for ps in out['folders'].values() for p in ps)}")
             return 0
         print(comparisons_markdown(out.robustness.comparisons))
-        head = out.head_to_head
-        for lv in head["levels"]:
-            agreement = "-" if lv["order_agreement"] is None else f"{lv['order_agreement']:.2f}"
-            print(
-                f"gamma={lv['gamma']:g}: constrained beats ERM {lv['win_rate']:.1f}% [{lv['low']:.1f}, "
-                f"{lv['high']:.1f}] ({lv['n_verdicts']} verdicts, both orders; order agreement {agreement}; judge: "
-                f"{judge_label(head)})"
-            )
+        for head in (out.head_to_head, *out.more_head_to_heads.values()):
+            a, b = arm_label(head["model"]), arm_label(head["reference"])
+            for lv in head["levels"]:
+                agreement = "-" if lv["order_agreement"] is None else f"{lv['order_agreement']:.2f}"
+                print(
+                    f"gamma={lv['gamma']:g}: {a} beats {b} {lv['win_rate']:.1f}% [{lv['low']:.1f}, "
+                    f"{lv['high']:.1f}] ({lv['n_verdicts']} verdicts, both orders; order agreement {agreement}; "
+                    f"judge: {judge_label(head)})"
+                )
         print(can_show(out))
         print(f"report: {out.files['html']} and {out.files['md']}")
         return 0

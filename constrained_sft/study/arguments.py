@@ -19,6 +19,19 @@ class StudyArguments:
         default=None,
         metadata={"help": "The ERM twin's recipe: the constrained recipe (--config) with `constraints: none`."},
     )
+    arm: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "More arms beside constrained and ERM, repeatable: NAME=RECIPE.yaml, a recipe with the same data "
+            "and model (e.g. --arm penalty=recipes/.../penalty.yaml --arm neftune=recipes/.../neftune.yaml); the "
+            "command line's recipe overrides reach every arm.",
+            "action": "extend",
+        },
+    )
+    reference: str = field(
+        default="erm",
+        metadata={"help": "The arm every other arm is compared with, A - reference (default: the ERM twin)."},
+    )
     study_dir: str | None = field(
         default=None, metadata={"help": "Where the study writes (default: <the recipe's output_dir>-study)."}
     )
@@ -94,6 +107,9 @@ class StudyArguments:
                 raise ValueError(f"`--{name}` must be non-empty, finite and >= 0, got {values}.")
         if self.gammas is not None and len(set(self.gammas)) < 2:
             raise ValueError(f"`--gammas` needs >= 2 distinct levels for the curves, got {self.gammas}.")
+        arms = ["constrained", "erm", *self.extra_arms()]
+        if self.reference not in arms:
+            raise ValueError(f"`--reference` {self.reference!r} must be one of the arms {arms}.")
         source = self.instructions
         if source not in (HELD_OUT, ALPACA_EVAL) and not (
             os.path.isfile(source) and source.endswith((".json", ".jsonl"))
@@ -102,3 +118,18 @@ class StudyArguments:
                 f"`--instructions` {source!r}: allowed are {HELD_OUT!r}, {ALPACA_EVAL!r} or an existing .json/.jsonl "
                 "file."
             )
+
+    def extra_arms(self) -> dict[str, str]:
+        """{name: recipe path} of every `--arm`, refused in one line unless NAME=an existing YAML file, each name new."""
+        out: dict[str, str] = {}
+        for text in self.arm or []:
+            name, sep, path = text.partition("=")
+            if not sep or not name or any(c in name for c in "/\\ ") or name in ("constrained", "erm", *out):
+                raise ValueError(
+                    f"`--arm` {text!r} must be NAME=RECIPE.yaml with a new name (no '/', '\\' or spaces; not "
+                    "'constrained' or 'erm', which --config and --erm_config give)."
+                )
+            if not (os.path.isfile(path) and path.endswith((".yaml", ".yml"))):
+                raise FileNotFoundError(f"`--arm` {name}: {path!r} is not a YAML recipe file.")
+            out[name] = path
+        return out

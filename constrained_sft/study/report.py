@@ -41,9 +41,15 @@ def examples(study_dir: str, gamma: float, n: int) -> list[dict[str, Any]]:
         return json.load(f)[:n]
 
 
-def verdict_text(row: dict[str, Any]) -> str:
-    words = {1.0: "constrained", 0.0: "ERM", 0.5: "draw", None: "unparsed"}
-    return f"constrained shown first: {words[row['model_first']]}; ERM shown first: {words[row['model_second']]}"
+def arm_label(name: str) -> str:
+    """An arm as the report names it ("ERM" for the ERM twin)."""
+    return "ERM" if name == "erm" else name
+
+
+def verdict_text(row: dict[str, Any], model: str = "constrained", reference: str = "erm") -> str:
+    a, b = arm_label(model), arm_label(reference)
+    words = {1.0: a, 0.0: b, 0.5: "draw", None: "unparsed"}
+    return f"{a} shown first: {words[row['model_first']]}; {b} shown first: {words[row['model_second']]}"
 
 
 def clip(text: str | None) -> str:
@@ -63,7 +69,7 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
             f"Budget: {budget_text}. Intervals are 95% paired bootstraps over training seeds and held-out units; a "
             "verdict is better / worse only when the whole interval lies on one side of 0."
         ),
-        Heading("Differences, constrained - ERM (95% paired bootstrap)"),
+        Heading(f"Differences, each arm - {arm_label(head['reference'])} (95% paired bootstrap)"),
         *comparison_blocks(results.comparisons, results.settings["bootstrap_samples"], level=3),
         Heading("Models"),
         summary_table(results, train_gamma=False),
@@ -74,7 +80,10 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
     if head.get("judge_is_proxy"):
         blocks.append(Text(PROXY_NOTE, strong=True))
     blocks += [
-        Text("Constrained seed s against ERM seed s, every pair in both orders; draws count half."),
+        Text(
+            f"{arm_label(head['model']).capitalize()} seed s against {arm_label(head['reference'])} seed s, every "
+            "pair in both orders; draws count half."
+        ),
         level_table(head),
     ]
     if head.get("lc_missing_reason"):
@@ -83,11 +92,18 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
     for gamma in [lv["gamma"] for lv in head["levels"]]:
         rows = [
             [clip(r["instruction"]), clip(r.get("reference")), clip(r["model_output"]), clip(r["reference_output"]),
-             verdict_text(r)]
+             verdict_text(r, head["model"], head["reference"])]
             for r in examples(study_dir, gamma, n_examples)
         ]  # fmt: skip
-        headers = ["instruction", "data's answer", "constrained", "ERM", "verdicts"]
+        headers = ["instruction", "data's answer", arm_label(head["model"]), arm_label(head["reference"]), "verdicts"]
         blocks += [Heading(f"Answers at gamma = {gamma:g} (seed 0)", 3), Table(headers, rows, prose=True)]
+    for arm, other in study.more_head_to_heads.items():
+        plot = plot_win_rates(other, os.path.join(study_dir, f"win_rate_{arm}_vs_gamma.png"))
+        blocks += [
+            Heading(f"Head-to-head: {arm} vs {arm_label(other['reference'])} (judge: {judge_label(other)})"),
+            level_table(other),
+            Image(plot, f"win rate of {arm}"),
+        ]
     blocks += [
         Heading("Wall time per stage (seconds, summed over the invocations that did its work)"),
         Table(["stage", "seconds"], [[k, v] for k, v in _timings(study.timings).items()]),

@@ -13,13 +13,16 @@ ROBUSTNESS_KEYS = ("settings", "headline", "arms", "comparisons", "files")  # wh
 @dataclass
 class StudyResults:
     """`settings`: the study's arguments, the twins' recipe and differences, the instructions and the budget;
-    `head_to_head`: the AlpacaEval-style judging of both arms' answers per level (its own JSON form)."""
+    `head_to_head`: the AlpacaEval-style judging of the first arm's answers against the reference arm's per level
+    (its own JSON form; constrained vs ERM by default); `more_head_to_heads`: every other `--arm` against the
+    reference, by arm (absent from study.json when there is none)."""
 
     settings: dict[str, Any]
     versions: dict[str, str]
     robustness: RobustnessResults
     head_to_head: dict[str, Any]
     timings: dict[str, Any]
+    more_head_to_heads: dict[str, dict[str, Any]] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -34,6 +37,7 @@ class StudyResults:
             "robustness": {k: robustness[k] for k in ROBUSTNESS_KEYS},
             "summaries": {name: m.summary for name, m in self.robustness.models.items()},
             "head_to_head": self.head_to_head,
+            **({"more_head_to_heads": self.more_head_to_heads} if self.more_head_to_heads else {}),
             "timings": self.timings,
             "files": self.files,
         }

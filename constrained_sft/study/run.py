@@ -34,13 +34,13 @@ from .arguments import HELD_OUT, StudyArguments
 from .report import write_study_report
 from .results import StudyResults
 
-ARMS = ("constrained", "erm")
 BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}
 
 
-def twin_differences(constrained: Recipe, erm: Recipe) -> list[str]:
-    """Training fields (not constraints, noise or bookkeeping) on which the twins differ; data, model or noise
-    differences are refused: the arms would not see the same data, start or perturbation."""
+def twin_differences(constrained: Recipe, erm: Recipe, same_noise: bool = True) -> list[str]:
+    """Training fields (not constraints, noise or bookkeeping) on which the twins differ; data, model or (with
+    `same_noise`) noise differences are refused: the arms would not see the same data, start or perturbation. An arm
+    of its own (`--arm`) may train with other noise (NEFTune's, say): its noise fields are listed instead."""
     refused = []
     for label, a, b in (("data", constrained.script, erm.script), ("model", constrained.model, erm.model)):
         da, db = dataclasses.asdict(a), dataclasses.asdict(b)
@@ -48,13 +48,14 @@ def twin_differences(constrained: Recipe, erm: Recipe) -> list[str]:
     noise = {f.name for f in dataclasses.fields(NoiseArguments)}
     constraint = {f.name for f in dataclasses.fields(ConstraintArguments)}
     ta, tb = vars(constrained.training), vars(erm.training)
-    refused += [f"`{k}` ({ta[k]!r} vs {tb[k]!r})" for k in sorted(noise) if ta[k] != tb[k]]
+    if same_noise:
+        refused += [f"`{k}` ({ta[k]!r} vs {tb[k]!r})" for k in sorted(noise) if ta[k] != tb[k]]
     if refused:
         raise ValueError(
             "--config and --erm_config must be twins (same data, model and noise; they differ in constraints): they "
             f"differ in {'; '.join(refused)}."
         )
-    skip = noise | constraint | BOOKKEEPING
+    skip = (noise if same_noise else set()) | constraint | BOOKKEEPING
     return [
         f"{k}: {ta[k]!r} vs {tb[k]!r}"
         for k in sorted(ta)
@@ -76,6 +77,13 @@ def check(args: StudyArguments, task, recipes: dict[str, Recipe]) -> None:
             f"--erm_config has `constraints: {recipes['erm'].training.constraints}`; the ERM twin needs "
             "`constraints: none`."
         )
+    for arm in list(recipes)[2:]:  # `--arm`s: the same data and model as the constrained recipe
+        try:
+            twin_differences(recipes["constrained"], recipes[arm], same_noise=False)
+        except ValueError as error:
+            raise ValueError(
+                f"`--arm {arm}`: {error}".replace("--config and --erm_config", "it and --config")
+            ) from None
 
 
 def run_dir(study_dir: str, arm: str, seed: int) -> str:
@@ -90,9 +98,9 @@ def add_time(timings: dict, key: str, start: float) -> None:
 
 def train_runs(args: StudyArguments, task, recipes: dict[str, Recipe], timings: dict) -> dict[str, list[str]]:
     """Every arm x seed trained into its folder (finished folders kept); {arm: [folder per seed]}."""
-    folders = {arm: [run_dir(args.study_dir, arm, s) for s in range(args.training_seeds)] for arm in ARMS}
+    folders = {arm: [run_dir(args.study_dir, arm, s) for s in range(args.training_seeds)] for arm in recipes}
     for seed in range(args.training_seeds):  # seed-major: a study stopped early still has comparable pairs
-        for arm in ARMS:
+        for arm in recipes:
             folder = folders[arm][seed]
             if is_finished(folder):
                 continue
@@ -130,8 +138,8 @@ def measure(args: StudyArguments, task, recipe: Recipe, folders: dict[str, list[
     noise seeds is reused (its intervals recomputed), so a resumed study does not evaluate again."""
     train_gamma = training_level(recipe.training.noise_gamma)
     gammas = sorted(set(args.gammas or default_gammas(train_gamma)))
-    arms = {arm: [(f"{arm}/seed{s}", p) for s, p in enumerate(folders[arm])] for arm in ARMS}
-    out, pairs = os.path.join(args.study_dir, "robustness"), [("constrained", "erm")]
+    arms = {arm: [(f"{arm}/seed{s}", p) for s, p in enumerate(paths)] for arm, paths in folders.items()}
+    out, pairs = os.path.join(args.study_dir, "robustness"), compared(args, list(folders))
     if saved := saved_results(out, arms, gammas, args.noise_seeds, task, pairs, args.bootstrap_samples):
         return saved
     settings = RobustnessArguments(
@@ -163,7 +171,7 @@ def answer(args: StudyArguments, path: str, folders: dict[str, list[str]], sigma
     """Every model's answers at every generation level, one noise draw shared by all (same seed, same sigma_x)."""
     out = os.path.join(args.study_dir, "generations")
     for seed in range(args.training_seeds):
-        for arm in ARMS:
+        for arm in folders:
             generate(
                 GenerateArguments(
                     model=folders[arm][seed],
@@ -180,11 +188,16 @@ def answer(args: StudyArguments, path: str, folders: dict[str, list[str]], sigma
     return out
 
 
-def judge_arguments(args: StudyArguments) -> AlpacaArguments:
-    """The study's judge as `eval alpaca` takes it: constrained judged against ERM."""
+def compared(args: StudyArguments, arms: list[str]) -> list[tuple[str, str]]:
+    """(arm, reference) for every other arm, in the arms' order (constrained first unless it is the reference)."""
+    return [(arm, args.reference) for arm in arms if arm != args.reference]
+
+
+def judge_arguments(args: StudyArguments, model: str = "constrained", reference: str = "erm") -> AlpacaArguments:
+    """The study's judge as `eval alpaca` takes it: `model`'s answers judged against `reference`'s."""
     return AlpacaArguments(
-        model="constrained",
-        reference="erm",
+        model=model,
+        reference=reference,
         judge=args.judge,
         judge_model=args.judge_model,
         judge_batch_size=args.judge_batch_size,
@@ -192,28 +205,35 @@ def judge_arguments(args: StudyArguments) -> AlpacaArguments:
     )
 
 
-def head_to_head(args: StudyArguments, generations: str, full_set: bool) -> dict[str, Any]:
-    """Constrained seed s vs ERM seed s at each generation level, both orders, win rate with its interval."""
+def head_to_head(
+    args: StudyArguments, generations: str, full_set: bool, model: str = "constrained", reference: str = "erm"
+) -> dict[str, Any]:
+    """`model` seed s vs `reference` seed s at each generation level, both orders, win rate with its interval. The
+    first pair judges into `judging/`, every other into `judging/<model>-vs-<reference>/`."""
 
     def rows(arm: str, seed: int, gamma: float) -> list[dict]:
         with open(os.path.join(generations, f"{arm}-seed{seed}", f"gamma_{float(gamma)}.json")) as f:
             return json.load(f)
 
     pairs = {
-        gamma: [(rows("constrained", s, gamma), rows("erm", s, gamma)) for s in range(args.training_seeds)]
+        gamma: [(rows(model, s, gamma), rows(reference, s, gamma)) for s in range(args.training_seeds)]
         for gamma in args.generation_gammas
     }
     root = os.path.join(args.study_dir, "judging")
-    judging = judge_arguments(args)
+    if (model, reference) != ("constrained", "erm"):
+        root = os.path.join(root, f"{model}-vs-{reference}")
+    judging = judge_arguments(args, model, reference)
     return judge_levels(
         build_judge(judging, os.path.join(root, "annotations_cache.json")), pairs, root, judging, full_set
     )
 
 
-def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> StudyResults | dict[str, Any]:
-    """The study's stages (`args.stage`); every input checked before the first run starts. With `--stage train`:
-    {"folders": arm -> run folders, "timings"}; else the study's results."""
-    recipes = {"constrained": constrained, "erm": erm}
+def run(
+    args: StudyArguments, task, constrained: Recipe, erm: Recipe, more: dict[str, Recipe] | None = None
+) -> StudyResults | dict[str, Any]:
+    """The study's stages (`args.stage`); every input checked before the first run starts. `more`: the `--arm`s
+    ({name: recipe}). With `--stage train`: {"folders": arm -> run folders, "timings"}; else the study's results."""
+    recipes = {"constrained": constrained, "erm": erm, **(more or {})}
     check(args, task, recipes)
     if world_size() > 1 and args.stage != "train":
         raise ValueError(
@@ -222,8 +242,11 @@ def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> StudyRe
             "on one GPU (`constrained-sft study ... --stage evaluate`)."
         )
     differences = twin_differences(constrained, erm)
+    differences += [f"{arm}: {d}" for arm, r in (more or {}).items() for d in twin_differences(constrained, r, False)]
     if args.stage != "train":
-        check_judge(judge_arguments(args))  # credentials, judge model or encoder: before hours of training
+        check_judge(
+            judge_arguments(args, *compared(args, list(recipes))[0])
+        )  # credentials, judge model or encoder: before hours of training
     args.study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
     os.makedirs(args.study_dir, exist_ok=True)
     timings_path = os.path.join(args.study_dir, "timings.json")
@@ -247,7 +270,9 @@ def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> StudyRe
     results = timed("robustness", measure, args, task, constrained, folders)
     path, instructions = instruction_set(args, constrained)
     generations = timed("generation", answer, args, path, folders, results.settings["sigma_x"])
-    judged = timed("judging", head_to_head, args, generations, instructions.get("is_full_alpaca_eval", False))
+    full_set = instructions.get("is_full_alpaca_eval", False)
+    pairs = compared(args, list(recipes))
+    judged = {arm: timed("judging", head_to_head, args, generations, full_set, arm, ref) for arm, ref in pairs}
     study = StudyResults(
         settings={
             "study": dataclasses.asdict(args),
@@ -258,7 +283,8 @@ def run(args: StudyArguments, task, constrained: Recipe, erm: Recipe) -> StudyRe
         },
         versions=versions("torch", "transformers", "trl", "alpaca_eval"),
         robustness=results,
-        head_to_head=judged,
+        head_to_head=judged[pairs[0][0]],
+        more_head_to_heads={arm: result for arm, result in judged.items() if arm != pairs[0][0]},
         timings=timings,
     )
     study.files = write_study_report(study, args.study_dir, args.examples)
