@@ -100,6 +100,11 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
         assert "PROXY" in text and "Answers at gamma = 1.5" in text and "constrained - erm" in text
     assert "| constrained - erm | auc |" in md and "![win rate](win_rate_vs_gamma.png)" in md
     assert "order agreement" in html and "data:image/png;base64" in html
+    exits = study["exits"]["models"]  # each arm's seed-0 model drafting with its first layers
+    assert set(exits) == {"constrained", "erm"} and set(exits["erm"]["exits"]) == {"1", "2", "3"}
+    assert all(r["identical_to_greedy"] for m in exits.values() for r in m["exits"].values())
+    assert set(exits["constrained"]["layers"]) == {"0.0", "1.5"}  # each layer's readout at the generation levels
+    assert "Self-speculative decoding" in html and "Self-speculative decoding" in md
     timings = json.loads((out / "timings.json").read_text())
     assert set(timings["train"]) == {f"{a}/seed{s}" for a in ("constrained", "erm") for s in (0, 1)}
     assert {"robustness", "generation", "judging"} <= set(timings)
@@ -114,6 +119,9 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
 
     monkeypatch.setattr(sft.SFTTask, "train", refuse)
     monkeypatch.setattr(robustness, "evaluate_level", refuse)
+    from constrained_sft.evaluation import exits as exits_module
+
+    monkeypatch.setattr(exits_module, "measure_model", refuse)  # the finished exits stage is reused too
     assert cli(study_argv(assets, out)) == 0
     again = json.loads((out / "study.json").read_text())
     assert again["robustness"]["comparisons"] == study["robustness"]["comparisons"]

@@ -82,6 +82,18 @@ class StudyArguments:
     )
     judge_batch_size: int = field(default=8, metadata={"help": "local / proxy judge: prompts per forward pass."})
     examples: int = field(default=3, metadata={"help": "Answers shown side by side per level in the report."})
+    exit_prompts: int = field(
+        default=4,
+        metadata={
+            "help": "Instructions each arm's seed-0 model decodes self-speculatively, drafting with its first l "
+            "layers (`eval exits`, batch 1), and whose reference answers each layer reads out at the generation "
+            "levels; 0 skips this stage."
+        },
+    )
+    exit_layers: list[int] | None = field(
+        default=None, metadata={"help": "The draft's exit layers l (default: L/4, L/2 and 3L/4)."}
+    )
+    exit_new_tokens: int = field(default=32, metadata={"help": "New tokens per self-speculative decoding."})
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -101,6 +113,15 @@ class StudyArguments:
                 raise ValueError(f"`--{name}` must be >= 1, got {getattr(self, name)}.")
         if self.examples < 0 or (self.max_instances is not None and self.max_instances < 1):
             raise ValueError("`--examples` must be >= 0 and `--max_instances` >= 1 or unset.")
+        if (
+            self.exit_prompts < 0
+            or self.exit_new_tokens < 1
+            or (self.exit_layers is not None and min(self.exit_layers, default=0) < 1)
+        ):
+            raise ValueError(
+                f"`--exit_prompts` must be >= 0, `--exit_new_tokens` >= 1 and `--exit_layers` layers >= 1; got "
+                f"{self.exit_prompts}, {self.exit_new_tokens}, {self.exit_layers}."
+            )
         for name in ("gammas", "generation_gammas"):
             values = getattr(self, name)
             if values is not None and (not values or any(not math.isfinite(g) or g < 0 for g in values)):

@@ -22,6 +22,7 @@ from ..evaluation.report import (
     write_html,
     write_markdown,
 )
+from ..evaluation.report.exits import exits_blocks
 from .results import StudyResults
 
 PLOTS = ("differences", "layers", "ratios", "descent")  # robustness report files shown after the headline's plot
@@ -104,6 +105,8 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
             level_table(other),
             Image(plot, f"win rate of {arm}"),
         ]
+    if study.exits is not None:
+        blocks += exits_blocks(study.exits, level=2)
     blocks += [
         Heading("Wall time per stage (seconds, summed over the invocations that did its work)"),
         Table(["stage", "seconds"], [[k, v] for k, v in _timings(study.timings).items()]),

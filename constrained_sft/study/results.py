@@ -23,6 +23,7 @@ class StudyResults:
     head_to_head: dict[str, Any]
     timings: dict[str, Any]
     more_head_to_heads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    exits: dict[str, Any] | None = None  # `eval exits` of each arm's seed-0 model (`evaluation.exits`)
     files: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -38,6 +39,7 @@ class StudyResults:
             "summaries": {name: m.summary for name, m in self.robustness.models.items()},
             "head_to_head": self.head_to_head,
             **({"more_head_to_heads": self.more_head_to_heads} if self.more_head_to_heads else {}),
+            **({"exits": self.exits} if self.exits is not None else {}),
             "timings": self.timings,
             "files": self.files,
         }

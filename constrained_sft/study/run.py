@@ -27,6 +27,8 @@ from ..evaluation import run as robustness
 from ..evaluation.alpaca import AlpacaArguments, build_judge, check_judge, judge_levels
 from ..evaluation.alpaca.generate import ALPACA_EVAL, ALPACA_EVAL_SIZE, GenerateArguments, load_instructions
 from ..evaluation.alpaca.generate import run as generate
+from ..evaluation.exits import EXITS_JSON, ExitsArguments
+from ..evaluation.exits import run as run_exits
 from ..evaluation.loading import versions
 from ..tasks import Recipe, is_finished
 from ..utils import write_json, write_text
@@ -193,6 +195,27 @@ def compared(args: StudyArguments, arms: list[str]) -> list[tuple[str, str]]:
     return [(arm, args.reference) for arm in arms if arm != args.reference]
 
 
+def early_exits(args: StudyArguments, path: str, folders: dict[str, list[str]], sigma: float) -> dict | None:
+    """`eval exits` of each arm's seed-0 model on the first `exit_prompts` instructions (None with 0); a finished
+    run of the same settings in `<study_dir>/exits` is reused."""
+    if not args.exit_prompts:
+        return None
+    settings = ExitsArguments(
+        models=[paths[0] for paths in folders.values()], names=list(folders), output_dir=os.path.join(args.study_dir,
+        "exits"), exit_layers=args.exit_layers, instructions=path, max_instances=args.exit_prompts,
+        max_new_tokens=args.exit_new_tokens, gammas=sorted(set(args.generation_gammas)), sigma_x=sigma,
+        bootstrap_samples=args.bootstrap_samples,
+    )  # fmt: skip
+    saved = os.path.join(settings.output_dir, EXITS_JSON)
+    if os.path.isfile(saved):
+        with open(saved) as f:
+            done = json.load(f)
+        wanted = {k: v for k, v in dataclasses.asdict(settings).items() if k != "bf16"}
+        if all(done["settings"].get(k) == v for k, v in wanted.items()):
+            return done
+    return run_exits(settings)
+
+
 def judge_arguments(args: StudyArguments, model: str = "constrained", reference: str = "erm") -> AlpacaArguments:
     """The study's judge as `eval alpaca` takes it: `model`'s answers judged against `reference`'s."""
     return AlpacaArguments(
@@ -273,6 +296,7 @@ def run(
     full_set = instructions.get("is_full_alpaca_eval", False)
     pairs = compared(args, list(recipes))
     judged = {arm: timed("judging", head_to_head, args, generations, full_set, arm, ref) for arm, ref in pairs}
+    exits = timed("exits", early_exits, args, path, folders, results.settings["sigma_x"])
     study = StudyResults(
         settings={
             "study": dataclasses.asdict(args),
@@ -285,6 +309,7 @@ def run(
         robustness=results,
         head_to_head=judged[pairs[0][0]],
         more_head_to_heads={arm: result for arm, result in judged.items() if arm != pairs[0][0]},
+        exits=exits,
         timings=timings,
     )
     study.files = write_study_report(study, args.study_dir, args.examples)
