@@ -68,7 +68,7 @@ demo-study: $(OFFLINE)
 	$(BIN)/constrained-sft study --config recipes/smollm2-135m/sharegpt/constrained.yaml \
 		--erm_config recipes/smollm2-135m/sharegpt/erm.yaml --study_dir outputs/smollm2-study-demo \
 		--training_seeds 2 --max_steps 20 --evaluate_before_training false --max_new_tokens 64 \
-		--bootstrap_samples 2000
+		--bootstrap_samples 2000 --exit_prompts 0
 	@echo "demo-study demonstrates the pipeline at a toy budget (2 seeds x 20 steps, 16 held-out conversations, a"
 	@echo "proxy judge): differences it calls 'same' are unresolved, not equal. Report: outputs/smollm2-study-demo/report.md"
 
