@@ -9,11 +9,12 @@ import math
 from dataclasses import dataclass, field
 
 from ..utils import check_fields
+from .dual_fields import DualMethodArguments
 
 CONSTRAINT_MODES = ("descent", "penalty", "early_exit", "none")
 # the names of constraints.DUAL_OPTIMIZERS and constraints.EARLY_EXIT_SCALES (this floor cannot import them; a test
 # checks they agree)
-DUAL_OPTIMIZERS = ("sgd", "adam")
+DUAL_OPTIMIZERS = ("sgd", "adam", "nupi", "augmented_lagrangian")
 EARLY_EXIT_SCALES = ("uniform", "linear", "sum", "sqrt", "inv", "inv_sqrt")
 CONSOLE_FORMATS = ("compact", "full")
 
@@ -24,7 +25,7 @@ def is_number(value: object) -> bool:
 
 
 @dataclass
-class ConstraintArguments:
+class ConstraintArguments(DualMethodArguments):
     r"""
     Fields that define the layerwise descent constraints and their primal-dual training.
 
@@ -107,7 +108,10 @@ class ConstraintArguments:
         default="sgd",
         metadata={
             "help": "`'sgd'`: projected gradient ascent, lambda <- max(0, lambda + dual_lr (slack - resilience "
-            "lambda)). `'adam'`: Adam on the same ascent direction, then the same projection (the paper's choice).",
+            "lambda)). `'adam'`: Adam on the same ascent direction, then the same projection (the paper's choice). "
+            "`'nupi'`: a PI controller on the same direction (cooper's nuPI; gains `nupi_kp`, `nupi_ki`, "
+            "`nupi_ema`). `'augmented_lagrangian'`: SGD's ascent plus the quadratic term of the augmented Lagrangian "
+            "in the loss (`alm_penalty`, `alm_growth`, `alm_tolerance`).",
             "choices": list(DUAL_OPTIMIZERS),
         },
     )
@@ -191,6 +195,7 @@ class ConstraintArguments:
 
     def _validate_constraint_arguments(self) -> None:
         check_fields(self, ConstraintArguments)
+        self._validate_dual_method_arguments()
         if self.constraints not in CONSTRAINT_MODES:
             raise ValueError(f"`constraints` must be one of {list(CONSTRAINT_MODES)}, got {self.constraints!r}.")
         if self.early_exit_scale not in EARLY_EXIT_SCALES:

@@ -1,19 +1,28 @@
 """
 The constrained optimisation problem, without any Trainer (cooper's split): the descent constraints and their
-Lagrangian terms (`lagrangian`), what the measured layers add to the loss (`objectives`: the Lagrangian or fixed
-early-exit weights), the multipliers (`multipliers`), the dual optimizer (`dual_optimizer`), the per-layer
-losses of a batch and their running statistics (`stats`), the per-run primal-dual state (`primal_dual`), the
-feasibility report (`feasibility`). The state round-trips through `state_dict()` / `load_state_dict()`; writing it
+Lagrangian terms (`lagrangian`), what the measured layers add to the loss (`objectives`: the Lagrangian, its
+augmented form or fixed early-exit weights), the multipliers (`multipliers`), the dual optimizer (`dual_optimizer`),
+the per-layer losses of a batch and their running statistics (`stats`), the per-run primal-dual state
+(`primal_dual`), the feasibility report (`feasibility`). The state round-trips through `state_dict()` / `load_state_dict()`; writing it
 to a checkpoint's files is the trainers' (`trainers/resume/files.py`).
 
-May import: `constrained_sft.utils` only. Everything else in the package builds on this folder; nothing here knows
+May import: `constrained_sft.utils` and cooper (its nuPI optimizer) only. Everything else in the package builds on this folder; nothing here knows
 about models, readouts, noise or trainers.
 """
 
-from .dual_optimizer import DUAL_OPTIMIZERS, AdamDual, DualOptimizer, FixedDual, SGDDual, dual_optimizer_class
+from .dual_optimizer import (
+    DUAL_OPTIMIZERS,
+    AdamDual,
+    AugmentedLagrangianDual,
+    DualOptimizer,
+    FixedDual,
+    NuPIDual,
+    SGDDual,
+    dual_optimizer_class,
+)
 from .lagrangian import DescentConstraints, constraint_values, penalty
 from .multipliers import Multipliers
-from .objectives import EARLY_EXIT_SCALES, EarlyExit, Lagrangian, LayerObjective
+from .objectives import EARLY_EXIT_SCALES, AugmentedLagrangian, EarlyExit, Lagrangian, LayerObjective
 from .primal_dual import ConstraintStateError, PrimalDual
 from .stats import LayerLosses, LayerStats, LayerTotals, StepStats, descent_counts, stats_metrics, step_stats
 
@@ -21,6 +30,8 @@ __all__ = [
     "DUAL_OPTIMIZERS",
     "EARLY_EXIT_SCALES",
     "AdamDual",
+    "AugmentedLagrangian",
+    "AugmentedLagrangianDual",
     "ConstraintStateError",
     "DescentConstraints",
     "DualOptimizer",
@@ -32,6 +43,7 @@ __all__ = [
     "LayerStats",
     "LayerTotals",
     "Multipliers",
+    "NuPIDual",
     "PrimalDual",
     "SGDDual",
     "StepStats",

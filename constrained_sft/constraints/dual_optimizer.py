@@ -2,7 +2,8 @@
 Projected dual ascent on the multipliers, with resilience (dual weight decay). Each dual optimizer is a class behind
 one base (`DualOptimizer`), named in `DUAL_OPTIMIZERS` (the config's `dual_optimizer` values); its state round-trips
 through `state_dict()` / `load_state_dict()` like a torch optimizer's, with no file format in it (a trainer's
-checkpoints write it: `trainers/resume/files.py`).
+checkpoints write it: `trainers/resume/files.py`). Beside plain ascent (SGD, Adam): nuPI, a PI controller on the
+multipliers (cooper's `nuPI` optimizer), and the augmented Lagrangian method (with its objective in `objectives`).
 """
 
 from __future__ import annotations
@@ -13,8 +14,17 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import torch
+from cooper.optim import nuPI
 
 from .multipliers import Multipliers
+from .objectives import AugmentedLagrangian, LayerObjective
+
+
+def _jsonable(value: Any) -> bool:
+    """A param-group setting a checkpoint's JSON can hold (numbers, strings, flags, tuples of numbers)."""
+    if isinstance(value, (list, tuple)):
+        return all(_jsonable(v) for v in value)
+    return value is None or isinstance(value, (bool, int, float, str))
 
 
 class DualOptimizer(ABC):
@@ -32,10 +42,14 @@ class DualOptimizer(ABC):
     does (u = resilience * lambda), but it can be restarted: `reset_relaxation()` sets u = 0 (the paper's
     "resilience restarts").
 
-    A new dual optimizer is a subclass: its `name`, the torch optimizer it builds, and (optionally) a cheaper `ascend`.
+    A new dual optimizer is a subclass: its `name`, the torch optimizer it builds, and (optionally) a cheaper `ascend`,
+    its own settings as keyword arguments (`config_fields` maps each to the config field that sets it), the objective
+    it needs (`objective`) and state beyond the torch optimizer's (`extra_state`).
     """
 
     name: ClassVar[str]
+    # keyword argument of __init__ -> the config field that sets it (the trainer reads them: `trainers/problem.py`)
+    config_fields: ClassVar[dict[str, str]] = {}
 
     def __init__(
         self, multipliers: Multipliers, lr: float = 0.01, resilience: float = 0.0, explicit_relaxation: bool = False
@@ -57,6 +71,17 @@ class DualOptimizer(ABC):
         weight.grad = direction
         self.optimizer.step()
         weight.grad = None
+
+    def objective(self) -> LayerObjective | None:
+        """The objective this method needs (None: whichever the run chose, normally the `Lagrangian`)."""
+        return None
+
+    def extra_state(self) -> dict[str, torch.Tensor]:
+        """Tensors beyond the multipliers, relaxation and torch optimizer that a resumed run needs."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:  # noqa: B027 (optional hook, like torch's)
+        """Restore `extra_state()`'s tensors (nothing to restore by default)."""
 
     @property
     def lr(self) -> float:
@@ -101,8 +126,16 @@ class DualOptimizer(ABC):
             "explicit_relaxation": self.relaxation is not None,
             "multipliers": self.multipliers.weight.detach().clone(),
             "relaxation": None if self.relaxation is None else self.relaxation.clone(),
-            "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+            "optimizer": self.optimizer_state(),
+            "extra": {k: v.clone() for k, v in self.extra_state().items()},
         }
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """The torch optimizer's state, its param groups reduced to the settings JSON can hold (nuPI's gains are
+        tensors: they come from the run's config on resume, like the learning rate)."""
+        state = copy.deepcopy(self.optimizer.state_dict())
+        state["param_groups"] = [{k: v for k, v in g.items() if _jsonable(v)} for g in state["param_groups"]]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()`'s output; another dual optimizer, constraint count or relaxation form is refused
@@ -130,10 +163,11 @@ class DualOptimizer(ABC):
                 self.relaxation.copy_(state["relaxation"])
         current = self.optimizer.state_dict()["param_groups"]
         saved_groups = state["optimizer"]["param_groups"]
-        groups = [{**g, "params": cg["params"]} for g, cg in zip(saved_groups, current, strict=True)]
+        groups = [{**cg, **g, "params": cg["params"]} for g, cg in zip(saved_groups, current, strict=True)]
         self.optimizer.load_state_dict({"state": state["optimizer"]["state"], "param_groups": groups})
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        self.load_extra_state(state.get("extra", {}))
 
 
 class SGDDual(DualOptimizer):
@@ -160,6 +194,95 @@ class AdamDual(DualOptimizer):
         return torch.optim.Adam([weight], lr=lr, maximize=True)
 
 
+class NuPIDual(DualOptimizer):
+    """
+    nuPI (Sohrabi et al., ICML 2024): a proportional-integral controller on the multipliers, through cooper's `nuPI`
+    optimizer (the reference implementation, with its "SGD" initialisation: the first step is plain ascent). With
+    e_t the ascent direction (slack - resilience * lambda) and xi_t = ema xi_{t-1} + (1 - ema) e_t:
+    `lambda <- proj[lambda + lr (ki e_t + kp (xi_t - xi_{t-1}))]`. The integral term is SGD's ascent; the proportional
+    term reacts to the change of the slack, damping the overshoot and oscillation of plain ascent. kp = 0, ki = 1 is
+    SGD bit for bit; kp = ki = 1, ema = 0 is the optimistic gradient method. Resilience acts through e_t, as for SGD.
+    """
+
+    name = "nupi"
+    config_fields = {"kp": "nupi_kp", "ki": "nupi_ki", "ema": "nupi_ema"}
+
+    def __init__(
+        self,
+        multipliers: Multipliers,
+        lr: float = 0.01,
+        resilience: float = 0.0,
+        explicit_relaxation: bool = False,
+        kp: float = 1.0,
+        ki: float = 1.0,
+        ema: float = 0.0,
+    ) -> None:
+        if not (kp >= 0 and ki >= 0 and kp + ki > 0 and 0 <= ema < 1):
+            raise ValueError(f"nuPI needs kp >= 0, ki >= 0, kp + ki > 0 and 0 <= ema < 1, got {kp=}, {ki=}, {ema=}.")
+        self.kp, self.ki, self.ema = float(kp), float(ki), float(ema)
+        super().__init__(multipliers, lr, resilience, explicit_relaxation)
+
+    def make_optimizer(self, weight, lr):
+        return nuPI([weight], lr=lr, Kp=self.kp, Ki=self.ki, ema_nu=self.ema, maximize=True)
+
+
+class AugmentedLagrangianDual(SGDDual):
+    """
+    The augmented Lagrangian method (cooper's `AugmentedLagrangian` formulation; Nocedal & Wright, 17.4): the primal
+    loss adds, per constraint, (relu(lambda + c g)^2 - lambda^2) / (2c), whose gradient weighs g by
+    relu(lambda + c g) instead of lambda (objective `AugmentedLagrangian`); the multipliers take SGD's projected
+    ascent step. The penalty coefficient c starts at `penalty` (default: the dual learning rate, the classical method
+    of multipliers, lambda's step equal to c) and, with `growth` > 1, is multiplied by `growth` at every dual step
+    whose constraint is violated by more than `tolerance` and reset to its start once the constraint holds (cooper's
+    multiplicative updater with restarts). Resilience relaxes g by resilience * lambda in both the quadratic term and
+    the ascent, the relaxed problem's augmented Lagrangian.
+    """
+
+    name = "augmented_lagrangian"
+    config_fields = {"penalty": "alm_penalty", "growth": "alm_growth", "tolerance": "alm_tolerance"}
+
+    def __init__(
+        self,
+        multipliers: Multipliers,
+        lr: float = 0.01,
+        resilience: float = 0.0,
+        explicit_relaxation: bool = False,
+        penalty: float | None = None,
+        growth: float = 1.0,
+        tolerance: float = 0.0,
+    ) -> None:
+        start = lr if penalty is None else penalty
+        if not (start > 0 and math.isfinite(start) and growth >= 1 and tolerance >= 0):
+            raise ValueError(
+                f"The augmented Lagrangian needs a penalty coefficient > 0 (`alm_penalty`, or `dual_lr` when it is "
+                f"unset), growth >= 1 and tolerance >= 0, got penalty={start}, {growth=}, {tolerance=}."
+            )
+        super().__init__(multipliers, lr, resilience, explicit_relaxation)
+        self.initial_penalty, self.growth, self.tolerance = float(start), float(growth), float(tolerance)
+        self.penalty = torch.full_like(multipliers.weight.detach(), self.initial_penalty)  # [C] c per constraint
+
+    def objective(self) -> LayerObjective:
+        return AugmentedLagrangian()
+
+    @torch.no_grad()
+    def step(self, slack: torch.Tensor) -> bool:
+        if not super().step(slack):
+            return False
+        if self.growth > 1:
+            violation = slack.to(self.penalty) - torch.tensor(self.relaxation_values(), dtype=torch.float64)
+            grown = torch.where(violation > self.tolerance, self.penalty * self.growth, self.penalty)
+            self.penalty = torch.where(violation <= 0, torch.full_like(grown, self.initial_penalty), grown)
+        return True
+
+    def extra_state(self) -> dict[str, torch.Tensor]:
+        return {"penalty": self.penalty}
+
+    def load_extra_state(self, state: dict[str, torch.Tensor]) -> None:
+        if "penalty" not in state:
+            raise ValueError("The checkpoint's augmented Lagrangian state has no penalty coefficients.")
+        self.penalty = state["penalty"].to(self.penalty).clone()
+
+
 class FixedDual(DualOptimizer):
     """
     No dual ascent: the multipliers keep the values they start with (`dual_init`), whatever the slack. With the
@@ -177,7 +300,9 @@ class FixedDual(DualOptimizer):
 
 
 # the config's `dual_optimizer` values and their classes; the next dual optimizers are added here
-DUAL_OPTIMIZERS: dict[str, type[DualOptimizer]] = {cls.name: cls for cls in (SGDDual, AdamDual)}
+DUAL_OPTIMIZERS: dict[str, type[DualOptimizer]] = {
+    cls.name: cls for cls in (SGDDual, AdamDual, NuPIDual, AugmentedLagrangianDual)
+}
 
 
 def dual_optimizer_class(name: str) -> type[DualOptimizer]:

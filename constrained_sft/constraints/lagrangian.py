@@ -86,6 +86,18 @@ def constraint_values(spec: DescentConstraints, layer_sums: Sequence[float], num
     ]
 
 
+def constraint_matrix(spec: DescentConstraints) -> tuple[torch.Tensor, torch.Tensor]:
+    """`spec.terms` as tensors: `A` `[C, n]` and `b` `[C]` float64 with `N g = A @ layer_sums + b N` (for objectives
+    that weigh each micro-batch's constraint values on the device)."""
+    matrix = torch.zeros(len(spec), len(spec.layers), dtype=torch.float64)
+    offsets = torch.zeros(len(spec), dtype=torch.float64)
+    for c, (pairs, b) in enumerate(spec.terms):
+        for i, a in pairs:
+            matrix[c, i] += a
+        offsets[c] = b
+    return matrix, offsets
+
+
 def penalty(
     spec: DescentConstraints, multipliers: torch.Tensor, layer_sums: torch.Tensor, num_tokens: torch.Tensor
 ) -> torch.Tensor:

@@ -9,6 +9,8 @@ goes through the same token-sampled readout, penalty, logging, feasibility repor
   a constant weight, no dual ascent: the control that isolates what the dual ascent adds).
 - `EarlyExit`: sum_l w_l f_l over the measured layers below L with fixed weights, the deep-supervision loss of
   LayerSkip and torchtune's `early_exit_loss` (`constraints: early_exit`).
+- `AugmentedLagrangian`: the Lagrangian plus the quadratic term of the augmented Lagrangian method, whose weights
+  depend on the micro-batch's own constraint values (`dual_optimizer: augmented_lagrangian`).
 """
 
 from __future__ import annotations
@@ -16,11 +18,18 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
-from .lagrangian import DescentConstraints, penalty_coefficients
+from .lagrangian import (
+    DescentConstraints,
+    coefficient_tensors,
+    constraint_matrix,
+    linear_penalty,
+    penalty_coefficients,
+)
+from .stats import LayerLosses
 
 # torchtune's scale rules: s(l) for each 1-based exit layer of `exits` (increasing, the last one L)
 EARLY_EXIT_SCALES: dict[str, Callable[[Sequence[int]], list[float]]] = {
@@ -39,10 +48,26 @@ class LayerObjective(ABC):
 
     name: ClassVar[str]
     uses_multipliers: ClassVar[bool]
+    # (multipliers, layer coefficients on the device, token coefficient): see `penalty`
+    _cached: tuple[torch.Tensor, torch.Tensor, float] | None = None
 
     @abstractmethod
     def coefficients(self, spec: DescentConstraints, multipliers: torch.Tensor) -> list[float]:
         """`[n + 1]` float64 coefficients: `n` for the measured layers' loss sums, the last for the token count."""
+
+    def penalty(self, spec: DescentConstraints, dual: Any, losses: LayerLosses) -> torch.Tensor:
+        """
+        Token-sum of the term for one micro-batch, differentiable in the layer losses, with the multipliers of `dual`
+        (the run's `DualOptimizer`, which imports this module: untyped here): its coefficients `[n + 1]`
+        reach the device once per multiplier update, not once per micro-batch (a blocking host -> device copy is a
+        device sync).
+        """
+        device = losses.sums.device
+        lam = dual.multipliers.weight.detach()  # [C] on the host: comparing it costs no device sync
+        cached = self._cached
+        if cached is None or cached[1].device != device or not torch.equal(cached[0], lam):
+            cached = self._cached = (lam.clone(), *coefficient_tensors(self.coefficients(spec, lam), device))
+        return linear_penalty(cached[1], cached[2], losses.sums, losses.num_tokens)
 
 
 class Lagrangian(LayerObjective):
@@ -91,3 +116,44 @@ class EarlyExit(LayerObjective):
                 f"{len(self.weights)} early-exit weights for {len(spec.layers)} measured layers {list(spec.layers)}."
             )
         return [*self.weights, 0.0]
+
+
+class AugmentedLagrangian(Lagrangian):
+    """
+    The augmented Lagrangian's primal term for inequality constraints (cooper's `AugmentedLagrangian` formulation,
+    Nocedal & Wright eq. 17.65): sum_c (relu(lambda_c + c_c g_c)^2 - lambda_c^2) / (2 c_c), c the penalty
+    coefficients of the dual optimizer (`AugmentedLagrangianDual`), g the micro-batch's own constraint values
+    (relaxed by resilience, see the dual optimizer). Its gradient is sum_c w_c grad g_c with w_c = relu(lambda_c +
+    c_c g_c): what is computed is the linear form sum_c w_c (N g_c), w detached, which has that gradient and keeps the
+    token-sum scale of the other objectives (logged as the penalty; it is not the quadratic term's value).
+
+    Unlike the linear objectives, the weights read each micro-batch's constraint values: with gradient accumulation
+    or several ranks each micro-batch is weighed by its own, so batch 8 x accumulation 1 and batch 1 x accumulation 8
+    agree only in expectation. Per micro-batch: a [C, n] x [n] product and a handful of [C] ops on the device, no
+    host sync.
+    """
+
+    name = "augmented_lagrangian"
+    # (multipliers, penalty coefficients, relaxation, the terms' [C, n] and [C] tensors, lambda, c, u on the device)
+    _forms: tuple[torch.Tensor, ...] | None = None
+
+    def penalty(self, spec: DescentConstraints, dual: Any, losses: LayerLosses) -> torch.Tensor:
+        device = losses.sums.device
+        lam = dual.multipliers.weight.detach()
+        penalty = dual.penalty  # [C] the AugmentedLagrangianDual's coefficients
+        relaxation = torch.tensor(dual.relaxation_values(), dtype=torch.float64)
+        forms = self._forms
+        if (
+            forms is None
+            or forms[3].device != device
+            or not all(torch.equal(a, b) for a, b in zip(forms[:3], (lam, penalty, relaxation), strict=True))
+        ):
+            matrix, offsets = constraint_matrix(spec)
+            on_device = [t.to(device, torch.float32) for t in (matrix, offsets, lam, penalty, relaxation)]
+            forms = self._forms = (lam.clone(), penalty.clone(), relaxation, *on_device)
+        matrix, offsets, lam_d, penalty_d, relaxation_d = forms[3:]
+        tokens = losses.num_tokens.float()
+        sums = matrix @ losses.sums.float() + offsets * tokens  # [C] N g_c, differentiable
+        g = sums.detach() / tokens.clamp(min=1)  # [C] the micro-batch's constraint values (0 without a token)
+        weights = torch.relu(lam_d + penalty_d * (g - relaxation_d))  # [C] relu(lambda + c (g - u))
+        return (weights * sums).sum()

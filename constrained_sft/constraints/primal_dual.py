@@ -18,7 +18,7 @@ import torch
 
 from .dual_optimizer import DualOptimizer, SGDDual
 from .feasibility import feasibility_report
-from .lagrangian import DescentConstraints, coefficient_tensors, linear_penalty
+from .lagrangian import DescentConstraints
 from .multipliers import Multipliers
 from .objectives import Lagrangian, LayerObjective
 from .stats import LayerLosses, LayerStats, LayerTotals, Reduce, StepStats, step_stats
@@ -33,9 +33,9 @@ class ConstraintStateError(ValueError):
 class PrimalDual:
     """
     The run's constrained problem and its dual state. `dual_optimizer` is a [`DualOptimizer`] class (`SGDDual`,
-    `AdamDual`, `FixedDual` for fixed multipliers, or a subclass of one's own); `objective` is what the measured layers
+    `AdamDual`, `NuPIDual`, `AugmentedLagrangianDual` (with its objective), `FixedDual` for fixed multipliers, or a subclass of one's own); `objective` is what the measured layers
     add to the loss (`Lagrangian`: the descent terms weighted by the multipliers; `EarlyExit`: fixed per-layer
-    weights; see `objectives`). The descent constraints are measured and reported whatever the objective. A trainer
+    weights; see `objectives`); `dual_settings` are the dual optimizer's own keyword arguments. The descent constraints are measured and reported whatever the objective. A trainer
     takes a `PrimalDual` built here through `primal_dual=`.
     """
 
@@ -52,39 +52,35 @@ class PrimalDual:
         window: int = 20,
         explicit_relaxation: bool = False,
         objective: LayerObjective | None = None,
+        dual_settings: dict[str, Any] | None = None,
     ) -> None:
         self.spec = spec
-        self.objective = objective if objective is not None else Lagrangian()
         self.enabled = enabled
         self.warmup_steps = warmup_steps
         self.multipliers = Multipliers(len(spec), init=dual_init, upper=dual_max)
-        self.dual = dual_optimizer(self.multipliers, dual_lr, resilience, explicit_relaxation)
+        self.dual = dual_optimizer(self.multipliers, dual_lr, resilience, explicit_relaxation, **(dual_settings or {}))
+        needed = self.dual.objective()
+        if objective is not None and needed is not None and type(objective) is not type(needed):
+            raise ValueError(
+                f"The dual optimizer {self.dual.name!r} needs the objective {type(needed).__name__}, got "
+                f"{type(objective).__name__}."
+            )
+        self.objective = objective or needed or Lagrangian()
         self.train_stats = LayerStats(len(spec.layers))
         self.history: deque[dict[str, Any]] = deque(maxlen=window)
         self.skipped_steps = 0
         self.nonfinite_steps = 0  # optimizer steps skipped because the objective or gradient was not finite
         self.last_step_finite = True
         self.last_grad_norm: float | None = None
-        # (multipliers, layer coefficients on the device, token coefficient): see `penalty`
-        self._coefficients: tuple[torch.Tensor, torch.Tensor, float] | None = None
 
     def active(self, global_step: int) -> bool:
         """Whether the penalty is in the loss and the multipliers move at this optimizer step."""
         return self.enabled and global_step >= self.warmup_steps
 
     def penalty(self, losses: LayerLosses) -> torch.Tensor:
-        """
-        Token-sum of the objective's term for one micro-batch (sum_c lambda_c g_c with the `Lagrangian`),
-        differentiable in the layer losses: its coefficients `[n + 1]` (see `objectives`) reach the device once per
-        multiplier update, not once per micro-batch (a blocking host -> device copy is a device sync).
-        """
-        device = losses.sums.device
-        lam = self.multipliers.weight.detach()  # [C] on the host: comparing it costs no device sync
-        cached = self._coefficients
-        if cached is None or cached[1].device != device or not torch.equal(cached[0], lam):
-            coefficients = self.objective.coefficients(self.spec, lam)
-            cached = self._coefficients = (lam.clone(), *coefficient_tensors(coefficients, device))
-        return linear_penalty(cached[1], cached[2], losses.sums, losses.num_tokens)
+        """Token-sum of the objective's term for one micro-batch (sum_c lambda_c g_c with the `Lagrangian`),
+        differentiable in the layer losses (see `LayerObjective.penalty`)."""
+        return self.objective.penalty(self.spec, self.dual, losses)
 
     def step(
         self, global_step: int, reduce: Reduce, grad_norm: torch.Tensor | float | None = None

@@ -13,8 +13,11 @@ from ..constraints import DescentConstraints, EarlyExit, FixedDual, PrimalDual, 
 
 
 def _descent(args, spec: DescentConstraints, num_layers: int) -> dict[str, Any]:
-    """Primal-dual training: the descent terms weighted by multipliers that ascend on their slack."""
-    return {"dual_optimizer": dual_optimizer_class(args.dual_optimizer), "dual_init": args.dual_init}
+    """Primal-dual training: the descent terms weighted by multipliers that ascend on their slack (the dual
+    optimizer's own settings from the config fields it names)."""
+    method = dual_optimizer_class(args.dual_optimizer)
+    settings = {key: getattr(args, name) for key, name in method.config_fields.items()}
+    return {"dual_optimizer": method, "dual_init": args.dual_init, "dual_settings": settings}
 
 
 def _penalty(args, spec: DescentConstraints, num_layers: int) -> dict[str, Any]:

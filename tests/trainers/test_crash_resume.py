@@ -24,10 +24,10 @@ from crash_resume import finished, largest_difference  # noqa: E402  (what the s
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
 
 
-def attempt(task, out, kill="none", processes=1):
+def attempt(task, out, kill="none", processes=1, overrides="{}"):
     """One attempt; returns its exit code (-9 when it killed itself)."""
     if processes == 1:
-        cmd = [sys.executable, SCRIPT, task, str(out), kill]
+        cmd = [sys.executable, SCRIPT, task, str(out), kill, overrides]
         result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
     else:
         result = launch_on_cpu(processes, SCRIPT, task, str(out), kill)
@@ -36,15 +36,15 @@ def attempt(task, out, kill="none", processes=1):
     return result
 
 
-def resume_chain(task, out, kills, processes=1):
+def resume_chain(task, out, kills, processes=1, overrides="{}"):
     """Run with each kill in turn, restarting with resume_from_checkpoint=True, then to the end; the stderr of each
     attempt after the first."""
     logs = []
     for kill in kills:
-        result = attempt(task, out, kill, processes)
+        result = attempt(task, out, kill, processes, overrides)
         assert result.returncode != 0, f"{kill}: the run was not killed"
         logs.append(result.stderr)
-    logs.append(attempt(task, out, "none", processes).stderr)
+    logs.append(attempt(task, out, "none", processes, overrides).stderr)
     return logs[1:]
 
 
@@ -82,6 +82,23 @@ def test_a_killed_streamed_run_resumes_bit_exactly(tmp_path, reference):
     assert f"Resuming from {tmp_path / 'checkpoint-4'} (optimizer step 4)" in logs[0]
     assert f"resuming from {tmp_path / 'checkpoint-6'}" in logs[1]  # checkpoint-8 was left incomplete
     assert largest_difference(finished(tmp_path), reference("sft-streamed")) == 0.0
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"dual_optimizer": "nupi", "nupi_kp": 2.0, "nupi_ema": 0.5},
+        {"dual_optimizer": "augmented_lagrangian", "alm_growth": 1.5},
+    ],
+    ids=["nupi", "augmented_lagrangian"],
+)
+def test_dual_methods_resume_bit_exactly_after_a_kill(tmp_path, settings):
+    """nuPI's controller state and the augmented Lagrangian's penalty coefficients survive SIGKILL inside a
+    checkpoint's constraint state and between steps: the run ends bit for bit like the uninterrupted one."""
+    overrides = json.dumps(settings)
+    attempt("sft", tmp_path / "full", overrides=overrides)
+    resume_chain("sft", tmp_path / "cut", ["save:6:constraint", "step:9"], overrides=overrides)
+    assert largest_difference(finished(tmp_path / "cut"), finished(tmp_path / "full")) == 0.0
 
 
 @pytest.mark.slow

@@ -11,10 +11,10 @@ from conftest import launch_on_cpu
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "train_tiny.py")
 
 
-def _run(tmp_path, name, processes, per_device):
+def _run(tmp_path, name, processes, per_device, **settings):
     out = tmp_path / name
     overrides = json.dumps(  # 2 of each row's 7 supervised tokens: the sample must not depend on the rank split
-        {"output_dir": str(out), "per_device_train_batch_size": per_device, "layer_loss_tokens": 2}
+        {"output_dir": str(out), "per_device_train_batch_size": per_device, "layer_loss_tokens": 2, **settings}
     )
     if processes == 1:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
@@ -37,6 +37,23 @@ def test_ddp_multipliers_match_across_ranks_and_single_process(tmp_path):
     for a, b in zip(two[0]["trajectory"], one[0]["trajectory"], strict=True):
         assert a == pytest.approx(b, abs=1e-6)
     assert max(two[0]["trajectory"][-1]) > 0  # the constraints were active, so the test compares real updates
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [{"dual_optimizer": "nupi", "nupi_kp": 2.0}, {"dual_optimizer": "augmented_lagrangian", "alm_growth": 1.5}],
+    ids=["nupi", "augmented_lagrangian"],
+)
+def test_nupi_and_the_augmented_lagrangian_keep_the_ranks_identical(tmp_path, settings):
+    """Both ranks take the same dual steps. nuPI's objective is linear in the losses, so two ranks also equal one
+    process on the same global batch; the augmented term weighs each rank's micro-batch by its own constraint
+    values, so there the ranks agree with each other only."""
+    two = _run(tmp_path, "ddp", processes=2, per_device=2, **settings)
+    assert two[0]["trajectory"] == two[1]["trajectory"] and max(two[0]["trajectory"][-1]) > 0
+    if settings["dual_optimizer"] == "nupi":
+        one = _run(tmp_path, "single", processes=1, per_device=4, **settings)
+        for a, b in zip(two[0]["trajectory"], one[0]["trajectory"], strict=True):
+            assert a == pytest.approx(b, abs=1e-6)
 
 
 def test_a_rank_without_supervised_tokens_enters_every_collective(tmp_path):

@@ -73,6 +73,15 @@ def test_zero_stage_matches_data_parallel(tmp_path, ddp, stage):
     assert max(ranks[0]["trajectory"][-1]) > 0  # the constraints were active: real multiplier updates compared
 
 
+@pytest.mark.parametrize("dual_optimizer", ["nupi", "augmented_lagrangian"])
+def test_dual_methods_under_zero2_keep_the_ranks_identical(tmp_path, dual_optimizer):
+    """nuPI (its controller state) and the augmented Lagrangian (its penalty coefficients and per-micro-batch
+    weights) under ZeRO-2: both ranks hold the same multipliers at every step."""
+    ranks = _launch(tmp_path, dual_optimizer, "deepspeed_zero2", dual_optimizer=dual_optimizer, alm_growth=1.5)
+    assert ranks[0]["trajectory"] == ranks[1]["trajectory"] and len(ranks[0]["trajectory"]) == 4
+    assert max(ranks[0]["trajectory"][-1]) > 0
+
+
 def test_zero3_trains_with_the_default_sample(tmp_path):
     """`layer_loss_tokens='auto'` (the default) sizes its sample from the LM head's shape, which ZeRO-3 leaves empty
     on each rank (this crashed at the first step); the config's shared row bound lets every rank make one readout

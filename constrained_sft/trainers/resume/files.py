@@ -32,7 +32,7 @@ TRAINER_STATE = "trainer_state.json"
 def to_files(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """
     `PrimalDual.state_dict()` as the checkpoint's two parts: tensors for safetensors (`multipliers`, `relaxation`,
-    `optimizer.<name>` for the torch optimizer's per-parameter tensors) and the rest for JSON (format version 1).
+    `optimizer.<name>` for the torch optimizer's per-parameter tensors, `extra.<name>` for the dual optimizer's own) and the rest for JSON (format version 1).
     """
     dual = state["dual_optimizer"]
     tensors = {"multipliers": dual["multipliers"]}
@@ -40,6 +40,7 @@ def to_files(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, 
         tensors["relaxation"] = dual["relaxation"]
     per_param = dual["optimizer"]["state"].get(0, {})
     tensors.update({f"optimizer.{k}": v.detach() for k, v in per_param.items() if torch.is_tensor(v)})
+    tensors.update({f"extra.{k}": v for k, v in dual.get("extra", {}).items()})
     meta = {
         **{k: v for k, v in dual.items() if k in ("kind", "resilience", "explicit_relaxation")},
         "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in dual["optimizer"]["param_groups"]],
@@ -60,6 +61,7 @@ def from_files(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[s
         "explicit_relaxation": saved.get("explicit_relaxation", False),
         "multipliers": tensors["multipliers"],
         "relaxation": tensors.get("relaxation"),
+        "extra": {k.removeprefix("extra."): v for k, v in tensors.items() if k.startswith("extra.")},
         "optimizer": {
             "state": {0: per_param} if per_param else {},
             "param_groups": [{**g, "params": [i]} for i, g in enumerate(saved["param_groups"])],
