@@ -121,3 +121,32 @@ def test_results_name_a_commit_only_for_a_package_the_repository_tracks(tmp_path
     subprocess.run([*git, "commit", "-q", "-m", "track the copy"], check=True)
     head = subprocess.run([*git, "rev-parse", "--short=7", "HEAD"], capture_output=True, text=True).stdout.strip()
     assert step_time.source_commit(str(package)) == head
+
+
+def test_dual_optimizer_benchmark_end_to_end_and_its_measures(tmp_path):
+    """Two seeds of 12 steps per method run and summarise; the settling step, overshoot and total variation are what
+    their definitions say on known trajectories."""
+    import numpy as np
+
+    script = os.path.join(os.path.dirname(SCRIPT), "dual_optimizers.py")
+    sys.path.insert(0, os.path.dirname(script))
+    from dual_optimizers import first_settled, run_metrics
+
+    slack = np.array([[1.0], [1.5], [-1.0], [-1.0], [-1.0]])
+    assert first_settled(slack, np.zeros_like(slack), window=1) == 3
+    assert (
+        first_settled(slack, np.zeros_like(slack), window=2) == 4
+    )  # the trailing mean of steps 3-4 is the first <= 0
+    assert first_settled(np.ones((3, 1)), np.zeros((3, 1)), window=1) is None
+    metrics = run_metrics({"dual": [[0.0], [2.0], [1.0], [1.5]], "slack": slack[:4].tolist(), "f_L": 1.0,
+                           "accuracy": 0.5}, resilience=0.0, window=1)  # fmt: skip
+    assert metrics["overshoot"] == 0.5 and metrics["total_variation"] == 3.5
+    out = tmp_path / "dual.json"
+    cmd = [sys.executable, script, "--seeds", "2", "--steps", "12", "--output", str(out)]
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["method"] for r in rows] == ["sgd", "adam", "nupi", "augmented_lagrangian"]
+    assert "| nupi |" in result.stdout and "accuracy_minus_sgd" in rows[2] and "accuracy_minus_sgd" not in rows[0]
