@@ -1,7 +1,7 @@
 """
 The `constrained-sft` command line (also `python -m constrained_sft`), in TRL's shape: argparse subparsers, one
-`Command` per verb (`train`, `sweep`, `study`, the `eval` group of `robustness`, `generate`, `alpaca`), each parsing the
-fields of library dataclasses and printing what the library returns. Nothing here knows a task: the recipe's `task`
+`Command` per verb (`train`, `sweep`, `study`, the `eval` group of `robustness`, `generate`, `alpaca`, `exits`,
+`harness`), each parsing the fields of library dataclasses and printing what the library returns. Nothing here knows a task: the recipe's `task`
 is looked up in `constrained_sft.tasks`. Importing this module loads no torch: each command imports what it runs,
 and a command's `--help` is printed from a cache once built (`help_cache`).
 
@@ -19,6 +19,7 @@ from .base import Command, Group
 from .eval_alpaca import AlpacaCommand
 from .eval_exits import ExitsCommand
 from .eval_generate import GenerateCommand
+from .eval_harness import HarnessCommand
 from .eval_robustness import RobustnessCommand
 from .help_cache import cached_help, wants_help
 from .study import StudyCommand
@@ -31,7 +32,7 @@ PROG = "constrained-sft"
 class EvalGroup(Group):
     name = "eval"
     help = "measure trained models: robustness to noise with intervals, noisy generation, AlpacaEval judging"
-    commands = (RobustnessCommand(), GenerateCommand(), AlpacaCommand(), ExitsCommand())
+    commands = (RobustnessCommand(), GenerateCommand(), AlpacaCommand(), ExitsCommand(), HarnessCommand())
 
 
 COMMANDS: tuple[Command, ...] = (TrainCommand(), EvalGroup(), SweepCommand(), StudyCommand())

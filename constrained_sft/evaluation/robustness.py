@@ -17,10 +17,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..data import ModelPathError, ModelSpec
+from ..data import ModelSpec
 from ..noise import embedding_sigma
 from ..tasks import TASKS, Measure, get_task
 from ..utils import check_fields, check_output_folder
+from .arms import ArmArguments
 from .compare import bands, check_pairs, compare
 from .levels import evaluate_level
 from .loading import layer_indices, recorded_gamma, reference_sigma, trained_layers, training_report, versions
@@ -30,7 +31,7 @@ from .results import ModelResult, RobustnessResults
 
 
 @dataclass
-class RobustnessArguments:
+class RobustnessArguments(ArmArguments):
     task: str | None = field(
         default=None,
         metadata={
@@ -38,24 +39,6 @@ class RobustnessArguments:
             "instead of accuracy); a recipe's `task` sets it.",
             "choices": list(TASKS),
         },
-    )
-    models: list[str] | None = field(
-        default=None, metadata={"help": "Model folders, Hub ids, `pkg:` aliases or LoRA adapter folders."}
-    )
-    names: list[str] | None = field(
-        default=None, metadata={"help": "A display name per model of --models (default: folder names)."}
-    )
-    arm: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "An arm of the comparison, repeatable: NAME=DIR[,DIR...], one model per training seed (seeds "
-            "are paired by position across arms), e.g. --arm constrained=c0,c1 --arm erm=e0,e1. Instead of --models.",
-            "action": "extend",
-        },
-    )
-    reference: str | None = field(
-        default=None,
-        metadata={"help": "The arm every other arm is compared with, A - reference (default: the last arm)."},
     )
     output_dir: str = field(
         default=None, metadata={"help": "Where results.json, results.csv, the plots and report.html go."}
@@ -110,19 +93,9 @@ class RobustnessArguments:
 
     def validate(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> None:
         """Every field checked before any work; `arms`: models given by the caller instead of --models / --arm."""
-        given = (arms is not None) + bool(self.models) + bool(self.arm)
-        if given != 1:
-            raise ValueError(
-                "Give the models to evaluate with `--models DIR [DIR ...]` or with `--arm NAME=DIR[,DIR...]` (one per "
-                f"arm): {'not both' if given else 'one of them is required'}."
-            )
+        self.validate_selection(arms)
         if not self.output_dir:
             raise ValueError("`--output_dir` is required.")
-        if self.names is not None and (self.arm or len(self.names) != len(self.models)):
-            raise ValueError(
-                f"`--names` has {len(self.names)} names for {len(self.models or [])} models; give one name per model "
-                "of `--models` (an `--arm` names itself)."
-            )
         for name, values in (
             ("gammas", self.gammas),
             ("curve_gammas", self.curve_gammas),
@@ -137,48 +110,7 @@ class RobustnessArguments:
                 raise ValueError(f"`--{name}` must be >= 1, got {getattr(self, name)}.")
         if self.layers not in ("trained", "all"):
             layer_indices(self.layers)
-        arms = self.arms() if arms is None else arms
-        if self.reference is not None and self.reference not in arms:
-            raise ValueError(f"`--reference` {self.reference!r} is not an arm; allowed: {list(arms)}.")
-        for path in (p for members in arms.values() for _, p in members):
-            if not path.startswith("pkg:") and path.count("/") != 1 and not os.path.exists(path):
-                raise ModelPathError(
-                    f"`--models` / `--arm` {path!r} does not exist; allowed: a local model folder, a Hub id or a pkg: "
-                    "alias."
-                )
-
-    def arms(self) -> dict[str, list[tuple[str, str]]]:
-        """{arm: [(model name, path), ...]}: each `--arm`, or each model of `--models` as an arm of its own."""
-        if self.models:
-            names = self.names or [os.path.basename(os.path.normpath(p)) or p for p in self.models]
-            if len(set(names)) != len(names):
-                raise ValueError(f"`--names` must be unique (one per model), got {names}; pass distinct `--names`.")
-            return {n: [(n, p)] for n, p in zip(names, self.models, strict=True)}
-        arms: dict[str, list[tuple[str, str]]] = {}
-        for text in self.arm:
-            name, sep, paths = text.partition("=")
-            folders = [p for p in paths.split(",") if p]
-            if not sep or not name or not folders or " - " in name or "/" in name:
-                raise ValueError(
-                    f"`--arm` {text!r} must be NAME=DIR[,DIR...] (a name without '/' or ' - ', then one model folder "
-                    "per training seed, comma-separated)."
-                )
-            if name in arms:
-                raise ValueError(f"`--arm` {name!r} is given twice; give each arm once with all its folders.")
-            if len(folders) == 1:
-                arms[name] = [(name, folders[0])]
-                continue
-            leaves = [os.path.basename(os.path.normpath(p)) for p in folders]
-            unique = len(set(leaves)) == len(leaves)
-            arms[name] = [
-                (f"{name}/{leaf if unique else i}", p) for i, (leaf, p) in enumerate(zip(leaves, folders, strict=True))
-            ]
-        return arms
-
-    def pairs(self, arms: list[str]) -> list[tuple[str, str]]:
-        """(arm, reference) for every other arm of `arms`."""
-        reference = self.reference or arms[-1]
-        return [(a, reference) for a in arms if a != reference]
+        self.check_paths(self.arms() if arms is None else arms)
 
 
 def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=None, pairs=None) -> RobustnessResults:

@@ -1,0 +1,93 @@
+"""
+Which models an evaluation compares: `--models` (each its own arm) or `--arm NAME=DIR[,DIR...]` (one model per training
+seed), and the reference arm every other arm is compared with. Shared by `eval robustness` and `eval harness`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..data import ModelPathError
+
+
+@dataclass
+class ArmArguments:
+    """The models of a comparison, as arms (fields of the evaluation commands that compare models)."""
+
+    models: list[str] | None = field(
+        default=None, metadata={"help": "Model folders, Hub ids, `pkg:` aliases or LoRA adapter folders."}
+    )
+    names: list[str] | None = field(
+        default=None, metadata={"help": "A display name per model of --models (default: folder names)."}
+    )
+    arm: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "An arm of the comparison, repeatable: NAME=DIR[,DIR...], one model per training seed (seeds "
+            "are paired by position across arms), e.g. --arm constrained=c0,c1 --arm erm=e0,e1. Instead of --models.",
+            "action": "extend",
+        },
+    )
+    reference: str | None = field(
+        default=None,
+        metadata={"help": "The arm every other arm is compared with, A - reference (default: the last arm)."},
+    )
+
+    def validate_selection(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> None:
+        """Exactly one way of naming the models; `arms`: models given by the caller instead of --models / --arm."""
+        given = (arms is not None) + bool(self.models) + bool(self.arm)
+        if given != 1:
+            raise ValueError(
+                "Give the models to evaluate with `--models DIR [DIR ...]` or with `--arm NAME=DIR[,DIR...]` (one per "
+                f"arm): {'not both' if given else 'one of them is required'}."
+            )
+        if self.names is not None and (self.arm or len(self.names) != len(self.models)):
+            raise ValueError(
+                f"`--names` has {len(self.names)} names for {len(self.models or [])} models; give one name per model "
+                "of `--models` (an `--arm` names itself)."
+            )
+
+    def check_paths(self, arms: dict[str, list[tuple[str, str]]]) -> None:
+        """The reference is an arm and every model path exists (or is a Hub id or a pkg: alias)."""
+        if self.reference is not None and self.reference not in arms:
+            raise ValueError(f"`--reference` {self.reference!r} is not an arm; allowed: {list(arms)}.")
+        for path in (p for members in arms.values() for _, p in members):
+            if not path.startswith("pkg:") and path.count("/") != 1 and not os.path.exists(path):
+                raise ModelPathError(
+                    f"`--models` / `--arm` {path!r} does not exist; allowed: a local model folder, a Hub id or a pkg: "
+                    "alias."
+                )
+
+    def arms(self) -> dict[str, list[tuple[str, str]]]:
+        """{arm: [(model name, path), ...]}: each `--arm`, or each model of `--models` as an arm of its own."""
+        if self.models:
+            names = self.names or [os.path.basename(os.path.normpath(p)) or p for p in self.models]
+            if len(set(names)) != len(names):
+                raise ValueError(f"`--names` must be unique (one per model), got {names}; pass distinct `--names`.")
+            return {n: [(n, p)] for n, p in zip(names, self.models, strict=True)}
+        arms: dict[str, list[tuple[str, str]]] = {}
+        for text in self.arm:
+            name, sep, paths = text.partition("=")
+            folders = [p for p in paths.split(",") if p]
+            if not sep or not name or not folders or " - " in name or "/" in name:
+                raise ValueError(
+                    f"`--arm` {text!r} must be NAME=DIR[,DIR...] (a name without '/' or ' - ', then one model folder "
+                    "per training seed, comma-separated)."
+                )
+            if name in arms:
+                raise ValueError(f"`--arm` {name!r} is given twice; give each arm once with all its folders.")
+            if len(folders) == 1:
+                arms[name] = [(name, folders[0])]
+                continue
+            leaves = [os.path.basename(os.path.normpath(p)) for p in folders]
+            unique = len(set(leaves)) == len(leaves)
+            arms[name] = [
+                (f"{name}/{leaf if unique else i}", p) for i, (leaf, p) in enumerate(zip(leaves, folders, strict=True))
+            ]
+        return arms
+
+    def pairs(self, arms: list[str]) -> list[tuple[str, str]]:
+        """(arm, reference) for every other arm of `arms`."""
+        reference = self.reference or arms[-1]
+        return [(a, reference) for a in arms if a != reference]

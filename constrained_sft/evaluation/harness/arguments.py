@@ -1,0 +1,109 @@
+"""The fields of `constrained-sft eval harness`, checked before any model loads."""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+from dataclasses import dataclass, field
+
+from ...utils import check_fields, check_output_folder
+from ..arms import ArmArguments
+
+
+@dataclass
+class HarnessArguments(ArmArguments):
+    """lm-evaluation-harness tasks at each noise level, per model; arms compared with paired intervals."""
+
+    tasks: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "lm-eval task names (e.g. ifeval mmlu hellaswag; with --include_path, your own YAML tasks; "
+            "`offline` = the tasks this library ships, which read local files)."
+        },
+    )
+    output_dir: str = field(
+        default=None, metadata={"help": "Where the per-cell results, results.json and report.md go (resumable)."}
+    )
+    gammas: list[float] = field(
+        default_factory=lambda: [0.0, 0.5, 1.0], metadata={"help": "Noise levels gamma (>= 0; 0 = clean)."}
+    )
+    noise_seeds: int = field(default=1, metadata={"help": "Noise seeds per level and model (>= 1)."})
+    noise_mean: float = field(default=0.0, metadata={"help": "Mean of the noise."})
+    sigma_x: float | None = field(
+        default=None,
+        metadata={
+            "help": "sigma_x for every model (default: `noise_sigma_x` in the first model's constraints.json, else "
+            "measured on the first model, as `eval robustness` does)."
+        },
+    )
+    include_path: str | None = field(
+        default=None, metadata={"help": "lm-eval's --include_path: a folder of your own task YAML files."}
+    )
+    limit: int | None = field(default=None, metadata={"help": "lm-eval's --limit: the first N documents per task."})
+    num_fewshot: int | None = field(default=None, metadata={"help": "lm-eval's --num_fewshot (default: the task's)."})
+    batch_size: int = field(default=8, metadata={"help": "lm-eval's --batch_size."})
+    max_gen_toks: int | None = field(
+        default=None, metadata={"help": "Longest generated answer of generate_until tasks (default: the task's)."}
+    )
+    apply_chat_template: bool = field(
+        default=False, metadata={"help": "lm-eval's --apply_chat_template: prompts in the model's chat format."}
+    )
+    dtype: str = field(
+        default="float32",
+        metadata={
+            "help": "Weights' dtype: 'float32' (exact on a CPU), 'bfloat16' (a GPU's choice for large models) or "
+            "'auto' (as saved).",
+            "choices": ["float32", "bfloat16", "auto"],
+        },
+    )
+    bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        check_output_folder(self.output_dir, "--output_dir")
+
+    def validate(self) -> None:
+        """Every field checked before any model loads: the models, the numbers, the tasks lm-eval knows."""
+        self.validate_selection()
+        if not self.output_dir:
+            raise ValueError("`--output_dir` is required.")
+        if not self.tasks:
+            raise ValueError("`--tasks` is required: lm-eval task names, or `offline` for the tasks shipped here.")
+        if not self.gammas or any(not math.isfinite(g) or g < 0 for g in self.gammas):
+            raise ValueError(f"`--gammas` must be finite numbers >= 0, got {self.gammas}.")
+        if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
+            raise ValueError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
+        for name in ("noise_seeds", "batch_size", "bootstrap_samples", "limit", "max_gen_toks"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"`--{name}` must be >= 1, got {value}.")
+        if self.num_fewshot is not None and self.num_fewshot < 0:
+            raise ValueError(f"`--num_fewshot` must be >= 0, got {self.num_fewshot}.")
+        if self.include_path is not None and not os.path.isdir(self.include_path):
+            raise ValueError(f"`--include_path` {self.include_path!r} is not a folder of task YAML files.")
+        known = self.task_manager().all_tasks
+        for task in self.task_names():
+            if task not in known:
+                close = difflib.get_close_matches(task, known, n=5)
+                hint = f"; close: {close}" if close else "; `lm_eval ls tasks` lists them"
+                raise ValueError(f"`--tasks` {task!r} is not an lm-eval task{hint}.")
+        self.check_paths(self.arms())
+
+    def task_names(self) -> list[str]:
+        """`--tasks` with `offline` expanded to the shipped offline tasks."""
+        from .offline import OFFLINE_TASKS
+
+        names: list[str] = []
+        for task in self.tasks or []:
+            names += OFFLINE_TASKS if task == "offline" else [task]
+        return names
+
+    def task_manager(self):
+        """lm-eval's TaskManager over its own tasks, the shipped offline tasks and `--include_path`."""
+        from lm_eval.tasks import TaskManager
+
+        from .offline import task_folder
+
+        paths = [task_folder()] + ([self.include_path] if self.include_path else [])
+        return TaskManager(include_path=paths)

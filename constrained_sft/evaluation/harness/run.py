@@ -1,0 +1,177 @@
+"""
+`constrained-sft eval harness`: every model at every (task, gamma, noise seed) cell through lm-eval's
+`simple_evaluate` with `NoisyLM`, each cell's per-document scores (`log_samples`) saved as it finishes so a killed
+run resumes from the finished cells; then the arms compared, metric by metric and level by level, with the paired
+bootstrap and verdict rule of every other comparison (documents are the units, models of an arm its training seeds,
+noise seeds summed), written as results.json and report.md with a metric-vs-gamma plot per task.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from ...noise import embedding_sigma
+from ...utils import write_json
+from ..bootstrap import Statistic, bootstrap_interval, paired_bootstrap
+from ..loading import reference_sigma, versions
+from ..results import Comparison, Difference, StatisticRow
+from .arguments import HarnessArguments
+
+RESULTS = "results.json"
+
+
+def cell_path(args: HarnessArguments, model: str, task: str, gamma: float, seed: int) -> str:
+    return os.path.join(args.output_dir, "cells", model.replace("/", "__"), task, f"gamma={gamma:g},seed={seed}.json")
+
+
+def sample_scores(samples: list[dict]) -> dict[str, dict[int, list[float]]]:
+    """{metric: {doc id: [passed, counted]}} from lm-eval's logged samples: a number or flag counts once, a list of
+    flags (IFEval's instruction-level metrics) counts each instruction."""
+    out: dict[str, dict[int, list[float]]] = {}
+    for sample in samples:
+        for metric in sample["metrics"]:
+            value = sample[metric]
+            values = value if isinstance(value, list) else [value]
+            key = f"{metric},{sample.get('filter', 'none')}"
+            out.setdefault(key, {})[int(sample["doc_id"])] = [float(sum(map(float, values))), float(len(values))]
+    return out
+
+
+def evaluate_cell(args, model, tokenizer, task: str, gamma: float, seed: int, sigma: float, manager) -> dict:
+    import lm_eval
+
+    from .model import NoisyLM
+
+    lm = NoisyLM(pretrained=model, tokenizer=tokenizer, batch_size=args.batch_size, device=str(model.device),
+                 gamma=gamma, noise_seed=seed, sigma_x=sigma, noise_mean=args.noise_mean)  # fmt: skip
+    started = time.time()
+    out = lm_eval.simple_evaluate(
+        model=lm, tasks=[task], task_manager=manager, log_samples=True, limit=args.limit,
+        num_fewshot=args.num_fewshot, apply_chat_template=args.apply_chat_template,
+        gen_kwargs=f"max_gen_toks={args.max_gen_toks}" if args.max_gen_toks else None, random_seed=0,
+        numpy_random_seed=0, torch_random_seed=0, fewshot_random_seed=0,
+    )  # fmt: skip
+    scores = sample_scores(out["samples"][task])
+    return {"task": task, "gamma": gamma, "seed": seed, "seconds": round(time.time() - started, 1),
+            "aggregate": {k: v for k, v in out["results"][task].items() if isinstance(v, float)},
+            "scores": {m: {str(d): v for d, v in per.items()} for m, per in scores.items()}}  # fmt: skip
+
+
+def arm_arrays(cells: dict, members: list[str], task: str, metric: str, gammas: list[float], seeds: int):
+    """`{"passed", "counted"}` as `[K, S, N]` (levels, the arm's models, documents), summed over noise seeds."""
+    docs = sorted({int(d) for m in members for g in gammas for s in range(seeds)
+                   for d in cells[(m, task, g, s)]["scores"][metric]})  # fmt: skip
+    passed = np.zeros((len(gammas), len(members), len(docs)))
+    counted = np.zeros_like(passed)
+    for k, g in enumerate(gammas):
+        for j, m in enumerate(members):
+            for s in range(seeds):
+                per = cells[(m, task, g, s)]["scores"][metric]
+                for i, d in enumerate(docs):
+                    p, c = per.get(str(d), (0.0, 0.0))
+                    passed[k, j, i] += p
+                    counted[k, j, i] += c
+    return {"passed": passed, "counted": counted}
+
+
+def level_statistic(task: str, metric: str, gamma: float, k: int) -> Statistic:
+    return Statistic(f"{task}/{metric}@{gamma:g}", lambda sums, k=k: sums["passed"][..., k] / sums["counted"][..., k])
+
+
+def compare_arms(args, arms: dict, cells: dict, metrics: dict[str, list[str]]) -> tuple[dict, dict]:
+    """(comparisons {name: Comparison}, bands {arm: {task/metric: {value, low, high}}})."""
+    names, comparisons, bands = list(arms), {}, {a: {} for a in arms}
+    pairs = args.pairs(names)
+    for task, task_metrics in metrics.items():
+        for metric in task_metrics:
+            arrays = {a: arm_arrays(cells, [m for m, _ in arms[a]], task, metric, args.gammas, args.noise_seeds)
+                      for a in names}  # fmt: skip
+            stats = [level_statistic(task, metric, g, k) for k, g in enumerate(args.gammas)]
+            for a in names:
+                whole = Statistic("all", lambda sums: sums["passed"] / sums["counted"])
+                value, low, high = bootstrap_interval(arrays[a], whole, args.bootstrap_samples)
+                bands[a][f"{task}/{metric}"] = {"value": value.tolist(), "low": low.tolist(), "high": high.tolist()}
+            for a, b in pairs:
+                intervals = paired_bootstrap(arrays[a], arrays[b], stats, n_boot=args.bootstrap_samples)
+                rows = comparisons.setdefault(f"{a} - {b}", Comparison(a, b, {})).rows
+                for k, stat in enumerate(stats):
+                    per_seed = [(arr["passed"][k].sum(1) / arr["counted"][k].sum(1)) for arr in (arrays[a], arrays[b])]
+                    value_a, value_b = (float(arr["passed"][k].sum() / arr["counted"][k].sum()) for arr in (arrays[a], arrays[b]))  # fmt: skip
+                    std = tuple(float(np.std(v)) for v in per_seed)
+                    rows[stat.name] = StatisticRow(value_a, value_b, std, Difference.of(intervals[stat.name]))
+    return comparisons, bands
+
+
+def run(args: HarnessArguments) -> dict:
+    """Evaluate every missing cell, then compare and report; returns what results.json holds."""
+    from transformers import AutoModelForCausalLM
+
+    from ...data import ModelSpec, load_pretrained
+    from ..report.harness import write_harness_report
+
+    args.validate()
+    arms = args.arms()
+    tasks = args.task_names()
+    manager = args.task_manager()
+    models = [(name, path) for members in arms.values() for name, path in members]
+    first = models[0][1]
+    sigma, source = reference_sigma(args.sigma_x, first)
+    started, cells = time.time(), {}
+    todo = [(m, p, t, g, s) for m, p in models for t in tasks for g in args.gammas for s in range(args.noise_seeds)]
+    loaded: tuple[str, object, object] | None = None
+    for name, path, task, gamma, seed in tqdm(todo, desc="harness cells", unit="cell"):
+        target = cell_path(args, name, task, gamma, seed)
+        if os.path.isfile(target):
+            with open(target) as f:
+                cells[(name, task, gamma, seed)] = json.load(f)
+            continue
+        if loaded is None or loaded[0] != path:
+            dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype)
+            model, tokenizer = load_pretrained(ModelSpec(name, path), AutoModelForCausalLM, dtype=dtype)
+            device = "cuda" if torch.cuda.is_available() else "cpu"  # lm-eval's default device, where there is one
+            loaded = (path, model.to(device).eval(), tokenizer)
+        if sigma is None:
+            sigma, source = embedding_sigma(loaded[1]), f"measured on {first}"
+        with torch.no_grad():
+            cell = evaluate_cell(args, loaded[1], loaded[2], task, gamma, seed, sigma, manager)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        write_json(target, cell)
+        cells[(name, task, gamma, seed)] = cell
+    metrics = {t: sorted(cells[(models[0][0], t, args.gammas[0], 0)]["scores"]) for t in tasks}
+    comparisons, bands = compare_arms(args, arms, cells, metrics)
+    results = {
+        "settings": {**{k: v for k, v in vars(args).items()}, "sigma_x": sigma, "sigma_x_source": source},
+        "versions": versions("lm-eval", "transformers", "torch"),
+        "arms": {a: [m for m, _ in members] for a, members in arms.items()},
+        "models": {
+            m: {
+                t: {
+                    metric: [_mean(cells, m, t, g, args.noise_seeds, metric) for g in args.gammas]
+                    for metric in metrics[t]
+                }
+                for t in tasks
+            }
+            for m, _ in models
+        },  # fmt: skip
+        "bands": bands,
+        "comparisons": {name: c.to_dict() for name, c in comparisons.items()},
+        "cell_seconds": round(sum(c["seconds"] for c in cells.values()), 1),
+        "wall_seconds": round(time.time() - started, 1),
+    }
+    write_json(os.path.join(args.output_dir, RESULTS), results)
+    results["files"] = write_harness_report(results, comparisons, args.output_dir)
+    return results
+
+
+def _mean(cells, model: str, task: str, gamma: float, seeds: int, metric: str) -> float:
+    """The metric over every document and noise seed of one model at one level (pooled, like the statistics)."""
+    per = [v for s in range(seeds) for v in cells[(model, task, gamma, s)]["scores"][metric].values()]
+    counted = sum(c for _, c in per)
+    return sum(p for p, _ in per) / counted if counted else math.nan
