@@ -77,3 +77,21 @@ def own_process(recipe):
     if getattr(recipe.training, "host_allocator", "unset") is None:
         recipe.training.host_allocator = "reuse"
     return recipe
+
+
+def with_config(argv: list[str], config: str) -> list[str]:
+    """The command line with `--config` pointing at another recipe (added when it has none): the same overrides reach
+    every arm of a comparison (`study --erm_config`, `study --arm`, `sweep --arm`)."""
+    out, i, found = [], 0, False
+    while i < len(argv):
+        if argv[i] == "--config":
+            out += ["--config", config]
+            found, i = True, i + 2
+            continue
+        if argv[i].startswith("--config="):
+            out.append(f"--config={config}")
+            found = True
+        else:
+            out.append(argv[i])
+        i += 1
+    return out if found else ["--config", config, *out]

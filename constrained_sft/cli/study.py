@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Command, other_tasks, own_process
+from .base import Command, other_tasks, own_process, with_config
 
 
 class StudyCommand(Command):
@@ -44,10 +44,10 @@ class StudyCommand(Command):
         )
         parser = dataclass_parser((StudyArguments, *task.parser_classes()), prog, description, other_tasks(prog, task))
         args, *constrained = parse(parser, argv)
-        _, *erm = parse(parser, erm_argv(argv, args.erm_config) if args.erm_config else argv)
+        _, *erm = parse(parser, with_config(argv, args.erm_config) if args.erm_config else argv)
         more = {}
         for name, path in args.extra_arms().items():  # the same overrides reach every arm
-            _, *arm = parse(parser, erm_argv(argv, path))
+            _, *arm = parse(parser, with_config(argv, path))
             more[name] = own_process(task.recipe(tuple(arm)))
         constrained, erm = (own_process(task.recipe(tuple(r))) for r in (constrained, erm))
         out = run(args, task, constrained, erm, more)
@@ -67,22 +67,6 @@ class StudyCommand(Command):
         print(can_show(out))
         print(f"report: {out.files['html']} and {out.files['md']}")
         return 0
-
-
-def erm_argv(argv: list[str], erm_config: str) -> list[str]:
-    """The command line with `--config` pointing at the ERM recipe: the same overrides reach both twins."""
-    out, i = [], 0
-    while i < len(argv):
-        if argv[i] == "--config":
-            out += ["--config", erm_config]
-            i += 2
-            continue
-        if argv[i].startswith("--config="):
-            out.append(f"--config={erm_config}")
-        else:
-            out.append(argv[i])
-        i += 1
-    return out
 
 
 def can_show(study) -> str:

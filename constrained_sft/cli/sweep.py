@@ -10,7 +10,7 @@ The recipe's keys set everything a trial does not search; the sweep's own option
 
 from __future__ import annotations
 
-from .base import Command, other_tasks, own_process
+from .base import Command, other_tasks, own_process, with_config
 
 
 class SweepCommand(Command):
@@ -32,7 +32,11 @@ class SweepCommand(Command):
         )
         parser = dataclass_parser((SweepArguments, *task.parser_classes()), prog, description, other_tasks(prog, task))
         settings, *recipe = parse(parser, argv)
-        out = run(settings, task, own_process(task.recipe(tuple(recipe))))
+        more = {}
+        for name, path in settings.extra_arms().items():  # the same overrides reach every arm
+            _, *arm = parse(parser, with_config(argv, path))
+            more[name] = own_process(task.recipe(tuple(arm)))
+        out = run(settings, task, own_process(task.recipe(tuple(recipe))), more)
         for arm, info in out["arms"].items():
             best = info["best"]
             print(

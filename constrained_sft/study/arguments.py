@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..evaluation.alpaca.generate import ALPACA_EVAL
+from ..tasks.arms import arm_recipes
 from ..utils import check_fields, check_output_folder
 
 STAGES = ("train", "evaluate", "all")
@@ -141,16 +142,5 @@ class StudyArguments:
             )
 
     def extra_arms(self) -> dict[str, str]:
-        """{name: recipe path} of every `--arm`, refused in one line unless NAME=an existing YAML file, each name new."""
-        out: dict[str, str] = {}
-        for text in self.arm or []:
-            name, sep, path = text.partition("=")
-            if not sep or not name or any(c in name for c in "/\\ ") or name in ("constrained", "erm", *out):
-                raise ValueError(
-                    f"`--arm` {text!r} must be NAME=RECIPE.yaml with a new name (no '/', '\\' or spaces; not "
-                    "'constrained' or 'erm', which --config and --erm_config give)."
-                )
-            if not (os.path.isfile(path) and path.endswith((".yaml", ".yml"))):
-                raise FileNotFoundError(f"`--arm` {name}: {path!r} is not a YAML recipe file.")
-            out[name] = path
-        return out
+        """{name: recipe path} of every `--arm` (`tasks.arms.arm_recipes`; 'constrained' and 'erm' are the twins)."""
+        return arm_recipes(self.arm, ("constrained", "erm"))

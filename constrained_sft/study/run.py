@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any
 
-from ..config import ConstraintArguments, NoiseArguments, training_level
+from ..config import training_level
 from ..data.instructions import held_out_instructions
 from ..evaluation import RobustnessArguments, RobustnessResults, default_gammas, saved_results
 from ..evaluation import run as robustness
@@ -31,38 +31,11 @@ from ..evaluation.exits import EXITS_JSON, ExitsArguments
 from ..evaluation.exits import run as run_exits
 from ..evaluation.loading import versions
 from ..tasks import Recipe, is_finished
+from ..tasks.arms import twin_differences
 from ..utils import write_json, write_text
 from .arguments import HELD_OUT, StudyArguments
 from .report import write_study_report
 from .results import StudyResults
-
-BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}
-
-
-def twin_differences(constrained: Recipe, erm: Recipe, same_noise: bool = True) -> list[str]:
-    """Training fields (not constraints, noise or bookkeeping) on which the twins differ; data, model or (with
-    `same_noise`) noise differences are refused: the arms would not see the same data, start or perturbation. An arm
-    of its own (`--arm`) may train with other noise (NEFTune's, say): its noise fields are listed instead."""
-    refused = []
-    for label, a, b in (("data", constrained.script, erm.script), ("model", constrained.model, erm.model)):
-        da, db = dataclasses.asdict(a), dataclasses.asdict(b)
-        refused += [f"{label} field `{k}` ({da[k]!r} vs {db[k]!r})" for k in da if k != "task" and da[k] != db.get(k)]
-    noise = {f.name for f in dataclasses.fields(NoiseArguments)}
-    constraint = {f.name for f in dataclasses.fields(ConstraintArguments)}
-    ta, tb = vars(constrained.training), vars(erm.training)
-    if same_noise:
-        refused += [f"`{k}` ({ta[k]!r} vs {tb[k]!r})" for k in sorted(noise) if ta[k] != tb[k]]
-    if refused:
-        raise ValueError(
-            "--config and --erm_config must be twins (same data, model and noise; they differ in constraints): they "
-            f"differ in {'; '.join(refused)}."
-        )
-    skip = (noise if same_noise else set()) | constraint | BOOKKEEPING
-    return [
-        f"{k}: {ta[k]!r} vs {tb[k]!r}"
-        for k in sorted(ta)
-        if k not in skip and not k.startswith("_") and ta[k] != tb[k]
-    ]
 
 
 def check(args: StudyArguments, task, recipes: dict[str, Recipe]) -> None:

@@ -28,6 +28,7 @@ from ..evaluation.report import (
     write_markdown,
 )
 from ..tasks import Arm, Recipe, is_finished
+from ..tasks.arms import arm_recipes, twin_differences
 from ..utils import atomic_path, check_fields, check_output_folder, write_json
 from .compare import evaluate_finals, seed_dir
 from .search import OBJECTIVES, Objective, best_params, open_study, run_trial, search, trial_args
@@ -86,6 +87,22 @@ class SweepArguments:
     sampler_seed: int = field(default=0, metadata={"help": "Seed of the TPE sampler."})
     eval_batch_size: int = field(default=64, metadata={"help": "Batch size of validation and test scoring."})
     bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})
+    arm: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "More arms, repeatable: NAME=RECIPE.yaml, a recipe with the same data and model (e.g. --arm "
+            "penalty=recipes/.../penalty.yaml), searched in the space's `NAME` section if it has one (else its "
+            "`constrained` or `erm` section, by the recipe's `constraints`), retrained and compared with --reference; "
+            "the command line's recipe overrides reach every arm.",
+            "action": "extend",
+        },
+    )
+    reference: str | None = field(
+        default=None,
+        metadata={
+            "help": "The arm each --arm is compared with, A - reference (default: the ERM twin, else the recipe)."
+        },
+    )
     heartbeat_interval: int = field(
         default=10,
         metadata={
@@ -129,17 +146,36 @@ class SweepArguments:
         self.study_name = self.study_name or os.path.basename(os.path.normpath(self.sweep_dir))
         self.storage = self.storage or f"sqlite:///{os.path.abspath(os.path.join(self.sweep_dir, 'study.db'))}"
 
+    def extra_arms(self, taken: tuple[str, ...] = ("constrained", "erm")) -> dict[str, str]:
+        """{name: recipe path} of every `--arm` (`tasks.arms.arm_recipes`)."""
+        return arm_recipes(self.arm, taken)
+
     def study(self, arm: str, objective: Objective):
         """The Optuna study of one arm (after `locate`), created or loaded."""
         name = f"{self.study_name}-{arm}"
         return open_study(name, self.storage, self.sampler_seed, self.pruner, objective, self.heartbeat_interval)
 
 
-def run(settings: SweepArguments, task, recipe: Recipe) -> dict[str, Any]:
+def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> dict[str, Any]:
     """Search (`stage` search / all), then retrain and compare (compare / all); everything checked before any
-    trial, nothing written on a refusal."""
+    trial, nothing written on a refusal. `more`: the `--arm` recipes by name."""
     arms = task.arms(recipe, settings.readouts, settings.baseline == "erm")  # refuses a readout the task lacks
     settings.validate()
+    more = more or {}
+    if clash := [name for name in more if name in [a.name for a in arms]]:
+        raise ValueError(f"`--arm` {clash[0]!r}: the sweep already has an arm of that name; choose another.")
+    for name, other in more.items():  # the same data and model; their own objective, constraints and noise
+        try:
+            twin_differences(recipe, other, same_noise=False)
+        except ValueError as error:
+            raise ValueError(
+                f"`--arm {name}`: {error}".replace("--config and --erm_config", "it and --config")
+            ) from None
+        arms.append(Arm(name, None, other.training.constraints != "none", other.training))
+    names = [a.name for a in arms]
+    reference = settings.reference or ("erm" if "erm" in names else names[0])
+    if more and reference not in names:
+        raise ValueError(f"`--reference` {settings.reference!r} must be one of the arms {names}.")
     training = recipe.training
     if training.constraints == "none":
         raise ValueError("The recipe has `constraints: none`; sweep the constrained recipe (its ERM twin is an arm).")
@@ -148,24 +184,40 @@ def run(settings: SweepArguments, task, recipe: Recipe) -> dict[str, Any]:
             f"`objective: id_with_ood_floor` floors an accuracy; `task: {task.name}` reports {task.headline.key} "
             "(lower is better): use 'auc', 'ood' or 'loss'."
         )
-    spaces = load_space(settings.space, type(training))  # read and checked before anything is written
-    check_ranges(spaces, training)
+    spaces = load_space(settings.space, type(training), sections=tuple(more))  # read and checked before any write
+    check_ranges({k: v for k, v in spaces.items() if k not in more}, training)
+    for name, other in more.items():
+        check_ranges({name: spaces[name]} if name in spaces else {}, other.training)
     settings.locate(training.output_dir)
     train_gamma = training_level(training.noise_gamma)
     settings.gammas = sorted(settings.gammas or default_gammas(train_gamma))
     objective = Objective(settings.objective, settings.gammas, train_gamma, task.headline, settings.ood_floor)
     data = task.sweep_data(recipe, settings.validation_size)
     base = dataclasses.replace(training, per_device_eval_batch_size=settings.eval_batch_size)
+    bases = {
+        a.name: base
+        if a.training is None
+        else dataclasses.replace(a.training, per_device_eval_batch_size=settings.eval_batch_size)
+        for a in arms
+    }
 
     studies = {arm.name: settings.study(arm.name, objective) for arm in arms}
     if settings.stage in ("search", "all"):
         for arm in arms:
-            space = spaces["constrained" if arm.constrained else "erm"]
+            space = spaces.get(arm.name) or spaces["constrained" if arm.constrained else "erm"]
             search(
                 studies[arm.name],
                 settings.n_trials,
                 lambda trial, arm=arm, space=space: run_trial(
-                    task, trial, data, arm, space, base, objective, settings.sweep_dir, settings.evaluations_per_trial
+                    task,
+                    trial,
+                    data,
+                    arm,
+                    space,
+                    bases[arm.name],
+                    objective,
+                    settings.sweep_dir,
+                    settings.evaluations_per_trial,
                 ),
                 desc=f"sweep {arm.name}",
             )
@@ -177,13 +229,15 @@ def run(settings: SweepArguments, task, recipe: Recipe) -> dict[str, Any]:
         out["arms"][arm.name] = trials_summary(studies[arm.name], arm, settings.sweep_dir, objective.maximize)
     if settings.stage in ("compare", "all"):
         for arm in arms:
-            retrain(task, arm, best_params(studies[arm.name], objective.maximize), settings, data, base)
+            retrain(task, arm, best_params(studies[arm.name], objective.maximize), settings, data, bases[arm.name])
         pairs = [
             (a.name, b.name)
             for a in arms
             for b in arms
-            if a.constrained and not b.constrained and a.readout == b.readout
-        ]
+            if a.name not in more and b.name not in more and a.constrained and not b.constrained
+            and a.readout == b.readout
+        ]  # fmt: skip
+        pairs += [(name, reference) for name in more]
         results = evaluate_finals(task, arms, settings, train_gamma, recipe.script, pairs)
         out["comparison"] = results.comparisons  # typed; comparison.json holds their JSON form
         out["test_report"] = results.files

@@ -103,13 +103,15 @@ class SearchSpace:
 
 
 def parse_space(
-    raw: Any, source: str = "search space", config_class: type = ConstrainedConfig
+    raw: Any, source: str = "search space", config_class: type = ConstrainedConfig, sections: tuple[str, ...] = ()
 ) -> dict[str, SearchSpace]:
-    """{'constrained': SearchSpace, 'erm': SearchSpace} from the YAML mapping; ERM defaults to `DEFAULT_ERM`."""
-    if not isinstance(raw, dict) or not raw or set(raw) - set(SECTIONS):
-        raise SearchSpaceError(f"{source}: a mapping with sections {list(SECTIONS)}, got {raw!r:.200}.")
+    """{'constrained': SearchSpace, 'erm': SearchSpace} from the YAML mapping (ERM defaults to `DEFAULT_ERM`), plus
+    a space for each of the optional `sections` (the sweep's `--arm` names) the mapping has."""
+    allowed = [*SECTIONS, *sections]
+    if not isinstance(raw, dict) or not raw or set(raw) - set(allowed):
+        raise SearchSpaceError(f"{source}: a mapping with sections {allowed}, got {raw!r:.200}.")
     out = {}
-    for section in SECTIONS:
+    for section in [*SECTIONS, *(s for s in sections if s in raw)]:
         entries = raw.get(section, DEFAULT_ERM if section == "erm" else None)
         if not isinstance(entries, dict) or not entries:
             raise SearchSpaceError(f"{source}: section `{section}` must map field names to ranges, got {entries!r}.")
@@ -123,11 +125,13 @@ def check_ranges(spaces: dict[str, SearchSpace], base) -> None:
         space.check(base, section)
 
 
-def load_space(path: str, config_class: type = ConstrainedConfig) -> dict[str, SearchSpace]:
+def load_space(
+    path: str, config_class: type = ConstrainedConfig, sections: tuple[str, ...] = ()
+) -> dict[str, SearchSpace]:
     try:
         raw = read_yaml(path, "--space")
     except OSError as e:
         raise SearchSpaceError(f"`--space` {path!r} cannot be read: {e.strerror}.") from None
     except ValueError as e:  # a syntax error or a key given twice, with its line and column
         raise SearchSpaceError(str(e)) from None
-    return parse_space(raw, f"search space {path}", config_class)
+    return parse_space(raw, f"search space {path}", config_class, sections)

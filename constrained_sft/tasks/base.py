@@ -54,6 +54,7 @@ class Arm:
     name: str  # 'constrained', 'erm', 'constrained-linear', ...
     readout: str | None
     constrained: bool
+    training: Any = None  # the arm's own trainer config (a `--arm` recipe's); None: the sweep recipe's
 
 
 @dataclass

@@ -69,6 +69,33 @@ def test_sft_sweep_searches_on_a_carve_off_and_compares_with_intervals(lm, tmp_p
     assert "| constrained - erm | accuracy@0 |" in capsys.readouterr().out
 
 
+def test_sft_sweep_with_another_arm_searches_its_own_section_and_compares_it(lm, tmp_path):
+    """`--arm penalty=RECIPE`: the penalty method is searched in the space's `penalty` section, retrained and compared
+    with the reference (the ERM twin) like the twins are with each other; the recipe overrides reach it."""
+    (tmp_path / "penalty.yaml").write_text("constraints: penalty\npenalty_weight: 0.5\n")
+    (tmp_path / "space.yaml").write_text(SPACE + "penalty:\n  penalty_weight: {low: 0.1, high: 1.0}\n")
+    out = tmp_path / "run"
+    argv = ["sweep", "--model_name_or_path", str(lm / "model"), "--dataset_name", str(lm / "rows.jsonl"),
+            "--eval_size", "12", "--max_length", "32", "--output_dir", str(out), "--max_steps", "2",
+            "--per_device_train_batch_size", "8", "--learning_rate", "1e-3", "--use_cpu", "true", "--bf16", "false",
+            "--gradient_checkpointing", "false", "--report_to", "none", "--noise_gamma", "0.5",
+            "--space", str(tmp_path / "space.yaml"), "--validation_size", "12", "--eval_batch_size", "16",
+            "--n_trials", "1", "--baseline", "erm", "--final_seeds", "2", "--bootstrap_samples", "200",
+            "--arm", f"penalty={tmp_path / 'penalty.yaml'}", "--gammas", "0", "1"]  # fmt: skip
+    assert cli(argv) == 0
+    sweep = tmp_path / "run-sweep"
+    study = optuna.load_study(study_name="run-sweep-penalty", storage=f"sqlite:///{sweep / 'study.db'}")
+    assert [set(t.params) for t in study.trials] == [{"penalty_weight"}]
+    result = json.loads((sweep / "comparison.json").read_text())
+    assert set(result["comparison"]) == {"constrained - erm", "penalty - erm"}
+    row = result["comparison"]["penalty - erm"]["accuracy@1"]
+    assert row["difference"]["low"] <= row["difference"]["estimate"] <= row["difference"]["high"]
+    trained = json.loads((sweep / "final" / "penalty" / "seed1" / "training_args.json").read_text())
+    assert trained["constraints"] == "penalty" and trained["max_steps"] == 2 and trained["seed"] == 1
+    with pytest.raises(ValueError, match="must be NAME=RECIPE.yaml with a new name"):  # a name the sweep has
+        cli([*argv[:-5], "--arm", f"erm={tmp_path / 'penalty.yaml'}"])
+
+
 def test_sft_sweep_rows_never_include_the_held_out_rows(lm):
     """The search trains on the training rows minus `validation_size` and validates on those; the recipe's held-out
     rows (the compare stage's test) are neither."""

@@ -1,0 +1,57 @@
+"""
+Arms of a comparison given as recipes (`study --arm`, `sweep --arm`): `NAME=RECIPE.yaml` parsed and checked, and the
+twin check (what two recipes of one comparison may and may not differ in).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from ..config import ConstraintArguments, NoiseArguments
+from .base import Recipe
+
+BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}
+
+
+def twin_differences(constrained: Recipe, erm: Recipe, same_noise: bool = True) -> list[str]:
+    """Training fields (not constraints, noise or bookkeeping) on which the twins differ; data, model or (with
+    `same_noise`) noise differences are refused: the arms would not see the same data, start or perturbation. An arm
+    of its own (`--arm`) may train with other noise (NEFTune's, say): its noise fields are listed instead."""
+    refused = []
+    for label, a, b in (("data", constrained.script, erm.script), ("model", constrained.model, erm.model)):
+        da, db = dataclasses.asdict(a), dataclasses.asdict(b)
+        refused += [f"{label} field `{k}` ({da[k]!r} vs {db[k]!r})" for k in da if k != "task" and da[k] != db.get(k)]
+    noise = {f.name for f in dataclasses.fields(NoiseArguments)}
+    constraint = {f.name for f in dataclasses.fields(ConstraintArguments)}
+    ta, tb = vars(constrained.training), vars(erm.training)
+    if same_noise:
+        refused += [f"`{k}` ({ta[k]!r} vs {tb[k]!r})" for k in sorted(noise) if ta[k] != tb[k]]
+    if refused:
+        raise ValueError(
+            "--config and --erm_config must be twins (same data, model and noise; they differ in constraints): they "
+            f"differ in {'; '.join(refused)}."
+        )
+    skip = (noise if same_noise else set()) | constraint | BOOKKEEPING
+    return [
+        f"{k}: {ta[k]!r} vs {tb[k]!r}"
+        for k in sorted(ta)
+        if k not in skip and not k.startswith("_") and ta[k] != tb[k]
+    ]
+
+
+def arm_recipes(texts: list[str] | None, taken: tuple[str, ...]) -> dict[str, str]:
+    """{name: recipe path} of every `--arm NAME=RECIPE.yaml`, refused in one line unless NAME is new (not in `taken`,
+    the comparison's own arms) and RECIPE an existing YAML file."""
+    out: dict[str, str] = {}
+    for text in texts or []:
+        name, sep, path = text.partition("=")
+        if not sep or not name or any(c in name for c in "/\\ ") or name in (*taken, *out):
+            raise ValueError(
+                f"`--arm` {text!r} must be NAME=RECIPE.yaml with a new name (no '/', '\\' or spaces; not one of "
+                f"{list(taken)}, which the comparison's own recipes give)."
+            )
+        if not (os.path.isfile(path) and path.endswith((".yaml", ".yml"))):
+            raise FileNotFoundError(f"`--arm` {name}: {path!r} is not a YAML recipe file.")
+        out[name] = path
+    return out
