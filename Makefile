@@ -72,7 +72,7 @@ demo-study: $(OFFLINE)
 	@echo "demo-study demonstrates the pipeline at a toy budget (2 seeds x 20 steps, 16 held-out conversations, a"
 	@echo "proxy judge): differences it calls 'same' are unresolved, not equal. Report: outputs/smollm2-study-demo/report.md"
 
-# The default suite: tiny offline models, 10-17 minutes on 2 CPU cores depending on the machine (README).
+# The default suite: tiny offline models, 10-18 minutes on 2 CPU cores depending on the machine (README).
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
