@@ -131,27 +131,32 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
 
 
 def test_a_three_arm_study_compares_every_arm_with_the_reference(assets, tmp_path, capsys):
-    """`--arm penalty=...`: trained, measured and judged beside the twins; every arm against ERM with intervals."""
+    """`--arm penalty=... --reference constrained`: trained, measured and judged beside the twins; every other arm
+    against the constrained recipe with intervals, its answers shown beside the reference's in the report."""
     out = tmp_path / "three"
     argv = study_argv(assets, out, "--arm", f"penalty={assets / 'penalty.yaml'}", "--training_seeds", "1",
-                      "--max_steps", "2")  # fmt: skip
+                      "--max_steps", "2", "--reference", "constrained")  # fmt: skip
     assert cli(argv) == 0
     printed = capsys.readouterr().out
     study = json.loads((out / "study.json").read_text())
     assert set(study["robustness"]["arms"]) == {"constrained", "erm", "penalty"}
-    assert set(study["robustness"]["comparisons"]) == {"constrained - erm", "penalty - erm"}
+    assert set(study["robustness"]["comparisons"]) == {"erm - constrained", "penalty - constrained"}
     for pair in study["robustness"]["comparisons"].values():
         auc = pair["auc"]["difference"]
         assert auc["low"] <= auc["estimate"] <= auc["high"] and auc["verdict"] in ("better", "same", "worse")
-    assert study["head_to_head"]["model"] == "constrained" and study["head_to_head"]["reference"] == "erm"
+    assert study["head_to_head"]["model"] == "erm" and study["head_to_head"]["reference"] == "constrained"
     penalty = study["more_head_to_heads"]["penalty"]
     assert penalty["model"] == "penalty" and all(lv["low"] <= lv["win_rate"] <= lv["high"] for lv in penalty["levels"])
-    assert "penalty beats ERM" in printed and "constrained beats ERM" in printed
+    assert "penalty beats constrained" in printed and "ERM beats constrained" in printed
     md = (out / "report.md").read_text()
-    assert "| penalty - erm | auc |" in md and "## Head-to-head: penalty vs ERM" in md
+    assert "| penalty - constrained | auc |" in md and "## Head-to-head: penalty vs constrained" in md
+    verdicts = json.loads((out / "judging" / "erm-vs-constrained" / "gamma_0.0" / "verdicts-0.json").read_text())
+    assert verdicts[0]["model_output"][:20] in md  # the first pair's answers, read from its own judging folder
     assert (out / "win_rate_penalty_vs_gamma.png").stat().st_size > 0
     args = json.loads((out / "train" / "penalty" / "seed0" / "training_args.json").read_text())
     assert args["constraints"] == "penalty" and args["max_steps"] == 2  # the command line's override reached it
+    state = json.loads((out / "train" / "penalty" / "seed0" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and state["log_history"]  # the log (per `logging_steps`) is kept beside the model
 
 
 def test_study_refuses_recipes_that_are_not_twins(assets, tmp_path, capsys, monkeypatch):

@@ -23,7 +23,7 @@ from ..evaluation.report import (
     write_markdown,
 )
 from ..evaluation.report.exits import exits_blocks
-from .results import StudyResults
+from .results import StudyResults, judging_dir
 
 PLOTS = ("differences", "layers", "ratios", "descent")  # robustness report files shown after the headline's plot
 PROXY_NOTE = (
@@ -34,11 +34,12 @@ PROXY_NOTE = (
 CLIP = 700  # characters of an answer shown in the report (the whole answer is in generations/)
 
 
-def examples(study_dir: str, gamma: float, n: int) -> list[dict[str, Any]]:
-    """The first `n` instructions at one level: seed 0's answers of both arms and the judge's two verdicts."""
+def examples(study_dir: str, gamma: float, n: int, model: str = "constrained", reference: str = "erm") -> list[dict]:
+    """The first `n` instructions at one level: seed 0's answers of `model` and `reference` and the judge's two
+    verdicts."""
     if n == 0:
         return []
-    with open(os.path.join(study_dir, "judging", f"gamma_{float(gamma)}", "verdicts-0.json")) as f:
+    with open(os.path.join(judging_dir(study_dir, model, reference), f"gamma_{float(gamma)}", "verdicts-0.json")) as f:
         return json.load(f)[:n]
 
 
@@ -94,7 +95,7 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
         rows = [
             [clip(r["instruction"]), clip(r.get("reference")), clip(r["model_output"]), clip(r["reference_output"]),
              verdict_text(r, head["model"], head["reference"])]
-            for r in examples(study_dir, gamma, n_examples)
+            for r in examples(study_dir, gamma, n_examples, head["model"], head["reference"])
         ]  # fmt: skip
         headers = ["instruction", "data's answer", arm_label(head["model"]), arm_label(head["reference"]), "verdicts"]
         blocks += [Heading(f"Answers at gamma = {gamma:g} (seed 0)", 3), Table(headers, rows, prose=True)]

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..evaluation import RobustnessResults
+
+
+def judging_dir(study_dir: str, model: str = "constrained", reference: str = "erm") -> str:
+    """Where `model`'s answers judged against `reference`'s go: `judging/` for constrained vs ERM (the layout of
+    two-arm studies), `judging/<model>-vs-<reference>/` for every other pair."""
+    root = os.path.join(study_dir, "judging")
+    return root if (model, reference) == ("constrained", "erm") else os.path.join(root, f"{model}-vs-{reference}")
+
 
 ROBUSTNESS_KEYS = ("settings", "headline", "arms", "comparisons", "files")  # what study.json keeps of the evaluation
 

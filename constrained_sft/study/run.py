@@ -35,7 +35,7 @@ from ..tasks.arms import twin_differences
 from ..utils import write_json, write_text
 from .arguments import HELD_OUT, StudyArguments
 from .report import write_study_report
-from .results import StudyResults
+from .results import StudyResults, judging_dir
 
 
 def check(args: StudyArguments, task, recipes: dict[str, Recipe]) -> None:
@@ -215,9 +215,7 @@ def head_to_head(
         gamma: [(rows(model, s, gamma), rows(reference, s, gamma)) for s in range(args.training_seeds)]
         for gamma in args.generation_gammas
     }
-    root = os.path.join(args.study_dir, "judging")
-    if (model, reference) != ("constrained", "erm"):
-        root = os.path.join(root, f"{model}-vs-{reference}")
+    root = judging_dir(args.study_dir, model, reference)
     judging = judge_arguments(args, model, reference)
     return judge_levels(
         build_judge(judging, os.path.join(root, "annotations_cache.json")), pairs, root, judging, full_set
