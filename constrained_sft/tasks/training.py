@@ -19,7 +19,7 @@ def is_finished(output_dir: str) -> bool:
 def train_and_report(
     trainer, evaluate_before: bool, accuracy_key: str | None = "mean_token_accuracy", end: bool = True
 ) -> dict:
-    """Evaluate (optionally before), train, evaluate, save, print the layer table on rank 0, and shut down cleanly
+    """Evaluate (optionally before), train, evaluate, save (the model and trainer_state.json), print the layer table on rank 0, and shut down cleanly
     (`end`: also destroy the process group; False when more runs follow in this process)."""
     args = trainer.args
     if evaluate_before and trainer.is_deepspeed_enabled:
@@ -28,7 +28,8 @@ def train_and_report(
         before = trainer.evaluate(metric_key_prefix="before") if evaluate_before else {}
         trainer.train(resume_from_checkpoint=args.resume_from_checkpoint)
     after = trainer.evaluate()
-    trainer.save_model(args.output_dir)
+    trainer.save_state()  # trainer_state.json: the per-step log (multipliers, slack, losses) for later analysis
+    trainer.save_model(args.output_dir)  # last: its training_args.json marks the run finished
     if trainer.is_world_process_zero():
         print(summary_table(trainer, before, after, accuracy_key=accuracy_key))
     finish(trainer, end)
