@@ -10,7 +10,9 @@ of every constraint stays <= 0 to the end (strict) or <= resilience x lambda (re
 the multipliers' overshoot (sum over constraints of the largest value minus the final one) and total variation (sum
 of |lambda_t+1 - lambda_t| over steps and constraints); the final layer's held-out loss f_L and clean token
 accuracy. Per method: the mean over seeds and, for accuracy and f_L, the difference from ERM paired by seed with a
-95% percentile bootstrap over seeds, and the same against SGD (plain ascent). Every method gets the same `--dual_lr` (not tuned per method). Writes
+95% percentile bootstrap over seeds, and the same against SGD (plain ascent). Every method gets the same `--dual_lr` (not
+tuned per method), or with `--dual_lr_rule C` each seed's C / (mean |slack| at step 1), a rule for the dual learning
+rate compared (`--against`) with a fixed one's results file, paired by seed. `--layers` sets the model's depth. Writes
 benchmarks/results/dual_optimizers_tiny_cpu.json (or `--output`) and prints a markdown table; `--summarize FILE`
 recomputes the table from a results file's stored runs.
 """
@@ -33,7 +35,7 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 METHODS = ("sgd", "adam", "nupi", "augmented_lagrangian")
 
 
-def train(method: str, seed: int, args: argparse.Namespace, output_dir: str) -> dict:
+def train(method: str, seed: int, args: argparse.Namespace, output_dir: str, dual_lr: float) -> dict:
     """One run; its per-step multipliers and slack, and the held-out f_L and accuracy at the end."""
     from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer
     from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
@@ -42,25 +44,26 @@ def train(method: str, seed: int, args: argparse.Namespace, output_dir: str) -> 
         output_dir=output_dir, report_to="none", bf16=False, use_cpu=True, save_strategy="no", disable_tqdm=True,
         per_device_train_batch_size=4, per_device_eval_batch_size=16, learning_rate=3e-3, logging_steps=1,
         max_steps=args.steps, seed=seed, dataloader_num_workers=0, constraints="none" if method == "erm" else "descent",
-        dual_optimizer="sgd" if method == "erm" else method, dual_lr=args.dual_lr, descent_alpha=args.alpha,
+        dual_optimizer="sgd" if method == "erm" else method, dual_lr=dual_lr, descent_alpha=args.alpha,
         resilience=args.resilience, layer_loss_tokens=None,
     )  # fmt: skip
     trainer = ConstrainedSFTTrainer(
-        model=tiny_causal_lm("llama", seed=seed),
+        model=tiny_causal_lm("llama", num_layers=args.layers, seed=seed),
         args=config,
         train_dataset=successor_dataset(512, seed=seed),
         eval_dataset=successor_dataset(128, seed=10_000),
         processing_class=tiny_tokenizer(),
     )
     trainer.train()
-    rows = [r for r in trainer.state.log_history if "slack/4" in r]
+    rows = [r for r in trainer.state.log_history if f"slack/{args.layers}" in r]
     keys = sorted(k.removeprefix("slack/") for k in rows[0] if k.startswith("slack/"))
     evaluation = trainer.evaluate()
     return {
         "dual": [[r.get(f"dual/{k}", 0.0) for k in keys] for r in rows],  # ERM logs no multipliers
         "slack": [[r[f"slack/{k}"] for k in keys] for r in rows],
-        "f_L": evaluation["eval_layer_loss/4"],
+        "f_L": evaluation[f"eval_layer_loss/{args.layers}"],
         "accuracy": evaluation["eval_mean_token_accuracy"],
+        "dual_lr": dual_lr,
     }
 
 
@@ -85,6 +88,8 @@ def run_metrics(run: dict, resilience: float, window: int) -> dict:
         "final_dual_max": float(dual[-1].max()),
         "f_L": run["f_L"],
         "accuracy": run["accuracy"],
+        "initial_slack": float(np.abs(slack[0]).mean()),  # mean |g_c| at step 1, before any dual step
+        "dual_lr": run.get("dual_lr"),
     }
 
 
@@ -96,7 +101,8 @@ def paired_interval(a: list[float], b: list[float], draws: int = 10_000) -> list
     return [float(diff.mean()), *map(float, np.quantile(means, [0.025, 0.975]))]
 
 
-def summarize(per_method: dict[str, list[dict]]) -> list[dict]:
+def summarize(per_method: dict[str, list[dict]], against: dict[str, list[dict]] | None = None) -> list[dict]:
+    """One row per method; `against`: another results file's runs (same seeds), compared method by method."""
     erm = per_method["erm"]
     rows = []
     for method, runs in per_method.items():
@@ -128,6 +134,11 @@ def summarize(per_method: dict[str, list[dict]]) -> list[dict]:
             rows[-1]["accuracy_minus_sgd"] = paired_interval(
                 [r["accuracy"] for r in runs], [r["accuracy"] for r in sgd]
             )
+        if against and len(against.get(method, [])) == len(runs):  # e.g. a dual-lr rule against a fixed dual_lr
+            for key in ("accuracy", "f_L"):
+                rows[-1][f"{key}_minus_against"] = paired_interval(
+                    [r[key] for r in runs], [r[key] for r in against[method]]
+                )
     return rows
 
 
@@ -144,13 +155,19 @@ def markdown(rows: list[dict], seeds: int) -> str:
         "accuracy - ERM | accuracy - SGD |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    extra = any("accuracy_minus_against" in r for r in rows)
+    if extra:
+        lines = [lines[0] + " accuracy - against |", lines[1] + "---|"]
     for r in rows:
         against_sgd = interval(r["accuracy_minus_sgd"], 4) if "accuracy_minus_sgd" in r else ""
-        lines.append(
+        line = (
             f"| {r['method']} | {steps(r, 'strict')} | {steps(r, 'relaxed')} | {r['overshoot']:.3f} | "
             f"{r['total_variation']:.2f} | {interval(r['f_L_minus_erm'], 3)} | {interval(r['accuracy_minus_erm'], 4)} "
             f"| {against_sgd} |"
         )
+        if extra:
+            line += f" {interval(r['accuracy_minus_against'], 4) if 'accuracy_minus_against' in r else ''} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -159,6 +176,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--dual_lr", type=float, default=0.5)
+    parser.add_argument(
+        "--dual_lr_rule",
+        type=float,
+        help="Instead of --dual_lr: each seed's dual_lr = C / mean |g_c| at step 1 of its ERM run (the same first "
+        "batch and weights as the constrained run's first step), so the first ascent step moves lambda by about C.",
+    )
+    parser.add_argument("--layers", type=int, default=4, help="The tiny model's layers (every one constrained).")
+    parser.add_argument("--against", help="A results file of the same seeds to compare each method with (paired).")
     parser.add_argument("--alpha", type=float, default=0.1)
     parser.add_argument("--resilience", type=float, default=0.0)
     parser.add_argument("--window", type=int, default=10)
@@ -186,12 +211,23 @@ def main() -> None:
         for method in ["erm", *args.methods]:
             per_method[method] = []
             for seed in range(args.seeds):
-                run = train(method, seed, args, os.path.join(tmp, f"{method}-{seed}"))
+                lr = args.dual_lr
+                if args.dual_lr_rule is not None and method != "erm":
+                    lr = args.dual_lr_rule / per_method["erm"][seed]["initial_slack"]
+                run = train(method, seed, args, os.path.join(tmp, f"{method}-{seed}"), lr)
                 per_method[method].append(run_metrics(run, args.resilience, args.window))
                 print(f"{method} seed {seed}: {per_method[method][-1]}", file=sys.stderr)
-    rows = summarize(per_method)
+    against = None
+    if args.against:
+        with open(args.against) as f:
+            against = json.load(f)["runs"]
+    rows = summarize(per_method, against)
     result = {
-        "settings": {**vars(args), "model": "tiny llama (4 layers, every layer constrained)", "task": "successor"},
+        "settings": {
+            **vars(args),
+            "model": f"tiny llama ({args.layers} layers, every layer constrained)",
+            "task": "successor",
+        },  # fmt: skip
         "rows": rows,
         "runs": per_method,
         "wall_seconds": round(time.time() - started, 1),

@@ -150,3 +150,59 @@ def test_dual_optimizer_benchmark_end_to_end_and_its_measures(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [r["method"] for r in rows] == ["sgd", "adam", "nupi", "augmented_lagrangian"]
     assert "| nupi |" in result.stdout and "accuracy_minus_sgd" in rows[2] and "accuracy_minus_sgd" not in rows[0]
+    ruled = tmp_path / "rule.json"  # the dual-lr rule: C / mean |slack| at step 1 of the seed's ERM run
+    cmd = [sys.executable, script, "--seeds", "2", "--steps", "12", "--methods", "sgd", "--dual_lr_rule", "0.1",
+           "--against", str(out), "--output", str(ruled)]  # fmt: skip
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = json.loads(ruled.read_text())["runs"]
+    for erm, sgd in zip(runs["erm"], runs["sgd"], strict=True):
+        assert sgd["dual_lr"] == pytest.approx(0.1 / erm["initial_slack"]) and erm["initial_slack"] > 0
+        assert sgd["initial_slack"] == pytest.approx(erm["initial_slack"])  # the same first step as the ERM run
+    assert "accuracy_minus_against" in json.loads(ruled.read_text())["rows"][0]
+
+
+@pytest.mark.slow
+def test_dual_optimizer_study_summary_on_a_tiny_study(tmp_path):
+    """A tiny study with the four dual-optimizer arms and ERM (1 seed, 3 steps, logged every step) summarises: one
+    row per optimizer with its settling measures and paired intervals against ERM (and against SGD for the others)."""
+    from constrained_sft.cli import main as cli
+    from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
+
+    tiny_causal_lm("llama", seed=1).save_pretrained(tmp_path / "model")
+    tiny_tokenizer().save_pretrained(tmp_path / "model")
+    rows = [{"prompt": f"s{i % 24} =", "completion": f" s{(i + 1) % 24}"} for i in range(48)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    base = (
+        f"model_name_or_path: {tmp_path / 'model'}\ndataset_name: {tmp_path / 'rows.jsonl'}\neval_size: 8\n"
+        "max_length: 16\nmax_steps: 3\nper_device_train_batch_size: 8\nlearning_rate: 1.0e-2\nuse_cpu: true\n"
+        "bf16: false\nreport_to: none\nsave_strategy: 'no'\nresilience: 0.5\ndual_lr: 0.5\n"
+    )
+    recipes = {"constrained": "constraints: descent\n", "erm": "constraints: none\n"}
+    recipes |= {name: f"constraints: descent\ndual_optimizer: {m}\n" for name, m in
+                [("adam", "adam"), ("nupi", "nupi"), ("augmented-lagrangian", "augmented_lagrangian")]}  # fmt: skip
+    for name, extra in recipes.items():
+        (tmp_path / f"{name}.yaml").write_text(base + extra + f"output_dir: {tmp_path / name}\n")
+    study = tmp_path / "study"
+    arms = [
+        a for name in ("adam", "nupi", "augmented-lagrangian") for a in ("--arm", f"{name}={tmp_path / name}.yaml")
+    ]
+    argv = ["study", "--config", str(tmp_path / "constrained.yaml"), "--erm_config", str(tmp_path / "erm.yaml"), *arms,
+            "--reference", "constrained", "--study_dir", str(study), "--training_seeds", "1", "--logging_steps", "1",
+            "--evaluate_before_training", "false", "--stage", "train"]  # fmt: skip
+    assert cli(argv) == 0
+    script = os.path.join(os.path.dirname(SCRIPT), "dual_optimizers_study.py")
+    out = tmp_path / "dual.json"
+    cmd = [sys.executable, script, "--study_dir", str(study), "--recipe", str(tmp_path / "constrained.yaml"),
+           "--eval_size", "8", "--bootstrap_samples", "200", "--output", str(out)]  # fmt: skip
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["method"] for r in rows] == ["sgd", "adam", "nupi", "augmented_lagrangian"]
+    for row in rows:
+        low, high = row["accuracy_minus_erm"][1:]
+        assert low <= row["accuracy_minus_erm"][0] <= high and row["total_variation"] >= 0
+    assert "accuracy_minus_sgd" in rows[1] and "accuracy_minus_sgd" not in rows[0]
+    assert "| nupi |" in result.stdout

@@ -101,7 +101,8 @@ class ConstraintArguments(DualMethodArguments):
     dual_lr: float = field(
         default=0.01,
         metadata={
-            "help": "Learning rate of the dual ascent on the multipliers (>= 0; 0 freezes them at `dual_init`)."
+            "help": "Learning rate of the dual ascent on the multipliers (>= 0; 0 freezes them at `dual_init`). Set "
+            "per model (the recipes give theirs): a rule scaling it by the first step's slack measured worse."
         },
     )
     dual_optimizer: str = field(
