@@ -227,7 +227,7 @@ def main() -> None:
             **vars(args),
             "model": f"tiny llama ({args.layers} layers, every layer constrained)",
             "task": "successor",
-        },  # fmt: skip
+        },
         "rows": rows,
         "runs": per_method,
         "wall_seconds": round(time.time() - started, 1),

@@ -19,8 +19,9 @@ def is_finished(output_dir: str) -> bool:
 def train_and_report(
     trainer, evaluate_before: bool, accuracy_key: str | None = "mean_token_accuracy", end: bool = True
 ) -> dict:
-    """Evaluate (optionally before), train, evaluate, save (the model and trainer_state.json), print the layer table on rank 0, and shut down cleanly
-    (`end`: also destroy the process group; False when more runs follow in this process)."""
+    """Evaluate (optionally before), train, evaluate, save (the model and trainer_state.json), print the layer table
+    on rank 0, and shut down cleanly (`end`: also destroy the process group; False when more runs follow in this
+    process)."""
     args = trainer.args
     if evaluate_before and trainer.is_deepspeed_enabled:
         before = evaluate_at_train_start(trainer)
