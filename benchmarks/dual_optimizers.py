@@ -101,6 +101,21 @@ def paired_interval(a: list[float], b: list[float], draws: int = 10_000) -> list
     return [float(diff.mean()), *map(float, np.quantile(means, [0.025, 0.975]))]
 
 
+def method_row(method: str, runs: list[dict]) -> dict:
+    """A method's runs (one per seed) summarised: how many settled (strict, relaxed), the mean settling step over
+    all runs (None unless every run settled), and the mean overshoot, total variation, f_L and accuracy."""
+
+    def mean(key):
+        values = [r[key] for r in runs]
+        return None if any(v is None for v in values) else float(np.mean(values))
+
+    row = {"method": method}
+    for kind in ("strict", "relaxed"):
+        row[f"feasible_runs_{kind}"] = sum(r[f"steps_to_feasible_{kind}"] is not None for r in runs)
+        row[f"steps_to_feasible_{kind}"] = mean(f"steps_to_feasible_{kind}")
+    return row | {key: mean(key) for key in ("overshoot", "total_variation", "f_L", "accuracy")}
+
+
 def summarize(per_method: dict[str, list[dict]], against: dict[str, list[dict]] | None = None) -> list[dict]:
     """One row per method; `against`: another results file's runs (same seeds), compared method by method."""
     erm = per_method["erm"]
@@ -108,26 +123,9 @@ def summarize(per_method: dict[str, list[dict]], against: dict[str, list[dict]] 
     for method, runs in per_method.items():
         if method == "erm":
             continue
-
-        def mean(key, runs=runs):
-            values = [r[key] for r in runs]
-            return None if any(v is None for v in values) else float(np.mean(values))
-
-        rows.append(
-            {
-                "method": method,
-                "feasible_runs_strict": sum(r["steps_to_feasible_strict"] is not None for r in runs),
-                "steps_to_feasible_strict": mean("steps_to_feasible_strict"),
-                "feasible_runs_relaxed": sum(r["steps_to_feasible_relaxed"] is not None for r in runs),
-                "steps_to_feasible_relaxed": mean("steps_to_feasible_relaxed"),
-                "overshoot": mean("overshoot"),
-                "total_variation": mean("total_variation"),
-                "f_L": mean("f_L"),
-                "f_L_minus_erm": paired_interval([r["f_L"] for r in runs], [r["f_L"] for r in erm]),
-                "accuracy": mean("accuracy"),
-                "accuracy_minus_erm": paired_interval([r["accuracy"] for r in runs], [r["accuracy"] for r in erm]),
-            }
-        )
+        rows.append(method_row(method, runs))
+        for key in ("f_L", "accuracy"):
+            rows[-1][f"{key}_minus_erm"] = paired_interval([r[key] for r in runs], [r[key] for r in erm])
         if method != "sgd" and "sgd" in per_method:  # against plain ascent, the question a user of sgd asks
             sgd = per_method["sgd"]
             rows[-1]["f_L_minus_sgd"] = paired_interval([r["f_L"] for r in runs], [r["f_L"] for r in sgd])

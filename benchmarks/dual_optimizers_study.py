@@ -31,7 +31,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dual_optimizers import RESULTS, run_metrics  # noqa: E402  (the benchmark's own measures, shared)
+from dual_optimizers import RESULTS, markdown, method_row, run_metrics  # noqa: E402  (its measures and table)
 
 ARMS = {"constrained": "sgd", "adam": "adam", "nupi": "nupi", "augmented-lagrangian": "augmented_lagrangian"}
 RECIPE = "recipes/smollm2-135m/sharegpt/constrained.yaml"
@@ -62,13 +62,13 @@ def held_out(study_dir: str, folders: dict[str, list[str]], recipe_path: str, ev
     out = os.path.join(study_dir, "robustness-clean")
     pairs = [(arm, "erm") for arm in ARMS]
     if saved := saved_results(out, arms, [0.0], 1, task, pairs, n_boot):
-        return task, saved
+        return saved
     settings = RobustnessArguments(
         task=task.name, output_dir=out, gammas=[0.0], train_gamma=training_level(recipe.training.noise_gamma),
         seeds=1, batch_size=recipe.training.per_device_eval_batch_size, max_length=recipe.training.max_length,
         bootstrap_samples=n_boot,
     )  # fmt: skip
-    return task, run(settings, recipe.script, arms=arms, pairs=pairs)
+    return run(settings, recipe.script, arms=arms, pairs=pairs)
 
 
 def differences(results, a: str, b: str, n_boot: int) -> dict[str, list[float]]:
@@ -100,7 +100,7 @@ def main() -> None:
     counts = {arm: len(paths) for arm, paths in folders.items()}
     if min(counts.values()) == 0 or len(set(counts.values())) > 1:
         raise SystemExit(f"{args.study_dir}: every arm needs the same number (> 0) of trained seeds, found {counts}.")
-    task, results = held_out(args.study_dir, folders, args.recipe, args.eval_size, args.bootstrap_samples)
+    results = held_out(args.study_dir, folders, args.recipe, args.eval_size, args.bootstrap_samples)
     rows, runs = [], {}
     for arm, method in ARMS.items():
         per_seed = []
@@ -110,16 +110,8 @@ def main() -> None:
             run.update(f_L=level["loss_mean"], accuracy=level["accuracy_mean"])
             per_seed.append(run_metrics(run, args.resilience, args.window))
         runs[method] = per_seed
-
-        def mean(key, per_seed=per_seed):
-            values = [r[key] for r in per_seed]
-            return None if any(v is None for v in values) else float(np.mean(values))
-
-        row = {"method": method, "seeds": len(per_seed)}
-        for kind in ("strict", "relaxed"):
-            row[f"feasible_runs_{kind}"] = sum(r[f"steps_to_feasible_{kind}"] is not None for r in per_seed)
-            row[f"steps_to_feasible_{kind}"] = mean(f"steps_to_feasible_{kind}")
-        row.update({k: mean(k) for k in ("overshoot", "total_variation", "final_dual_max", "f_L", "accuracy")})
+        row = method_row(method, per_seed) | {"seeds": len(per_seed)}
+        row["final_dual_max"] = float(np.mean([r["final_dual_max"] for r in per_seed]))
         for ref in ("erm", "constrained") if arm != "constrained" else ("erm",):
             name = "erm" if ref == "erm" else "sgd"
             for stat, value in differences(results, arm, ref, args.bootstrap_samples).items():
@@ -136,30 +128,8 @@ def main() -> None:
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as f:
         json.dump(result, f, indent=1)
-    print(markdown(rows))
+    print(markdown(rows, len(folders["erm"])))
     print(f"written to {args.output}")
-
-
-def markdown(rows: list[dict]) -> str:
-    def interval(values, digits):
-        return "" if values is None else f"{values[0]:+.{digits}f} [{values[1]:+.{digits}f}, {values[2]:+.{digits}f}]"
-
-    def steps(row, kind):
-        n, value = row[f"feasible_runs_{kind}"], row[f"steps_to_feasible_{kind}"]
-        return f"{n}/{row['seeds']}" + (f", step {value:.0f}" if value is not None else "")
-
-    lines = [
-        "| dual optimizer | settled (strict) | settled (relaxed) | overshoot | total variation | f_L - ERM | "
-        "accuracy - ERM | accuracy - SGD |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['method']} | {steps(r, 'strict')} | {steps(r, 'relaxed')} | {r['overshoot']:.3f} | "
-            f"{r['total_variation']:.2f} | {interval(r['f_L_minus_erm'], 3)} | {interval(r['accuracy_minus_erm'], 4)} "
-            f"| {interval(r.get('accuracy_minus_sgd'), 4)} |"
-        )
-    return "\n".join(lines)
 
 
 if __name__ == "__main__":
