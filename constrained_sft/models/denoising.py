@@ -73,12 +73,3 @@ class DenoiserMixin:
         logits = self.readout(states[-1])  # [B, T, P]
         loss = None if labels is None else nn.functional.mse_loss(logits.float(), labels.float())
         return ModelOutput(loss=loss, logits=logits, hidden_states=tuple(states) if output_hidden_states else None)
-
-
-def set_regression(config) -> None:
-    """Denoisers are scored by squared error: what `ConstrainedTrainer` reads to pick its per-example loss."""
-    config.problem_type = "regression"
-    if config.data_std is not None and not (math.isfinite(config.data_std) and config.data_std > 0):
-        raise ValueError(
-            f"`data_std` must be a finite number > 0 (sigma_x of the clean frames), got {config.data_std}."
-        )

@@ -33,43 +33,11 @@ from __future__ import annotations
 import math
 
 import torch
-from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import AutoConfig, AutoModel, PreTrainedConfig, PreTrainedModel
+from transformers import AutoModel, PreTrainedModel
 
-from .denoising import DenoiserMixin, PixelInput, dct_dictionary, set_regression
-
-
-@strict
-class DUSTConfig(PreTrainedConfig):
-    """Sizes and the fixed weights of DUST; `num_hidden_layers` = L unrolled steps."""
-
-    model_type = "constrained-dust"
-
-    patch_size: int = 16
-    dictionary_atoms_per_side: int = 20  # m = 20^2 = 400 atoms for 256 pixels: 1.56x overcomplete
-    num_hidden_layers: int = 3
-    sparsity_weight: float = 0.02  # lambda_1, in grey levels of [0, 1]; theta = lambda_1 / c
-    attention_weight: float = 0.2  # lambda_2
-    tie_dictionaries: bool = False
-    data_std: float | None = None  # sigma_x of the clean training frames, the noise scale
-
-    def __post_init__(self, **kwargs):
-        super().__post_init__(**kwargs)
-        if self.num_hidden_layers < 1 or self.patch_size < 1:
-            raise ValueError(
-                f"`num_hidden_layers` and `patch_size` must be >= 1, got {self.num_hidden_layers}, {self.patch_size}."
-            )
-        if self.sparsity_weight < 0 or not 0 <= self.attention_weight <= 1:
-            raise ValueError(
-                f"`sparsity_weight` must be >= 0 and `attention_weight` in [0, 1], got {self.sparsity_weight}, "
-                f"{self.attention_weight}."
-            )
-        set_regression(self)
-
-    @property
-    def num_atoms(self) -> int:
-        return self.dictionary_atoms_per_side**2
+from .configs import DUSTConfig
+from .denoising import DenoiserMixin, PixelInput, dct_dictionary
 
 
 def soft_threshold(x: torch.Tensor, theta: float) -> torch.Tensor:
@@ -126,5 +94,4 @@ class DUSTForDenoising(DenoiserMixin, DUSTPreTrainedModel):
         return hidden
 
 
-AutoConfig.register(DUSTConfig.model_type, DUSTConfig, exist_ok=True)
 AutoModel.register(DUSTConfig, DUSTForDenoising, exist_ok=True)

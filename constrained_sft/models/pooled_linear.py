@@ -11,46 +11,12 @@ between the encoder and W: a pretrained encoder's pooler / head is not used.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
-from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForSequenceClassification,
-    PreTrainedConfig,
-    PreTrainedModel,
-)
-from transformers.configuration_utils import SubConfigSpec
+from transformers import AutoModel, AutoModelForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-POOLINGS = ("cls", "mean")
-
-
-@strict
-class PooledLinearConfig(PreTrainedConfig):
-    """`encoder`: the encoder's own config (any `AutoModel` config); `pooling`: one of `POOLINGS`."""
-
-    model_type = "constrained-pooled-linear"
-    sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
-
-    encoder: dict | PreTrainedConfig | None = None
-    pooling: Literal["cls", "mean"] = "cls"
-
-    def __post_init__(self, **kwargs):
-        super().__post_init__(**kwargs)
-        if self.pooling not in POOLINGS:
-            raise ValueError(f"`pooling` must be one of {list(POOLINGS)}, got {self.pooling!r}.")
-
-    @property
-    def num_hidden_layers(self) -> int:
-        return self.encoder.num_hidden_layers
-
-    @property
-    def hidden_size(self) -> int:
-        return self.encoder.hidden_size
+from .configs import PooledLinearConfig
 
 
 class PooledLinearForSequenceClassification(PreTrainedModel):
@@ -138,5 +104,4 @@ def _without_pooler(encoder: nn.Module) -> nn.Module:
     return encoder
 
 
-AutoConfig.register(PooledLinearConfig.model_type, PooledLinearConfig, exist_ok=True)
 AutoModelForSequenceClassification.register(PooledLinearConfig, PooledLinearForSequenceClassification, exist_ok=True)

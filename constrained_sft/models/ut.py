@@ -27,31 +27,11 @@ from __future__ import annotations
 import math
 
 import torch
-from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PreTrainedConfig, PreTrainedModel
+from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOutput
 
-
-@strict
-class UTConfig(PreTrainedConfig):
-    """Sizes of the unrolled transformer; `num_hidden_layers` = L (the paper's text UT has 3)."""
-
-    model_type = "constrained-ut"
-
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 3
-    max_position_embeddings: int = 512
-    position_embeddings: bool = False
-    attention_scale: bool = True
-    pad_token_id: int | None = 0
-
-    def __post_init__(self, **kwargs):
-        super().__post_init__(**kwargs)
-        for name in ("vocab_size", "hidden_size", "num_hidden_layers", "max_position_embeddings"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be an integer >= 1, got {getattr(self, name)!r}.")
+from .configs import UTConfig
 
 
 class UTAttention(nn.Module):
@@ -185,6 +165,5 @@ class UTForSequenceClassification(UTPreTrainedModel):
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
 
 
-AutoConfig.register(UTConfig.model_type, UTConfig, exist_ok=True)
 AutoModel.register(UTConfig, UTModel, exist_ok=True)
 AutoModelForSequenceClassification.register(UTConfig, UTForSequenceClassification, exist_ok=True)

@@ -17,37 +17,12 @@ W_l at zero, so every layer starts as the identity and psi(X_l) = x~ before trai
 from __future__ import annotations
 
 import torch
-from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import AutoConfig, AutoModel, PreTrainedConfig, PreTrainedModel
+from transformers import AutoModel, PreTrainedModel
 
-from .denoising import DenoiserMixin, PixelInput, dct_dictionary, set_regression
+from .configs import VideoUTConfig
+from .denoising import DenoiserMixin, PixelInput, dct_dictionary
 from .ut import UTAttention, UTLayer
-
-
-@strict
-class VideoUTConfig(PreTrainedConfig):
-    """`num_hidden_layers` = L; the width is 2 m, m = `dictionary_atoms_per_side`^2 DCT atoms."""
-
-    model_type = "constrained-video-ut"
-
-    patch_size: int = 16
-    dictionary_atoms_per_side: int = 16  # m = 256: the complete DCT basis; width 512
-    num_hidden_layers: int = 3
-    attention_scale: bool = True
-    data_std: float | None = None
-
-    def __post_init__(self, **kwargs):
-        super().__post_init__(**kwargs)
-        if self.num_hidden_layers < 1 or self.patch_size < 1:
-            raise ValueError(
-                f"`num_hidden_layers` and `patch_size` must be >= 1, got {self.num_hidden_layers}, {self.patch_size}."
-            )
-        set_regression(self)
-
-    @property
-    def hidden_size(self) -> int:
-        return 2 * self.dictionary_atoms_per_side**2
 
 
 class VideoUTPreTrainedModel(PreTrainedModel):
@@ -99,5 +74,4 @@ class VideoUTForDenoising(DenoiserMixin, VideoUTPreTrainedModel):
         return self.synthesis(hidden)
 
 
-AutoConfig.register(VideoUTConfig.model_type, VideoUTConfig, exist_ok=True)
 AutoModel.register(VideoUTConfig, VideoUTForDenoising, exist_ok=True)

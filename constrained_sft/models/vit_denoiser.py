@@ -17,33 +17,13 @@ example `google/vit-base-patch16-224-in21k` from the Hub); offline, a config-bui
 
 from __future__ import annotations
 
-from huggingface_hub.dataclasses import strict
 from torch import nn
-from transformers import AutoConfig, AutoModel, ViTConfig, ViTModel
+from transformers import AutoModel, ViTConfig, ViTModel
 from transformers.models.vit.modeling_vit import ViTPreTrainedModel
 
 from ..utils import unpatchify
-from .denoising import DenoiserMixin, PixelInput, set_regression
-
-
-@strict
-class ViTDenoiserConfig(ViTConfig):
-    """A `ViTConfig` plus the frame it denoises: `frame_size` (160), the pixel normalisation and sigma_x."""
-
-    model_type = "constrained-vit-denoiser"
-
-    frame_size: int = 160
-    pixel_mean: float = 0.5
-    pixel_std: float = 0.5
-    data_std: float | None = None
-
-    def __post_init__(self, **kwargs):
-        super().__post_init__(**kwargs)
-        if self.frame_size % self.patch_size:
-            raise ValueError(
-                f"`frame_size` ({self.frame_size}) must be a multiple of `patch_size` ({self.patch_size})."
-            )
-        set_regression(self)
+from .denoising import DenoiserMixin, PixelInput
+from .vit_config import ViTDenoiserConfig
 
 
 class ViTForDenoising(DenoiserMixin, ViTPreTrainedModel):
@@ -86,5 +66,4 @@ class ViTForDenoising(DenoiserMixin, ViTPreTrainedModel):
         return self.unpatch(self.vit.layernorm(hidden[:, 1:]))
 
 
-AutoConfig.register(ViTDenoiserConfig.model_type, ViTDenoiserConfig, exist_ok=True)
 AutoModel.register(ViTDenoiserConfig, ViTForDenoising, exist_ok=True)
