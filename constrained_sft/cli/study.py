@@ -42,12 +42,17 @@ class StudyCommand(Command):
             "[--training_seeds N] [--field value ...]: train every arm with N seeds, measure them, judge each arm's "
             "answers against the reference arm's, report."
         )
-        parser = dataclass_parser((StudyArguments, *task.parser_classes()), prog, description, other_tasks(prog, task))
-        args, *constrained = parse(parser, argv)
-        _, *erm = parse(parser, with_config(argv, args.erm_config) if args.erm_config else argv)
+
+        def parser():  # one per recipe: a parser keeps the keys of the recipe it read as its defaults
+            return dataclass_parser(
+                (StudyArguments, *task.parser_classes()), prog, description, other_tasks(prog, task)
+            )
+
+        args, *constrained = parse(parser(), argv)
+        _, *erm = parse(parser(), with_config(argv, args.erm_config) if args.erm_config else argv)
         more = {}
         for name, path in args.extra_arms().items():  # the same overrides reach every arm
-            _, *arm = parse(parser, with_config(argv, path))
+            _, *arm = parse(parser(), with_config(argv, path))
             more[name] = own_process(task.recipe(tuple(arm)))
         constrained, erm = (own_process(task.recipe(tuple(r))) for r in (constrained, erm))
         out = run(args, task, constrained, erm, more)

@@ -23,6 +23,7 @@ class SweepCommand(Command):
     def run(self, argv: list[str], prog: str) -> int:
         from ..evaluation.report import comparisons_markdown
         from ..sweep import SweepArguments, run
+        from ..sweep.run import searched_line
         from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
 
         _, task, argv = recipe_and_task(argv, prog)
@@ -30,11 +31,16 @@ class SweepCommand(Command):
             f"{prog} --config <constrained recipe.yaml> --space <sweep.yaml> [--baseline erm] [--field value ...]: "
             "search the recipe's hyperparameters, then compare the best configurations."
         )
-        parser = dataclass_parser((SweepArguments, *task.parser_classes()), prog, description, other_tasks(prog, task))
-        settings, *recipe = parse(parser, argv)
+
+        def parser():  # one per recipe: a parser keeps the keys of the recipe it read as its defaults
+            return dataclass_parser(
+                (SweepArguments, *task.parser_classes()), prog, description, other_tasks(prog, task)
+            )
+
+        settings, *recipe = parse(parser(), argv)
         more = {}
         for name, path in settings.extra_arms().items():  # the same overrides reach every arm
-            _, *arm = parse(parser, with_config(argv, path))
+            _, *arm = parse(parser(), with_config(argv, path))
             more[name] = own_process(task.recipe(tuple(arm)))
         out = run(settings, task, own_process(task.recipe(tuple(recipe))), more)
         for arm, info in out["arms"].items():
@@ -42,6 +48,7 @@ class SweepCommand(Command):
             print(
                 f"{arm}: {len(info['trials'])} trials; best "
                 + ("none" if best is None else f"{best['value']:.4f} (trial {best['trial']})")
+                + f". {searched_line(info)}"
             )
         if "comparison" in out:
             print(comparisons_markdown(out["comparison"]))

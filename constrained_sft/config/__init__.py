@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from transformers import TrainingArguments
 from trl import SFTConfig
 
-from .constraint_fields import CONSOLE_FORMATS, CONSTRAINT_MODES, DUAL_OPTIMIZERS, ConstraintArguments, is_number
+from .constraint_fields import (
+    CONSOLE_FORMATS,
+    CONSTRAINT_MODES,
+    DUAL_OPTIMIZERS,
+    ConstraintArguments,
+    is_number,
+    unread_fields,
+)
 from .noise_fields import NoiseArguments, training_level
 from .run_fields import HOST_ALLOCATORS, NONFINITE_POLICIES, RunArguments, clearer_precision_error
 
@@ -40,6 +47,7 @@ __all__ = [
     "RunArguments",
     "is_number",
     "training_level",
+    "unread_fields",
 ]
 
 

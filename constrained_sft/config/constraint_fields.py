@@ -5,6 +5,7 @@ console, validated once and mixed into both trainer configs.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -17,6 +18,19 @@ CONSTRAINT_MODES = ("descent", "penalty", "early_exit", "none")
 DUAL_OPTIMIZERS = ("sgd", "adam", "nupi", "augmented_lagrangian")
 EARLY_EXIT_SCALES = ("uniform", "linear", "sum", "sqrt", "inv", "inv_sqrt")
 CONSOLE_FORMATS = ("compact", "full")
+# fields that one variant alone reads -> (the field that picks the variant, the variants that read it): set to
+# anything but their default beside another variant, they would be silently ignored, so they are refused
+READ_ONLY_BY = {
+    "penalty_weight": ("constraints", ("penalty",)),
+    "early_exit_scale": ("constraints", ("early_exit",)),
+    "early_exit_weight": ("constraints", ("early_exit",)),
+    "nupi_kp": ("dual_optimizer", ("nupi",)),
+    "nupi_ki": ("dual_optimizer", ("nupi",)),
+    "nupi_ema": ("dual_optimizer", ("nupi",)),
+    "alm_penalty": ("dual_optimizer", ("augmented_lagrangian",)),
+    "alm_growth": ("dual_optimizer", ("augmented_lagrangian",)),
+    "alm_tolerance": ("dual_optimizer", ("augmented_lagrangian",)),
+}
 
 
 def is_number(value: object) -> bool:
@@ -252,6 +266,49 @@ class ConstraintArguments(DualMethodArguments):
             raise ValueError(f"`console_format` must be one of {list(CONSOLE_FORMATS)}, got {self.console_format!r}.")
         if not isinstance(self.feasibility_window, int) or self.feasibility_window < 1:
             raise ValueError(f"`feasibility_window` must be an integer >= 1, got {self.feasibility_window!r}.")
+        refuse_unread_fields(self)
+
+
+# the constraint fields beyond the layers and their readout (which every mode measures) that each objective reads
+WARMUP_FIELDS = ("constraint_warmup_steps", "constraint_warmup_epochs")
+DUAL_ASCENT_FIELDS = (
+    "dual_lr", "dual_optimizer", "dual_init", "resilience", "dual_max", "resilience_restarts",
+    *(name for name, (picker, _) in READ_ONLY_BY.items() if picker == "dual_optimizer"),
+)  # fmt: skip
+OBJECTIVE_FIELDS = {
+    "descent": {"descent_alpha", "descent_epsilon", *WARMUP_FIELDS, *DUAL_ASCENT_FIELDS},
+    "penalty": {"descent_alpha", "descent_epsilon", "penalty_weight", *WARMUP_FIELDS},
+    "early_exit": {"early_exit_scale", "early_exit_weight", *WARMUP_FIELDS},
+    "none": set(),
+}
+
+
+def unread_fields(constraints: str, dual_optimizer: str) -> dict[str, str]:
+    """{field: why} for the constraint fields a config with these `constraints` and `dual_optimizer` does not read:
+    those of the other objectives and of the other dual optimizers. A sweep searches none of them."""
+    out = {}
+    for fields in OBJECTIVE_FIELDS.values():
+        for name in fields - OBJECTIVE_FIELDS[constraints]:
+            out[name] = f"`constraints: {constraints}` does not read it"
+    picked = {"constraints": constraints, "dual_optimizer": dual_optimizer}
+    for name, (picker, variants) in READ_ONLY_BY.items():
+        if name not in out and picked[picker] not in variants:
+            out[name] = f"only `{picker}: {' / '.join(variants)}` reads it"
+    return out
+
+
+def refuse_unread_fields(config) -> None:
+    """A field of `READ_ONLY_BY` set (not its default) beside a variant that does not read it is refused, naming the
+    field, its variant and the config's."""
+    defaults = {f.name: f.default for f in dataclasses.fields(ConstraintArguments)}
+    for name, (picker, variants) in READ_ONLY_BY.items():
+        value, chosen = getattr(config, name), getattr(config, picker)
+        if chosen not in variants and value != defaults[name]:
+            readers = " or ".join(f"`{picker}: {v}`" for v in variants)
+            raise ValueError(
+                f"`{name}` ({value!r}) is read only by {readers}, and this config has `{picker}: {chosen}`, so it "
+                f"would be ignored: remove it (default {defaults[name]!r}) or set {readers}."
+            )
 
 
 def _parse_tokens(value: object) -> int | str | None:

@@ -106,6 +106,9 @@ def _check_inherited(args) -> None:
         value = getattr(value, "value", value)  # an IntervalStrategy member
         if value not in allowed:
             raise ValueError(f"`{name}` must be one of {list(allowed)}, got {value!r}.")
+    alpha = getattr(args, "neftune_noise_alpha", None)
+    if alpha is not None:  # transformers' NEFTune: uniform noise of scale alpha / sqrt(L d) on the embeddings
+        _number(args, "neftune_noise_alpha", 0.0)
     if hasattr(args, "max_length"):  # SFTConfig: the tokenized length sequences are truncated or packed to
         length = args.max_length
         if length is not None and (not isinstance(length, int) or isinstance(length, bool) or length < 1):

@@ -32,7 +32,7 @@ from ..tasks.arms import arm_recipes, twin_differences
 from ..utils import atomic_path, check_fields, check_output_folder, write_json
 from .compare import evaluate_finals, seed_dir
 from .search import OBJECTIVES, Objective, best_params, open_study, run_trial, search, trial_args
-from .space import check_ranges, load_space
+from .space import arm_spaces, check_ranges, load_space
 
 STAGES = ("search", "compare", "all")
 
@@ -185,9 +185,8 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
             "(lower is better): use 'auc', 'ood' or 'loss'."
         )
     spaces = load_space(settings.space, type(training), sections=tuple(more))  # read and checked before any write
-    check_ranges({k: v for k, v in spaces.items() if k not in more}, training)
-    for name, other in more.items():
-        check_ranges({name: spaces[name]} if name in spaces else {}, other.training)
+    check_ranges({k: v for k, v in spaces.items() if k not in more}, training)  # every section, arm or not
+    searched, not_searched = arm_spaces(spaces, arms, training)
     settings.locate(training.output_dir)
     train_gamma = training_level(training.noise_gamma)
     settings.gammas = sorted(settings.gammas or default_gammas(train_gamma))
@@ -204,7 +203,7 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
     studies = {arm.name: settings.study(arm.name, objective) for arm in arms}
     if settings.stage in ("search", "all"):
         for arm in arms:
-            space = spaces.get(arm.name) or spaces["constrained" if arm.constrained else "erm"]
+            space = searched[arm.name]
             search(
                 studies[arm.name],
                 settings.n_trials,
@@ -227,6 +226,7 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
     out: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "storage": shown}, "arms": {}}
     for arm in arms:
         out["arms"][arm.name] = trials_summary(studies[arm.name], arm, settings.sweep_dir, objective.maximize)
+        out["arms"][arm.name].update(searched=searched[arm.name].names, not_searched=not_searched[arm.name])
     if settings.stage in ("compare", "all"):
         for arm in arms:
             retrain(task, arm, best_params(studies[arm.name], objective.maximize), settings, data, bases[arm.name])
@@ -310,7 +310,7 @@ def write_report(out: dict[str, Any], sweep_dir: str) -> str:
     settings = json.dumps({k: v for k, v in out["settings"].items() if v is not None})
     blocks: list[Block] = [Heading("Sweep report", 1), Text("Settings:"), Preformatted(settings)]
     for arm, info in out["arms"].items():
-        blocks += [Heading(arm), trial_table(info["trials"])]
+        blocks += [Heading(arm), Text(searched_line(info)), trial_table(info["trials"])]
         if info["best"]:
             blocks.append(Text(f"Best trial {info['best']['trial']}: value {info['best']['value']:.4f}"))
         blocks += [Image(p, kind) for kind, p in info["plots"].items()]
@@ -319,6 +319,14 @@ def write_report(out: dict[str, Any], sweep_dir: str) -> str:
         blocks += [Heading("Held-out data: constrained - ERM (paired bootstrap, 95%)")]
         blocks += [*comparison_blocks(out["comparison"], n_boot, level=3), Image(out["arm_plot"], "headline vs gamma")]
     return write_markdown(os.path.join(sweep_dir, "report.md"), Document("Sweep report", blocks))
+
+
+def searched_line(info: dict[str, Any]) -> str:
+    """What an arm searched, and what of its fallback section it left out because it never reads it."""
+    line = f"Searched: {', '.join(info['searched'])}."
+    if info["not_searched"]:
+        line += f" Not searched (the arm does not read them): {', '.join(info['not_searched'])}."
+    return line
 
 
 def trial_table(rows: list[dict[str, Any]]) -> Block:

@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import ConstrainedConfig, ConstraintArguments
+from ..config import ConstrainedConfig, ConstraintArguments, unread_fields
 from ..utils import read_yaml
 
 SECTIONS = ("constrained", "erm")
@@ -119,10 +119,46 @@ def parse_space(
     return out
 
 
+def arm_space(spaces: dict[str, SearchSpace], name: str, fallback: str, unread: dict[str, str]):
+    """(the space arm `name` searches, the fallback's entries it leaves out): its own section, where an entry the arm
+    does not read (`unread`: {field: why}, `config.unread_fields`) is refused; else the `fallback` section
+    (`constrained` / `erm`) without such entries, which the sweep reports as not searched."""
+    if name in spaces:
+        for p in spaces[name].params:
+            if p.name in unread:
+                raise SearchSpaceError(
+                    f"search space `{name}.{p.name}`: the `{name}` arm never reads `{p.name}` ({unread[p.name]}); "
+                    "search only the fields it trains with."
+                )
+        return spaces[name], []
+    kept = tuple(p for p in spaces[fallback].params if p.name not in unread)
+    if not kept:
+        raise SearchSpaceError(
+            f"search space: the `{name}` arm has no section of its own and reads none of the `{fallback}` section's "
+            f"fields ({', '.join(spaces[fallback].names)}); add a `{name}` section."
+        )
+    return SearchSpace(kept), [p.name for p in spaces[fallback].params if p.name in unread]
+
+
 def check_ranges(spaces: dict[str, SearchSpace], base) -> None:
     """Refuse, before any trial, a bound or choice the recipe's config (`base`) would refuse in a trial."""
     for section, space in spaces.items():
         space.check(base, section)
+
+
+def arm_spaces(spaces: dict[str, SearchSpace], arms, training) -> tuple[dict[str, SearchSpace], dict[str, list]]:
+    """({arm: the space it searches}, {arm: fallback entries it leaves out}) for the sweep's `arms` (`tasks.Arm`; an
+    arm without its own trainer config trains the recipe's `training`, as ERM when not constrained): every entry the
+    arm reads, each bound and choice checked against the arm's own config before any trial."""
+    searched, dropped = {}, {}
+    for arm in arms:
+        config = arm.training or training
+        constraints = config.constraints if arm.constrained or arm.training else "none"
+        unread = unread_fields(constraints, config.dual_optimizer)
+        fallback = "constrained" if constraints != "none" else "erm"
+        searched[arm.name], dropped[arm.name] = arm_space(spaces, arm.name, fallback, unread)
+        check_ranges({arm.name if arm.name in spaces else fallback: searched[arm.name]}, config)
+    return searched, dropped
 
 
 def load_space(

@@ -137,3 +137,41 @@ def test_video_sweep_minimises_rmse_and_compares(videos, tmp_path):
     best = result["arms"]["constrained"]["best"]
     values = [t["value"] for t in result["arms"]["constrained"]["trials"] if t["state"] == "COMPLETE"]
     assert best["value"] == min(values)
+
+
+def test_the_documented_arms_sweep_runs_with_the_shipped_space_and_recipes(lm, tmp_path, capsys):
+    """The search guide's example: the SmolLM2 recipe and its shipped sweep space with `--arm penalty / early-exit /
+    neftune` (the shipped recipes; the command line points them at a tiny model). Each extra arm falls back to the
+    `constrained` or `erm` section and searches only the fields it reads (no `resilience` or `dual_lr` for the penalty
+    method, which runs no dual ascent), then every arm is retrained and compared with the ERM twin."""
+    recipes = os.path.join(ROOT, "recipes", "smollm2-135m", "sharegpt")
+    out = tmp_path / "run"
+    argv = ["sweep", "--config", os.path.join(recipes, "constrained.yaml"), "--space", os.path.join(recipes, "sweep.yaml"),
+            "--baseline", "erm", *[a for n in ("penalty", "early-exit", "neftune")
+                                   for a in ("--arm", f"{n}={os.path.join(recipes, n + '.yaml')}")],
+            "--model_name_or_path", str(lm / "model"), "--dataset_name", str(lm / "rows.jsonl"),
+            "--dataset_format", "prompt_completion", "--max_train_samples", "48", "--eval_size", "12",
+            "--max_length", "32", "--constrained_layers", "all", "--output_dir", str(out), "--max_steps", "2",
+            "--evaluate_before_training", "false", "--validation_size", "12", "--eval_batch_size", "16",
+            "--n_trials", "1", "--final_seeds", "2", "--bootstrap_samples", "200", "--gammas", "0", "1"]  # fmt: skip
+    assert cli(argv) == 0
+    sweep = tmp_path / "run-sweep"
+    storage = f"sqlite:///{sweep / 'study.db'}"
+    params = {arm: set(optuna.load_study(study_name=f"run-sweep-{arm}", storage=storage).trials[0].params)
+              for arm in ("constrained", "erm", "penalty", "early-exit", "neftune")}  # fmt: skip
+    assert params == {
+        "constrained": {"dual_lr", "descent_alpha", "resilience", "learning_rate", "seed"},
+        "erm": {"learning_rate", "seed"},
+        "penalty": {"descent_alpha", "learning_rate", "seed"},  # no dual ascent: dual_lr, resilience not searched
+        "early-exit": {"learning_rate", "seed"},  # nor the descent step alpha
+        "neftune": {"learning_rate", "seed"},  # the erm section
+    }
+    report = (sweep / "report.md").read_text()
+    assert "Not searched (the arm does not read them): dual_lr, resilience." in report
+    comparison = json.loads((sweep / "comparison.json").read_text())["comparison"]
+    assert set(comparison) == {"constrained - erm", "penalty - erm", "early-exit - erm", "neftune - erm"}
+    trained = json.loads((sweep / "final" / "neftune" / "seed1" / "training_args.json").read_text())
+    assert trained["neftune_noise_alpha"] == 5.0 and trained["constraints"] == "none" and trained["max_steps"] == 2
+    # each recipe parsed on its own: no key of an arm parsed before (penalty's weight, early exit's scale) leaks in
+    assert (trained["penalty_weight"], trained["early_exit_scale"]) == (1.0, "uniform")
+    assert "penalty: 1 trials" in capsys.readouterr().out
