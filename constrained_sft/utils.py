@@ -254,6 +254,34 @@ def read_json(path: str, flag: str, error: type[ValueError] = ValueError, jsonl:
         raise error(f"`{flag}` {path}:{problem.lineno}:{problem.colno}: not valid JSON ({problem.msg}).") from None
 
 
+def plain_name(name: object, flag: str, error: type[ValueError] = ValueError) -> str:
+    """`name` as given when it can name a file or folder inside another: refused, naming `flag`, unless a non-empty
+    string without a path separator ('/' or '\\') or a control character that does not start with '.' (no '.',
+    '..' or hidden names)."""
+    if (
+        not isinstance(name, str)
+        or not name.strip()
+        or name.startswith(".")
+        or any(c in name for c in "/\\")
+        or any(ord(c) < 32 for c in name)
+    ):
+        raise error(
+            f"`{flag}` {name!r} names a folder or file: give a plain name (no path separator '/' or '\\', not "
+            "starting with '.', not empty)."
+        )
+    return name
+
+
+def child_path(parent: str, *parts: str) -> str:
+    """`os.path.join(parent, *parts)`, refused (`ValueError`) when it would lie outside `parent` (a part that is a
+    path or '..'): every folder a name builds stays inside its parent."""
+    path = os.path.join(parent, *parts)
+    root = os.path.realpath(parent)
+    if os.path.commonpath([root, os.path.realpath(path)]) != root or any(not p or p in (".", "..") for p in parts):
+        raise ValueError(f"{path!r} would lie outside {parent!r}: names that build folders must be plain names.")
+    return path
+
+
 class OutputDirError(ValueError):
     """An `output_dir` a run must not write to; the message names the folder, why, and the flag that allows it."""
 

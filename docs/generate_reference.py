@@ -40,7 +40,7 @@ def _config_classes() -> list[tuple[str, type, str]]:
     from constrained_sft.evaluation.exits import ExitsArguments
     from constrained_sft.evaluation.robustness import RobustnessArguments
     from constrained_sft.study.arguments import StudyArguments
-    from constrained_sft.sweep.run import SweepArguments
+    from constrained_sft.sweep.arguments import SweepArguments
     from constrained_sft.tasks.classification import ClassifierScriptArguments
     from constrained_sft.tasks.sft import ScriptArguments
     from constrained_sft.tasks.video import VideoScriptArguments

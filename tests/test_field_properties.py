@@ -23,7 +23,7 @@ from constrained_sft.evaluation import RobustnessArguments
 from constrained_sft.evaluation.alpaca.generate import GenerateArguments
 from constrained_sft.evaluation.alpaca.judging import AlpacaArguments
 from constrained_sft.study.arguments import StudyArguments
-from constrained_sft.sweep.run import SweepArguments
+from constrained_sft.sweep.arguments import SweepArguments
 from constrained_sft.tasks import get_task
 
 INHERITED = [

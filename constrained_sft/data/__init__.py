@@ -16,6 +16,7 @@ from .models import (
     has_classification_head,
     load_pretrained,
     load_tokenizer,
+    model_fingerprint,
     resolve_model_path,
 )
 from .splits import carve, describe_split
@@ -35,5 +36,6 @@ __all__ = [
     "load_train_validation",
     "load_tokenizer",
     "load_train_eval",
+    "model_fingerprint",
     "resolve_model_path",
 ]

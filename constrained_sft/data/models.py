@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -58,11 +59,37 @@ def has_classification_head(config) -> bool:
 
 @dataclass
 class ModelSpec:
-    """A model to load by name: `path` is a saved folder, a Hub id, a `pkg:` alias, or a LoRA adapter folder."""
+    """A model to load by name: `path` is a saved folder, a Hub id, a `pkg:` alias, or a LoRA adapter folder;
+    `flag` is the argument it came from (named by errors)."""
 
     name: str
     path: str
     base_model: str | None = None  # for an adapter whose config does not name its base
+    flag: str = "--models"
+
+
+# what each Auto class loads, for the refusal of a model it would complete with newly initialised weights
+KINDS = {
+    "AutoModelForCausalLM": "a causal language model (a *ForCausalLM with its LM head)",
+    "AutoModelForSequenceClassification": "a sequence classifier (with its trained head)",
+}
+
+
+def refuse_new_weights(spec: ModelSpec, path: str, model, info: dict, auto_class) -> None:
+    """A model whose loading left weights newly initialised (a classifier or a bare base model loaded as a causal LM,
+    an encoder without its head as a classifier) would be scored with random weights: refused in one line naming
+    the folder, what it is and what was asked for."""
+    new = [*info.get("missing_keys", []), *(k for k, *_ in info.get("mismatched_keys", []))]
+    if not new:
+        return
+    config = getattr(model, "config", None)
+    saved = ", ".join(getattr(config, "architectures", None) or []) or getattr(config, "model_type", "?")
+    wanted = KINDS.get(auto_class.__name__, f"a model {auto_class.__name__} loads whole")
+    raise ModelPathError(
+        f"`{spec.flag}` {spec.path}: a saved {saved}; loaded as {type(model).__name__} it would be scored with "
+        f"{len(new)} newly initialised weights ({', '.join(sorted(new)[:3])}{', ...' if len(new) > 3 else ''}); "
+        f"give {wanted}."
+    )
 
 
 def load_pretrained(spec: ModelSpec, auto_class, dtype=None, tokenizer: bool = True):
@@ -77,11 +104,44 @@ def load_pretrained(spec: ModelSpec, auto_class, dtype=None, tokenizer: bool = T
             base = spec.base_model or json.load(f).get("base_model_name_or_path")
         if not base:
             raise ModelPathError(f"Adapter {spec.path!r} does not name its base model; pass --base_model.")
-        base_path = resolve_model_path(base, "base_model")
-        model = PeftModel.from_pretrained(auto_class.from_pretrained(base_path, dtype=dtype), spec.path)
+        base_path = resolve_model_path(base, "--base_model")
+        base_model, info = auto_class.from_pretrained(base_path, dtype=dtype, output_loading_info=True)
+        refuse_new_weights(ModelSpec(spec.name, base, flag="--base_model"), base_path, base_model, info, auto_class)
+        model = PeftModel.from_pretrained(base_model, spec.path)
         own = any(os.path.isfile(os.path.join(spec.path, f)) for f in ("tokenizer.json", "tokenizer_config.json"))
         return model, load_tokenizer(spec.path if own else base_path) if tokenizer else None
     if not os.path.exists(spec.path) and not spec.path.startswith("pkg:") and spec.path.count("/") != 1:
-        raise ModelPathError(f"Model {spec.name!r}: path {spec.path!r} does not exist.")
-    path = resolve_model_path(spec.path)
-    return auto_class.from_pretrained(path, dtype=dtype), load_tokenizer(path) if tokenizer else None
+        raise ModelPathError(f"`{spec.flag}` {spec.path!r} (model {spec.name!r}) does not exist.")
+    path = resolve_model_path(spec.path, spec.flag)
+    model, info = auto_class.from_pretrained(path, dtype=dtype, output_loading_info=True)
+    refuse_new_weights(spec, path, model, info, auto_class)
+    return model, load_tokenizer(path) if tokenizer else None
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")
+FINGERPRINT_BYTES = 1 << 20  # read from each end of every weight file
+
+
+def model_fingerprint(path: str) -> str:
+    """
+    A short hash that changes when the model behind `path` does: for a local folder, its config and adapter config
+    files and, per weight file, its name, size and its first and last MiB (the header and the last tensors' values:
+    retraining changes them; reading 2 MiB per file costs milliseconds even for an 8B model, where hashing it whole
+    would take tens of seconds); for a Hub id or `pkg:` alias, the name itself. Independent of the folder's place, so
+    a moved study folder still matches.
+    """
+    if not os.path.isdir(path):
+        return f"name:{path}"
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if not os.path.isfile(full) or not (name.endswith(WEIGHT_SUFFIXES) or name.endswith("config.json")):
+            continue
+        size = os.path.getsize(full)
+        digest.update(f"{name}:{size}".encode())
+        with open(full, "rb") as f:
+            digest.update(f.read(FINGERPRINT_BYTES))
+            if size > FINGERPRINT_BYTES:
+                f.seek(max(size - FINGERPRINT_BYTES, FINGERPRINT_BYTES))
+                digest.update(f.read())
+    return digest.hexdigest()[:16]

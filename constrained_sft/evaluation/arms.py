@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..data import ModelPathError
+from ..utils import plain_name
 
 
 @dataclass
@@ -60,9 +61,12 @@ class ArmArguments:
                 )
 
     def arms(self) -> dict[str, list[tuple[str, str]]]:
-        """{arm: [(model name, path), ...]}: each `--arm`, or each model of `--models` as an arm of its own."""
+        """{arm: [(model name, path), ...]}: each `--arm`, or each model of `--models` as an arm of its own. Every
+        name is a plain name (`utils.plain_name`): results are filed under them."""
         if self.models:
-            names = self.names or [os.path.basename(os.path.normpath(p)) or p for p in self.models]
+            for name in self.names or []:
+                plain_name(name, "--names")
+            names = self.names or [folder_name(p) for p in self.models]
             if len(set(names)) != len(names):
                 raise ValueError(f"`--names` must be unique (one per model), got {names}; pass distinct `--names`.")
             return {n: [(n, p)] for n, p in zip(names, self.models, strict=True)}
@@ -70,17 +74,18 @@ class ArmArguments:
         for text in self.arm:
             name, sep, paths = text.partition("=")
             folders = [p for p in paths.split(",") if p]
-            if not sep or not name or not folders or " - " in name or "/" in name:
+            if not sep or not name or not folders or " - " in name:
                 raise ValueError(
-                    f"`--arm` {text!r} must be NAME=DIR[,DIR...] (a name without '/' or ' - ', then one model folder "
+                    f"`--arm` {text!r} must be NAME=DIR[,DIR...] (a plain name without ' - ', then one model folder "
                     "per training seed, comma-separated)."
                 )
+            plain_name(name, "--arm")
             if name in arms:
                 raise ValueError(f"`--arm` {name!r} is given twice; give each arm once with all its folders.")
             if len(folders) == 1:
                 arms[name] = [(name, folders[0])]
                 continue
-            leaves = [os.path.basename(os.path.normpath(p)) for p in folders]
+            leaves = [folder_name(p) for p in folders]
             unique = len(set(leaves)) == len(leaves)
             arms[name] = [
                 (f"{name}/{leaf if unique else i}", p) for i, (leaf, p) in enumerate(zip(leaves, folders, strict=True))
@@ -91,3 +96,15 @@ class ArmArguments:
         """(arm, reference) for every other arm of `arms`."""
         reference = self.reference or arms[-1]
         return [(a, reference) for a in arms if a != reference]
+
+
+def folder_name(path: str, flag: str = "--names") -> str:
+    """A model's default name: its folder's name (of the absolute path, so '.' or '..' name the real folder), or the
+    Hub id's last part; refused, asking for `flag`, when that is no plain name (a hidden folder)."""
+    leaf = os.path.basename(os.path.normpath(os.path.abspath(path) if os.path.exists(path) else path))
+    try:
+        return plain_name(leaf, flag)
+    except ValueError:
+        raise ValueError(
+            f"the folder name of {path!r} is not a plain name to file its results under; pass `{flag}`."
+        ) from None

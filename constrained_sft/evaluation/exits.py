@@ -32,9 +32,12 @@ from ..data import ModelSpec
 from ..noise import embedding_noise, embedding_sigma, parse_levels
 from ..readout import CausalLMReadout
 from ..tasks import SFTTask, get_task
-from ..utils import check_fields, check_output_folder, write_json
-from .alpaca.generate import ALPACA_EVAL, GenerationError, load_instructions, prompts_for
+from ..tasks.sft import causal_lm_config
+from ..utils import check_fields, check_output_folder, child_path, plain_name, read_json, write_json
+from .alpaca.generate import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
+from .arms import folder_name
 from .bootstrap import Statistic, bootstrap_interval
+from .folders import check_folder, differences, mark_folder, model_identities, normalized
 from .loading import reference_sigma, versions
 from .report import Document, write_html
 from .report.exits import exits_report, plot_layer_accuracy, plot_speedups
@@ -84,6 +87,12 @@ class ExitsArguments:
             raise GenerationError("`--models` and `--output_dir` are required.")
         if self.names is not None and (len(self.names) != len(self.models) or len(set(self.names)) != len(self.names)):
             raise GenerationError(f"`--names` must give one distinct name per model of --models, got {self.names}.")
+        for name in self.names or []:
+            plain_name(name, "--names", GenerationError)
+        if len(set(self.model_names())) != len(self.models):
+            raise GenerationError(
+                f"the models' folder names {self.model_names()} repeat; pass `--names` (one distinct name per model)."
+            )
         for name in ("max_instances", "max_new_tokens", "bootstrap_samples"):
             if getattr(self, name) < 1:
                 raise GenerationError(f"`--{name}` must be an integer >= 1, got {getattr(self, name)}.")
@@ -94,7 +103,7 @@ class ExitsArguments:
             raise GenerationError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
 
     def model_names(self) -> list[str]:
-        return self.names or [os.path.basename(os.path.normpath(p)) or p for p in self.models]
+        return self.names or [folder_name(p) for p in self.models]
 
 
 def default_exits(num_layers: int) -> list[int]:
@@ -227,34 +236,80 @@ def summarize_exits(measured: dict, n_boot: int) -> dict[str, dict]:
     return out
 
 
+COMMAND = "eval exits"
+ROWS = "rows"  # <output_dir>/rows/<model>.json: each model's measurements, reused by a rerun of the same settings
+
+
+def check_depths(args: ExitsArguments, specs: list[ModelSpec]) -> None:
+    """Every model is a causal LM deep enough for the exit layers, checked from its config before any decodes."""
+    for spec in specs:
+        config = causal_lm_config(spec)
+        if config is None:
+            continue  # not readable without loading (a Hub id offline): checked once loaded
+        L = config.num_hidden_layers
+        if bad := [x for x in args.exit_layers or default_exits(L) if not 1 <= x < L]:
+            raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {spec.name} ({L} layers).")
+
+
+def saved_rows(args: ExitsArguments, keys: dict[str, dict]) -> dict[str, dict]:
+    """{model: its saved row} for the models whose row was measured from the same weights at the same noise scale
+    (`keys`); a row of another model behind the same name is refused, naming it."""
+    out = {}
+    for name, key in keys.items():
+        path = child_path(args.output_dir, ROWS, f"{name}.json")
+        if not os.path.isfile(path):
+            continue
+        row = read_json(path, "--output_dir", GenerationError)
+        if not isinstance(row, dict) or row.get("key") != normalized(key):
+            saved = row.get("key", {}) if isinstance(row, dict) else {}
+            raise GenerationError(
+                f"`--output_dir` {path} was measured from another model behind the name {name!r} or at another noise "
+                f"scale ({differences(saved, normalized(key))}); give another --output_dir or another --names."
+            )
+        out[name] = row
+    return out
+
+
 def run(args: ExitsArguments) -> dict:
-    """Every model at every exit layer; exits.json, the plot and report.html in `args.output_dir`."""
+    """Every model at every exit layer (a model measured before with the same settings and weights is reused);
+    exits.json, the plot and report.html in `args.output_dir`. Every model and the folder are checked first."""
     args.validate()
     rows = load_instructions(args.instructions, args.max_instances)
+    specs = [ModelSpec(n, p, args.base_model) for n, p in zip(args.model_names(), args.models, strict=True)]
+    check_depths(args, specs)
     task = get_task(SFTTask.name)
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    settings = {
+        k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples", "models", "names")
+    }
+    settings.update(bf16=bf16, device=device, n_prompts=len(rows), instructions_sha=fingerprint(rows))
+    check_folder(args.output_dir, COMMAND, settings)
+    identities = model_identities([(s.name, s.path) for s in specs])
+    sigma = reference_sigma(args.sigma_x, args.models[0])[0]
+    scale = {"sigma_x": sigma} if sigma is not None else {"sigma_x_measured_on": identities[specs[0].name]}
+    keys = {s.name: {"model": identities[s.name], **scale} for s in specs}
+    saved = saved_rows(args, keys)
+    mark_folder(args.output_dir, COMMAND, settings)
     results: dict[str, Any] = {"settings": {**asdict(args), "n_prompts": len(rows)}, "models": {},
                                "versions": versions("torch", "transformers")}  # fmt: skip
-    device = "cuda" if torch.cuda.is_available() else "cpu"
     answers = [r.get("reference") for r in rows]
-    sigma = reference_sigma(args.sigma_x, args.models[0])[0]
-    for name, path in zip(args.model_names(), args.models, strict=True):
-        model, tokenizer = task.load_model(
-            ModelSpec(name, path, args.base_model), torch.bfloat16 if bf16 else torch.float32
-        )
+    for spec in specs:
+        if spec.name in saved:
+            results["models"][spec.name] = saved[spec.name]["result"]
+            sigma = sigma if sigma is not None else saved[spec.name]["sigma_x"]
+            continue
+        model, tokenizer = task.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
         model.to(device)
         L = getattr(model, model.base_model_prefix).config.num_hidden_layers
         exits = args.exit_layers or default_exits(L)
         if bad := [x for x in exits if not 1 <= x < L]:
-            raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {name} ({L} layers).")
+            raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {spec.name} ({L} layers).")
         prompts = prompts_for(tokenizer, rows, args.system_prompt)
-        measured = measure_model(model, tokenizer, prompts, exits, args.max_new_tokens, f"decoding {name}")
-        if all(answers):  # one scale for every model compared: the first's, recorded or measured
-            sigma = sigma if sigma is not None else embedding_sigma(model)
-            layers = layer_view(model, tokenizer, prompts, answers, sorted(set(args.gammas)), sigma)
+        measured = measure_model(model, tokenizer, prompts, exits, args.max_new_tokens, f"decoding {spec.name}")
         tokens, plain = sum(measured["tokens"]), sum(measured["plain_seconds"])
-        results["models"][name] = {
-            "path": path,
+        result = {
+            "path": spec.path,
             "num_layers": L,
             "plain_tokens_per_second": tokens / plain,
             "exits": summarize_exits(measured, args.bootstrap_samples),
@@ -264,8 +319,13 @@ def run(args: ExitsArguments) -> dict:
                 "exits": {str(k): v for k, v in measured["exits"].items()},
             },
         }
-        if all(answers):
-            results["models"][name]["layers"] = layers
+        if all(answers):  # one scale for every model compared: the first's, recorded or measured
+            sigma = sigma if sigma is not None else embedding_sigma(model)
+            result["layers"] = layer_view(model, tokenizer, prompts, answers, sorted(set(args.gammas)), sigma)
+        row = {"key": normalized(keys[spec.name]), "sigma_x": sigma, "result": result}
+        os.makedirs(child_path(args.output_dir, ROWS), exist_ok=True)
+        write_json(child_path(args.output_dir, ROWS, f"{spec.name}.json"), row)
+        results["models"][spec.name] = result
         del model
     results["settings"]["description"] = (
         f"{len(rows)} prompts of {args.instructions}, {args.max_new_tokens} new tokens each, greedy, batch 1 "
@@ -274,7 +334,6 @@ def run(args: ExitsArguments) -> dict:
         "prompt decoded both ways)."
     )
     results["settings"].update(gammas=sorted(set(args.gammas)), sigma_x=sigma)
-    os.makedirs(args.output_dir, exist_ok=True)
     plot = plot_speedups(results, os.path.join(args.output_dir, "speedup_vs_exit_layer.png"))
     results["files"] = {"json": os.path.join(args.output_dir, EXITS_JSON), "plot": plot}
     if all(answers):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import tempfile
 from dataclasses import dataclass, field
 
@@ -18,11 +17,12 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data import ModelSpec
-from ..noise import embedding_sigma
+from ..noise import embedding_sigma, parse_levels
 from ..tasks import TASKS, Measure, get_task
 from ..utils import check_fields, check_output_folder
 from .arms import ArmArguments
 from .compare import bands, check_pairs, compare
+from .folders import check_folder, mark_folder, model_identities, read_marker
 from .levels import evaluate_level
 from .loading import layer_indices, recorded_gamma, reference_sigma, trained_layers, training_report, versions
 from .metrics import default_gammas, summarize
@@ -96,13 +96,11 @@ class RobustnessArguments(ArmArguments):
         self.validate_selection(arms)
         if not self.output_dir:
             raise ValueError("`--output_dir` is required.")
-        for name, values in (
-            ("gammas", self.gammas),
-            ("curve_gammas", self.curve_gammas),
-            ("train_gamma", [self.train_gamma]),
-        ):
-            if values and any(v is not None and (not np.isfinite(v) or v < 0) for v in values):
-                raise ValueError(f"`--{name}` values must be finite and >= 0, got {values}.")
+        for name in ("gammas", "curve_gammas"):
+            if getattr(self, name) is not None:
+                parse_levels(getattr(self, name), f"--{name}")
+        if self.train_gamma is not None and (not np.isfinite(self.train_gamma) or self.train_gamma < 0):
+            raise ValueError(f"`--train_gamma` must be finite and >= 0, got {self.train_gamma}.")
         if self.sigma_x is not None and not (np.isfinite(self.sigma_x) and self.sigma_x > 0):
             raise ValueError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
         for name in ("seeds", "batch_size", "bootstrap_samples"):
@@ -113,11 +111,21 @@ class RobustnessArguments(ArmArguments):
         self.check_paths(self.arms() if arms is None else arms)
 
 
-def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=None, pairs=None) -> RobustnessResults:
+COMMAND = "eval robustness"
+# arguments that do not decide the measurements: where they go, how the intervals are drawn and which differences
+# are shown (recomputed from the saved measurements); the models are named by their identity instead
+PRESENTATION = ("output_dir", "bootstrap_samples", "reference", "models", "names", "arm")
+
+
+def run(
+    args: RobustnessArguments, data_args, recipe: dict | None = None, arms=None, pairs=None, claim: bool = True
+) -> RobustnessResults:
     """
     Every model at every level and noise seed, then the comparisons and the report. `data_args`: the task's data
     fields (the held-out rows); `recipe`: the training recipe's keys, if any; `arms`: {arm: [(model name, path)]}
     instead of `args.models` / `args.arm`; `pairs`: [(A, B)] compared as A - B (default: every arm - the reference).
+    `claim`: refuse an output folder another command, or other settings, wrote (False: the caller, a study or a
+    sweep, owns the folder and replaces its own derived results).
     """
     recipe = recipe or {}
     task = get_task(args.task or recipe.get("task"))
@@ -132,6 +140,15 @@ def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=N
     curve = args.curve_gammas or sorted({gammas[0], min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]})
     if missing := [g for g in curve if g not in gammas]:
         raise ValueError(f"`--curve_gammas` {missing} are not among the evaluated levels {gammas}.")
+    settings = {
+        **{k: v for k, v in dataclasses.asdict(args).items() if k not in PRESENTATION},
+        **dict(task=task.name, gammas=gammas, curve_gammas=curve, train_gamma=train_gamma),
+        "arms": {arm: [name for name, _ in members] for arm, members in arms.items()},
+        "models": model_identities(models),
+        "data": dataclasses.asdict(data_args),
+    }
+    if claim:
+        check_folder(args.output_dir, COMMAND, settings)
     data = task.evaluation_data(data_args)
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     dtype = torch.bfloat16 if bf16 else torch.float32
@@ -162,7 +179,8 @@ def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=N
     snapshots = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name, path in models:
-            model, tokenizer = task.load_model(ModelSpec(name, path, args.base_model), dtype)
+            flag = "--arm" if args.arm else "--models"
+            model, tokenizer = task.load_model(ModelSpec(name, path, args.base_model, flag), dtype)
             if sigma is None:
                 sigma, source = embedding_sigma(model), f"measured on {name}'s input embeddings"
                 results.settings.update(sigma_x=sigma, sigma_x_source=source)
@@ -196,7 +214,7 @@ def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=N
             del trainer, model
     results.bands = bands(results, task, args.bootstrap_samples)
     results.comparisons = compare(results, task, pairs, args.bootstrap_samples)
-    os.makedirs(args.output_dir, exist_ok=True)
+    mark_folder(args.output_dir, COMMAND, settings)
     figures = task.figures(snapshots, data, args.output_dir)
     from .alpaca.report import folder_sections  # the AlpacaEval part of a shared report folder, if any
 
@@ -207,9 +225,10 @@ def run(args: RobustnessArguments, data_args, recipe: dict | None = None, arms=N
 def saved_results(
     output_dir: str, arms: dict[str, list[tuple[str, str]]], gammas, seeds: int, task, pairs, n_boot
 ) -> RobustnessResults | None:
-    """A finished evaluation in `output_dir` (its results.json) of exactly these models (arm -> [(name, path)]),
-    levels and noise seeds, with its comparisons recomputed from its saved unit scores for `pairs` and `n_boot`; None
-    when there is none. A rerun of a sweep's comparison or a study then does not evaluate again."""
+    """A finished evaluation in `output_dir` (its results.json) of exactly these models (arm -> [(name, path)], the
+    same weights: `folders.model_identities`), levels and noise seeds, with its comparisons recomputed from its saved
+    unit scores for `pairs` and `n_boot`; None when there is none. A rerun of a sweep's comparison or a study then
+    does not evaluate again."""
     results = RobustnessResults.load(output_dir)
     if results is None:
         return None
@@ -218,6 +237,9 @@ def saved_results(
     same = results.gammas == list(gammas) and results.settings["seeds"] == seeds
     if not same or results.arms != names or {n: m.path for n, m in results.models.items()} != paths:
         return None
+    marked = (read_marker(output_dir, "--output_dir") or {}).get(COMMAND, {}).get("settings", {})
+    if marked.get("models") != model_identities(list(paths.items())):
+        return None  # retrained behind the same names (or no record of which weights were measured)
     results.comparisons = compare(results, task, pairs, n_boot)
     return results
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import math
+import dataclasses
+import hashlib
 import os
 from dataclasses import dataclass, field
 
 from ..evaluation.alpaca.generate import ALPACA_EVAL
-from ..tasks.arms import arm_recipes
+from ..noise import parse_levels
+from ..tasks.arms import arm_recipes, recipe_identity
 from ..utils import check_fields, check_output_folder
 
 STAGES = ("train", "evaluate", "all")
@@ -124,9 +126,8 @@ class StudyArguments:
                 f"{self.exit_prompts}, {self.exit_new_tokens}, {self.exit_layers}."
             )
         for name in ("gammas", "generation_gammas"):
-            values = getattr(self, name)
-            if values is not None and (not values or any(not math.isfinite(g) or g < 0 for g in values)):
-                raise ValueError(f"`--{name}` must be non-empty, finite and >= 0, got {values}.")
+            if getattr(self, name) is not None:
+                parse_levels(getattr(self, name), f"--{name}")
         if self.gammas is not None and len(set(self.gammas)) < 2:
             raise ValueError(f"`--gammas` needs >= 2 distinct levels for the curves, got {self.gammas}.")
         arms = ["constrained", "erm", *self.extra_arms()]
@@ -140,6 +141,18 @@ class StudyArguments:
                 f"`--instructions` {source!r}: allowed are {HELD_OUT!r}, {ALPACA_EVAL!r} or an existing .json/.jsonl "
                 "file."
             )
+
+    def folder_settings(self, recipes: dict) -> dict:
+        """What decides a study's results, for its folder (`evaluation.folders`): every arm's recipe (but for the
+        seed) and the evaluation options. A continuation may add training seeds; where the study writes, which stage
+        runs, the intervals' resamples and the report's examples decide nothing."""
+        skip = ("study_dir", "stage", "training_seeds", "bootstrap_samples", "examples", "erm_config", "arm")
+        settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
+        settings["arms"] = {arm: recipe_identity(recipe) for arm, recipe in recipes.items()}
+        if os.path.isfile(self.instructions):
+            with open(self.instructions, "rb") as f:
+                settings["instructions_sha"] = hashlib.sha256(f.read()).hexdigest()[:16]
+        return settings
 
     def extra_arms(self) -> dict[str, str]:
         """{name: recipe path} of every `--arm` (`tasks.arms.arm_recipes`; 'constrained' and 'erm' are the twins)."""

@@ -29,13 +29,16 @@ from ..evaluation.alpaca.generate import ALPACA_EVAL, ALPACA_EVAL_SIZE, Generate
 from ..evaluation.alpaca.generate import run as generate
 from ..evaluation.exits import EXITS_JSON, ExitsArguments
 from ..evaluation.exits import run as run_exits
+from ..evaluation.folders import check_folder, mark_folder
 from ..evaluation.loading import versions
 from ..tasks import Recipe, is_finished
 from ..tasks.arms import twin_differences
-from ..utils import write_json, write_text
+from ..utils import child_path, write_json, write_text
 from .arguments import HELD_OUT, StudyArguments
 from .report import write_study_report
 from .results import StudyResults, judging_dir
+
+COMMAND = "study"
 
 
 def check(args: StudyArguments, task, recipes: dict[str, Recipe]) -> None:
@@ -62,7 +65,7 @@ def check(args: StudyArguments, task, recipes: dict[str, Recipe]) -> None:
 
 
 def run_dir(study_dir: str, arm: str, seed: int) -> str:
-    return os.path.join(study_dir, "train", arm, f"seed{seed}")
+    return child_path(study_dir, "train", arm, f"seed{seed}")
 
 
 def add_time(timings: dict, key: str, start: float) -> None:
@@ -127,7 +130,7 @@ def measure(args: StudyArguments, task, recipe: Recipe, folders: dict[str, list[
         max_length=recipe.training.max_length or 1024,
         bootstrap_samples=args.bootstrap_samples,
     )
-    return robustness(settings, recipe.script, arms=arms, pairs=pairs)
+    return robustness(settings, recipe.script, arms=arms, pairs=pairs, claim=False)  # the study owns the folder
 
 
 def instruction_set(args: StudyArguments, recipe: Recipe) -> tuple[str, dict]:
@@ -242,7 +245,10 @@ def run(
             judge_arguments(args, *compared(args, list(recipes))[0])
         )  # credentials, judge model or encoder: before hours of training
     args.study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
-    os.makedirs(args.study_dir, exist_ok=True)
+    settings = args.folder_settings(recipes)
+    check_folder(args.study_dir, COMMAND, settings, "--study_dir")  # a folder of another study: before any run
+    if is_main_process():  # one writer
+        mark_folder(args.study_dir, COMMAND, settings)
     timings_path = os.path.join(args.study_dir, "timings.json")
     timings = {"train": {}}
     if os.path.isfile(timings_path):

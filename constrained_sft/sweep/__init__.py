@@ -7,7 +7,8 @@ several seeds, held-out robustness with paired-bootstrap intervals through the e
 May import: utils, config, constraints, readout, noise, data, models, trainers, tasks, evaluation.
 """
 
-from .run import SweepArguments, run
+from .arguments import SweepArguments
+from .run import run
 from .search import OBJECTIVES, Objective
 from .space import SearchSpace, SearchSpaceError, check_ranges, load_space, parse_space
 

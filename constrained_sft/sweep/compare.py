@@ -13,6 +13,7 @@ from typing import Any
 from ..evaluation import RobustnessArguments, saved_results
 from ..evaluation import run as robustness
 from ..tasks import Arm
+from ..utils import child_path
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -21,7 +22,7 @@ def run_name(arm: str, seed: int) -> str:
 
 
 def seed_dir(sweep_dir: str, arm: str, seed: int) -> str:
-    return os.path.join(sweep_dir, "final", arm, f"seed{seed}")
+    return child_path(sweep_dir, "final", arm, f"seed{seed}")
 
 
 def evaluate_finals(task, arms: list[Arm], settings, train_gamma: float, data_args, pairs) -> dict[str, Any]:
@@ -45,4 +46,4 @@ def evaluate_finals(task, arms: list[Arm], settings, train_gamma: float, data_ar
         curve_gammas=[settings.gammas[0], settings.gammas[-1]],
         bootstrap_samples=settings.bootstrap_samples,
     )
-    return robustness(args, data_args, arms=arms_of_models, pairs=pairs)
+    return robustness(args, data_args, arms=arms_of_models, pairs=pairs, claim=False)  # the sweep owns the folder

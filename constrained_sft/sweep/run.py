@@ -11,11 +11,11 @@ import dataclasses
 import json
 import os
 import warnings
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import training_level
 from ..evaluation import default_gammas
+from ..evaluation.folders import check_folder, mark_folder, normalized
 from ..evaluation.report import (
     Block,
     Document,
@@ -28,132 +28,12 @@ from ..evaluation.report import (
     write_markdown,
 )
 from ..tasks import Arm, Recipe, is_finished
-from ..tasks.arms import arm_recipes, twin_differences
-from ..utils import atomic_path, check_fields, check_output_folder, write_json
+from ..tasks.arms import twin_differences
+from ..utils import OutputDirError, atomic_path, child_path, read_json, write_json
+from .arguments import SweepArguments
 from .compare import evaluate_finals, seed_dir
-from .search import OBJECTIVES, Objective, best_params, open_study, run_trial, search, trial_args
+from .search import Objective, best_params, run_trial, search, trial_args
 from .space import arm_spaces, check_ranges, load_space
-
-STAGES = ("search", "compare", "all")
-
-
-@dataclass
-class SweepArguments:
-    space: str = field(default=None, metadata={"help": "The search-space YAML (sections `constrained`, `erm`)."})
-    sweep_dir: str | None = field(
-        default=None, metadata={"help": "Where the sweep writes (default: <output_dir>-sweep)."}
-    )
-    n_trials: int = field(default=20, metadata={"help": "Finished (complete or pruned) trials per arm."})
-    objective: str = field(
-        default="auc",
-        metadata={
-            "help": "Validation score of a trial: 'auc' (the headline - token accuracy, accuracy or RMSE - over the "
-            "gamma grid), 'ood' (its mean above the training level), 'id_with_ood_floor' (ID accuracy among trials "
-            "whose OOD accuracy >= ood_floor; accuracy tasks) or 'loss' (held-out loss, mean over the grid). "
-            "Accuracy is maximised; RMSE and loss are minimised.",
-            "choices": list(OBJECTIVES),
-        },
-    )
-    ood_floor: float = field(default=0.0, metadata={"help": "OOD accuracy floor of 'id_with_ood_floor'."})
-    validation_size: float = field(
-        default=0.15, metadata={"help": "Validation rows carved off the training split: a fraction or a count."}
-    )
-    gammas: list[float] | None = field(
-        default=None, metadata={"help": "Noise grid of the objective and the test (default: 0..4x training gamma)."}
-    )
-    evaluations_per_trial: int = field(
-        default=2, metadata={"help": "Validation scores per trial reported to the pruner (the last is the final)."}
-    )
-    pruner: str = field(default="median", metadata={"help": "'median' or 'none'.", "choices": ["median", "none"]})
-    storage: str | None = field(
-        default=None,
-        metadata={"help": "Optuna storage URL (default: sqlite:///<sweep_dir>/study.db); share one to run workers."},
-    )
-    study_name: str | None = field(default=None, metadata={"help": "Study name prefix (default: sweep folder name)."})
-    readouts: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "Classification: readouts of the constrained arms, of ['head', 'linear'] (default: recipe's)."
-        },
-    )
-    baseline: str = field(
-        default="none", metadata={"help": "'erm': an ERM arm per readout, same trials.", "choices": ["none", "erm"]}
-    )
-    final_seeds: int = field(default=3, metadata={"help": "Seeds of each best configuration's retraining."})
-    stage: str = field(
-        default="all",
-        metadata={"help": "'search', 'compare' (retrain and test) or 'all'.", "choices": list(STAGES)},
-    )
-    sampler_seed: int = field(default=0, metadata={"help": "Seed of the TPE sampler."})
-    eval_batch_size: int = field(default=64, metadata={"help": "Batch size of validation and test scoring."})
-    bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})
-    arm: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "More arms, repeatable: NAME=RECIPE.yaml, a recipe with the same data and model (e.g. --arm "
-            "penalty=recipes/.../penalty.yaml), searched in the space's `NAME` section if it has one (else its "
-            "`constrained` or `erm` section, by the recipe's `constraints`), retrained and compared with --reference; "
-            "the command line's recipe overrides reach every arm.",
-            "action": "extend",
-        },
-    )
-    reference: str | None = field(
-        default=None,
-        metadata={
-            "help": "The arm each --arm is compared with, A - reference (default: the ERM twin, else the recipe)."
-        },
-    )
-    heartbeat_interval: int = field(
-        default=10,
-        metadata={
-            "help": "Seconds between a running trial's heartbeats in the storage; a trial whose worker stopped beating "
-            "for 3x this long is marked failed and its place in the study freed."
-        },
-    )
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        check_output_folder(self.sweep_dir, "--sweep_dir")
-
-    def validate(self) -> None:
-        for name, allowed in (("objective", OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
-        if self.baseline not in ("none", "erm"):
-            raise ValueError(f"`baseline` must be one of ['none', 'erm'], got {self.baseline!r}.")
-        if not self.space:
-            raise ValueError("`space` is required: a search-space YAML (see recipes/*/*/sweep.yaml).")
-        names = ("n_trials", "evaluations_per_trial", "final_seeds", "eval_batch_size", "bootstrap_samples")
-        for name in (*names, "heartbeat_interval"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
-        v = self.validation_size
-        if not (0 < v < 1 or (v >= 1 and float(v).is_integer())):
-            raise ValueError(
-                f"`validation_size` must be a fraction in (0, 1) or a row count, got {self.validation_size}."
-            )
-        if self.gammas is not None and (len(self.gammas) < 2 or any(g < 0 for g in self.gammas)):
-            raise ValueError(f"`gammas` must be >= 2 levels, each >= 0, got {self.gammas}.")
-        if self.stage != "search" and self.baseline != "erm":
-            raise ValueError(
-                "`stage` 'compare' / 'all' compares with a baseline: pass `--baseline erm` (or --stage search)."
-            )
-
-    def locate(self, output_dir: str) -> None:
-        """Fills the derived defaults: `sweep_dir` (<output_dir>-sweep), `study_name` (that folder's name) and
-        `storage` (a SQLite file in it)."""
-        self.sweep_dir = self.sweep_dir or f"{output_dir.rstrip('/')}-sweep"
-        self.study_name = self.study_name or os.path.basename(os.path.normpath(self.sweep_dir))
-        self.storage = self.storage or f"sqlite:///{os.path.abspath(os.path.join(self.sweep_dir, 'study.db'))}"
-
-    def extra_arms(self, taken: tuple[str, ...] = ("constrained", "erm")) -> dict[str, str]:
-        """{name: recipe path} of every `--arm` (`tasks.arms.arm_recipes`)."""
-        return arm_recipes(self.arm, taken)
-
-    def study(self, arm: str, objective: Objective):
-        """The Optuna study of one arm (after `locate`), created or loaded."""
-        name = f"{self.study_name}-{arm}"
-        return open_study(name, self.storage, self.sampler_seed, self.pruner, objective, self.heartbeat_interval)
 
 
 def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> dict[str, Any]:
@@ -174,7 +54,12 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
         arms.append(Arm(name, None, other.training.constraints != "none", other.training))
     names = [a.name for a in arms]
     reference = settings.reference or ("erm" if "erm" in names else names[0])
-    if more and reference not in names:
+    if settings.reference is not None and not more:
+        raise ValueError(
+            f"`--reference` {settings.reference!r} names the arm each `--arm` is compared with, and this sweep has no "
+            "`--arm`: its constrained arms are compared with their ERM twins. Drop `--reference` or add an `--arm`."
+        )
+    if reference not in names:
         raise ValueError(f"`--reference` {settings.reference!r} must be one of the arms {names}.")
     training = recipe.training
     if training.constraints == "none":
@@ -187,9 +72,13 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
     spaces = load_space(settings.space, type(training), sections=tuple(more))  # read and checked before any write
     check_ranges({k: v for k, v in spaces.items() if k not in more}, training)  # every section, arm or not
     searched, not_searched = arm_spaces(spaces, arms, training)
+    given_storage = settings.storage
     settings.locate(training.output_dir)
     train_gamma = training_level(training.noise_gamma)
     settings.gammas = sorted(settings.gammas or default_gammas(train_gamma))
+    folder = settings.folder_settings({"recipe": recipe, **more}, spaces, given_storage)
+    check_folder(settings.sweep_dir, COMMAND, folder, "--sweep_dir")  # another sweep's folder: before any trial
+    mark_folder(settings.sweep_dir, COMMAND, folder)
     objective = Objective(settings.objective, settings.gammas, train_gamma, task.headline, settings.ood_floor)
     data = task.sweep_data(recipe, settings.validation_size)
     base = dataclasses.replace(training, per_device_eval_batch_size=settings.eval_batch_size)
@@ -228,8 +117,11 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
         out["arms"][arm.name] = trials_summary(studies[arm.name], arm, settings.sweep_dir, objective.maximize)
         out["arms"][arm.name].update(searched=searched[arm.name].names, not_searched=not_searched[arm.name])
     if settings.stage in ("compare", "all"):
+        best = {arm.name: best_params(studies[arm.name], objective.maximize) for arm in arms}
+        for arm in arms:  # every arm's retrained models checked before any is trained
+            check_final(settings.sweep_dir, arm.name, best[arm.name])
         for arm in arms:
-            retrain(task, arm, best_params(studies[arm.name], objective.maximize), settings, data, bases[arm.name])
+            retrain(task, arm, best[arm.name], settings, data, bases[arm.name])
         pairs = [
             (a.name, b.name)
             for a in arms
@@ -248,9 +140,31 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
     return out
 
 
+COMMAND = "sweep"
+FINAL_PARAMS = "params.json"  # final/<arm>/params.json: the configuration its retrained models were trained with
+
+
+def check_final(sweep_dir: str, arm: str, params: dict[str, Any]) -> None:
+    """The arm's retrained models, if any, are of its current best configuration: a search continued since may have
+    found another, and mixing their seeds (or comparing a stale one) would be silent. Refused, naming both."""
+    path = child_path(sweep_dir, "final", arm, FINAL_PARAMS)
+    if not os.path.isfile(path):
+        return
+    saved = read_json(path, "--sweep_dir")
+    if saved != normalized(params):
+        raise OutputDirError(
+            f"`--sweep_dir` {os.path.dirname(path)} holds models retrained with {saved}, but the best configuration of "
+            f"`{arm}` is now {normalized(params)} (the search went on): move that folder aside to retrain the new "
+            "best, or compare with another --sweep_dir."
+        )
+
+
 def retrain(task, arm: Arm, params: dict[str, Any], settings: SweepArguments, data, base) -> None:
     """The arm's best configuration with seeds 0..S-1 (a seed the search chose is replaced), each saved; a seed
-    whose model is already saved is kept, so a killed comparison resumes."""
+    whose model is already saved is kept, so a killed comparison resumes (`check_final`: of the same
+    configuration)."""
+    os.makedirs(child_path(settings.sweep_dir, "final", arm.name), exist_ok=True)
+    write_json(child_path(settings.sweep_dir, "final", arm.name, FINAL_PARAMS), normalized(params))
     for seed in range(settings.final_seeds):
         folder = seed_dir(settings.sweep_dir, arm.name, seed)
         if is_finished(folder):

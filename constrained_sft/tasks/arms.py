@@ -9,6 +9,8 @@ import dataclasses
 import os
 
 from ..config import ConstraintArguments, NoiseArguments
+from ..trainers.resume import deciding
+from ..utils import plain_name
 from .base import Recipe
 
 BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}
@@ -40,17 +42,27 @@ def twin_differences(constrained: Recipe, erm: Recipe, same_noise: bool = True) 
     ]
 
 
+def recipe_identity(recipe: Recipe) -> dict:
+    """What decides an arm's trained weights, but for the seed (the runs of one arm differ in it): its training
+    fields (`trainers.resume.deciding`: all but paths, logging and speed), data fields and model. A study or a sweep
+    continues a folder only with the same, so no run of one recipe is mixed with runs of a changed one."""
+    training = {k: v for k, v in deciding(recipe.training.to_dict()).items() if k != "seed"}
+    model = dataclasses.asdict(recipe.model) if recipe.model is not None else None
+    return {"training": training, "data": dataclasses.asdict(recipe.script), "model": model}
+
+
 def arm_recipes(texts: list[str] | None, taken: tuple[str, ...]) -> dict[str, str]:
     """{name: recipe path} of every `--arm NAME=RECIPE.yaml`, refused in one line unless NAME is new (not in `taken`,
     the comparison's own arms) and RECIPE an existing YAML file."""
     out: dict[str, str] = {}
     for text in texts or []:
         name, sep, path = text.partition("=")
-        if not sep or not name or any(c in name for c in "/\\ ") or name in (*taken, *out):
+        if not sep or not name or " " in name or name in (*taken, *out):
             raise ValueError(
-                f"`--arm` {text!r} must be NAME=RECIPE.yaml with a new name (no '/', '\\' or spaces; not one of "
-                f"{list(taken)}, which the comparison's own recipes give)."
+                f"`--arm` {text!r} must be NAME=RECIPE.yaml with a new name (no spaces; not one of {list(taken)}, "
+                "which the comparison's own recipes give)."
             )
+        plain_name(name, "--arm")
         if not (os.path.isfile(path) and path.endswith((".yaml", ".yml"))):
             raise FileNotFoundError(f"`--arm` {name}: {path!r} is not a YAML recipe file.")
         out[name] = path

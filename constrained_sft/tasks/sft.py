@@ -12,6 +12,7 @@ accuracy of the final layer, pooled over tokens: total correct / total supervise
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -156,17 +157,35 @@ class SFTTask(Task):
 
 
 def load_causal_lm(spec, dtype):
-    """(model, tokenizer) of a causal LM (`data.ModelSpec`: a folder, Hub id, alias or LoRA adapter); a sequence
-    classifier is refused, naming the task that evaluates it."""
-    if not spec.path.startswith("pkg:") and _is_classifier(spec.path):
-        raise ValueError(f"Model {spec.name!r} is a sequence classifier; evaluate it with `--task classification`.")
+    """(model, tokenizer) of a causal LM (`data.ModelSpec`: a folder, Hub id, alias or LoRA adapter), checked first
+    (`causal_lm_config`) and loaded whole (`data.load_pretrained` refuses newly initialised weights)."""
+    causal_lm_config(spec)
     return load_pretrained(spec, AutoModelForCausalLM, dtype)
 
 
-def _is_classifier(path: str) -> bool:
-    """Whether a saved model (or an adapter's base) names a sequence-classification head."""
+def causal_lm_config(spec):
+    """
+    The text config of the causal LM `spec` names (an adapter's: its base's), read without loading weights, so that
+    every model of a command is checked before the first is scored: a sequence classifier or a model class that
+    cannot generate (a bare base model) is refused in one line naming `spec.flag`, the folder and what it is. None
+    where the config cannot be read here (a Hub id offline): loading then names the problem.
+    """
+    import transformers
+
+    path = spec.path
+    adapter = os.path.join(path, "adapter_config.json")
+    if os.path.isdir(path) and os.path.isfile(adapter):
+        with open(adapter) as f:
+            path = spec.base_model or json.load(f).get("base_model_name_or_path") or path
     try:
-        config = AutoConfig.from_pretrained(resolve_model_path(path))
+        config = AutoConfig.from_pretrained(resolve_model_path(path, spec.flag))
     except (OSError, ValueError):
-        return False
-    return has_classification_head(config)
+        return None
+    name = (config.architectures or [None])[0]
+    cls = getattr(transformers, name, None) if name else None
+    if has_classification_head(config) or (cls is not None and not issubclass(cls, transformers.GenerationMixin)):
+        raise ValueError(
+            f"`{spec.flag}` {spec.path}: a saved {name}, not a causal language model; this needs a *ForCausalLM "
+            "(a sequence classifier is measured by `eval robustness --task classification`)."
+        )
+    return config.get_text_config()

@@ -90,6 +90,28 @@ def check_batch_positions(inputs: dict[str, Any], args: ConstrainedSFTConfig, po
         raise _positions_error(args, ids.shape[-1], positions)
 
 
+def refuse_non_generative(model_id: str, args: ConstrainedSFTConfig) -> None:
+    """A model given by path or id that TRL would load as its config's first architecture: refused, naming it, when
+    that class cannot generate (a sequence classifier, a bare base model without LM head), before any weight loads.
+    A class transformers does not know (remote code) is left to TRL."""
+    import transformers
+
+    init = args.model_init_kwargs or {}
+    try:
+        config = transformers.AutoConfig.from_pretrained(
+            model_id, trust_remote_code=init.get("trust_remote_code", False)
+        )
+    except (OSError, ValueError):
+        return  # TRL's own load names the problem
+    name = (config.architectures or [None])[0]
+    cls = getattr(transformers, name, None) if name else None
+    if cls is not None and not issubclass(cls, transformers.GenerationMixin):
+        raise ReadoutError(
+            f"`model` {model_id}: a saved {name}, which has no LM head to generate with; ConstrainedSFTTrainer trains "
+            "causal language models (*ForCausalLM). Give one, or train a classifier with ConstrainedTrainer."
+        )
+
+
 class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
     """
     A drop-in for [`trl.SFTTrainer`] (same arguments, plus an optional `readout`) that trains
@@ -128,7 +150,9 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         self.run_identity = run_identity(args, model)
         with refusal_leaves_nothing(args) as self.output_dir_existed:
             check_not_empty(train_dataset=kwargs.get("train_dataset"), eval_dataset=kwargs.get("eval_dataset"))
-            if not isinstance(model, str) and not hasattr(model, "generation_config"):
+            if isinstance(model, str):
+                refuse_non_generative(model, args)
+            elif not hasattr(model, "generation_config"):
                 raise ReadoutError(
                     f"`model`: ConstrainedSFTTrainer trains causal language models; {type(model).__name__} has no LM "
                     "head (no `generation_config`). Load it with AutoModelForCausalLM, or train a classifier with "

@@ -22,10 +22,12 @@ from dataclasses import asdict, dataclass, field, replace
 import torch
 from tqdm.auto import tqdm
 
-from ...data import ModelSpec
+from ...data import ModelSpec, model_fingerprint
 from ...noise import embedding_noise, embedding_sigma, parse_levels
 from ...tasks import SFTTask, get_task
-from ...utils import check_fields, check_output_folder, read_json, write_json
+from ...utils import check_fields, check_output_folder, child_path, plain_name, read_json, write_json
+from ..arms import folder_name
+from ..folders import check_folder, mark_folder
 from ..loading import reference_sigma
 
 ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions, the set AlpacaEval's length control is fitted on
@@ -76,13 +78,8 @@ class GenerateArguments:
         if not self.model or not self.output_dir:
             raise GenerationError("`--model` and `--output_dir` are required.")
         parse_levels(self.gammas)
-        if self.name is not None and (
-            not self.name.strip() or self.name in (".", "..") or "/" in self.name or "\\" in self.name
-        ):
-            raise GenerationError(
-                f"`--name` {self.name!r} names a folder under --output_dir: a non-empty name without a path separator "
-                "('/' or '\\'), not '.' or '..'."
-            )
+        if self.name is not None:
+            plain_name(self.name, "--name", GenerationError)
         if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
             raise GenerationError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
         for name in ("batch_size", "max_new_tokens"):
@@ -137,19 +134,21 @@ def fingerprint(rows: list[dict[str, str]]) -> str:
 
 
 def output_path(output_dir: str, name: str, gamma: float) -> str:
-    return os.path.join(output_dir, name, f"gamma_{float(gamma)}.json")
+    return child_path(output_dir, name, f"gamma_{float(gamma)}.json")
 
 
 RESUME_KEYS = (  # what fixes an answer: the same values are required to resume
-    "model", "base_model", "instructions", "noise_mean", "sigma_x", "seed", "batch_size", "max_new_tokens", "do_sample",
-    "temperature", "top_p", "system_prompt", "generator",
+    "model", "model_fingerprint", "base_model", "instructions", "instructions_sha", "noise_mean", "sigma_x", "seed",
+    "batch_size", "max_new_tokens", "do_sample", "temperature", "top_p", "system_prompt", "generator",
 )  # fmt: skip
+COMMAND = "eval generate"  # one folder per `--name` below its --output_dir, each with its settings.json
 
 
 def _settings(args: GenerateArguments, rows: list[dict[str, str]], name: str) -> dict:
     settings = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "name", "gammas", "bf16")}
     return {
         **settings,
+        "model_fingerprint": model_fingerprint(args.model),
         "generator": name,
         "n_instructions": len(rows),
         "instructions_sha": fingerprint(rows),
@@ -158,12 +157,14 @@ def _settings(args: GenerateArguments, rows: list[dict[str, str]], name: str) ->
     }
 
 
-def _check_resume(path: str, settings: dict) -> None:
+def _check_resume(path: str, settings: dict, measured_later: tuple[str, ...] = ()) -> None:
+    """A generator folder's saved settings must equal these (`measured_later`: keys not known yet, compared once
+    known), else the answers would mix two runs."""
     if not os.path.isfile(path):
         return
     with open(path) as f:
         old = json.load(f)
-    if changed := [k for k in RESUME_KEYS if old.get(k) != settings[k]]:
+    if changed := [k for k in RESUME_KEYS if k not in measured_later and old.get(k) != settings[k]]:
         raise GenerationError(
             f"{path} was written with other settings ({', '.join(f'{k}: {old.get(k)!r}' for k in changed)}); "
             "use another --output_dir or --name, or the same settings to resume."
@@ -228,19 +229,24 @@ def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, g
 
 
 def run(args: GenerateArguments) -> dict[float, str]:
+    """Answers at every level into <output_dir>/<name>/; the folder, the instructions and a generator folder of the
+    same name (its settings and model) are checked before the model loads."""
     args.validate()
     rows = load_instructions(args.instructions, args.max_instances)
-    name = args.name or os.path.basename(os.path.normpath(args.model))
+    name = args.name or folder_name(args.model, "--name")
+    check_folder(args.output_dir, COMMAND, {})
     args = replace(args, sigma_x=reference_sigma(args.sigma_x, args.model)[0])  # else measured below
+    folder = child_path(args.output_dir, name)
+    later = ("sigma_x",) if args.sigma_x is None else ()
+    _check_resume(os.path.join(folder, "settings.json"), _settings(args, rows, name), later)
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    model, tokenizer = get_task(SFTTask.name).load_model(
-        ModelSpec(name, args.model, args.base_model), torch.bfloat16 if bf16 else torch.float32
-    )
+    spec = ModelSpec(name, args.model, args.base_model, "--model")
+    model, tokenizer = get_task(SFTTask.name).load_model(spec, torch.bfloat16 if bf16 else torch.float32)
     if args.sigma_x is None:
         args = replace(args, sigma_x=embedding_sigma(model))
     settings = _settings(args, rows, name)
-    folder = os.path.join(args.output_dir, name)
     _check_resume(os.path.join(folder, "settings.json"), settings)
+    mark_folder(args.output_dir, COMMAND, {})
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:

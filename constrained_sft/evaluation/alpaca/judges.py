@@ -80,7 +80,9 @@ def _judge_model(model_name: str, dtype: str):
     from ...data import ModelSpec
     from ...tasks import SFTTask, get_task
 
-    model, tokenizer = get_task(SFTTask.name).load_model(ModelSpec("judge", model_name), getattr(torch, dtype))
+    model, tokenizer = get_task(SFTTask.name).load_model(
+        ModelSpec("judge", model_name, flag="--judge_model"), getattr(torch, dtype)
+    )
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:

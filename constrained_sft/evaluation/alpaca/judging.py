@@ -18,12 +18,14 @@ import glob
 import json
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from ...utils import check_fields, check_output_folder, read_json, write_json
+from ...noise import parse_levels
+from ...utils import check_fields, check_output_folder, plain_name, read_json, write_json
+from ..folders import check_folder, mark_folder
 from .generate import GenerationError, output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
 from .judges import (
@@ -36,6 +38,8 @@ from .judges import (
 )
 from .proxy import PROXY_ENCODER, ReferenceProxyJudge
 from .report import write_alpaca
+
+COMMAND = "eval alpaca"
 
 
 class JudgeError(ValueError):
@@ -250,13 +254,15 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
             f"`--generations` {args.generations} is not a folder: give the --output_dir of `constrained-sft eval "
             "generate`."
         )
+    plain_name(args.model, "--model", GenerationError)
+    plain_name(args.reference, "--reference", GenerationError)
     if args.model == args.reference:
         raise GenerationError(f"`--model` and `--reference` must differ, both are {args.model!r}.")
     if args.bootstrap_samples < 1:
         raise GenerationError(f"`--bootstrap_samples` must be >= 1, got {args.bootstrap_samples}.")
     check_judge(args)  # a missing credential, judge model or encoder fails before any file is read
     common = sorted(set(levels(args.generations, args.model)) & set(levels(args.generations, args.reference)))
-    gammas = sorted(args.gammas) if args.gammas else common
+    gammas = sorted(parse_levels(args.gammas, "--gammas")) if args.gammas else common
     if not gammas:
         raise GenerationError(
             f"no level has generations of both `--model` {args.model} and `--reference` {args.reference} in "
@@ -264,6 +270,10 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
             "for both, or name generators that exist."
         )
     pairs = {gamma: [load_pair(args, gamma)] for gamma in gammas}  # every level checked before any is judged
+    settings = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples")}
+    settings.update(generations=os.path.abspath(args.generations), gammas=gammas)
+    check_folder(args.output_dir, COMMAND, settings)
+    mark_folder(args.output_dir, COMMAND, settings)
     root = os.path.join(args.output_dir, "alpaca_eval")
     judge = build_judge(args, os.path.join(root, "annotations_cache.json"))
     out = judge_levels(judge, pairs, root, args, _full_alpaca_eval(args))

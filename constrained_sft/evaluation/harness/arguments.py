@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import hashlib
 import math
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from ...noise import parse_levels
 from ...utils import check_fields, check_output_folder
 from ..arms import ArmArguments
 
@@ -70,8 +74,7 @@ class HarnessArguments(ArmArguments):
             raise ValueError("`--output_dir` is required.")
         if not self.tasks:
             raise ValueError("`--tasks` is required: lm-eval task names, or `offline` for the tasks shipped here.")
-        if not self.gammas or any(not math.isfinite(g) or g < 0 for g in self.gammas):
-            raise ValueError(f"`--gammas` must be finite numbers >= 0, got {self.gammas}.")
+        parse_levels(self.gammas, "--gammas")
         if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
             raise ValueError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
         for name in ("noise_seeds", "batch_size", "bootstrap_samples", "limit", "max_gen_toks"):
@@ -82,13 +85,52 @@ class HarnessArguments(ArmArguments):
             raise ValueError(f"`--num_fewshot` must be >= 0, got {self.num_fewshot}.")
         if self.include_path is not None and not os.path.isdir(self.include_path):
             raise ValueError(f"`--include_path` {self.include_path!r} is not a folder of task YAML files.")
-        known = self.task_manager().all_tasks
+        manager = self.task_manager()
+        known = manager.all_tasks
         for task in self.task_names():
             if task not in known:
                 close = difflib.get_close_matches(task, known, n=5)
                 hint = f"; close: {close}" if close else "; `lm_eval ls tasks` lists them"
+                skipped = broken_task_files(self.include_path) if self.include_path else []
+                if skipped:
+                    hint = (
+                        f"; lm-eval skipped YAML files of --include_path that do not parse: {'; '.join(skipped[:3])}"
+                    )
                 raise ValueError(f"`--tasks` {task!r} is not an lm-eval task{hint}.")
+            entry = manager.task_index[task]
+            if entry.kind.name == "TASK" and not (entry.cfg.get("dataset_path") or entry.cfg.get("custom_dataset")):
+                raise ValueError(
+                    f"`--tasks` {task!r} ({entry.yaml_path}) names no dataset: its YAML needs `dataset_path` (a Hub or "
+                    "local dataset) or `custom_dataset`, or lm-eval cannot load its documents."
+                )
         self.check_paths(self.arms())
+
+    def task_versions(self, manager) -> dict[str, str]:
+        """{task: 'v<metadata version>:<hash of its YAML file>'}: a harness cell is reused only for the same task
+        definition (an edited YAML, or another lm-eval release's, is another task)."""
+        out = {}
+        for task in self.task_names():
+            entry = manager.task_index[task]
+            with open(entry.yaml_path, "rb") as f:
+                content = hashlib.sha256(f.read()).hexdigest()[:12]
+            out[task] = f"v{(entry.cfg.get('metadata') or {}).get('version')}:{content}"
+        return out
+
+    def folder_settings(self) -> dict:
+        """What decides every cell beyond its model, task, level and seed (which key the cells themselves): a harness
+        folder continues only with the same. The models, tasks, levels and noise seeds may grow."""
+        grow = (
+            "output_dir",
+            "models",
+            "names",
+            "arm",
+            "reference",
+            "tasks",
+            "gammas",
+            "noise_seeds",
+            "bootstrap_samples",
+        )
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in grow}
 
     def task_names(self) -> list[str]:
         """`--tasks` with `offline` expanded to the shipped offline tasks."""
@@ -107,3 +149,23 @@ class HarnessArguments(ArmArguments):
 
         paths = [task_folder()] + ([self.include_path] if self.include_path else [])
         return TaskManager(include_path=paths)
+
+
+def broken_task_files(folder: str) -> list[str]:
+    """'file:line:column: problem' for each task YAML under `folder` that does not parse: lm-eval's index skips such
+    files without a word, so the task they define is only 'unknown'. Tags (`!function`) are read as plain values."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    out = []
+    for path in sorted(Path(folder).glob("**/*.yaml")):
+        try:
+            yaml.load(path.read_text(encoding="utf-8", errors="replace"), Loader=Loader)  # noqa: S506 - SafeLoader
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+            out.append(f"{path}{where}: {getattr(error, 'problem', None) or 'not valid YAML'}")
+    return out

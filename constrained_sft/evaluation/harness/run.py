@@ -8,7 +8,6 @@ noise seeds summed), written as results.json and report.md with a metric-vs-gamm
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -18,8 +17,9 @@ import torch
 from tqdm.auto import tqdm
 
 from ...noise import embedding_sigma
-from ...utils import write_json
+from ...utils import OutputDirError, child_path, read_json, write_json
 from ..bootstrap import Statistic, bootstrap_interval, paired_bootstrap
+from ..folders import check_folder, differences, mark_folder, model_identities, normalized
 from ..loading import reference_sigma, versions
 from ..results import Comparison, Difference, StatisticRow
 from .arguments import HarnessArguments
@@ -27,8 +27,35 @@ from .arguments import HarnessArguments
 RESULTS = "results.json"
 
 
+COMMAND = "eval harness"
+
+
 def cell_path(args: HarnessArguments, model: str, task: str, gamma: float, seed: int) -> str:
-    return os.path.join(args.output_dir, "cells", model.replace("/", "__"), task, f"gamma={gamma:g},seed={seed}.json")
+    """Where a cell is kept: its model, task, exact level (`repr`: 0.1 and 0.10000001 are two levels) and seed."""
+    return child_path(args.output_dir, "cells", model.replace("/", "__"), task, f"gamma={gamma!r},seed={seed}.json")
+
+
+def reusable_cells(args: HarnessArguments, todo, keys: dict[str, dict]) -> dict[tuple, dict]:
+    """The finished cells of `todo` ((model, path, task, gamma, seed) rows) that match their `keys` ({model: {model
+    fingerprint, sigma_x, task versions}}); a cell of the same place made from another model behind the name, another
+    noise scale or another task definition is refused before any work, naming it."""
+    cells = {}
+    for name, _, task, gamma, seed in todo:
+        target = cell_path(args, name, task, gamma, seed)
+        if not os.path.isfile(target):
+            continue
+        cell = read_json(target, "--output_dir")
+        wanted = {**keys[name], "task": keys[name]["tasks"][task]}
+        wanted.pop("tasks")
+        if not isinstance(cell, dict) or cell.get("key") != normalized(wanted):
+            saved = cell.get("key", {}) if isinstance(cell, dict) else {}
+            raise OutputDirError(
+                f"`--output_dir` cell {target} was made from {differences(saved, normalized(wanted))}: another model "
+                "behind the same name, another noise scale or another task definition. Give another --output_dir or "
+                "another model name."
+            )
+        cells[(name, task, gamma, seed)] = cell
+    return cells
 
 
 def sample_scores(samples: list[dict]) -> dict[str, dict[int, list[float]]]:
@@ -117,30 +144,40 @@ def run(args: HarnessArguments) -> dict:
     from ..report.harness import write_harness_report
 
     args.validate()
+    check_folder(args.output_dir, COMMAND, args.folder_settings())
     arms = args.arms()
     tasks = args.task_names()
     manager = args.task_manager()
     models = [(name, path) for members in arms.values() for name, path in members]
     first = models[0][1]
     sigma, source = reference_sigma(args.sigma_x, first)
-    started, cells = time.time(), {}
+    identities = model_identities(models)
+    # one scale for every cell: as given or recorded, else measured on the first model (the same model, the same scale)
+    scale = {"sigma_x": sigma} if sigma is not None else {"sigma_x_measured_on": identities[models[0][0]]}
+    versions_ = args.task_versions(manager)
+    keys = {name: {"model": identities[name], **scale, "tasks": versions_} for name, _ in models}
+    started = time.time()
     todo = [(m, p, t, g, s) for m, p in models for t in tasks for g in args.gammas for s in range(args.noise_seeds)]
+    cells = reusable_cells(args, todo, keys)  # every finished cell checked before any model loads
+    mark_folder(args.output_dir, COMMAND, args.folder_settings())
     loaded: tuple[str, object, object] | None = None
     for name, path, task, gamma, seed in tqdm(todo, desc="harness cells", unit="cell"):
         target = cell_path(args, name, task, gamma, seed)
-        if os.path.isfile(target):
-            with open(target) as f:
-                cells[(name, task, gamma, seed)] = json.load(f)
+        if (name, task, gamma, seed) in cells:
             continue
         if loaded is None or loaded[0] != path:
             dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype)
-            model, tokenizer = load_pretrained(ModelSpec(name, path), AutoModelForCausalLM, dtype=dtype)
+            spec = ModelSpec(name, path, flag="--arm" if args.arm else "--models")
+            model, tokenizer = load_pretrained(spec, AutoModelForCausalLM, dtype=dtype)
             device = "cuda" if torch.cuda.is_available() else "cpu"  # lm-eval's default device, where there is one
             loaded = (path, model.to(device).eval(), tokenizer)
         if sigma is None:
             sigma, source = embedding_sigma(loaded[1]), f"measured on {first}"
         with torch.no_grad():
             cell = evaluate_cell(args, loaded[1], loaded[2], task, gamma, seed, sigma, manager)
+        key = {**keys[name], "task": versions_[task]}
+        key.pop("tasks")
+        cell["key"] = normalized(key)
         os.makedirs(os.path.dirname(target), exist_ok=True)
         write_json(target, cell)
         cells[(name, task, gamma, seed)] = cell

@@ -6,7 +6,7 @@ whether it fits (`select`), the run folder's identity and the refusal of a folde
 
 from .files import ConstraintStateError, load_state, read_state, save_state
 from .overrides import TrainerOverrides, prepare_inputs, trl_eval_metrics
-from .run_folder import OutputDirError, check_output_dir, refusal_leaves_nothing, run_identity, start_run
+from .run_folder import OutputDirError, check_output_dir, deciding, refusal_leaves_nothing, run_identity, start_run
 from .select import CheckpointError, resolve_resume
 
 __all__ = [
@@ -15,6 +15,7 @@ __all__ = [
     "OutputDirError",
     "TrainerOverrides",
     "check_output_dir",
+    "deciding",
     "load_state",
     "prepare_inputs",
     "read_state",

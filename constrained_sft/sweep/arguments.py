@@ -1,0 +1,147 @@
+"""The sweep's own options (`constrained-sft sweep --help`), beside the recipe's fields."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+from ..noise import parse_levels
+from ..tasks.arms import arm_recipes, recipe_identity
+from ..utils import check_fields, check_output_folder
+from .search import OBJECTIVES, Objective, open_study
+
+STAGES = ("search", "compare", "all")
+
+
+@dataclass
+class SweepArguments:
+    space: str = field(default=None, metadata={"help": "The search-space YAML (sections `constrained`, `erm`)."})
+    sweep_dir: str | None = field(
+        default=None, metadata={"help": "Where the sweep writes (default: <output_dir>-sweep)."}
+    )
+    n_trials: int = field(default=20, metadata={"help": "Finished (complete or pruned) trials per arm."})
+    objective: str = field(
+        default="auc",
+        metadata={
+            "help": "Validation score of a trial: 'auc' (the headline - token accuracy, accuracy or RMSE - over the "
+            "gamma grid), 'ood' (its mean above the training level), 'id_with_ood_floor' (ID accuracy among trials "
+            "whose OOD accuracy >= ood_floor; accuracy tasks) or 'loss' (held-out loss, mean over the grid). "
+            "Accuracy is maximised; RMSE and loss are minimised.",
+            "choices": list(OBJECTIVES),
+        },
+    )
+    ood_floor: float = field(default=0.0, metadata={"help": "OOD accuracy floor of 'id_with_ood_floor'."})
+    validation_size: float = field(
+        default=0.15, metadata={"help": "Validation rows carved off the training split: a fraction or a count."}
+    )
+    gammas: list[float] | None = field(
+        default=None, metadata={"help": "Noise grid of the objective and the test (default: 0..4x training gamma)."}
+    )
+    evaluations_per_trial: int = field(
+        default=2, metadata={"help": "Validation scores per trial reported to the pruner (the last is the final)."}
+    )
+    pruner: str = field(default="median", metadata={"help": "'median' or 'none'.", "choices": ["median", "none"]})
+    storage: str | None = field(
+        default=None,
+        metadata={"help": "Optuna storage URL (default: sqlite:///<sweep_dir>/study.db); share one to run workers."},
+    )
+    study_name: str | None = field(default=None, metadata={"help": "Study name prefix (default: sweep folder name)."})
+    readouts: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Classification: readouts of the constrained arms, of ['head', 'linear'] (default: recipe's)."
+        },
+    )
+    baseline: str = field(
+        default="none", metadata={"help": "'erm': an ERM arm per readout, same trials.", "choices": ["none", "erm"]}
+    )
+    final_seeds: int = field(default=3, metadata={"help": "Seeds of each best configuration's retraining."})
+    stage: str = field(
+        default="all",
+        metadata={"help": "'search', 'compare' (retrain and test) or 'all'.", "choices": list(STAGES)},
+    )
+    sampler_seed: int = field(default=0, metadata={"help": "Seed of the TPE sampler."})
+    eval_batch_size: int = field(default=64, metadata={"help": "Batch size of validation and test scoring."})
+    bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})
+    arm: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "More arms, repeatable: NAME=RECIPE.yaml, a recipe with the same data and model (e.g. --arm "
+            "penalty=recipes/.../penalty.yaml), searched in the space's `NAME` section if it has one (else its "
+            "`constrained` or `erm` section, by the recipe's `constraints`), retrained and compared with --reference; "
+            "the command line's recipe overrides reach every arm.",
+            "action": "extend",
+        },
+    )
+    reference: str | None = field(
+        default=None,
+        metadata={
+            "help": "The arm each --arm is compared with, A - reference (default: the ERM twin, else the recipe)."
+        },
+    )
+    heartbeat_interval: int = field(
+        default=10,
+        metadata={
+            "help": "Seconds between a running trial's heartbeats in the storage; a trial whose worker stopped beating "
+            "for 3x this long is marked failed and its place in the study freed."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        check_output_folder(self.sweep_dir, "--sweep_dir")
+
+    def validate(self) -> None:
+        for name, allowed in (("objective", OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
+        if self.baseline not in ("none", "erm"):
+            raise ValueError(f"`baseline` must be one of ['none', 'erm'], got {self.baseline!r}.")
+        if not self.space:
+            raise ValueError("`space` is required: a search-space YAML (see recipes/*/*/sweep.yaml).")
+        names = ("n_trials", "evaluations_per_trial", "final_seeds", "eval_batch_size", "bootstrap_samples")
+        for name in (*names, "heartbeat_interval"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
+        v = self.validation_size
+        if not (0 < v < 1 or (v >= 1 and float(v).is_integer())):
+            raise ValueError(
+                f"`validation_size` must be a fraction in (0, 1) or a row count, got {self.validation_size}."
+            )
+        if self.gammas is not None and (len(parse_levels(self.gammas, "gammas")) < 2):
+            raise ValueError(f"`gammas` must be >= 2 levels, each >= 0, got {self.gammas}.")
+        if self.stage != "search" and self.baseline != "erm":
+            raise ValueError(
+                "`stage` 'compare' / 'all' compares with a baseline: pass `--baseline erm` (or --stage search)."
+            )
+
+    def locate(self, output_dir: str) -> None:
+        """Fills the derived defaults: `sweep_dir` (<output_dir>-sweep), `study_name` (that folder's name) and
+        `storage` (a SQLite file in it)."""
+        self.sweep_dir = self.sweep_dir or f"{output_dir.rstrip('/')}-sweep"
+        self.study_name = self.study_name or os.path.basename(os.path.normpath(self.sweep_dir))
+        self.storage = self.storage or f"sqlite:///{os.path.abspath(os.path.join(self.sweep_dir, 'study.db'))}"
+
+    def extra_arms(self, taken: tuple[str, ...] = ("constrained", "erm")) -> dict[str, str]:
+        """{name: recipe path} of every `--arm` (`tasks.arms.arm_recipes`)."""
+        return arm_recipes(self.arm, taken)
+
+    def study(self, arm: str, objective: Objective):
+        """The Optuna study of one arm (after `locate`), created or loaded."""
+        name = f"{self.study_name}-{arm}"
+        return open_study(name, self.storage, self.sampler_seed, self.pruner, objective, self.heartbeat_interval)
+
+    def folder_settings(self, recipes: dict, spaces: dict, given_storage: str | None) -> dict:
+        """What decides a sweep's results, for its folder (`evaluation.folders`): the options (a continuation may
+        raise `n_trials` and `final_seeds`), every arm's recipe (`recipes`: {name: Recipe}; the ERM twins train the
+        constrained recipe), the search space and a storage the user named (the default one lives in the folder)."""
+        skip = ("sweep_dir", "n_trials", "final_seeds", "stage", "storage", "heartbeat_interval", "bootstrap_samples")
+        settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in (*skip, "arm")}
+        settings["arms"] = {name: recipe_identity(recipe) for name, recipe in recipes.items()}
+        settings["space"] = {name: [dataclasses.asdict(p) for p in space.params] for name, space in spaces.items()}
+        if given_storage:
+            from sqlalchemy.engine import make_url
+
+            settings["storage"] = make_url(given_storage).render_as_string(hide_password=True)
+        return settings
