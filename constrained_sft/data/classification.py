@@ -249,7 +249,15 @@ def _streamed(args, tokenizer, num_labels: int | None, train: IterableDataset, t
     ids = {n: i for i, n in enumerate(names)}
     needed = [args.text_column] + ([args.text_pair_column] if args.text_pair_column else [])
 
+    fields = {args.text_column: "text_column", args.label_column: "label_column"}
+    if args.text_pair_column:
+        fields[args.text_pair_column] = "text_pair_column"
+
     def row_labelled(row: dict, i: int) -> dict:
+        if missing := [c for c in fields if c not in row]:
+            raise DataError(
+                f"train row {i} (streamed) has no column {missing[0]!r} (`{fields[missing[0]]}`); it has {sorted(row)}."
+            )
         label = row.get(args.label_column)
         label = ids.get(label, -2) if isinstance(label, str) else label
         if not isinstance(label, int) or label >= len(names) or label == -2:
@@ -263,8 +271,12 @@ def _streamed(args, tokenizer, num_labels: int | None, train: IterableDataset, t
         encoded = tokenizer(row[args.text_column], second, truncation=True, max_length=args.max_seq_length)
         return {**encoded, "labels": label}
 
-    columns = train.column_names or list(next(iter(train)))
-    stream = train.filter(lambda row: not (isinstance(row[args.label_column], int) and row[args.label_column] < 0))
+    first = next(iter(train), None)  # the first training row, read now: a schema error before any training
+    if first is None:
+        raise DataError(f"The stream of {args.dataset_name!r} has no training rows after the held-out ones.")
+    row_labelled(first, 0)
+    columns = train.column_names or list(first)
+    stream = train.filter(lambda row: not (isinstance(row.get(args.label_column), int) and row[args.label_column] < 0))
     stream = stream.map(row_labelled, with_indices=True, remove_columns=columns)
     if args.max_train_samples is not None:
         stream = stream.take(args.max_train_samples)

@@ -6,10 +6,11 @@ holds one object instead of rows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
-from datasets import DatasetDict, load_dataset
+from datasets import DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 
 from .errors import DataError
 
@@ -28,6 +29,8 @@ def load_local(path: str, streaming: bool = False) -> DatasetDict:
         kinds = {LOCAL_LOADERS[os.path.splitext(f)[1]] for f in files}
         if len(kinds) > 1:
             raise DataError(f"Folder {path!r} mixes file types {sorted(kinds)}; keep one.")
+        if streaming and all(f.endswith(".jsonl") for f in files):
+            return IterableDatasetDict({split: streamed_jsonl(paths) for split, paths in by_split.items()})
         for f in files:
             if not streaming:  # it reads the whole file: a stream's rows are checked as they are read
                 check_text_file(f)
@@ -38,6 +41,8 @@ def load_local(path: str, streaming: bool = False) -> DatasetDict:
     ext = os.path.splitext(path)[1]
     if ext not in LOCAL_LOADERS:
         raise DataError(f"`dataset_name` {path!r}: unsupported data file; use one of {sorted(LOCAL_LOADERS)}.")
+    if streaming and ext == ".jsonl":
+        return IterableDatasetDict({"train": streamed_jsonl([path])})
     if not streaming:  # it reads the whole file: a stream's rows are checked as they are read
         check_text_file(path)
     try:
@@ -83,17 +88,60 @@ def check_text_file(path: str) -> None:
             )
     elif ext == ".jsonl":
         for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(
-                    f"`dataset_name` {path}:{number}:{error.colno}: not a JSON object ({error.msg}); a .jsonl file holds "
-                    "one JSON object per line."
-                ) from None
-            if not isinstance(row, dict):
-                raise DataError(
-                    f"`dataset_name` {path}:{number}: a {type(row).__name__}, not a JSON object; a .jsonl file holds one "
-                    "object (one row) per line."
-                )
+            if line.strip():
+                jsonl_row(path, number, line)
+
+
+def jsonl_row(path: str, number: int, line: str) -> dict:
+    """Line `number` of a .jsonl file as its row, refused naming the file, line and column unless one JSON object."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DataError(
+            f"`dataset_name` {path}:{number}:{error.colno}: not a JSON object ({error.msg}); a .jsonl file holds one JSON "
+            "object per line."
+        ) from None
+    if not isinstance(row, dict):
+        raise DataError(
+            f"`dataset_name` {path}:{number}: a {type(row).__name__}, not a JSON object; a .jsonl file holds one object "
+            "(one row) per line."
+        )
+    return row
+
+
+def streamed_jsonl(paths: list[str]) -> IterableDataset:
+    """A stream of the rows of .jsonl files, read line by line as training asks for them (datasets' own JSON stream
+    fails on a malformed line with a message naming no file or line, and casts every file to the first one's columns;
+    here a bad line is refused as `jsonl_row` words it, and each row keeps its own columns, checked by the format)."""
+
+    def rows(paths: list[str]):
+        for path in paths:
+            with open(path, encoding="utf-8", errors="strict") as f:
+                try:
+                    for number, line in enumerate(f, 1):
+                        if line.strip():
+                            yield jsonl_row(path, number, line)
+                except UnicodeDecodeError as error:
+                    raise DataError(f"`dataset_name` {path}: not UTF-8 text ({error.reason}).") from None
+
+    return IterableDataset.from_generator(rows, gen_kwargs={"paths": list(paths)})
+
+
+def source_fingerprint(path: str) -> str:
+    """A short hash that changes when a local data source does: a file's size and its first and last MiB; a folder's
+    files' relative names and sizes (cheap for folders of many frames). Independent of where the source lies."""
+    digest = hashlib.sha256()
+    if os.path.isfile(path):
+        size = os.path.getsize(path)
+        digest.update(str(size).encode())
+        with open(path, "rb") as f:
+            digest.update(f.read(1 << 20))
+            if size > 1 << 20:
+                f.seek(max(size - (1 << 20), 1 << 20))
+                digest.update(f.read())
+    else:
+        for root, _, files in sorted(os.walk(path)):
+            for name in sorted(files):
+                full = os.path.join(root, name)
+                digest.update(f"{os.path.relpath(full, path)}:{os.path.getsize(full)}".encode())
+    return digest.hexdigest()[:16]

@@ -37,9 +37,9 @@ from ..models import (
     UTConfig,
     UTForSequenceClassification,
 )
-from ..trainers import ConstrainedTrainer, check_output_dir
+from ..trainers import ConstrainedTrainer
 from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio, require_model
-from .training import train_and_report
+from .training import check_run, train_and_report
 
 NAME = "classification"
 
@@ -169,7 +169,7 @@ class ClassificationTask(Task):
         script, model_args = recipe.script, recipe.model
         require_model(model_args.model_name_or_path)
         path = resolve_model_path(model_args.model_name_or_path)
-        check_output_dir(recipe.training, path, recipe.training.resume_from_checkpoint)  # before any work
+        identity = check_run(recipe, path)  # before any work
         tokenizer = load_tokenizer(path, model_args.model_revision)
         config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
         num_labels = config.num_labels if has_classification_head(config) else None
@@ -199,6 +199,7 @@ class ClassificationTask(Task):
             processing_class=tokenizer,
             data_collator=DataCollatorWithPadding(tokenizer),
         )
+        trainer.run_identity = identity  # with the data it trains on
         return train_and_report(trainer, script.evaluate_before_training, accuracy_key="accuracy", end=not more_runs)
 
     # --- evaluation ----------------------------------------------------------------------------------------------

@@ -31,10 +31,10 @@ from ..data import (
     load_train_eval,
     resolve_model_path,
 )
-from ..trainers import ConstrainedSFTTrainer, check_output_dir
+from ..trainers import ConstrainedSFTTrainer
 from ..utils import write_json
 from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio, require_model
-from .training import train_and_report
+from .training import check_run, train_and_report
 
 NAME = "sft"
 
@@ -92,7 +92,7 @@ class SFTTask(Task):
         require_model(recipe.model.model_name_or_path)
         model_path = resolve_model_path(recipe.model.model_name_or_path)
         recipe.training.model_init_kwargs = init_kwargs(recipe.model, recipe.training)
-        check_output_dir(recipe.training, model_path, recipe.training.resume_from_checkpoint)  # before any work
+        identity = check_run(recipe, model_path)  # before any work
         train_dataset, eval_dataset = load_train_eval(recipe.script)
         trainer = ConstrainedSFTTrainer(
             model=model_path,
@@ -101,6 +101,7 @@ class SFTTask(Task):
             eval_dataset=eval_dataset,
             peft_config=get_peft_config(recipe.model),
         )
+        trainer.run_identity = identity  # with the data it trains on
         main = trainer.is_world_process_zero()
         result = train_and_report(trainer, recipe.script.evaluate_before_training, end=not more_runs)
         if main:  # where the held-out rows came from, beside the model (a refused run writes nothing)

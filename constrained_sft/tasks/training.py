@@ -3,12 +3,41 @@ layer table on rank 0, and shut down cleanly."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 
 from ..constraints.feasibility import REPORT
+from ..data import DataError, source_fingerprint
+from ..trainers import check_output_dir
+from ..trainers.resume import run_identity
 
 DONE = "training_args.json"  # Trainer.save_model writes it last: a run folder holding it is finished
+# data fields that decide nothing of the trained weights
+DATA_BOOKKEEPING = ("evaluate_before_training",)
+
+
+def data_identity(script) -> dict:
+    """What a run trains on, for its identity (`trainers.resume.run_identity`): the recipe's data fields, and for a
+    local file or folder its fingerprint (`data.source_fingerprint`), so that a run resumed on other data, the same
+    path with other contents included, is another run, as one with another seed is."""
+    fields = {k: v for k, v in dataclasses.asdict(script).items() if k not in DATA_BOOKKEEPING}
+    files = {k: source_fingerprint(v) for k, v in fields.items() if isinstance(v, str) and os.path.exists(v)}
+    return {**fields, **({"files": files} if files else {})}
+
+
+def check_run(recipe, model_source) -> dict:
+    """Everything a training run checks before any work, returning its identity: a stream needs `max_steps` (it has
+    no length to count epochs in), and the output folder must be this run's or free (`trainers.check_output_dir`,
+    the data part of the identity included)."""
+    if getattr(recipe.script, "streaming", False) and recipe.training.max_steps < 1:
+        raise DataError(
+            "`streaming` reads the data as a stream, which has no length to count epochs in: set `max_steps` (the "
+            "number of optimizer steps to train)."
+        )
+    identity = run_identity(recipe.training, model_source, data_identity(recipe.script))
+    check_output_dir(recipe.training, model_source, recipe.training.resume_from_checkpoint, identity)
+    return identity
 
 
 def is_finished(output_dir: str) -> bool:

@@ -36,10 +36,10 @@ from ..data.video import (
 )
 from ..models import DENOISERS, denoiser_of
 from ..models.denoisers import architecture_help
-from ..trainers import ConstrainedTrainer, check_output_dir
+from ..trainers import ConstrainedTrainer
 from ..utils import write_json
 from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio
-from .training import train_and_report
+from .training import check_run, train_and_report
 from .video_frames import GREY, plot_frames, reconstruct_clip
 
 NAME = "video"
@@ -164,9 +164,10 @@ class VideoTask(Task):
 
     def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
         script, training_args = recipe.script, recipe.training
-        check_output_dir(training_args, None, training_args.resume_from_checkpoint)  # before any work
+        identity = check_run(recipe, None)  # before any work
         splits = load_video(script, script.sequence_axis)
         trainer = denoiser_trainer(build_denoiser(script, splits.sigma_x), training_args, splits.train, splits.test)
+        trainer.run_identity = identity  # with the data it trains on
         if trainer.is_world_process_zero():
             os.makedirs(training_args.output_dir, exist_ok=True)
             write_json(

@@ -170,3 +170,39 @@ def test_the_command_line_streams_classification_data(tmp_path):
     argv[argv.index("--max_steps") + 1] = "8"
     with pytest.raises(ValueError, match=r"train row 12 \(streamed\): label 'meh' is not one of \['neg', 'pos'\]"):
         main(argv)
+
+
+def test_a_streamed_run_resumed_on_other_data_is_another_run_like_one_with_another_seed(tmp_path):
+    """The run's identity holds what it trains on (the data fields and the local file's fingerprint): the same
+    command on other data, or on the same path with other rows, is refused in its folder like another seed, before
+    any work; the same data resumes. Missing `max_steps` with a stream is refused before the model loads."""
+    from constrained_sft.cli import main
+    from constrained_sft.trainers import OutputDirError
+
+    model = tmp_path / "model"
+    tiny_causal_lm("llama").save_pretrained(model)
+    tiny_tokenizer().save_pretrained(model)
+    rows = [{"prompt": f"s{i % 20} s{(i + 1) % 20} =", "completion": f" s{(i + 2) % 20}"} for i in range(24)]
+    data, other = tmp_path / "data.jsonl", tmp_path / "other.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    other.write_text("".join(json.dumps(r) + "\n" for r in rows[::-1]))
+    out = tmp_path / "o"
+    argv = [
+        "train", "--model_name_or_path", str(model), "--dataset_name", str(data), "--output_dir", str(out),
+        "--streaming", "true", "--eval_size", "4", "--max_steps", "2", "--per_device_train_batch_size", "4",
+        "--bf16", "false", "--use_cpu", "true", "--report_to", "none", "--save_strategy", "steps", "--save_steps", "1",
+        "--disable_tqdm", "true",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    for change, named in ((["--dataset_name", str(other)], "data.dataset_name"), (["--seed", "7"], "`seed`")):
+        with pytest.raises(OutputDirError, match=f"another run.*{named}"):
+            main([*argv, *change])
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))  # the same path, other rows
+    with pytest.raises(OutputDirError, match="another run.*data.files"):
+        main(argv)
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == stamps  # nothing touched
+    no_steps = [a for a in argv if a not in ("--max_steps", "2")] + ["--output_dir", str(tmp_path / "o2")]
+    with pytest.raises(ValueError, match="`streaming` .* set `max_steps`"):
+        main(no_steps)
+    assert not (tmp_path / "o2").exists()

@@ -55,14 +55,20 @@ def model_source(model: Any) -> str | None:
     return source or None
 
 
-def run_identity(args: Any, model: Any) -> dict[str, Any]:
+def run_identity(args: Any, model: Any, data: dict[str, Any] | None = None) -> dict[str, Any]:
     """
-    {"id", "model", "config"}: the fields that decide the trained weights and a short hash of them, and the model's
-    source (compared only where both runs know it: a model built in code has none).
+    {"id", "model", "config"} (and "data"): the fields that decide the trained weights and a short hash of them, the
+    model's source, and what the run trains on where the caller knows it (the command line's data fields and local
+    files: a run resumed on other data is another run, as one with another seed is); the model and the data are
+    compared only where both runs know them (a model built in code has no source, a trainer built from Python no
+    data description).
     """
     config = json.loads(json.dumps(deciding(args.to_dict()), default=str))
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    return {"id": digest, "model": model_source(model), "config": config}
+    identity = {"id": digest, "model": model_source(model), "config": config}
+    if data is not None:
+        identity["data"] = json.loads(json.dumps(data, default=str))
+    return identity
 
 
 def deciding(settings: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +87,8 @@ def same_run(saved: dict[str, Any] | None, identity: dict[str, Any]) -> bool:
     if saved is None:
         return False
     if saved.get("id") != identity["id"] and deciding(saved.get("config") or {}) != identity["config"]:
+        return False
+    if saved.get("data") is not None and identity.get("data") is not None and saved["data"] != identity["data"]:
         return False
     return not (saved.get("model") and identity["model"]) or saved["model"] == identity["model"]
 
@@ -101,6 +109,9 @@ def _changed(saved: dict[str, Any], current: dict[str, Any]) -> str:
     diffs = [k for k in keys if saved.get("config", {}).get(k) != current["config"].get(k)]
     if saved.get("model") != current["model"]:
         diffs.insert(0, "model")
+    if saved.get("data") is not None and current.get("data") is not None:
+        data = sorted(set(saved["data"]) | set(current["data"]))
+        diffs[:0] = [f"data.{k}" for k in data if saved["data"].get(k) != current["data"].get(k)]
     shown = ", ".join(f"`{k}`" for k in diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
     return shown or "none of the fields (a run.json of another format)"
 
