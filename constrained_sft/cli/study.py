@@ -34,7 +34,7 @@ class StudyCommand(Command):
         from ..study import StudyArguments, run
         from ..study.report import arm_label
         from ..study.results import StudyResults
-        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
+        from ..tasks.recipes import dataclass_parser, parse, read_recipe, recipe_and_task
 
         _, task, argv = recipe_and_task(argv, prog)
         description = (
@@ -49,9 +49,12 @@ class StudyCommand(Command):
             )
 
         args, *constrained = parse(parser(), argv)
+        if args.erm_config:
+            read_recipe(args.erm_config, "--erm_config")  # a broken recipe named by its flag, before TRL reads it
         _, *erm = parse(parser(), with_config(argv, args.erm_config) if args.erm_config else argv)
         more = {}
         for name, path in args.extra_arms().items():  # the same overrides reach every arm
+            read_recipe(path, f"--arm {name}")
             _, *arm = parse(parser(), with_config(argv, path))
             more[name] = own_process(task.recipe(tuple(arm)))
         constrained, erm = (own_process(task.recipe(tuple(r))) for r in (constrained, erm))

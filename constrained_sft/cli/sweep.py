@@ -24,7 +24,7 @@ class SweepCommand(Command):
         from ..evaluation.report import comparisons_markdown
         from ..sweep import SweepArguments, run
         from ..sweep.run import searched_line
-        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
+        from ..tasks.recipes import dataclass_parser, parse, read_recipe, recipe_and_task
 
         _, task, argv = recipe_and_task(argv, prog)
         description = (
@@ -40,6 +40,7 @@ class SweepCommand(Command):
         settings, *recipe = parse(parser(), argv)
         more = {}
         for name, path in settings.extra_arms().items():  # the same overrides reach every arm
+            read_recipe(path, f"--arm {name}")  # a broken recipe named by its flag, before TRL reads it
             _, *arm = parse(parser(), with_config(argv, path))
             more[name] = own_process(task.recipe(tuple(arm)))
         out = run(settings, task, own_process(task.recipe(tuple(recipe))), more)

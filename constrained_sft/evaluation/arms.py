@@ -53,12 +53,7 @@ class ArmArguments:
         """The reference is an arm and every model path exists (or is a Hub id or a pkg: alias)."""
         if self.reference is not None and self.reference not in arms:
             raise ValueError(f"`--reference` {self.reference!r} is not an arm; allowed: {list(arms)}.")
-        for path in (p for members in arms.values() for _, p in members):
-            if not path.startswith("pkg:") and path.count("/") != 1 and not os.path.exists(path):
-                raise ModelPathError(
-                    f"`--models` / `--arm` {path!r} does not exist; allowed: a local model folder, a Hub id or a pkg: "
-                    "alias."
-                )
+        check_model_paths([p for members in arms.values() for _, p in members], "--arm" if self.arm else "--models")
 
     def arms(self) -> dict[str, list[tuple[str, str]]]:
         """{arm: [(model name, path), ...]}: each `--arm`, or each model of `--models` as an arm of its own. Every
@@ -108,3 +103,12 @@ def folder_name(path: str, flag: str = "--names") -> str:
         raise ValueError(
             f"the folder name of {path!r} is not a plain name to file its results under; pass `{flag}`."
         ) from None
+
+
+def check_model_paths(paths: list[str], flag: str) -> None:
+    """Every model of a command exists (or is a Hub id or a pkg: alias), checked before the first is loaded."""
+    for path in paths:
+        if not path.startswith("pkg:") and path.count("/") != 1 and not os.path.exists(path):
+            raise ModelPathError(
+                f"`{flag}` {path!r} does not exist; allowed: a local model folder, a Hub id or a pkg: alias."
+            )

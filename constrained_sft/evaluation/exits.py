@@ -35,7 +35,7 @@ from ..tasks import SFTTask, get_task
 from ..tasks.sft import causal_lm_config
 from ..utils import check_fields, check_output_folder, child_path, plain_name, read_json, write_json
 from .alpaca.generate import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
-from .arms import folder_name
+from .arms import check_model_paths, folder_name
 from .bootstrap import Statistic, bootstrap_interval
 from .folders import check_folder, differences, mark_folder, model_identities, normalized
 from .loading import reference_sigma, versions
@@ -101,6 +101,7 @@ class ExitsArguments:
         parse_levels(self.gammas)
         if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
             raise GenerationError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
+        check_model_paths(self.models, "--models")  # after the options: every model, before any loads
 
     def model_names(self) -> list[str]:
         return self.names or [folder_name(p) for p in self.models]

@@ -59,12 +59,10 @@ def read_recipe(path: str | None, flag: str = "--config") -> dict:
     if not os.path.isfile(path):
         raise ValueError(f"`{flag}` {path!r} is not a file; give the path of a YAML recipe (see recipes/).")
     recipe = read_yaml(path, flag)
-    if recipe is not None and not isinstance(recipe, dict):
-        raise ValueError(
-            f"`{flag}` {path} must be a YAML mapping of field names to values (see recipes/), got a "
-            f"{type(recipe).__name__}."
-        )
-    return recipe or {}
+    if not isinstance(recipe, dict):
+        got = "an empty file" if recipe is None else f"a {type(recipe).__name__}"
+        raise ValueError(f"`{flag}` {path} must be a YAML mapping of field names to values (see recipes/), got {got}.")
+    return recipe
 
 
 def recipe_and_task(argv: list[str], prog: str, flag: str = "--config") -> tuple[dict, Task, list[str]]:

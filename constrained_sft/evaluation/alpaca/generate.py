@@ -26,7 +26,7 @@ from ...data import ModelSpec, model_fingerprint
 from ...noise import embedding_noise, embedding_sigma, parse_levels
 from ...tasks import SFTTask, get_task
 from ...utils import check_fields, check_output_folder, child_path, plain_name, read_json, write_json
-from ..arms import folder_name
+from ..arms import check_model_paths, folder_name
 from ..folders import check_folder, mark_folder
 from ..loading import reference_sigma
 
@@ -77,6 +77,7 @@ class GenerateArguments:
     def validate(self) -> None:
         if not self.model or not self.output_dir:
             raise GenerationError("`--model` and `--output_dir` are required.")
+        check_model_paths([self.model], "--model")
         parse_levels(self.gammas)
         if self.name is not None:
             plain_name(self.name, "--name", GenerationError)
