@@ -22,6 +22,8 @@ from constrained_sft.config import (
 from constrained_sft.evaluation import RobustnessArguments
 from constrained_sft.evaluation.alpaca.generate import GenerateArguments
 from constrained_sft.evaluation.alpaca.judging import AlpacaArguments
+from constrained_sft.evaluation.exits import ExitsArguments
+from constrained_sft.evaluation.harness.arguments import HarnessArguments
 from constrained_sft.study.arguments import StudyArguments
 from constrained_sft.sweep.arguments import SweepArguments
 from constrained_sft.tasks import get_task
@@ -29,7 +31,7 @@ from constrained_sft.tasks import get_task
 INHERITED = [
     "learning_rate", "per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps",
     "max_steps", "num_train_epochs", "eval_strategy", "save_strategy", "logging_strategy", "eval_steps", "save_steps",
-    "logging_steps", "seed", "weight_decay", "max_grad_norm",
+    "logging_steps", "seed", "weight_decay", "max_grad_norm", "neftune_noise_alpha",
 ]  # fmt: skip
 OURS = [f.name for cls in (ConstraintArguments, NoiseArguments, RunArguments) for f in dataclasses.fields(cls)]
 CONFIG_BASE = dict(output_dir="/tmp/constrained-sft-properties", report_to="none", use_cpu=True)
@@ -47,7 +49,8 @@ def cases():
                 out += [(f"{name}:{cls.__name__}.{f}", cls, base, f) for f in fields]
             elif cls.__module__.startswith("constrained_sft"):
                 out += [(f"{name}:{cls.__name__}.{f.name}", cls, {}, f.name) for f in dataclasses.fields(cls)]
-    for cls in (RobustnessArguments, GenerateArguments, AlpacaArguments, SweepArguments, StudyArguments):
+    for cls in (RobustnessArguments, GenerateArguments, AlpacaArguments, SweepArguments, StudyArguments,
+                HarnessArguments, ExitsArguments):  # fmt: skip
         out += [(f"{cls.__name__}.{f.name}", cls, {}, f.name) for f in dataclasses.fields(cls)]
     return out
 
@@ -72,6 +75,10 @@ def test_every_task_and_command_field_is_covered():
     labels = {label for label, *_ in CASES}
     assert "sft:ConstrainedSFTConfig.descent_alpha" in labels and "video:VideoScriptArguments.patch_size" in labels
     assert "classification:ConstrainedConfig.learning_rate" in labels and "StudyArguments.training_seeds" in labels
+    new = ("nupi_kp", "nupi_ki", "nupi_ema", "alm_penalty", "alm_growth", "alm_tolerance", "penalty_weight",
+           "early_exit_scale", "early_exit_weight", "neftune_noise_alpha")  # fmt: skip
+    assert all(f"sft:ConstrainedSFTConfig.{name}" in labels for name in new)
+    assert "HarnessArguments.limit" in labels and "ExitsArguments.exit_layers" in labels
     assert len(CASES) > 240
 
 

@@ -59,7 +59,7 @@ REQUIRED = {
 def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str = "train"):
     """Validate every row and map the dataset to TRL's formats; errors name the split, row and problem. A streamed
     dataset is mapped lazily: its first row names the columns, and each row is checked as training reads it."""
-    columns = ds.column_names
+    columns, first = ds.column_names, None
     if isinstance(ds, IterableDataset) and columns is None:
         first = next(iter(ds), None)
         if first is None:
@@ -84,6 +84,8 @@ def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str 
             except DataError as e:
                 raise DataError(f"{split} row {i} ({fmt} format, streamed): {e}") from None
 
+        if first is not None:
+            checked(first, 0)  # the first row, read already: its problem before any training
         return ds.map(checked, with_indices=True, remove_columns=columns)
     rows = []
     for i, row in enumerate(ds):

@@ -65,7 +65,9 @@ def flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def differences(saved: dict[str, Any], current: dict[str, Any], limit: int = 4) -> str:
     """'key old -> new' for the settings that differ, down to the nested field (the first `limit`)."""
     a, b = flat(saved), flat(current)
-    keys = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    # a value changed first, then a setting one side lacks (an older version's marker)
+    keys = sorted((k not in a or k not in b, k) for k in set(a) | set(b) if a.get(k) != b.get(k))
+    keys = [k for _, k in keys]
 
     def short(key: str, side: dict[str, Any]) -> str:
         text = json.dumps(side[key]) if key in side else "(unset)"

@@ -14,6 +14,7 @@ import warnings
 from typing import Any
 
 from ..config import training_level
+from ..data.splits import refuse_streamed_selection
 from ..evaluation import default_gammas
 from ..evaluation.folders import check_folder, mark_folder, normalized
 from ..evaluation.report import (
@@ -70,8 +71,9 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
             "(lower is better): use 'auc', 'ood' or 'loss'."
         )
     spaces = load_space(settings.space, type(training), sections=tuple(more))  # read and checked before any write
-    check_ranges({k: v for k, v in spaces.items() if k not in more}, training)  # every section, arm or not
     searched, not_searched = arm_spaces(spaces, arms, training)
+    check_ranges({k: v for k, v in spaces.items() if k not in more}, training)  # every section, arm or not
+    refuse_streamed_selection(recipe.script)
     given_storage = settings.storage
     settings.locate(training.output_dir)
     train_gamma = training_level(training.noise_gamma)

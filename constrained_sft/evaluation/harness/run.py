@@ -16,7 +16,9 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from ...data import ModelSpec
 from ...noise import embedding_sigma
+from ...tasks.sft import causal_lm_config
 from ...utils import OutputDirError, child_path, read_json, write_json
 from ..bootstrap import Statistic, bootstrap_interval, paired_bootstrap
 from ..folders import check_folder, differences, mark_folder, model_identities, normalized
@@ -140,7 +142,7 @@ def run(args: HarnessArguments) -> dict:
     """Evaluate every missing cell, then compare and report; returns what results.json holds."""
     from transformers import AutoModelForCausalLM
 
-    from ...data import ModelSpec, load_pretrained
+    from ...data import load_pretrained
     from ..report.harness import write_harness_report
 
     args.validate()
@@ -149,6 +151,9 @@ def run(args: HarnessArguments) -> dict:
     tasks = args.task_names()
     manager = args.task_manager()
     models = [(name, path) for members in arms.values() for name, path in members]
+    flag = "--arm" if args.arm else "--models"
+    for name, path in models:  # every model is a causal LM, from its config, before any loads
+        causal_lm_config(ModelSpec(name, path, flag=flag))
     first = models[0][1]
     sigma, source = reference_sigma(args.sigma_x, first)
     identities = model_identities(models)
@@ -167,7 +172,7 @@ def run(args: HarnessArguments) -> dict:
             continue
         if loaded is None or loaded[0] != path:
             dtype = args.dtype if args.dtype == "auto" else getattr(torch, args.dtype)
-            spec = ModelSpec(name, path, flag="--arm" if args.arm else "--models")
+            spec = ModelSpec(name, path, flag=flag)
             model, tokenizer = load_pretrained(spec, AutoModelForCausalLM, dtype=dtype)
             device = "cuda" if torch.cuda.is_available() else "cpu"  # lm-eval's default device, where there is one
             loaded = (path, model.to(device).eval(), tokenizer)

