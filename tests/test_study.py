@@ -130,6 +130,14 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
     assert kept["train"] == timings["train"] and kept["robustness"] >= timings["robustness"] > 0
     assert again["head_to_head"]["levels"] == head["levels"]
 
+    # a changed recipe behind the same arm names is another study: refused before any run, nothing touched
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(
+        ValueError, match=r"holds `study` results made with other settings \(arms.constrained.training"
+    ):
+        cli(study_argv(assets, out, "--learning_rate", "0.05"))
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == stamps
+
 
 def test_a_three_arm_study_compares_every_arm_with_the_reference(assets, tmp_path, capsys):
     """`--arm penalty=... --reference constrained`: trained, measured and judged beside the twins; every other arm

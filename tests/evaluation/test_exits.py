@@ -104,3 +104,29 @@ def test_bad_options_fail_in_one_line_before_any_model_loads(fields, match):
     with pytest.raises(GenerationError, match=match) as error:
         ExitsArguments(**fields).validate()
     assert "\n" not in str(error.value)
+
+
+def test_a_rerun_reuses_each_models_row_and_measures_only_the_new_model(tmp_path, monkeypatch, capsys):
+    """Rows are keyed by the model's weights and the noise scale: the same settings reuse them (no decoding), a model
+    added to the command is the only one measured, a model retrained behind its name is refused."""
+    from constrained_sft.evaluation import exits as exits_module
+
+    for name, seed in (("a", 0), ("b", 1)):
+        tiny_causal_lm("llama", seed=seed).save_pretrained(tmp_path / name)
+        tiny_tokenizer().save_pretrained(tmp_path / name)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("\n".join(json.dumps({"instruction": f"say {w}"}) for w in "ab"))
+    base = ["eval", "exits", "--output_dir", str(tmp_path / "out"), "--instructions", str(prompts),
+            "--exit_layers", "1", "--max_new_tokens", "3", "--bootstrap_samples", "50"]  # fmt: skip
+    assert cli([*base, "--models", str(tmp_path / "a")]) == 0
+    first = json.loads((tmp_path / "out" / "exits.json").read_text())["models"]["a"]
+    measured = []
+    original = exits_module.measure_model
+    monkeypatch.setattr(exits_module, "measure_model", lambda m, t, p, e, n, desc: measured.append(desc) or original(m, t, p, e, n, desc))  # fmt: skip
+    assert cli([*base, "--models", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    assert measured == ["decoding b"]  # a's row reused
+    results = json.loads((tmp_path / "out" / "exits.json").read_text())
+    assert results["models"]["a"] == first and set(results["models"]) == {"a", "b"}
+    tiny_causal_lm("llama", seed=5).save_pretrained(tmp_path / "b")  # retrained behind the same name
+    with pytest.raises(ValueError, match=r"rows/b.json was measured from another model behind the name 'b'"):
+        cli([*base, "--models", str(tmp_path / "a"), str(tmp_path / "b")])

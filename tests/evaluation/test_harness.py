@@ -153,6 +153,12 @@ def test_eval_harness_compares_arms_and_resumes_from_finished_cells(trained, tmp
     assert _cli(*argv) == 0
     assert all(os.stat(c).st_mtime_ns == stamps[c] for c in cells[1:])  # finished cells reused, not recomputed
     assert json.loads((out / "results.json").read_text())["comparisons"] == results["comparisons"]
+    # a continuation with another level computes that level's cells only; another --limit is another folder
+    assert _cli(*argv, "--gammas", "0", "1", "0.5") == 0  # the last --gammas given counts
+    assert len(sorted(out.rglob("gamma=*.json"))) == 6 and all(os.stat(c).st_mtime_ns == stamps[c] for c in cells[1:])
+    capsys.readouterr()
+    assert _cli(*argv, "--limit", "3") == 2
+    assert "holds `eval harness` results made with other settings (limit null -> 3)" in capsys.readouterr().err
 
 
 def test_the_shipped_offline_tasks_load(tmp_path, monkeypatch):
