@@ -7,7 +7,8 @@ determine its results. Before any work, a command refuses in one line
   unless the two share folders by design (`eval alpaca` adds its section to a robustness report);
 - its own folder written with settings that change the results (a resume continues only what matches; the settings a
   continuation may extend, e.g. a study's training seeds, are not part of them);
-- a folder holding files no command marked (another tool's, or an earlier version's), whose origin it cannot check.
+- a folder holding files no command marked (another tool's, or an earlier version's), whose origin it cannot check
+  (subfolders with markers of their own are known: `eval/alpaca/run.py` judges beside the generations it wrote).
 
 Nothing is overwritten: the marker is written (atomically) only when the command is about to write its results.
 """
@@ -87,6 +88,9 @@ def check_folder(path: str | None, command: str, settings: dict[str, Any], flag:
         return  # missing, empty, or another worker of one sweep marking it this instant
     commands = read_marker(path, flag)
     if commands is None:
+        found = [f for f in found if not os.path.isfile(os.path.join(path, f, MARKER))]  # marked subfolders are known
+        if not found:
+            return
         raise OutputDirError(
             f"`{flag}` {path} holds files that no constrained-sft command marked as its own ({', '.join(found[:3])}"
             f"{', ...' if len(found) > 3 else ''}; no {MARKER}), so they could be another run's: give an empty or "

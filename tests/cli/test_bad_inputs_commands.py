@@ -119,6 +119,11 @@ class Ctx:
         return str(folder)
 
     # --- the Python API ------------------------------------------------------------------------------------------
+    def sft_trainer(self, model: str):
+        from constrained_sft import ConstrainedSFTTrainer
+
+        return lambda: ConstrainedSFTTrainer(model=model, args=self.config()(), train_dataset=successor_dataset(8))
+
     def config(self, **fields):
         return lambda: ConstrainedSFTConfig(output_dir=str(self.out), report_to="none", use_cpu=True, bf16=False,
                                             **fields)  # fmt: skip
@@ -301,6 +306,8 @@ CASES = [
     Case("neftune-nan", "config", lambda c: c.config(neftune_noise_alpha=math.nan), "`neftune_noise_alpha`", "finite number >= 0"),
     Case("neftune-inf-cli", "config", lambda c: c.train(c.pc(), "--neftune_noise_alpha", "inf"), "`neftune_noise_alpha`", "finite number >= 0"),
     Case("dual-optimizer", "config", lambda c: c.config(dual_optimizer="rmsprop"), "`dual_optimizer`", "sgd.*augmented_lagrangian"),
+    Case("sft-trainer-on-a-classifier-folder", "config", lambda c: c.sft_trainer(c.clf), "`model` .*clf: a saved BertForSequenceClassification", "causal language models.*ConstrainedTrainer"),
+    Case("sft-trainer-on-a-base-model-folder", "config", lambda c: c.sft_trainer(c.base), "`model` .*base: a saved LlamaModel", r"\*ForCausalLM"),
     Case("penalty-cli-resilience", "config", lambda c: c.train(c.pc(), "--constraints", "penalty", "--resilience", "0.5"), "`resilience`", "`resilience: 0`"),
     # --- streamed data -----------------------------------------------------------------------------------------------
     Case("stream-no-max-steps", "streaming", lambda c: [a for a in c.stream(c.jsonl("s.jsonl", STREAM)) if a not in ("--max_steps", "1")], "`streaming`", "set `max_steps`"),
