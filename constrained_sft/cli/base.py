@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
-from ..utils import percent
+from ..utils.help_text import percent
 
 if TYPE_CHECKING:
     from ..tasks import Task

@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
-from ..utils import cache_root, write_text
+from ..utils.files import cache_root, write_text
 from ..version import VERSION
 
 # the distributions whose dataclass fields or help strings a command's help shows

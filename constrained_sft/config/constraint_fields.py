@@ -9,7 +9,7 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
-from ..utils import check_fields
+from ..utils.fields import check_fields
 from .dual_fields import DualMethodArguments
 
 CONSTRAINT_MODES = ("descent", "penalty", "early_exit", "none")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..utils import check_fields
+from ..utils.fields import check_fields
 from .constraint_fields import is_number
 
 

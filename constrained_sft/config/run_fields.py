@@ -11,7 +11,8 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from ..utils import OutputDirError, check_fields, check_output_folder
+from ..utils.fields import check_fields
+from ..utils.folders import OutputDirError, check_output_folder
 
 NONFINITE_POLICIES = ("stop", "skip")
 HOST_ALLOCATORS = ("reuse", "system")

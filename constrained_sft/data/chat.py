@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from datasets import Dataset
 
-from ..utils import check_fields
+from ..utils.fields import check_fields
 from .errors import DataError
 from .formats import CONVERSATION_MODES, FORMATS, to_trl_format
 from .splits import carve, check_stream_eval_size, refuse_streamed_selection, source_splits

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from datasets import ClassLabel, Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 
-from ..utils import check_fields
+from ..utils.fields import check_fields
 from .errors import DataError
 from .local_files import load_local
 from .splits import carve, carve_stream, check_stream_eval_size, refuse_streamed_selection

@@ -33,7 +33,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from ..utils import check_fields, patchify, unpatchify
+from ..utils.fields import check_fields
+from ..utils.patches import patchify, unpatchify
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".mpg", ".mpeg")
 FRAME_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp")

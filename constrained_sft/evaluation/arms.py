@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..data import ModelPathError
-from ..utils import plain_name
+from ..utils.folders import plain_name
 
 
 @dataclass

@@ -33,7 +33,9 @@ from ..noise import embedding_noise, embedding_sigma, parse_levels
 from ..readout import CausalLMReadout
 from ..tasks import SFTTask, get_task
 from ..tasks.sft import causal_lm_config
-from ..utils import check_fields, check_output_folder, child_path, plain_name, read_json, write_json
+from ..utils.fields import check_fields
+from ..utils.files import read_json, write_json
+from ..utils.folders import check_output_folder, child_path, plain_name
 from .alpaca.generate import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from .arms import check_model_paths, folder_name
 from .bootstrap import Statistic, bootstrap_interval

@@ -21,7 +21,9 @@ import tempfile
 from typing import Any
 
 from ..data import model_fingerprint
-from ..utils import VERSION, OutputDirError, json_safe
+from ..utils.files import json_safe
+from ..utils.folders import OutputDirError
+from ..version import VERSION
 
 MARKER = "written_by.json"
 # commands that write into one folder by design: `eval alpaca` adds its section to a robustness report folder

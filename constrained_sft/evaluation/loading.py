@@ -10,7 +10,7 @@ from typing import Any
 
 from ..config import training_level
 from ..constraints.feasibility import REPORT
-from ..utils import VERSION
+from ..version import VERSION
 
 
 def training_report(path: str) -> dict[str, Any]:

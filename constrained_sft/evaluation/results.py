@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..tasks import Headline
-from ..utils import write_json
+from ..utils.files import write_json
 from .bootstrap import Interval
 
 RESULTS_JSON = "results.json"

@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 from ..data import ModelSpec
 from ..noise import embedding_sigma, parse_levels
 from ..tasks import TASKS, Measure, get_task
-from ..utils import check_fields, check_output_folder
+from ..utils.fields import check_fields
+from ..utils.folders import check_output_folder
 from .arms import ArmArguments
 from .compare import bands, check_pairs, compare
 from .folders import check_folder, mark_folder, model_identities, read_marker

@@ -21,7 +21,7 @@ from torch import nn
 from transformers import AutoModel, ViTConfig, ViTModel
 from transformers.models.vit.modeling_vit import ViTPreTrainedModel
 
-from ..utils import unpatchify
+from ..utils.patches import unpatchify
 from .denoising import DenoiserMixin, PixelInput
 from .vit_config import ViTDenoiserConfig
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
-from ..utils import unwrap_model, zero3_gathered
+from ..utils.modules import unwrap_model, zero3_gathered
 
 
 class EmbeddingNoiseError(ValueError):

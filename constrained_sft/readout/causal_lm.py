@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from trl.kernels import ChunkedLogProbFunction
 
-from ..utils import unwrap_model, zero3_gathered
+from ..utils.modules import unwrap_model, zero3_gathered
 from .base import ReadoutError
 from .linear_nll import linear_nll
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..utils import unwrap_model
+from ..utils.modules import unwrap_model
 from .base import ReadoutError
 
 

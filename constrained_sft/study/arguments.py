@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from ..evaluation.alpaca.generate import ALPACA_EVAL
 from ..noise import parse_levels
 from ..tasks.arms import arm_recipes, recipe_identity
-from ..utils import check_fields, check_output_folder
+from ..utils.fields import check_fields
+from ..utils.folders import check_output_folder
 
 STAGES = ("train", "evaluate", "all")
 HELD_OUT = "held_out"

@@ -33,7 +33,8 @@ from ..evaluation.folders import check_folder, mark_folder
 from ..evaluation.loading import versions
 from ..tasks import Recipe, is_finished
 from ..tasks.arms import twin_differences
-from ..utils import child_path, write_json, write_text
+from ..utils.files import write_json, write_text
+from ..utils.folders import child_path
 from .arguments import HELD_OUT, StudyArguments
 from .report import write_study_report
 from .results import StudyResults, judging_dir

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from ..noise import parse_levels
 from ..tasks.arms import arm_recipes, recipe_identity
-from ..utils import check_fields, check_output_folder
+from ..utils.fields import check_fields
+from ..utils.folders import check_output_folder
 from .search import OBJECTIVES, Objective, open_study
 
 STAGES = ("search", "compare", "all")

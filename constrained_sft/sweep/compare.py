@@ -13,7 +13,7 @@ from typing import Any
 from ..evaluation import RobustnessArguments, saved_results
 from ..evaluation import run as robustness
 from ..tasks import Arm
-from ..utils import child_path
+from ..utils.folders import child_path
 
 
 def run_name(arm: str, seed: int) -> str:

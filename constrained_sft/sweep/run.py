@@ -30,7 +30,8 @@ from ..evaluation.report import (
 )
 from ..tasks import Arm, Recipe, is_finished
 from ..tasks.arms import twin_differences
-from ..utils import OutputDirError, atomic_path, child_path, read_json, write_json
+from ..utils.files import atomic_path, read_json, write_json
+from ..utils.folders import OutputDirError, child_path
 from .arguments import SweepArguments
 from .compare import evaluate_finals, seed_dir
 from .search import Objective, best_params, run_trial, search, trial_args

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConstrainedConfig, ConstraintArguments, unread_fields
-from ..utils import read_yaml
+from ..utils.files import read_yaml
 
 SECTIONS = ("constrained", "erm")
 KEYS = ("low", "high", "log", "int", "choices")

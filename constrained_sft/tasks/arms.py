@@ -10,7 +10,7 @@ import os
 
 from ..config import ConstraintArguments, NoiseArguments
 from ..trainers.resume import deciding
-from ..utils import plain_name
+from ..utils.folders import plain_name
 from .base import Recipe
 
 BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}

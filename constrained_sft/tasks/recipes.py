@@ -14,7 +14,8 @@ import os
 
 from trl import TrlParser
 
-from ..utils import percent, read_yaml
+from ..utils.files import read_yaml
+from ..utils.help_text import percent
 from . import DEFAULT_TASK, Recipe, Task, get_task
 
 HELP = ("-h", "--help")

@@ -32,7 +32,7 @@ from ..data import (
     resolve_model_path,
 )
 from ..trainers import ConstrainedSFTTrainer
-from ..utils import write_json
+from ..utils.files import write_json
 from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio, require_model
 from .training import check_run, train_and_report
 

@@ -37,7 +37,7 @@ from ..data.video import (
 from ..models import DENOISERS, denoiser_of
 from ..models.denoisers import architecture_help
 from ..trainers import ConstrainedTrainer
-from ..utils import write_json
+from ..utils.files import write_json
 from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio
 from .training import check_run, train_and_report
 from .video_frames import GREY, plot_frames, reconstruct_clip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..noise import embedding_noise
-from ..utils import pyplot, save_figure
+from ..utils.figures import pyplot, save_figure
 
 GREY = 255.0  # RMSE on the 0-255 scale of the paper's tables
 

@@ -20,7 +20,7 @@ from transformers import TrainingArguments
 from ..config import ConstraintArguments
 from ..constraints import LayerLosses, LayerStats, PrimalDual, stats_metrics
 from ..constraints.feasibility import REPORT, bound_message, verdict_message
-from ..utils import write_json
+from ..utils.files import write_json
 from .callbacks import DualStepCallback, handle_nonfinite, use_compact_console
 from .host_allocator import reuse_freed_host_memory
 from .noise import TrainingNoise

@@ -23,7 +23,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from ..config import ConstrainedConfig
 from ..constraints import LayerLosses, PrimalDual
 from ..readout import ClassifierReadout, FunctionLoss, ReadoutError, ReadoutLoss, readout_loss
-from ..utils import unwrap_model
+from ..utils.modules import unwrap_model
 from .constrained import BatchScore, ConstrainedTrainerMixin, constrained_args
 from .resume import prepare_inputs, refusal_leaves_nothing, run_identity
 

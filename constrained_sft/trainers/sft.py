@@ -13,7 +13,7 @@ from trl.trainer.utils import compute_flops_per_token, get_config_model_id
 from ..config import ConstrainedSFTConfig
 from ..constraints import LayerLosses, PrimalDual
 from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
-from ..utils import unwrap_model
+from ..utils.modules import unwrap_model
 from .constrained import BatchScore, ConstrainedTrainerMixin, check_not_empty, constrained_args
 from .resume import prepare_inputs, refusal_leaves_nothing, run_identity
 

@@ -404,7 +404,7 @@ def test_names_that_build_folders_stay_inside_their_parent(tmp_path):
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from constrained_sft.utils import child_path, plain_name
+    from constrained_sft.utils.folders import child_path, plain_name
 
     @settings(max_examples=300, deadline=None)
     @given(st.text(alphabet=st.sampled_from(list("ab./\\-_ \x00")), min_size=0, max_size=6))

@@ -10,7 +10,7 @@ from PIL import Image
 
 from constrained_sft.data.video import VideoDataArguments, VideoDataError, discover, load_video
 from constrained_sft.testing import write_video
-from constrained_sft.utils import patchify, unpatchify
+from constrained_sft.utils.patches import patchify, unpatchify
 
 
 def write_frames(folder, level: int, frames: int = 12, ext: str = "png"):

@@ -25,7 +25,9 @@ from tqdm.auto import tqdm
 from ...data import ModelSpec, model_fingerprint
 from ...noise import embedding_noise, embedding_sigma, parse_levels
 from ...tasks import SFTTask, get_task
-from ...utils import check_fields, check_output_folder, child_path, plain_name, read_json, write_json
+from ...utils.fields import check_fields
+from ...utils.files import read_json, write_json
+from ...utils.folders import check_output_folder, child_path, plain_name
 from ..arms import check_model_paths, folder_name
 from ..folders import check_folder, mark_folder
 from ..loading import reference_sigma

@@ -161,7 +161,7 @@ def lc_annotations(verdicts: list[dict], model: list[dict], reference: list[dict
 
 def write_verdicts(path: str, verdicts: list[dict], model: list[dict], reference: list[dict]) -> None:
     """Every pair's answers and both verdicts, for a reader who wants to check the judge."""
-    from ...utils import write_json
+    from ...utils.files import write_json
 
     os.makedirs(os.path.dirname(path), exist_ok=True)
     write_json(

@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from ...noise import parse_levels
-from ...utils import check_fields, check_output_folder, plain_name, read_json, write_json
+from ...utils.fields import check_fields
+from ...utils.files import read_json, write_json
+from ...utils.folders import check_output_folder, plain_name
 from ..folders import check_folder, mark_folder
 from .generate import GenerationError, output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts

@@ -7,7 +7,8 @@ import os
 import textwrap
 from typing import Any
 
-from ...utils import pyplot, save_figure, write_json
+from ...utils.figures import pyplot, save_figure
+from ...utils.files import write_json
 from ..report import Block, Document, Heading, Image, Table, Text, write_html, write_report
 from ..results import RobustnessResults
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...noise import parse_levels
-from ...utils import check_fields, check_output_folder
+from ...utils.fields import check_fields
+from ...utils.folders import check_output_folder
 from ..arms import ArmArguments
 
 

@@ -19,7 +19,8 @@ from tqdm.auto import tqdm
 from ...data import ModelSpec
 from ...noise import embedding_sigma
 from ...tasks.sft import causal_lm_config
-from ...utils import OutputDirError, child_path, read_json, write_json
+from ...utils.files import read_json, write_json
+from ...utils.folders import OutputDirError, child_path
 from ..bootstrap import Statistic, bootstrap_interval, paired_bootstrap
 from ..folders import check_folder, differences, mark_folder, model_identities, normalized
 from ..loading import reference_sigma, versions

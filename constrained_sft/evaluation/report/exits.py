@@ -3,7 +3,7 @@ exit layer, and each layer's readout of the reference answers. Shown by `eval ex
 
 from __future__ import annotations
 
-from ...utils import pyplot, save_figure
+from ...utils.figures import pyplot, save_figure
 from .document import Block, Heading, Image, Preformatted, Table, Text
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ...utils import pyplot, save_figure
+from ...utils.figures import pyplot, save_figure
 from ..results import Comparison
 from .document import Document, Heading, Image, Table, Text
 from .markdown import write_markdown

@@ -6,7 +6,7 @@ import base64
 import html
 import os
 
-from ...utils import write_text
+from ...utils.files import write_text
 from .document import Block, Document, Heading, Image, Preformatted, Table, Text, cell_text
 
 VERDICT_COLOURS = {"better": "#d7f0d7", "worse": "#f6d5d5", "same": "#eeeeee"}

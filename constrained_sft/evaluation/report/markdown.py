@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ...utils import write_text
+from ...utils.files import write_text
 from .document import Block, Document, Heading, Image, Preformatted, Table, Text, cell_text
 from .sections import comparison_table
 

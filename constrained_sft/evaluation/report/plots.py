@@ -3,7 +3,7 @@ difference with its band, per-layer curves, layer-step ratios and per-sample des
 
 from __future__ import annotations
 
-from ...utils import pyplot, save_figure
+from ...utils.figures import pyplot, save_figure
 from ..results import RobustnessResults
 
 

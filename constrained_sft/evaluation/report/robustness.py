@@ -7,7 +7,7 @@ import csv
 import os
 from collections.abc import Sequence
 
-from ...utils import atomic_path
+from ...utils.files import atomic_path
 from ..results import RESULTS_JSON, RobustnessResults
 from .document import Block, Document, Heading, Image, Preformatted, Table, Text
 from .html import write_html

@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from ...constraints import ConstraintStateError, PrimalDual
-from ...utils import atomic_path, write_json
+from ...utils.files import atomic_path, write_json
 
 STATE_TENSORS = "constraint_state.safetensors"
 STATE_JSON = "constraint_state.json"

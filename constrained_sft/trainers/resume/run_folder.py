@@ -23,7 +23,8 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from ...utils import OutputDirError, check_output_folder, write_json
+from ...utils.files import write_json
+from ...utils.folders import OutputDirError, check_output_folder
 from .files import TRAINER_STATE
 from .select import CheckpointError, check_fits, checkpoint_problem, checkpoints, resolve_resume, resume_value
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ...constraints import ConstraintStateError
-from ...utils import unwrap_model
+from ...utils.modules import unwrap_model
 from .files import ARGS_JSON, MARKER, STATE_JSON, TRAINER_STATE, file_problem, read_state
 
 logger = logging.getLogger(__name__)

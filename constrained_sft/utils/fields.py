@@ -1,0 +1,69 @@
+"""A dataclass field's value against its annotation: the first check of every config and argument class."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from typing import Any
+
+
+def check_fields(instance: Any, owner: type | tuple[type, ...] | None = None) -> None:
+    """
+    Refuse, naming the field, a value of the wrong kind in a dataclass field: the field's annotation is the contract
+    (`int` is an integer and not a bool, `float` a finite number, `str` a string among the field's `choices` if it
+    has them, `list[X]` a list of X, `X | None` also None, a union any of its members; a field whose default is None
+    may stay None: a command that requires it says so). Fields declared by `owner`
+    (default: the instance's class and its bases) are checked; `Any`, dicts and other types are left to the field's
+    own validation. Called first in `__post_init__`, so a value of the wrong kind never reaches a range check or a
+    library call that would fail with a message naming no field.
+    """
+    classes = owner if isinstance(owner, tuple) else (owner or type(instance),)
+    for cls in classes:
+        hints = typing.get_type_hints(cls)
+        own = cls.__dict__.get("__annotations__", {}) if owner is not None else hints
+        for field in dataclasses.fields(cls):
+            if field.name not in own or field.name not in hints:
+                continue
+            value = getattr(instance, field.name)
+            if value is None and field.default is None:  # a field the command requires: it says so itself
+                continue
+            if not _matches(value, hints[field.name]):
+                raise ValueError(
+                    f"`{field.name}` must be {_describe(hints[field.name])}, got {value!r} ({type(value).__name__})."
+                )
+            choices = field.metadata.get("choices")
+            if choices and isinstance(value, str) and value not in choices:
+                raise ValueError(f"`{field.name}` must be one of {list(choices)}, got {value!r}.")
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, member) for member in typing.get_args(hint))
+    if origin in (list, tuple):
+        (item, *_) = typing.get_args(hint) or (Any,)
+        return isinstance(value, (list, tuple)) and all(_matches(v, item) for v in value)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if hint is str:
+        return isinstance(value, str)
+    return True  # Any, dicts, enums: the field's own validation decides
+
+
+def _describe(hint: Any) -> str:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(member) for member in typing.get_args(hint))
+    if origin in (list, tuple):
+        (item, *_) = typing.get_args(hint) or (Any,)
+        return f"a list of {_describe(item).removeprefix('a ').removeprefix('an ')}s"
+    names = {type(None): "None", bool: "a boolean (true / false)", int: "an integer", float: "a finite number"}
+    return names.get(hint, "a string" if hint is str else getattr(hint, "__name__", str(hint)))

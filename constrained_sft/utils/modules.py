@@ -1,0 +1,36 @@
+"""The transformers model inside wrappers (PEFT, DDP, compile), and gathering ZeRO-3 parameters to read them."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import nn
+
+
+def unwrap_model(model: nn.Module) -> nn.Module:
+    """The transformers model inside PEFT / DDP / compile wrappers."""
+    from torch import nn  # here, not at the top: `import constrained_sft.utils` (the CLI's help) stays torch-free
+
+    for _ in range(4):
+        if hasattr(model, "get_base_model"):
+            model = model.get_base_model()
+        elif hasattr(model, "module") and isinstance(model.module, nn.Module):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            break
+    return model
+
+
+def zero3_gathered(*params: nn.Parameter | None):
+    """
+    TRL's `maybe_gather_lm_head_ctx` (gather under DeepSpeed ZeRO-3, else a no-op) for the parameters ZeRO-3 has
+    converted (they carry `ds_id`). A model built before the config enabled ZeRO-3 (outside `deepspeed.zero.Init`)
+    keeps whole, plain parameters until the trainer prepares it, and the trainer measures it before that (sigma_x):
+    TRL's helper would fail on them, and they need no gather.
+    """
+    from trl.trainer.utils import maybe_gather_lm_head_ctx
+
+    return maybe_gather_lm_head_ctx(*[p for p in params if p is not None and hasattr(p, "ds_id")])
