@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import resource
@@ -123,7 +124,7 @@ def make_trainer(setting: str, args: argparse.Namespace, model, tokenizer):
     if setting == "sft":
         return SFTTrainer(model=model, args=SFTConfig(**common), train_dataset=data, processing_class=tokenizer)
     extra = {"constraints": "none"} if setting == "none" else {"constraints": "descent", "dual_lr": 0.01}
-    if reuse_freed_host_memory is not None:
+    if "host_allocator" in {f.name for f in dataclasses.fields(ConstrainedSFTConfig)}:  # a baseline checkout's field
         extra["host_allocator"] = args.host_allocator
     extra["layer_loss_tokens"] = {"none": "auto", "auto": "auto", "all": None}.get(setting, setting)
     config = ConstrainedSFTConfig(**common, **extra)

@@ -96,35 +96,6 @@ __all__ = [
 ]  # the names of `_EXPORTS` (tests/cli/test_imports.py checks)
 
 
-# modules that moved (old path -> where its names are now): importing an old path fails with one line naming the new
-MOVED = {
-    "constrained_sft.constraints.state_io": "constrained_sft.trainers.resume.files (the checkpoint's constraint-state "
-    "files; ConstraintStateError: constrained_sft.constraints)",
-    "constrained_sft.trainers.mixin": "constrained_sft.trainers.constrained (ConstrainedTrainerMixin, BatchScore); "
-    "the trainer's noise: constrained_sft.trainers.noise",
-    "constrained_sft.trainers.classifier": "constrained_sft.trainers.readout (ConstrainedTrainer; also "
-    "`from constrained_sft import ConstrainedTrainer`)",
-    "constrained_sft.trainers.checkpoints": "constrained_sft.trainers.resume.select (which checkpoint) and "
-    "constrained_sft.trainers.resume.files (the marker)",
-    "constrained_sft.trainers.checkpointing": "constrained_sft.trainers.resume.overrides",
-    "constrained_sft.trainers.output_dir": "constrained_sft.trainers.resume.run_folder",
-    "constrained_sft.trainers.nonfinite": "constrained_sft.trainers.callbacks (NonFiniteStepError: also "
-    "`from constrained_sft import NonFiniteStepError`)",
-}
-
-
-class _MovedModules(importlib.abc.MetaPathFinder):
-    """Consulted last, so only for a module no file provides: an old path of `MOVED` fails naming the new one."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname in MOVED:
-            raise ModuleNotFoundError(f"{fullname} has moved: import from {MOVED[fullname]}.", name=fullname)
-        return None
-
-
-if not any(isinstance(finder, _MovedModules) for finder in sys.meta_path):
-    sys.meta_path.append(_MovedModules())
-
 # transformers' Auto modules -> the module of configurations registered the moment it has loaded (torch with it)
 AUTO_REGISTRATIONS = {
     "transformers.models.auto.configuration_auto": ".models.configs",

@@ -31,7 +31,7 @@ WIDTH = "100"
 
 
 def _config_classes() -> list[tuple[str, type, str]]:
-    from constrained_sft.config import ConstraintArguments, NoiseArguments, RunArguments
+    from constrained_sft.config import ConstraintArguments, NoiseArguments, ProcessArguments, RunArguments
     from constrained_sft.data.chat import DataArguments
     from constrained_sft.data.classification import ClassificationDataArguments
     from constrained_sft.data.video import VideoDataArguments
@@ -49,6 +49,7 @@ def _config_classes() -> list[tuple[str, type, str]]:
         ("Constraints", ConstraintArguments, "Both trainer configs (`ConstrainedSFTConfig`, `ConstrainedConfig`)."),
         ("Embedding noise", NoiseArguments, "Both trainer configs."),
         ("Output folder and non-finite steps", RunArguments, "Both trainer configs."),
+        ("The command's process", ProcessArguments, "`constrained-sft train`, `sweep` and `study` (not the configs)."),
         ("SFT data", DataArguments, "`constrained-sft train` recipes with `task: sft` (the default)."),
         ("SFT script", ScriptArguments, "`task: sft` recipes, beside the data fields."),
         ("Classification data", ClassificationDataArguments, "`task: classification` recipes."),

@@ -17,6 +17,7 @@ from constrained_sft.config import (
     ConstrainedSFTConfig,
     ConstraintArguments,
     NoiseArguments,
+    ProcessArguments,
     RunArguments,
 )
 from constrained_sft.evaluation import RobustnessArguments
@@ -50,7 +51,7 @@ def cases():
             elif cls.__module__.startswith("constrained_sft"):
                 out += [(f"{name}:{cls.__name__}.{f.name}", cls, {}, f.name) for f in dataclasses.fields(cls)]
     for cls in (RobustnessArguments, GenerateArguments, AlpacaArguments, SweepArguments, StudyArguments,
-                HarnessArguments, ExitsArguments):  # fmt: skip
+                HarnessArguments, ExitsArguments, ProcessArguments):  # fmt: skip
         out += [(f"{cls.__name__}.{f.name}", cls, {}, f.name) for f in dataclasses.fields(cls)]
     return out
 

@@ -68,15 +68,18 @@ def other_tasks(command: str, task: Task) -> str:
     )
 
 
-def own_process(recipe):
+def own_process(process, training) -> None:
     """
-    The command's process settings, which a library must not change on its own: an unset `host_allocator` becomes
-    'reuse' here (the trainer then applies it on a CPU), so the command keeps its fast CPU steps while a trainer built
-    from Python leaves the process's allocator alone. Returns `recipe`.
+    The command's process settings (`config.ProcessArguments`), applied before the task runs: the command owns its
+    process, which a library never changes on its own. `host_allocator: reuse` keeps freed host memory for CPU
+    training (`training`: the run's config, which says whether it trains on the CPU).
     """
-    if getattr(recipe.training, "host_allocator", "unset") is None:
-        recipe.training.host_allocator = "reuse"
-    return recipe
+    import torch
+
+    if process.host_allocator == "reuse" and (training.use_cpu or not torch.cuda.is_available()):
+        from ..trainers.host_allocator import reuse_freed_host_memory
+
+        reuse_freed_host_memory()
 
 
 def with_config(argv: list[str], config: str) -> list[str]:

@@ -29,6 +29,7 @@ class StudyCommand(Command):
     )
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..config import ProcessArguments
         from ..evaluation.alpaca.report import judge_label
         from ..evaluation.report import comparisons_markdown
         from ..study import StudyArguments, run
@@ -45,19 +46,20 @@ class StudyCommand(Command):
 
         def parser():  # one per recipe: a parser keeps the keys of the recipe it read as its defaults
             return dataclass_parser(
-                (StudyArguments, *task.parser_classes()), prog, description, other_tasks(prog, task)
+                (StudyArguments, ProcessArguments, *task.parser_classes()), prog, description, other_tasks(prog, task)
             )
 
-        args, *constrained = parse(parser(), argv)
+        args, process, *constrained = parse(parser(), argv)
         if args.erm_config:
             read_recipe(args.erm_config, "--erm_config")  # a broken recipe named by its flag, before TRL reads it
-        _, *erm = parse(parser(), with_config(argv, args.erm_config) if args.erm_config else argv)
+        _, _, *erm = parse(parser(), with_config(argv, args.erm_config) if args.erm_config else argv)
         more = {}
         for name, path in args.extra_arms().items():  # the same overrides reach every arm
             read_recipe(path, f"--arm {name}")
-            _, *arm = parse(parser(), with_config(argv, path))
-            more[name] = own_process(task.recipe(tuple(arm)))
-        constrained, erm = (own_process(task.recipe(tuple(r))) for r in (constrained, erm))
+            _, _, *arm = parse(parser(), with_config(argv, path))
+            more[name] = task.recipe(tuple(arm))
+        constrained, erm = (task.recipe(tuple(r)) for r in (constrained, erm))
+        own_process(process, constrained.training)
         out = run(args, task, constrained, erm, more)
         if not isinstance(out, StudyResults):  # `--stage train`
             print(f"trained: {', '.join(p for ps in out['folders'].values() for p in ps)}")

@@ -21,6 +21,7 @@ class SweepCommand(Command):
     )
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..config import ProcessArguments
         from ..evaluation.report import comparisons_markdown
         from ..sweep import SweepArguments, run
         from ..sweep.run import searched_line
@@ -34,16 +35,18 @@ class SweepCommand(Command):
 
         def parser():  # one per recipe: a parser keeps the keys of the recipe it read as its defaults
             return dataclass_parser(
-                (SweepArguments, *task.parser_classes()), prog, description, other_tasks(prog, task)
+                (SweepArguments, ProcessArguments, *task.parser_classes()), prog, description, other_tasks(prog, task)
             )
 
-        settings, *recipe = parse(parser(), argv)
+        settings, process, *recipe = parse(parser(), argv)
         more = {}
         for name, path in settings.extra_arms().items():  # the same overrides reach every arm
             read_recipe(path, f"--arm {name}")  # a broken recipe named by its flag, before TRL reads it
-            _, *arm = parse(parser(), with_config(argv, path))
-            more[name] = own_process(task.recipe(tuple(arm)))
-        out = run(settings, task, own_process(task.recipe(tuple(recipe))), more)
+            _, _, *arm = parse(parser(), with_config(argv, path))
+            more[name] = task.recipe(tuple(arm))
+        recipe = task.recipe(tuple(recipe))
+        own_process(process, recipe.training)
+        out = run(settings, task, recipe, more)
         for arm, info in out["arms"].items():
             best = info["best"]
             print(

@@ -22,6 +22,7 @@ class TrainCommand(Command):
     help = "fine-tune from a YAML recipe: constrained-sft train --config <recipe.yaml> [--field value ...]"
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..config import ProcessArguments
         from ..tasks.base import require_model
         from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
 
@@ -30,11 +31,15 @@ class TrainCommand(Command):
             f"Fine-tune from a YAML recipe: {prog} --config <recipe.yaml> [--field value ...]. Command-line values "
             "override the recipe's; `task` (sft, classification or video) chooses what is trained."
         )
-        parser = dataclass_parser(task.parser_classes(), prog, description, other_tasks(prog, task))
+        classes = (ProcessArguments, *task.parser_classes())
+        parser = dataclass_parser(classes, prog, description, other_tasks(prog, task))
         argparse.ArgumentParser.parse_known_args(parser, argv)  # --help, a flag without its value: argparse's own
-        fields = {f.name for cls in task.parser_classes() for f in dataclasses.fields(cls)}
+        fields = {f.name for cls in classes for f in dataclasses.fields(cls)}
         given = recipe.get("model_name_or_path") or any(a.startswith("--model_name_or_path") for a in argv)
         if "model_name_or_path" in fields and not given:
             require_model(None)  # said first: the config's own checks (bf16 on a CPU) would otherwise come first
-        task.train(own_process(task.recipe(parse(parser, argv))))
+        process, *parsed = parse(parser, argv)
+        recipe = task.recipe(tuple(parsed))
+        own_process(process, recipe.training)
+        task.train(recipe)
         return 0

@@ -22,7 +22,8 @@ from .constraint_fields import (
     unread_fields,
 )
 from .noise_fields import NoiseArguments, training_level
-from .run_fields import HOST_ALLOCATORS, NONFINITE_POLICIES, RunArguments, clearer_precision_error
+from .process_fields import HOST_ALLOCATORS, ProcessArguments
+from .run_fields import NONFINITE_POLICIES, RunArguments, clearer_precision_error
 
 
 def validate_then(config, parent: type) -> None:
@@ -44,6 +45,7 @@ __all__ = [
     "ConstrainedSFTConfig",
     "ConstraintArguments",
     "NoiseArguments",
+    "ProcessArguments",
     "RunArguments",
     "is_number",
     "training_level",

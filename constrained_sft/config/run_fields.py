@@ -15,7 +15,6 @@ from ..utils.fields import check_fields
 from ..utils.folders import OutputDirError, check_output_folder
 
 NONFINITE_POLICIES = ("stop", "skip")
-HOST_ALLOCATORS = ("reuse", "system")
 STRATEGIES = {"eval_strategy": ("no", "steps", "epoch"), "save_strategy": ("no", "steps", "epoch", "best")}
 STRATEGIES["logging_strategy"] = STRATEGIES["eval_strategy"]
 
@@ -42,19 +41,6 @@ class RunArguments:
             "step's gradients (no parameter moves, multipliers kept) with a warning, and counts it in "
             "constraints.json. Checked on values the dual step already brings to the host: no extra device sync.",
             "choices": list(NONFINITE_POLICIES),
-        },
-    )
-    host_allocator: str | None = field(
-        default=None,
-        metadata={
-            "help": "Training on the CPU: 'reuse' keeps the host memory PyTorch frees inside the process for the next "
-            "step's tensors (glibc's mmap and heap trimming off), so a step does not page-fault its tensors in again "
-            "(faster, for somewhat more peak memory: the performance guide has the figures). It changes the whole "
-            "process, for good: every other library in it runs on the changed allocator. 'system' leaves the C "
-            "library's defaults. Unset: a trainer built from Python leaves the process as it is, and the "
-            "`constrained-sft` command, which owns its process, uses 'reuse'. No effect on GPU training, nor off "
-            "glibc.",
-            "choices": list(HOST_ALLOCATORS),
         },
     )
 

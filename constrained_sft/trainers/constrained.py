@@ -22,7 +22,6 @@ from ..constraints import LayerLosses, LayerStats, PrimalDual, stats_metrics
 from ..constraints.feasibility import REPORT, bound_message, verdict_message
 from ..utils.files import write_json
 from .callbacks import DualStepCallback, handle_nonfinite, use_compact_console
-from .host_allocator import reuse_freed_host_memory
 from .noise import TrainingNoise
 from .problem import own_primal_dual, primal_dual_from_config
 from .resume import TrainerOverrides, start_run, trl_eval_metrics
@@ -102,8 +101,6 @@ class ConstrainedTrainerMixin(TrainerOverrides):
                 "same files. Without a GPU, launch with `--multi_gpu` and `use_cpu` (gloo), or a DeepSpeed config "
                 "with `--use_cpu false`; `ddp_backend` names another backend."
             )
-        if args.host_allocator == "reuse" and args.device.type == "cpu":
-            reuse_freed_host_memory()
         if primal_dual is not None:
             self.primal_dual = own_primal_dual(primal_dual, num_layers)
         else:

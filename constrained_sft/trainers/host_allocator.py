@@ -1,5 +1,6 @@
 """
-Keep host memory that PyTorch frees inside the process, for CPU training (`host_allocator='reuse'`).
+Keep host memory that PyTorch frees inside the process, for CPU training (`host_allocator='reuse'`, which the
+`constrained-sft` command applies to its own process: `cli.base.own_process`; the trainers never call it).
 
 A CPU training step allocates and frees the same large tensors every step: activations, the LM head's logits tiles
 (`[1024, 32768]` fp32 = 128 MiB for SmolLM2 at 4 x 256), every parameter gradient (`zero_grad(set_to_none=True)`).

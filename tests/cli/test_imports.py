@@ -5,7 +5,6 @@ no command needs another command's dependencies (the sweep's database driver and
 these take is a benchmark (`benchmarks/import_time.py`), not a test: here only which modules load.
 """
 
-import importlib
 import json
 import os
 import re
@@ -163,16 +162,3 @@ def test_train_runs_without_the_sweep_judge_and_video_dependencies(tmp_path):
     loaded, _ = _python(body, block=OTHERS)
     assert not set(OTHERS) & set(loaded)
     assert (tmp_path / "out" / "constraints.json").is_file()
-
-
-@pytest.mark.parametrize("old", sorted(__import__("constrained_sft").MOVED))
-def test_a_moved_module_fails_in_one_line_naming_the_new_one(old):
-    """Every module path of an earlier layout: importing it names where its names are now, in one line."""
-    import constrained_sft
-
-    with pytest.raises(ModuleNotFoundError) as error:
-        importlib.import_module(old)
-    message = str(error.value)
-    assert "\n" not in message and message.startswith(f"{old} has moved: import from constrained_sft.")
-    new = constrained_sft.MOVED[old].split(" ")[0]
-    importlib.import_module(new)  # the module it names exists

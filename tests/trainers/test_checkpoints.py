@@ -117,3 +117,26 @@ def test_resume_true_skips_a_checkpoint_whose_weights_file_was_damaged_after_sav
     with caplog.at_level(logging.WARNING):
         assert resolve_resume(True, str(tmp_path)) == str(tmp_path / "checkpoint-2")
     assert "model.safetensors is" in caplog.text and "truncated or replaced" in caplog.text
+
+
+def test_saving_rotates_after_the_marker_without_changing_the_runs_arguments(make_trainer, monkeypatch):
+    """Rotation is held back while a checkpoint is written (transformers would rotate inside the save) on a copy of the
+    arguments the save reads: the run's own `save_total_limit` is never changed, and the limit still applies."""
+    import os
+
+    import transformers
+
+    seen = []
+    original = transformers.Trainer._save_checkpoint
+
+    def spy(self, model, trial):
+        seen.append((self.args.save_total_limit, self._user_args.save_total_limit))
+        return original(self, model, trial)
+
+    monkeypatch.setattr(transformers.Trainer, "_save_checkpoint", spy)
+    trainer = make_trainer(max_steps=3, save_strategy="steps", save_steps=1, save_total_limit=1)
+    trainer._user_args = trainer.args
+    trainer.train()
+    assert seen == [(None, 1)] * 3  # inside transformers' save: the copy's limit is None, the run's is 1
+    assert trainer.args is trainer._user_args and trainer.args.save_total_limit == 1
+    assert sorted(d for d in os.listdir(trainer.args.output_dir) if d.startswith("checkpoint-")) == ["checkpoint-3"]

@@ -1,5 +1,6 @@
 """`host_allocator`: CPU training reuses freed host memory instead of page-faulting it in again every step, when
-asked: the command asks by default (it owns its process), a trainer built from Python leaves the process alone."""
+asked: the command asks by default and applies it to the process it owns, before the task runs; a trainer built from
+Python never changes its process (the field is the command's, not the training config's)."""
 
 import json
 import platform
@@ -11,7 +12,7 @@ from conftest import config_kwargs
 
 from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
-from constrained_sft.trainers import constrained
+from constrained_sft.trainers import host_allocator
 
 # made and freed 5 times, a 200 MB tensor (above glibc's mmap threshold, as a step's logits are): the page faults of
 # each, printed as JSON
@@ -49,17 +50,15 @@ def test_reuse_stops_the_page_faults_of_a_freed_tensor_made_again():
     assert runs["reuse"][0] > pages * 0.9 and max(runs["reuse"][-2:]) < pages * 0.1, runs
 
 
-@pytest.mark.parametrize("mode", ["reuse", "system", None])
-def test_cpu_training_applies_the_configured_allocator(tmp_path, monkeypatch, mode):
+def test_a_trainer_built_from_python_never_changes_its_process(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(constrained, "reuse_freed_host_memory", lambda: calls.append(1) or True)
-    args = ConstrainedSFTConfig(
-        **config_kwargs(tmp_path, max_steps=1, **({} if mode is None else {"host_allocator": mode}))
-    )
+    monkeypatch.setattr(host_allocator, "reuse_freed_host_memory", lambda: calls.append(1) or True)
+    args = ConstrainedSFTConfig(**config_kwargs(tmp_path, max_steps=1))
     ConstrainedSFTTrainer(
         model=tiny_causal_lm("llama"), args=args, train_dataset=successor_dataset(8), processing_class=tiny_tokenizer()
-    )
-    assert calls == ([1] if mode == "reuse" else [])  # unset: a trainer built from Python leaves the process alone
+    ).train()
+    assert calls == []  # the process is the user's: only the command, which owns its process, applies it
+    assert not hasattr(args, "host_allocator")
 
 
 @pytest.mark.parametrize("flags", [[], ["--host_allocator", "system"]])
@@ -68,7 +67,7 @@ def test_the_command_reuses_freed_memory_unless_told_otherwise(tmp_path, monkeyp
     from constrained_sft.cli import main
 
     calls = []
-    monkeypatch.setattr(constrained, "reuse_freed_host_memory", lambda: calls.append(1) or True)
+    monkeypatch.setattr(host_allocator, "reuse_freed_host_memory", lambda: calls.append(1) or True)
     tiny_causal_lm("llama").save_pretrained(tmp_path / "model")
     tiny_tokenizer().save_pretrained(tmp_path / "model")
     data = tmp_path / "data.jsonl"
@@ -108,5 +107,7 @@ def test_training_from_python_leaves_the_process_allocator_as_it_was(tmp_path):
 
 
 def test_an_unknown_allocator_is_refused_naming_the_field(tmp_path):
+    from constrained_sft.config import ProcessArguments
+
     with pytest.raises(ValueError, match=r"`host_allocator` must be one of \['reuse', 'system'\], got 'jemalloc'"):
-        ConstrainedSFTConfig(**config_kwargs(tmp_path, host_allocator="jemalloc"))
+        ProcessArguments(host_allocator="jemalloc")

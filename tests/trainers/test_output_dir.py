@@ -38,10 +38,11 @@ def test_the_same_run_resumes_its_own_folder_and_says_from_where(tmp_path, caplo
 
 
 def test_a_setting_that_does_not_decide_the_weights_is_not_part_of_the_run(tmp_path):
-    """`host_allocator` changes speed, not weights: a run continues under another value, and a folder whose run.json
-    predates it being bookkeeping (it was in the identity, as 'reuse') is still the same run's."""
-    trainer(tmp_path / "run", host_allocator="reuse").train()
-    assert trainer(tmp_path / "run", host_allocator="system").train().global_step == 2  # resumed: nothing left
+    """`console_format` changes what is printed, not weights: a run continues under another value, and a folder whose
+    run.json predates `host_allocator` being bookkeeping (it was in the identity, as 'reuse', before it left the
+    training config for the command's process settings) is still the same run's."""
+    trainer(tmp_path / "run", console_format="compact").train()
+    assert trainer(tmp_path / "run", console_format="full").train().global_step == 2  # resumed: nothing left
     path = tmp_path / "run" / "run.json"
     saved = json.loads(path.read_text())
     saved["config"]["host_allocator"] = "reuse"  # how an earlier version wrote it

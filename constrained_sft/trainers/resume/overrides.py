@@ -11,6 +11,7 @@ Read: TRL's `SFTTrainer._metrics` (`trl_eval_metrics`); called: `Trainer._prepar
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from typing import Any
@@ -85,7 +86,7 @@ class TrainerOverrides:
     # transformers saves a checkpoint's files one by one and rotates old checkpoints inside the save, so a kill can
     # leave a half-written `checkpoint-N` that `resume_from_checkpoint=True` would pick, after the complete one was
     # rotated away. Here: leftovers of a cut-short save of the same step go first, rotation is held back
-    # (`save_total_limit` unset for the call), the completion marker is written once every rank has saved, and only
+    # (`save_total_limit` unset on a copy of the arguments the call reads; the run's own are never changed), the completion marker is written once every rank has saved, and only
     # then are older checkpoints rotated.
     def _save_checkpoint(self, model, trial) -> None:
         run_dir = self._get_output_dir(trial=trial)
@@ -93,11 +94,14 @@ class TrainerOverrides:
         if self.args.should_save and remove_if_incomplete(folder):
             logger.info("Removed %s, left incomplete by an interrupted save, before saving it again.", folder)
         self.accelerator.wait_for_everyone()
-        limit, self.args.save_total_limit = self.args.save_total_limit, None
+        limit, own = self.args.save_total_limit, self.args
+        holding = copy.copy(own)  # the user's arguments stay as they are: only this call's copy has no limit
+        holding.save_total_limit = None
+        self.args = holding
         try:
             super()._save_checkpoint(model, trial)
         finally:
-            self.args.save_total_limit = limit
+            self.args = own
         self.accelerator.wait_for_everyone()  # every rank's files (its RNG state, its shards) are on disk
         if self.args.should_save:
             mark_complete(folder, self.state.global_step)
