@@ -15,12 +15,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "constrained_sft")
 BELOW_TRAINERS = {"utils", "config", "constraints", "readout", "noise"}
 
-# unit -> the units it may import (its own modules always). Floors, bottom to top: utils, config, testing ->
-# constraints -> readout, noise, data, models -> trainers -> tasks -> evaluation -> sweep, study -> cli; the package's
-# __init__ / __main__ on top.
+# unit -> the units it may import (its own modules always). Floors, bottom to top: utils, testing -> constraints ->
+# config -> readout, noise, data, models -> trainers -> tasks -> evaluation -> sweep, study -> cli; the package's
+# __init__ / __main__ on top. (`config` reads the variants' registries of `constraints`: their settings are fields.)
 ALLOWED = {
     "utils": set(),
-    "config": {"utils"},
+    "config": {"utils", "constraints"},
     "testing": set(),
     "constraints": {"utils"},
     "readout": {"utils", "constraints"},

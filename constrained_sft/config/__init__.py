@@ -3,7 +3,7 @@ Configuration: the constraint, noise and run fields, defined once and mixed into
 (`ConstrainedSFTConfig` for TRL's `SFTTrainer`, `ConstrainedConfig` for `transformers.Trainer`), each validated in
 `__post_init__` before the parent's, naming the field and its allowed values.
 
-May import: `utils` (transformers and TRL besides).
+May import: `utils`, `constraints` (the variants' registries: their settings are fields), transformers and TRL.
 """
 
 from __future__ import annotations

@@ -5,41 +5,24 @@ console, validated once and mixed into both trainer configs.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from ..constraints import DUAL_OPTIMIZERS as DUAL_OPTIMIZER_CLASSES
+from ..constraints import EARLY_EXIT_SCALES as SCALES
+from ..constraints import MODES, mode_of
+from ..constraints.variants import is_number
 from ..utils.fields import check_fields
-from .dual_fields import DualMethodArguments
+from .variant_fields import VariantArguments, read_only_by, refuse_unread_fields
 
-CONSTRAINT_MODES = ("descent", "penalty", "early_exit", "none")
-# the names of constraints.DUAL_OPTIMIZERS and constraints.EARLY_EXIT_SCALES (this floor cannot import them; a test
-# checks they agree)
-DUAL_OPTIMIZERS = ("sgd", "adam", "nupi", "augmented_lagrangian")
-EARLY_EXIT_SCALES = ("uniform", "linear", "sum", "sqrt", "inv", "inv_sqrt")
+CONSTRAINT_MODES = tuple(MODES)  # the registries' names, the config's choices
+DUAL_OPTIMIZERS = tuple(DUAL_OPTIMIZER_CLASSES)
+EARLY_EXIT_SCALES = tuple(SCALES)
 CONSOLE_FORMATS = ("compact", "full")
-# fields that one variant alone reads -> (the field that picks the variant, the variants that read it): set to
-# anything but their default beside another variant, they would be silently ignored, so they are refused
-READ_ONLY_BY = {
-    "penalty_weight": ("constraints", ("penalty",)),
-    "early_exit_scale": ("constraints", ("early_exit",)),
-    "early_exit_weight": ("constraints", ("early_exit",)),
-    "nupi_kp": ("dual_optimizer", ("nupi",)),
-    "nupi_ki": ("dual_optimizer", ("nupi",)),
-    "nupi_ema": ("dual_optimizer", ("nupi",)),
-    "alm_penalty": ("dual_optimizer", ("augmented_lagrangian",)),
-    "alm_growth": ("dual_optimizer", ("augmented_lagrangian",)),
-    "alm_tolerance": ("dual_optimizer", ("augmented_lagrangian",)),
-}
-
-
-def is_number(value: object) -> bool:
-    """A real number (int or float), not a bool."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass
-class ConstraintArguments(DualMethodArguments):
+class ConstraintArguments(VariantArguments):
     r"""
     Fields that define the layerwise descent constraints and their primal-dual training.
 
@@ -59,30 +42,6 @@ class ConstraintArguments(DualMethodArguments):
             "baseline, trained exactly like `SFTTrainer`. Every constrained layer is measured, logged and reported in "
             "every mode, so all runs share one instrument.",
             "choices": list(CONSTRAINT_MODES),
-        },
-    )
-    penalty_weight: float = field(
-        default=1.0,
-        metadata={
-            "help": "`constraints: penalty`: the fixed multiplier of every descent term, f_L + w sum_c g_c (>= 0; 0 "
-            "trains exactly as `constraints: none`)."
-        },
-    )
-    early_exit_scale: str = field(
-        default="uniform",
-        metadata={
-            "help": "`constraints: early_exit`: torchtune's rule for the scale s(l) of each constrained layer l below "
-            "L: 'uniform' (1), 'linear' (l), 'sum' (the running sum of the exit layers), 'sqrt', 'inv' (1/l), "
-            "'inv_sqrt'. Each gets the weight early_exit_weight x s(l) / s(L).",
-            "choices": list(EARLY_EXIT_SCALES),
-        },
-    )
-    early_exit_weight: float = field(
-        default=1.0,
-        metadata={
-            "help": "`constraints: early_exit`: torchtune's e_scale (>= 0; 0 trains exactly as `constraints: none`). "
-            "f_L keeps weight 1: torchtune divides every exit by the sum of the scales, a constant factor that Adam "
-            "ignores."
         },
     )
     # Union-with-list fields take their default through `default_factory`: HfArgumentParser ignores a plain default
@@ -210,18 +169,14 @@ class ConstraintArguments(DualMethodArguments):
 
     def _validate_constraint_arguments(self) -> None:
         check_fields(self, ConstraintArguments)
-        self._validate_dual_method_arguments()
         if self.constraints not in CONSTRAINT_MODES:
             raise ValueError(f"`constraints` must be one of {list(CONSTRAINT_MODES)}, got {self.constraints!r}.")
-        if self.early_exit_scale not in EARLY_EXIT_SCALES:
-            raise ValueError(
-                f"`early_exit_scale` must be one of {list(EARLY_EXIT_SCALES)}, got {self.early_exit_scale!r}."
-            )
         if self.dual_optimizer not in DUAL_OPTIMIZERS:
             raise ValueError(f"`dual_optimizer` must be one of {list(DUAL_OPTIMIZERS)}, got {self.dual_optimizer!r}.")
+        self._validate_variant_arguments()
         self.constrained_layers = _parse_layers(self.constrained_layers)
         self.descent_alpha = _parse_alpha(self.descent_alpha)
-        for name in ("dual_lr", "dual_init", "resilience", "penalty_weight", "early_exit_weight"):
+        for name in ("dual_lr", "dual_init", "resilience"):
             value = getattr(self, name)
             if not is_number(value) or not math.isfinite(value) or value < 0:
                 raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}.")
@@ -229,9 +184,10 @@ class ConstraintArguments(DualMethodArguments):
             raise ValueError(f"`dual_max` must be None or a number > 0, got {self.dual_max!r}.")
         if self.dual_max is not None and self.dual_init > self.dual_max:
             raise ValueError(f"`dual_init` ({self.dual_init}) must not exceed `dual_max` ({self.dual_max}).")
-        if self.constraints == "penalty" and self.dual_max is not None and self.penalty_weight > self.dual_max:
-            raise ValueError(f"`penalty_weight` ({self.penalty_weight}) must not exceed `dual_max` ({self.dual_max}).")
-        if self.constraints in ("penalty", "early_exit") and (self.resilience > 0 or self.resilience_restarts):
+        mode = mode_of(self.constraints)
+        if problem := mode.config_problem(self):
+            raise ValueError(problem)
+        if mode.fixed_weights and (self.resilience > 0 or self.resilience_restarts):
             raise ValueError(
                 f"`resilience` relaxes the constraints through the dual ascent, which `constraints: {self.constraints}` "
                 f"does not run (fixed weights); set `resilience: 0` and `resilience_restarts: false`, or use "
@@ -269,46 +225,38 @@ class ConstraintArguments(DualMethodArguments):
         refuse_unread_fields(self)
 
 
-# the constraint fields beyond the layers and their readout (which every mode measures) that each objective reads
 WARMUP_FIELDS = ("constraint_warmup_steps", "constraint_warmup_epochs")
 DUAL_ASCENT_FIELDS = (
     "dual_lr", "dual_optimizer", "dual_init", "resilience", "dual_max", "resilience_restarts",
-    *(name for name, (picker, _) in READ_ONLY_BY.items() if picker == "dual_optimizer"),
+    *(name for name, (picker, _) in read_only_by().items() if picker == "dual_optimizer"),
 )  # fmt: skip
-OBJECTIVE_FIELDS = {
-    "descent": {"descent_alpha", "descent_epsilon", *WARMUP_FIELDS, *DUAL_ASCENT_FIELDS},
-    "penalty": {"descent_alpha", "descent_epsilon", "penalty_weight", *WARMUP_FIELDS},
-    "early_exit": {"early_exit_scale", "early_exit_weight", *WARMUP_FIELDS},
-    "none": set(),
-}
+
+
+def mode_fields(constraints: str) -> set[str]:
+    """The constraint fields beyond the layers and their readout (which every mode measures) that a mode reads, from
+    its flags and settings."""
+    mode = mode_of(constraints)
+    return {
+        *(s.field for s in mode.settings.values()),
+        *(("descent_alpha", "descent_epsilon") if mode.descent_terms else ()),
+        *(DUAL_ASCENT_FIELDS if mode.ascends else ()),
+        *(WARMUP_FIELDS if mode.trains_layers else ()),
+    }
 
 
 def unread_fields(constraints: str, dual_optimizer: str) -> dict[str, str]:
     """{field: why} for the constraint fields a config with these `constraints` and `dual_optimizer` does not read:
-    those of the other objectives and of the other dual optimizers. A sweep searches none of them."""
+    those of the other modes and of the other dual optimizers. A sweep searches none of them."""
     out = {}
-    for fields in OBJECTIVE_FIELDS.values():
-        for name in fields - OBJECTIVE_FIELDS[constraints]:
+    read = mode_fields(constraints)
+    for other in MODES:
+        for name in mode_fields(other) - read:
             out[name] = f"`constraints: {constraints}` does not read it"
     picked = {"constraints": constraints, "dual_optimizer": dual_optimizer}
-    for name, (picker, variants) in READ_ONLY_BY.items():
+    for name, (picker, variants) in read_only_by().items():
         if name not in out and picked[picker] not in variants:
             out[name] = f"only `{picker}: {' / '.join(variants)}` reads it"
     return out
-
-
-def refuse_unread_fields(config) -> None:
-    """A field of `READ_ONLY_BY` set (not its default) beside a variant that does not read it is refused, naming the
-    field, its variant and the config's."""
-    defaults = {f.name: f.default for f in dataclasses.fields(ConstraintArguments)}
-    for name, (picker, variants) in READ_ONLY_BY.items():
-        value, chosen = getattr(config, name), getattr(config, picker)
-        if chosen not in variants and value != defaults[name]:
-            readers = " or ".join(f"`{picker}: {v}`" for v in variants)
-            raise ValueError(
-                f"`{name}` ({value!r}) is read only by {readers}, and this config has `{picker}: {chosen}`, so it "
-                f"would be ignored: remove it (default {defaults[name]!r}) or set {readers}."
-            )
 
 
 def _parse_tokens(value: object) -> int | str | None:

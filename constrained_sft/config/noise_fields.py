@@ -8,8 +8,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..constraints.variants import is_number
 from ..utils.fields import check_fields
-from .constraint_fields import is_number
 
 
 @dataclass

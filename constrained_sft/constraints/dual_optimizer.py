@@ -1,6 +1,7 @@
 """
 Projected dual ascent on the multipliers, with resilience (dual weight decay). Each dual optimizer is a class behind
-one base (`DualOptimizer`), named in `DUAL_OPTIMIZERS` (the config's `dual_optimizer` values); its state round-trips
+one base (`DualOptimizer`), registered in `DUAL_OPTIMIZERS` (the config's `dual_optimizer` values) by defining it,
+with its own settings (`settings`: the config fields it reads) and behaviour flags (`ascends`); its state round-trips
 through `state_dict()` / `load_state_dict()` like a torch optimizer's, with no file format in it (a trainer's
 checkpoints write it: `trainers/resume/files.py`). Beside plain ascent (SGD, Adam): nuPI, a PI controller on the
 multipliers (cooper's `nuPI` optimizer), and the augmented Lagrangian method (with its objective in `objectives`).
@@ -18,6 +19,10 @@ from cooper.optim import nuPI
 
 from .multipliers import Multipliers
 from .objectives import AugmentedLagrangian, LayerObjective
+from .variants import Registry, Setting, finite_at_least, is_number
+
+# the config's `dual_optimizer` values and their classes, in the order they are registered
+DUAL_OPTIMIZERS: Registry = Registry()
 
 
 def _jsonable(value: Any) -> bool:
@@ -42,14 +47,26 @@ class DualOptimizer(ABC):
     does (u = resilience * lambda), but it can be restarted: `reset_relaxation()` sets u = 0 (the paper's
     "resilience restarts").
 
-    A new dual optimizer is a subclass: its `name`, the torch optimizer it builds, and (optionally) a cheaper `ascend`,
-    its own settings as keyword arguments (`config_fields` maps each to the config field that sets it), the objective
-    it needs (`objective`) and state beyond the torch optimizer's (`extra_state`).
+    A new dual optimizer is a subclass, one class in one file: its `name` (`@DUAL_OPTIMIZERS.register` makes it a
+    `dual_optimizer` choice; unregistered, it can still be passed to `PrimalDual`), the torch optimizer it builds, and (optionally) a cheaper `ascend`, its own settings
+    (`settings`: keyword argument of `__init__` -> the `Setting` of the config field that carries it; the trainer
+    configs gain those fields, validated by them), a cross-field check (`settings_problem`), the objective it needs
+    (`objective`) and state beyond the torch optimizer's (`extra_state`).
     """
 
     name: ClassVar[str]
-    # keyword argument of __init__ -> the config field that sets it (the trainer reads them: `trainers/problem.py`)
-    config_fields: ClassVar[dict[str, str]] = {}
+    settings: ClassVar[dict[str, Setting]] = {}
+    ascends: ClassVar[bool] = True  # the multipliers move with the slack (False: fixed weights, measured only)
+
+    @classmethod
+    def settings_problem(cls, values: dict[str, Any]) -> str | None:
+        """A refusal that needs several settings at once (`values`: keyword argument -> value); None: allowed."""
+        return None
+
+    @classmethod
+    def read_settings(cls, config: Any) -> dict[str, Any]:
+        """The keyword arguments of `__init__` its settings take from a config's fields."""
+        return {key: getattr(config, setting.field) for key, setting in cls.settings.items()}
 
     def __init__(
         self, multipliers: Multipliers, lr: float = 0.01, resilience: float = 0.0, explicit_relaxation: bool = False
@@ -170,6 +187,7 @@ class DualOptimizer(ABC):
         self.load_extra_state(state.get("extra", {}))
 
 
+@DUAL_OPTIMIZERS.register
 class SGDDual(DualOptimizer):
     """Projected gradient ascent: `lambda <- max(0, lambda + lr * direction)`."""
 
@@ -185,6 +203,7 @@ class SGDDual(DualOptimizer):
         weight.add_(direction, alpha=self.lr)
 
 
+@DUAL_OPTIMIZERS.register
 class AdamDual(DualOptimizer):
     """Adam on the same ascent direction, then the same projection (the paper's choice)."""
 
@@ -194,6 +213,7 @@ class AdamDual(DualOptimizer):
         return torch.optim.Adam([weight], lr=lr, maximize=True)
 
 
+@DUAL_OPTIMIZERS.register
 class NuPIDual(DualOptimizer):
     """
     nuPI (Sohrabi et al., ICML 2024): a proportional-integral controller on the multipliers, through cooper's `nuPI`
@@ -205,7 +225,31 @@ class NuPIDual(DualOptimizer):
     """
 
     name = "nupi"
-    config_fields = {"kp": "nupi_kp", "ki": "nupi_ki", "ema": "nupi_ema"}
+    settings = {
+        "kp": Setting(
+            "nupi_kp", float, 1.0,
+            "`dual_optimizer: nupi`: proportional gain K_P >= 0, the weight of the change of the slack in each step, "
+            "lambda <- proj[lambda + dual_lr (K_I e_t + K_P (xi_t - xi_{t-1}))] (0: SGD; 1 with `nupi_ema` 0: the "
+            "optimistic gradient method). Damps the overshoot of plain ascent.",
+            finite_at_least(0.0), "must be a finite number >= 0",
+        ),
+        "ki": Setting(
+            "nupi_ki", float, 1.0, "`dual_optimizer: nupi`: integral gain K_I >= 0 (1: SGD's ascent; K_P + K_I > 0).",
+            finite_at_least(0.0), "must be a finite number >= 0",
+        ),
+        "ema": Setting(
+            "nupi_ema", float, 0.0,
+            "`dual_optimizer: nupi`: nu in [0, 1), the moving average xi_t = nu xi_{t-1} + (1 - nu) e_t of the ascent "
+            "direction that the proportional term differentiates (0: the raw slack).",
+            lambda v: is_number(v) and 0 <= v < 1, "must lie in [0, 1)",
+        ),
+    }  # fmt: skip
+
+    @classmethod
+    def settings_problem(cls, values: dict[str, Any]) -> str | None:
+        if not values["kp"] + values["ki"] > 0:
+            return "`nupi_kp` and `nupi_ki` are both 0: nuPI would never move the multipliers; set one > 0."
+        return None
 
     def __init__(
         self,
@@ -226,6 +270,7 @@ class NuPIDual(DualOptimizer):
         return nuPI([weight], lr=lr, Kp=self.kp, Ki=self.ki, ema_nu=self.ema, maximize=True)
 
 
+@DUAL_OPTIMIZERS.register
 class AugmentedLagrangianDual(SGDDual):
     """
     The augmented Lagrangian method (cooper's `AugmentedLagrangian` formulation; Nocedal & Wright, 17.4): the primal
@@ -239,7 +284,26 @@ class AugmentedLagrangianDual(SGDDual):
     """
 
     name = "augmented_lagrangian"
-    config_fields = {"penalty": "alm_penalty", "growth": "alm_growth", "tolerance": "alm_tolerance"}
+    settings = {
+        "penalty": Setting(
+            "alm_penalty", float | None, None,
+            "`dual_optimizer: augmented_lagrangian`: the initial penalty coefficient c > 0 of the quadratic term "
+            "(relu(lambda + c g)^2 - lambda^2) / 2c (default: `dual_lr`, the method of multipliers).",
+            lambda v: v is None or finite_at_least(0.0, strict=True)(v),
+            "must be None (`dual_lr`) or a finite number > 0",
+        ),
+        "growth": Setting(
+            "alm_growth", float, 1.0,
+            "`dual_optimizer: augmented_lagrangian`: factor >= 1 applied to a constraint's c at each dual step it is "
+            "violated by more than `alm_tolerance`, c reset once it holds (1: c stays constant).",
+            finite_at_least(1.0), "must be a finite number >= 1",
+        ),
+        "tolerance": Setting(
+            "alm_tolerance", float, 0.0,
+            "`dual_optimizer: augmented_lagrangian`: the violation (nats, >= 0) above which c grows.",
+            finite_at_least(0.0), "must be a finite number >= 0",
+        ),
+    }  # fmt: skip
 
     def __init__(
         self,
@@ -291,18 +355,13 @@ class FixedDual(DualOptimizer):
     """
 
     name = "fixed"
+    ascends = False  # penalty / early exit: the constraints are measured, not enforced
 
     def make_optimizer(self, weight, lr):
         return torch.optim.SGD([weight], lr=0.0, maximize=True)  # owns the weight, never moves it
 
     def ascend(self, weight, direction):
         pass
-
-
-# the config's `dual_optimizer` values and their classes; the next dual optimizers are added here
-DUAL_OPTIMIZERS: dict[str, type[DualOptimizer]] = {
-    cls.name: cls for cls in (SGDDual, AdamDual, NuPIDual, AugmentedLagrangianDual)
-}
 
 
 def dual_optimizer_class(name: str) -> type[DualOptimizer]:

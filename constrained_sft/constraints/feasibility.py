@@ -103,7 +103,7 @@ def verdict_message(report: dict[str, Any], dual_max: float | None = None) -> tu
         return None
     steps = report["window_steps"]
     where = f"over optimizer steps {steps[0]}-{steps[1]}" if steps else "(no step with the constraints active)"
-    if report.get("dual_optimizer") == "fixed":  # penalty / early exit: the constraints are measured, not enforced
+    if not report.get("enforced", True):  # penalty / early exit: the constraints are measured, not enforced
         held = sum(report["holds"].values())
         return logging.INFO, (
             f"The descent constraints were measured, not enforced (objective `{report.get('objective')}` with fixed "

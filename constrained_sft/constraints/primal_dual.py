@@ -153,6 +153,7 @@ class PrimalDual:
             **report,
             "objective": self.objective.name,
             "dual_optimizer": self.dual.name,
+            "enforced": self.dual.ascends,  # False: fixed weights (penalty, early exit), the constraints measured only
             "nonfinite_steps_skipped": self.nonfinite_steps,
         }
 

@@ -37,11 +37,3 @@ __all__ = [
     "verdict",
 ]
 
-
-def __getattr__(name: str):
-    if name == "table":  # an ImportError, so `from constrained_sft.evaluation import table` shows this line
-        raise ImportError(
-            "constrained_sft.evaluation.table was removed: use constrained_sft.evaluation.report.comparisons_markdown "
-            "(results.comparisons are Comparison objects now)."
-        )
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

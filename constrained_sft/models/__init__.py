@@ -19,15 +19,12 @@ May import: utils.
 import importlib
 from typing import TYPE_CHECKING, Any
 
-READOUTS = ("head", "linear")  # `classifier_readout`: the model's own head, or the paper's shared linear layer
-ARCHITECTURES = (
-    "pretrained",
-    "ut",
-)  # `classifier_architecture`: the model at `model_name_or_path`, or a UT on its embeddings
-
 # public name -> the module that defines it: imported when first read (PEP 562), so that `configs` (what the package
 # registers when transformers' AutoConfig loads) can be imported without the modeling code
 _EXPORTS = {
+    "ARCHITECTURES": "classifiers",
+    "READOUTS": "classifiers",
+    "ClassifierKind": "classifiers",
     "DENOISERS": "denoisers",
     "Denoiser": "denoisers",
     "denoiser_of": "denoisers",
@@ -62,6 +59,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from .classifiers import ARCHITECTURES, READOUTS, ClassifierKind
     from .configs import POOLINGS, DUSTConfig, PooledLinearConfig, UTConfig, VideoUTConfig
     from .denoisers import DENOISERS, Denoiser, denoiser_of
     from .denoising import PixelInput, dct_dictionary
@@ -74,6 +72,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARCHITECTURES",
+    "ClassifierKind",
     "DENOISERS",
     "Denoiser",
     "DUSTConfig",

@@ -21,6 +21,7 @@ import time
 from typing import Any
 
 from ..config import training_level
+from ..constraints import mode_of
 from ..data.instructions import held_out_instructions
 from ..evaluation import RobustnessArguments, RobustnessResults, default_gammas, saved_results
 from ..evaluation import run as robustness
@@ -47,11 +48,11 @@ def check(args: StudyArguments, task, recipes: dict[str, Recipe]) -> None:
     args.validate()
     if not task.generates:
         raise ValueError(f"`task: {task.name}` models do not answer instructions; the study compares LLM recipes.")
-    if recipes["constrained"].training.constraints == "none":
+    if not mode_of(recipes["constrained"].training.constraints).trains_layers:
         raise ValueError(
             "--config has `constraints: none`; give the constrained recipe (its ERM twin is --erm_config)."
         )
-    if recipes["erm"].training.constraints != "none":
+    if mode_of(recipes["erm"].training.constraints).trains_layers:
         raise ValueError(
             f"--erm_config has `constraints: {recipes['erm'].training.constraints}`; the ERM twin needs "
             "`constraints: none`."

@@ -14,6 +14,7 @@ import warnings
 from typing import Any
 
 from ..config import training_level
+from ..constraints import mode_of
 from ..data.splits import refuse_streamed_selection
 from ..evaluation import default_gammas
 from ..evaluation.folders import check_folder, mark_folder, normalized
@@ -53,7 +54,7 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
             raise ValueError(
                 f"`--arm {name}`: {error}".replace("--config and --erm_config", "it and --config")
             ) from None
-        arms.append(Arm(name, None, other.training.constraints != "none", other.training))
+        arms.append(Arm(name, None, mode_of(other.training.constraints).trains_layers, other.training))
     names = [a.name for a in arms]
     reference = settings.reference or ("erm" if "erm" in names else names[0])
     if settings.reference is not None and not more:
@@ -64,7 +65,7 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
     if reference not in names:
         raise ValueError(f"`--reference` {settings.reference!r} must be one of the arms {names}.")
     training = recipe.training
-    if training.constraints == "none":
+    if not mode_of(training.constraints).trains_layers:
         raise ValueError("The recipe has `constraints: none`; sweep the constrained recipe (its ERM twin is an arm).")
     if settings.objective == "id_with_ood_floor" and not task.headline.higher_is_better:
         raise ValueError(

@@ -26,6 +26,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ..constraints import ERM
 from ..evaluation import evaluate_level, summarize
 from ..tasks import Arm, Headline
 from .space import SearchSpace
@@ -99,7 +100,7 @@ def trial_args(base, arm: Arm, params: dict[str, Any], output_dir: str):
     return dataclasses.replace(
         base,
         **params,
-        constraints=base.constraints if arm.constrained else "none",
+        constraints=base.constraints if arm.constrained else ERM,
         output_dir=output_dir,
         save_strategy="no",
         eval_strategy="no",

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConstrainedConfig, ConstraintArguments, unread_fields
+from ..constraints import ERM, mode_of
 from ..utils.files import read_yaml
 
 SECTIONS = ("constrained", "erm")
@@ -153,9 +154,9 @@ def arm_spaces(spaces: dict[str, SearchSpace], arms, training) -> tuple[dict[str
     searched, dropped = {}, {}
     for arm in arms:
         config = arm.training or training
-        constraints = config.constraints if arm.constrained or arm.training else "none"
+        constraints = config.constraints if arm.constrained or arm.training else ERM
         unread = unread_fields(constraints, config.dual_optimizer)
-        fallback = "constrained" if constraints != "none" else "erm"
+        fallback = "constrained" if mode_of(constraints).trains_layers else "erm"
         searched[arm.name], dropped[arm.name] = arm_space(spaces, arm.name, fallback, unread)
         check_ranges({arm.name if arm.name in spaces else fallback: searched[arm.name]}, config)
     return searched, dropped

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from ..constraints import ERM
 from ..trainers import BatchScore
 
 
@@ -79,7 +80,7 @@ def measure_only(measure: Measure, bf16: bool | None = None) -> dict[str, Any]:
         bf16=measure.bf16 if bf16 is None else bf16,
         use_cpu=not torch.cuda.is_available(),
         report_to="none",
-        constraints="none",
+        constraints=ERM,
         constrained_layers=measure.layers,
         disable_tqdm=True,
         dataloader_num_workers=0,

@@ -10,6 +10,7 @@ Held-out scores are per example (top-1 hit, cross-entropy); the headline is accu
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,10 +33,6 @@ from ..models import (
     ARCHITECTURES,
     POOLINGS,
     READOUTS,
-    PooledLinearConfig,
-    PooledLinearForSequenceClassification,
-    UTConfig,
-    UTForSequenceClassification,
 )
 from ..trainers import ConstrainedTrainer
 from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio, require_model
@@ -58,7 +55,7 @@ class ClassifierScriptArguments(ClassificationDataArguments):
         metadata={
             "help": "The shared readout psi of every layer: 'head' (the model's own pooler / classification head) or "
             "'linear' (the paper's: one linear layer on the pooled token, saved with the model).",
-            "choices": list(READOUTS),
+            "choices": list(READOUTS),  # the registry's names: `models.classifiers`
         },
     )
     classifier_pooling: str = field(
@@ -91,45 +88,24 @@ class ClassifierScriptArguments(ClassificationDataArguments):
                 raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
         if not isinstance(self.ut_layers, int) or self.ut_layers < 1:
             raise ValueError(f"`ut_layers` must be an integer >= 1, got {self.ut_layers!r}.")
-        if self.classifier_architecture == "ut" and (self.classifier_readout, self.classifier_pooling) != (
-            "linear",
-            "mean",
-        ):
-            raise ValueError(
-                "`classifier_architecture: ut` reads every layer out by its shared linear layer on the mean of the "
-                "tokens: set `classifier_readout: linear` and `classifier_pooling: mean` (got "
-                f"{self.classifier_readout!r}, {self.classifier_pooling!r})."
-            )
+        for kind in (ARCHITECTURES[self.classifier_architecture], READOUTS[self.classifier_readout]):
+            if problem := kind.problem(self):
+                raise ValueError(problem)
 
 
-def build_classifier(
-    path: str,
-    config,
-    names: list[str],
-    readout: str = "head",
-    pooling: str = "cls",
-    architecture: str = "pretrained",
-    ut_layers: int = 3,
-    **kwargs,
-):
-    """A sequence classifier to train. `readout='head'`: the model's own head (a plain encoder, `config` without
-    one, gets a new head with the dataset's classes `names`). `readout='linear'`: the encoder under the paper's
-    shared linear readout (any pretrained head dropped; a model saved with that readout reloads as it is).
-    `architecture='ut'`: a new `ut_layers`-layer unrolled transformer on the encoder's word embeddings (a saved UT
-    reloads as it is). `kwargs` (revision, dtype) go to `from_pretrained`."""
+def build_classifier(path: str, config, names: list[str], recipe, **kwargs):
+    """A sequence classifier to train, by the recipe's architecture, then readout (`models.classifiers`): a kind that
+    builds a new model from the encoder at `path` does (a model saved as one reloads as it is); else the model as it
+    is, its own head, or (a plain encoder, `config` without one) a new head with the dataset's classes `names`.
+    `recipe`: the classifier fields (duck-typed); `kwargs` (revision, dtype) go to `from_pretrained`."""
     labels = {
         "num_labels": len(names),
         "id2label": dict(enumerate(names)),
         "label2id": {n: i for i, n in enumerate(names)},
     }
-    if architecture == "ut" and not isinstance(config, UTConfig):
-        model = UTForSequenceClassification.from_pretrained_embeddings(
-            path, num_layers=ut_layers, revision=kwargs.get("revision"), **labels
-        )
-        dtype = kwargs.get("dtype")
-        return model.to(dtype) if isinstance(dtype, torch.dtype) else model
-    if readout == "linear" and not isinstance(config, PooledLinearConfig):
-        return PooledLinearForSequenceClassification.from_encoder(path, pooling=pooling, **labels, **kwargs)
+    for kind in (ARCHITECTURES[recipe.classifier_architecture], READOUTS[recipe.classifier_readout]):
+        if kind.builds(config):
+            return kind.build(path, labels, recipe, kwargs)
     if has_classification_head(config):
         return AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
     return AutoModelForSequenceClassification.from_pretrained(path, **labels, **kwargs)
@@ -175,15 +151,7 @@ class ClassificationTask(Task):
         num_labels = config.num_labels if has_classification_head(config) else None
         train_ds, eval_ds, names = load_classification(script, tokenizer, num_labels)
         model = build_classifier(
-            path,
-            config,
-            names,
-            script.classifier_readout,
-            script.classifier_pooling,
-            script.classifier_architecture,
-            script.ut_layers,
-            revision=model_args.model_revision,
-            dtype=model_args.dtype,
+            path, config, names, script, revision=model_args.model_revision, dtype=model_args.dtype
         )
         peft_config = get_peft_config(model_args)
         if peft_config is not None:
@@ -240,16 +208,9 @@ class ClassificationTask(Task):
     def trial_trainer(self, data: ClassifierSweepData, arm: Arm, args, callbacks=()) -> ConstrainedTrainer:
         torch.manual_seed(args.seed)  # the new readout's initialisation follows the trial's seed
         script = data.recipe
-        model = build_classifier(
-            data.path,
-            data.config,
-            data.names,
-            arm.readout,
-            script.classifier_pooling,
-            script.classifier_architecture,
-            script.ut_layers,
-            dtype=data.dtype,
-        )
+        recipe = copy.copy(script)
+        recipe.classifier_readout = arm.readout  # the arm's readout
+        model = build_classifier(data.path, data.config, data.names, recipe, dtype=data.dtype)
         return ConstrainedTrainer(
             model=model,
             args=args,

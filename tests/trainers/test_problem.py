@@ -47,3 +47,71 @@ def test_the_configs_dual_optimizer_names_are_the_cores_classes():
     assert list(CONFIG_NAMES) == list(DUAL_OPTIMIZERS)
     assert all(cls.name == name for name, cls in DUAL_OPTIMIZERS.items())
     assert type(DUAL_OPTIMIZERS["adam"](Multipliers(2)).optimizer) is torch.optim.Adam
+
+
+MOMENTUM = '''
+"""A dual optimizer of one's own, in one file: the class, its setting, its registration. Nothing else."""
+import torch
+from constrained_sft.constraints import DUAL_OPTIMIZERS, DualOptimizer, Setting
+from constrained_sft.constraints.variants import finite_at_least
+
+
+@DUAL_OPTIMIZERS.register
+class MomentumDual(DualOptimizer):
+    name = "momentum"
+    settings = {"momentum": Setting("dual_momentum", float, 0.5, "Heavy-ball momentum of the ascent.",
+                                    finite_at_least(0.0), "must be a finite number >= 0")}
+
+    def __init__(self, multipliers, lr=0.01, resilience=0.0, explicit_relaxation=False, momentum=0.5):
+        self.momentum = momentum
+        super().__init__(multipliers, lr, resilience, explicit_relaxation)
+
+    def make_optimizer(self, weight, lr):
+        return torch.optim.SGD([weight], lr=lr, momentum=self.momentum, maximize=True)
+'''
+
+USE_IT = """
+import json, sys
+import momentum_dual  # the user's module, imported before the configs are built
+from constrained_sft.cli import main
+from constrained_sft import ConstrainedSFTConfig
+refused = []
+for fields in ({"dual_optimizer": "momentum", "dual_momentum": -1.0}, {"dual_momentum": 0.9}):
+    try:
+        ConstrainedSFTConfig(output_dir=sys.argv[1] + "/x", bf16=False, use_cpu=True, report_to="none", **fields)
+    except ValueError as error:
+        refused.append(str(error))
+assert main(sys.argv[2:]) == 0
+print(json.dumps(refused))
+"""
+
+
+def test_a_new_dual_optimizer_is_one_class_in_one_file(tmp_path):
+    """Registered from its own module, a dual optimizer's setting becomes a config field, a flag and a recipe key,
+    validated by its `Setting` and refused beside another dual optimizer; the command trains with it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "momentum_dual.py").write_text(MOMENTUM)
+    tiny_causal_lm("llama").save_pretrained(tmp_path / "model")
+    tiny_tokenizer().save_pretrained(tmp_path / "model")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in successor_dataset(16)))
+    argv = ["train", "--model_name_or_path", str(tmp_path / "model"), "--dataset_name", str(data), "--output_dir",
+            str(tmp_path / "out"), "--max_steps", "2", "--per_device_train_batch_size", "4", "--bf16", "false",
+            "--use_cpu", "true", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
+            "--dual_optimizer", "momentum", "--dual_momentum", "0.9", "--dual_lr", "0.5"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-c", USE_IT, str(tmp_path), *argv], capture_output=True, text=True,
+                          env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    refused = json.loads(done.stdout.strip().splitlines()[-1])
+    assert refused == [
+        "`dual_momentum` must be a finite number >= 0, got -1.0.",
+        "`dual_momentum` (0.9) is read only by `dual_optimizer: momentum`, and this config has `dual_optimizer: sgd`, "
+        "so it would be ignored: remove it (default 0.5) or set `dual_optimizer: momentum`.",
+    ]
+    report = json.loads((tmp_path / "out" / "constraints.json").read_text())
+    assert report["dual_optimizer"] == "momentum" and report["enforced"] and report["global_step"] == 2

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ...constraints import ConstraintStateError
+from ...constraints import ConstraintStateError, mode_of
 from ...utils.modules import unwrap_model
 from .files import ARGS_JSON, MARKER, STATE_JSON, TRAINER_STATE, file_problem, read_state
 
@@ -165,7 +165,7 @@ def check_fits(checkpoint: str, model, primal_dual, constraints: str) -> None:
                 was,
                 constraints,
                 "its multipliers are loaded but no longer used."
-                if constraints == "none"
+                if not mode_of(constraints).trains_layers
                 else "the multipliers "
                 "start from the checkpoint's values (zero for an ERM run) and constraints apply from here on.",
             )

@@ -1,0 +1,141 @@
+"""
+What a run does with the measured layers (the config's `constraints`), one class per mode, registered in `MODES`
+(`@MODES.register`): the settings it reads (`settings`), its behaviour flags, and the `PrimalDual` settings it builds from a
+config. Nothing outside this registry compares mode names: code asks the flags.
+
+- `descent`: primal-dual training, the descent terms weighted by multipliers that ascend on their slack;
+- `penalty`: the same terms with every multiplier fixed at `penalty_weight` (the penalty method, no dual ascent);
+- `early_exit`: f_L + sum_l w_l f_l with fixed weights (LayerSkip's / torchtune's early-exit loss);
+- `none`: ERM, every layer still measured (the dual state kept as `descent` would keep it).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from .dual_optimizer import FixedDual, dual_optimizer_class
+from .lagrangian import DescentConstraints
+from .objectives import EARLY_EXIT_SCALES, EarlyExit
+from .variants import Registry, Setting, finite_at_least
+
+# the config's `constraints` values and their classes, in the order they are registered
+MODES: Registry = Registry()
+
+
+class Mode(ABC):
+    """
+    One value of `constraints`. Flags: `trains_layers` (False: ERM, the layers are only measured), `ascends` (the
+    multipliers ascend: the dual fields are read), `fixed_weights` (the layers' terms have constant weights, so
+    resilience, which relaxes through the ascent, is refused), `descent_terms` (its loss reads the descent
+    constraints: `descent_alpha`, `descent_epsilon`).
+    """
+
+    name: ClassVar[str]
+    settings: ClassVar[dict[str, Setting]] = {}
+    trains_layers: ClassVar[bool] = True
+    ascends: ClassVar[bool] = False
+    fixed_weights: ClassVar[bool] = False
+    descent_terms: ClassVar[bool] = True
+
+    @classmethod
+    @abstractmethod
+    def primal_dual_settings(cls, config: Any, spec: DescentConstraints, num_layers: int) -> dict[str, Any]:
+        """The keyword arguments of `PrimalDual` beyond the ones every mode shares, from `config`'s fields."""
+
+    @classmethod
+    def config_problem(cls, config: Any) -> str | None:
+        """A refusal that needs other config fields beside the mode's own (None: allowed)."""
+        return None
+
+
+def mode_of(name: str) -> type[Mode]:
+    """The mode named `name` (a config's `constraints`); another name is refused listing them."""
+    if name not in MODES:
+        raise ValueError(f"`constraints` must be one of {list(MODES)}, got {name!r}.")
+    return MODES[name]
+
+
+@MODES.register
+class Descent(Mode):
+    """Primal-dual training: the descent terms weighted by multipliers that ascend on their slack (the dual
+    optimizer's own settings from the config fields it names)."""
+
+    name = "descent"
+    ascends = True
+
+    @classmethod
+    def primal_dual_settings(cls, config, spec, num_layers):
+        method = dual_optimizer_class(config.dual_optimizer)
+        return {"dual_optimizer": method, "dual_init": config.dual_init, "dual_settings": method.read_settings(config)}
+
+
+@MODES.register
+class Penalty(Mode):
+    """The penalty method: the same terms with every multiplier fixed at `penalty_weight` (no dual ascent)."""
+
+    name = "penalty"
+    fixed_weights = True
+    settings = {
+        "weight": Setting(
+            "penalty_weight", float, 1.0,
+            "`constraints: penalty`: the fixed multiplier of every descent term, f_L + w sum_c g_c (>= 0; 0 trains "
+            "exactly as `constraints: none`).",
+            finite_at_least(0.0), "must be a finite number >= 0",
+        ),
+    }  # fmt: skip
+
+    @classmethod
+    def primal_dual_settings(cls, config, spec, num_layers):
+        return {"dual_optimizer": FixedDual, "dual_init": config.penalty_weight}
+
+    @classmethod
+    def config_problem(cls, config):
+        if config.dual_max is not None and config.penalty_weight > config.dual_max:
+            return f"`penalty_weight` ({config.penalty_weight}) must not exceed `dual_max` ({config.dual_max})."
+        return None
+
+
+@MODES.register
+class EarlyExitLoss(Mode):
+    """Fixed per-layer weights on the measured layers below L; the multipliers stay 0 and unused."""
+
+    name = "early_exit"
+    fixed_weights = True
+    descent_terms = False
+    settings = {
+        "scale": Setting(
+            "early_exit_scale", str, "uniform",
+            "`constraints: early_exit`: torchtune's rule for the scale s(l) of each constrained layer l below L: "
+            "'uniform' (1), 'linear' (l), 'sum' (the running sum of the exit layers), 'sqrt', 'inv' (1/l), "
+            "'inv_sqrt'. Each gets the weight early_exit_weight x s(l) / s(L).",
+            choices=tuple(EARLY_EXIT_SCALES),
+        ),
+        "weight": Setting(
+            "early_exit_weight", float, 1.0,
+            "`constraints: early_exit`: torchtune's e_scale (>= 0; 0 trains exactly as `constraints: none`). f_L keeps "
+            "weight 1: torchtune divides every exit by the sum of the scales, a constant factor that Adam ignores.",
+            finite_at_least(0.0), "must be a finite number >= 0",
+        ),
+    }  # fmt: skip
+
+    @classmethod
+    def primal_dual_settings(cls, config, spec, num_layers):
+        objective = EarlyExit.from_scale(spec.layers, num_layers, config.early_exit_scale, config.early_exit_weight)
+        return {"dual_optimizer": FixedDual, "dual_init": 0.0, "objective": objective}
+
+
+@MODES.register
+class Unconstrained(Mode):
+    """ERM: nothing added to the loss; the layers measured, the (unused) dual state kept as `descent` would keep it."""
+
+    name = "none"
+    trains_layers = False
+    descent_terms = False
+
+    @classmethod
+    def primal_dual_settings(cls, config, spec, num_layers):
+        return {**Descent.primal_dual_settings(config, spec, num_layers), "enabled": False}
+
+
+ERM = Unconstrained.name  # the mode an ERM twin or a measuring trainer is set to

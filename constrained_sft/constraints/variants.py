@@ -1,0 +1,62 @@
+"""
+Variants and their registries: each dual optimizer and each training mode is a class registered by name
+(`Registry.register`, a decorator on the class) that declares the config fields it reads (`Setting`), with their type,
+default, help and the values they take. The trainer configs build their fields from these declarations and validate
+through them (`config.variant_fields`), so a new dual optimizer or mode is one class in one file: no list of names,
+no field or check to add elsewhere. A subclass that is not registered (one's own, passed to `PrimalDual` directly)
+changes no registry.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def is_number(value: object) -> bool:
+    """A real number (int or float), not a bool."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def finite_at_least(low: float, strict: bool = False) -> Callable[[Any], bool]:
+    """A finite number >= `low` (> `low` with `strict`)."""
+    return lambda v: is_number(v) and math.isfinite(v) and (v > low if strict else v >= low)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """
+    One setting of a variant: `field`, the config field (a recipe key and a flag) that carries it; `type` and
+    `default`, its annotation and default; `help`; `valid`, whether a value is allowed, and `requirement`, what it asks
+    in words ("must be a finite number >= 0"); `choices`, the allowed strings of a choice. The value of the wrong
+    kind is refused before `valid` sees it (the config's `check_fields`).
+    """
+
+    field: str
+    type: Any
+    default: Any
+    help: str
+    valid: Callable[[Any], bool] = lambda value: True
+    requirement: str = ""
+    choices: tuple[str, ...] | None = None
+
+    def problem(self, value: Any) -> str | None:
+        """The refusal of `value`, naming the field and what is allowed; None when it is allowed."""
+        if self.choices is not None and value not in self.choices:
+            return f"`{self.field}` must be one of {list(self.choices)}, got {value!r}."
+        if not self.valid(value):
+            return f"`{self.field}` {self.requirement}, got {value!r}."
+        return None
+
+
+class Registry(dict):
+    """Variants by name (`cls.name`), in the order they were registered: what a config field chooses from."""
+
+    def register(self, cls: type[T]) -> type[T]:
+        """Register `cls` under its `name` (a class decorator)."""
+        self[cls.name] = cls
+        return cls
