@@ -41,8 +41,8 @@ def sizes(trainer) -> dict[str, int]:
     return {
         "feasibility_history": len(trainer.primal_dual.history),
         "train_stats_rows": 0 if trainer.primal_dual.train_stats.totals is None else 1,
-        "eval_stats_rows": 0 if trainer._eval_stats.totals is None else 1,
-        "log_buffer": sum(len(v) for v in trainer._train_metrics.values()),
+        "eval_stats_rows": 0 if trainer.setup.eval_stats.totals is None else 1,
+        "log_buffer": sum(len(v) for v in trainer.setup.train_metrics.values()),
         "noise_draw_counters": len(trainer.noise.draws),
         "probe_active_requests": 0 if hook is None or hook.active is None else 1,
         "backbone_forward_hooks": len(base.base_model._forward_hooks),

@@ -1,30 +1,27 @@
 """
-How constrained training works, whatever the readout: the Lagrangian penalty added to each micro-batch's loss, the
-dual step once per optimizer step (run by `callbacks.DualStepCallback`), the layer statistics merged into the logs,
-and the feasibility report at the end of training. The trainer owns its noise (`noise.TrainingNoise`); resume and
-every private `Trainer` override live in `resume/`.
+How constrained training works, whatever the readout, as the hooks of a `Trainer`: the Lagrangian penalty added to
+each micro-batch's loss, the dual step once per optimizer step (run by `callbacks.DualStepCallback`), the evaluations
+(clean, then noisy: `noise.TrainingNoise.evaluate`), the layer statistics merged into the logs, and the feasibility
+report at the end of training. What a trainer builds around its `Trainer` (the problem, the noise, the statistics, the
+callbacks, the checks) is `setup.py`; resume and every private `Trainer` override live in `resume/`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
 import torch
-from transformers import TrainingArguments
 
-from ..config import ConstraintArguments
-from ..constraints import LayerLosses, LayerStats, PrimalDual, stats_metrics
+from ..constraints import LayerLosses, PrimalDual, stats_metrics
 from ..constraints.feasibility import REPORT, bound_message, verdict_message
 from ..utils.files import write_json
-from .callbacks import DualStepCallback, handle_nonfinite, use_compact_console
+from .callbacks import handle_nonfinite
 from .noise import TrainingNoise
-from .problem import own_primal_dual, primal_dual_from_config
 from .resume import TrainerOverrides, start_run, trl_eval_metrics
+from .setup import ConstrainedSetup
 
 logger = logging.getLogger(__name__)
 
@@ -43,75 +40,21 @@ class BatchScore:
     layers: LayerLosses
 
 
-def check_not_empty(**datasets: Any) -> None:
-    """Refuse, naming it, a dataset with no rows: TRL and transformers fail on one deep inside (StopIteration)."""
-    for name, dataset in datasets.items():
-        if dataset is not None and not isinstance(dataset, dict) and hasattr(dataset, "__len__") and not len(dataset):
-            raise ValueError(f"`{name}` has no rows; give at least one example (or leave it None).")
-
-
-def constrained_args(args: Any, config_class: type, trainer: str) -> Any:
-    """
-    `args` for a constrained trainer: a config with the constraint fields as it is; a plain `TrainingArguments` (or
-    `SFTConfig`) converted to `config_class`, as TRL's `SFTTrainer` converts `TrainingArguments`, every field kept
-    and the constraint and noise fields at their defaults (said in one info line); anything else refused.
-    """
-    if isinstance(args, ConstraintArguments):
-        return args
-    if not isinstance(args, TrainingArguments):
-        raise TypeError(
-            f"`args` must be a {config_class.__name__} (or TrainingArguments to convert), got {type(args).__name__}."
-        )
-    # the dataclass fields as set (`to_dict()` masks every `*_token` field, `eos_token` and `pad_token` included)
-    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(args) if f.init}
-    logger.info(
-        "%s got a %s: converted to %s with the constraint and noise fields at their defaults.",
-        trainer,
-        type(args).__name__,
-        config_class.__name__,
-    )
-    return config_class(**fields)
-
-
 class ConstrainedTrainerMixin(TrainerOverrides):
-    """Mixed in before a `transformers.Trainer` subclass; `args` must carry [`ConstraintArguments`]."""
+    """Mixed in before a `transformers.Trainer` subclass, whose `__init__` builds `self.setup` (`setup.
+    ConstrainedSetup`: the problem, the noise, the statistics, the callbacks); these are the hooks."""
 
-    primal_dual: PrimalDual
-    noise: TrainingNoise
+    setup: ConstrainedSetup
 
-    def _init_constraints(self, num_layers: int, primal_dual: PrimalDual | None = None) -> None:
-        """Called by each trainer's `__init__` once `Trainer.__init__` has run: checks, the problem, the noise."""
-        args = self.args
-        if not isinstance(args, ConstraintArguments):
-            raise TypeError(
-                f"{type(self).__name__} needs a config with the constraint fields (e.g. `ConstrainedSFTConfig`), got "
-                f"{type(args).__name__}."
-            )
-        check_not_empty(train_dataset=self.train_dataset, eval_dataset=self.eval_dataset)  # after TRL's filters
-        if getattr(args, "constraint_warmup_epochs", 0) and not hasattr(self.train_dataset, "__len__"):
-            raise ValueError(
-                "`constraint_warmup_epochs` counts epochs of a training set of known length, but `train_dataset` is "
-                "streamed (an IterableDataset, no length); set `constraint_warmup_steps` instead."
-            )
-        launched = int(os.environ.get("WORLD_SIZE", "1"))
-        if launched > 1 and self.accelerator.num_processes != launched:
-            raise ValueError(
-                f"{launched} processes were launched, but accelerate runs this one alone (distributed type "
-                f"{self.accelerator.distributed_type.value}): each process would train its own model and write the "
-                "same files. Without a GPU, launch with `--multi_gpu` and `use_cpu` (gloo), or a DeepSpeed config "
-                "with `--use_cpu false`; `ddp_backend` names another backend."
-            )
-        if primal_dual is not None:
-            self.primal_dual = own_primal_dual(primal_dual, num_layers)
-        else:
-            self.primal_dual = primal_dual_from_config(args, num_layers)
-        self._eval_stats = LayerStats(len(self.primal_dual.spec.layers))
-        self._train_metrics: dict[str, list[float]] = defaultdict(list)  # log key -> one value per optimizer step
-        self._bound_checked = False
-        self.noise = TrainingNoise(args, self.model, step=lambda: self.state.global_step)
-        self.add_callback(DualStepCallback(self))
-        if args.console_format == "compact":
-            use_compact_console(self)
+    @property
+    def primal_dual(self) -> PrimalDual:
+        """The run's constrained problem (the setup's)."""
+        return self.setup.problem
+
+    @property
+    def noise(self) -> TrainingNoise:
+        """The run's embedding noise (the setup's)."""
+        return self.setup.noise
 
     @property
     def noise_sigma(self) -> float | None:
@@ -139,7 +82,7 @@ class ConstrainedTrainerMixin(TrainerOverrides):
     def _add_constraints(self, loss: torch.Tensor, losses: LayerLosses, num_items_in_batch: Any) -> torch.Tensor:
         """Record the layer statistics; while constraints are active, add the Lagrangian penalty to `loss`."""
         if not self.model.training:  # evaluation: reduce per batch, every rank runs every eval batch
-            self._eval_stats.add(losses, reduce=self._reduce)
+            self.setup.eval_stats.add(losses, reduce=self._reduce)
             return loss
         self.primal_dual.train_stats.add(losses)
         if not self._constraints_active():
@@ -162,13 +105,13 @@ class ConstrainedTrainerMixin(TrainerOverrides):
         if not self.primal_dual.last_step_finite:
             handle_nonfinite(self, metrics, self.primal_dual.last_grad_norm)
             return
-        if stats is not None and not self._bound_checked and self.primal_dual.enabled:
-            self._bound_checked = True  # once, on the first measured step
+        if stats is not None and not self.setup.bound_checked and self.primal_dual.enabled:
+            self.setup.bound_checked = True  # once, on the first measured step
             message = bound_message(spec, dict(zip(spec.layers, stats.layer_loss, strict=True)))
             if message is not None and self.is_world_process_zero():
                 logger.warning(message)
         for key, value in metrics.items():
-            self._train_metrics[key].append(value)
+            self.setup.train_metrics[key].append(value)
 
     # --- evaluation and logging -----------------------------------------------------------------------------------
     def evaluation_loop(self, *args, **kwargs):
@@ -178,46 +121,40 @@ class ConstrainedTrainerMixin(TrainerOverrides):
         return super().evaluation_loop(*args, **kwargs)
 
     def _reset_eval_statistics(self) -> None:
-        self._eval_stats = LayerStats(len(self.primal_dual.spec.layers))
+        self.setup.reset_eval_stats()
         trl_metrics = trl_eval_metrics(self)  # TRL's own eval metrics leak the same way
         if trl_metrics:
             trl_metrics.clear()
 
     def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval"):
-        """Clean evaluation, then (with `eval_noise_gammas`) one seeded evaluation per noise level."""
-        self._eval_prefix = metric_key_prefix
-        metrics = super().evaluate(
-            eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix
-        )
+        """Clean evaluation, then (with `eval_noise_gammas`) one seeded evaluation per noise level
+        (`TrainingNoise.evaluate`), each logged under its own prefix."""
+
+        def run(prefix: str) -> dict[str, float]:
+            self._eval_prefix = prefix
+            return super(ConstrainedTrainerMixin, self).evaluate(
+                eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=prefix
+            )
+
         dataset = eval_dataset if eval_dataset is not None else self.eval_dataset
-        levels = self.noise.evaluation_levels(metric_key_prefix)
-        if not levels or isinstance(dataset, dict):  # `Trainer.evaluate` comes back here once per dataset of a dict
-            return metrics
-        self.noise.evaluating = True
         try:
-            for prefix, gamma, seed in levels:
-                self._eval_prefix = prefix
-                with self.noise.at_level(self.model, gamma, seed):
-                    metrics.update(
-                        super().evaluate(eval_dataset=eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=prefix)
-                    )
+            return self.noise.evaluate(run, self.model, metric_key_prefix, several=isinstance(dataset, dict))
         finally:
-            self.noise.evaluating = False
             self._eval_prefix = metric_key_prefix
-        return metrics
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """The optimizer steps' constraint metrics (means since the last log) and the multipliers in a training
         log; the layer statistics of an evaluation under its prefix."""
         if self.model.training:
-            logs.update({key: sum(values) / len(values) for key, values in self._train_metrics.items() if values})
-            self._train_metrics.clear()
+            train_metrics = self.setup.train_metrics
+            logs.update({key: sum(values) / len(values) for key, values in train_metrics.items() if values})
+            train_metrics.clear()
             if self.primal_dual.enabled:
                 logs.update(self.primal_dual.dual_metrics())
         else:
             prefix = getattr(self, "_eval_prefix", "eval")
-            if self._eval_stats.totals is not None:
-                metrics = stats_metrics(self.primal_dual.spec, self._eval_stats.pop_totals(lambda t: t))
+            if self.setup.eval_stats.totals is not None:
+                metrics = stats_metrics(self.primal_dual.spec, self.setup.eval_stats.pop_totals(lambda t: t))
                 logs.update({f"{prefix}_{key}": value for key, value in metrics.items()})
             trl_metrics = trl_eval_metrics(self)
             if prefix != "eval" and trl_metrics:  # TRL names its eval metrics eval_*; keep them under this prefix

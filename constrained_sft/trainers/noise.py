@@ -1,7 +1,7 @@
 """
 A trainer's embedding noise, owned by the trainer as one object (`trainer.noise`): the reference scale sigma_x,
-the private RNG streams of the run (noise, noise levels, token samples), the training levels, and the seeded noisy
-evaluations of `eval_noise_gammas`.
+the private RNG streams of the run (noise, noise levels, token samples), the training levels, and the evaluation
+loop with the seeded noisy evaluations of `eval_noise_gammas`.
 """
 
 from __future__ import annotations
@@ -118,6 +118,25 @@ class TrainingNoise:
         return [
             (f"{prefix}_gamma_{g:g}", g, self.args.seed + 7919 * (i + 1) + 104729 * rank) for i, g in enumerate(levels)
         ]
+
+    def evaluate(self, run: Callable[[str], dict], model: Any, prefix: str, several: bool = False) -> dict:
+        """
+        A trainer's evaluation: `run(prefix)` (one `Trainer.evaluate` under a metric prefix) clean, then with
+        `eval_noise_gammas` once per level under `<prefix>_gamma_<level>`, seeded (`evaluation_levels`). `several`:
+        `Trainer.evaluate` was given a dict of datasets and comes back once per dataset: the levels run there.
+        """
+        metrics = run(prefix)
+        levels = self.evaluation_levels(prefix)
+        if not levels or several:
+            return metrics
+        self.evaluating = True
+        try:
+            for level_prefix, gamma, seed in levels:
+                with self.at_level(model, gamma, seed):
+                    metrics.update(run(level_prefix))
+        finally:
+            self.evaluating = False
+        return metrics
 
     def at_level(self, model: Any, gamma: float, seed: int) -> contextlib.AbstractContextManager:
         """Seeded noise at one evaluation level (see `evaluation_levels`)."""

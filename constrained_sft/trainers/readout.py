@@ -24,8 +24,9 @@ from ..config import ConstrainedConfig
 from ..constraints import LayerLosses, PrimalDual
 from ..readout import ClassifierReadout, FunctionLoss, ReadoutError, ReadoutLoss, readout_loss
 from ..utils.modules import unwrap_model
-from .constrained import BatchScore, ConstrainedTrainerMixin, constrained_args
-from .resume import prepare_inputs, refusal_leaves_nothing, run_identity
+from .constrained import BatchScore, ConstrainedTrainerMixin
+from .resume import prepare_inputs
+from .setup import ConstrainedSetup, building, constrained_args
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +65,12 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         primal_dual: PrimalDual | None = None,
         **kwargs,
     ) -> None:
-        if args is None:
-            args = ConstrainedConfig(output_dir=f"{type(unwrap_model(model)).__name__}-Constrained")
-        else:
-            args = constrained_args(args, ConstrainedConfig, type(self).__name__)
-        self.run_identity = run_identity(args, model)
-        with refusal_leaves_nothing(args) as self.output_dir_existed:
+        def default() -> ConstrainedConfig:  # transformers' default output folder, named after the model
+            return ConstrainedConfig(output_dir=f"{type(unwrap_model(model)).__name__}-Constrained")
+
+        args = constrained_args(args, ConstrainedConfig, type(self).__name__, default)
+        datasets = {name: kwargs.get(name) for name in ("train_dataset", "eval_dataset")}
+        with building(self, args, model, datasets):
             super().__init__(model, args, *rest, **kwargs)
             base = unwrap_model(self.model)
             config = getattr(base, "config", None)
@@ -95,7 +96,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
                 check_labels(dataset, name, self.readout_loss, num_labels)
             if any(streamed(d) for d in (self.train_dataset, self.eval_dataset)):  # read only batch by batch
                 self.data_collator = LabelCheck(self.data_collator, self.readout_loss, num_labels)
-            self._init_constraints(self.num_layers, primal_dual)
+            self.setup = ConstrainedSetup(self, self.num_layers, primal_dual)
             self._accuracy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
             self._verified = False
 

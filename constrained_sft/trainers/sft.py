@@ -14,8 +14,9 @@ from ..config import ConstrainedSFTConfig
 from ..constraints import LayerLosses, PrimalDual
 from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
 from ..utils.modules import unwrap_model
-from .constrained import BatchScore, ConstrainedTrainerMixin, check_not_empty, constrained_args
-from .resume import prepare_inputs, refusal_leaves_nothing, run_identity
+from .constrained import BatchScore, ConstrainedTrainerMixin
+from .resume import prepare_inputs
+from .setup import ConstrainedSetup, building, constrained_args
 
 
 def _flops_per_token(config, seq_len: int) -> float:
@@ -142,14 +143,13 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         primal_dual: PrimalDual | None = None,
         **kwargs,
     ) -> None:
-        if args is None:
+        def default() -> ConstrainedSFTConfig:  # TRL's default output folder, named after the model
             name = model if isinstance(model, str) else get_config_model_id(model.config)
-            args = ConstrainedSFTConfig(f"{name.split('/')[-1]}-ConstrainedSFT")
-        else:
-            args = constrained_args(args, ConstrainedSFTConfig, type(self).__name__)
-        self.run_identity = run_identity(args, model)
-        with refusal_leaves_nothing(args) as self.output_dir_existed:
-            check_not_empty(train_dataset=kwargs.get("train_dataset"), eval_dataset=kwargs.get("eval_dataset"))
+            return ConstrainedSFTConfig(f"{name.split('/')[-1]}-ConstrainedSFT")
+
+        args = constrained_args(args, ConstrainedSFTConfig, type(self).__name__, default)
+        datasets = {name: kwargs.get(name) for name in ("train_dataset", "eval_dataset")}
+        with building(self, args, model, datasets):
             if isinstance(model, str):
                 refuse_non_generative(model, args)
             elif not hasattr(model, "generation_config"):
@@ -166,7 +166,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
             self._sample_sizes: dict[tuple, int] = {}  # per batch shape
             num_layers = text_config.num_hidden_layers
-            self._init_constraints(num_layers, primal_dual)
+            self.setup = ConstrainedSetup(self, num_layers, primal_dual)
             sharded = self.is_deepspeed_enabled or self.is_fsdp_enabled  # the head may be gathered per readout call
             self.probe = LayerProbe(
                 self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm, sharded=sharded

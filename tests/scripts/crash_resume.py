@@ -36,7 +36,6 @@ from constrained_sft import (  # noqa: E402
     ConstrainedSFTConfig,
     ConstrainedSFTTrainer,
     ConstrainedTrainer,
-    utils,  # noqa: E402
 )
 from constrained_sft.testing import (  # noqa: E402
     presence_dataset,
@@ -47,6 +46,7 @@ from constrained_sft.testing import (  # noqa: E402
 )
 from constrained_sft.trainers.resume import overrides, select  # noqa: E402
 from constrained_sft.trainers.resume.files import to_files  # noqa: E402
+from constrained_sft.utils import files  # noqa: E402 - the atomic writes' module
 
 # Every random stream on: token sampling, a gamma range with a clean probability, the Adam dual with resilience,
 # 2 accumulated micro-batches, an epoch boundary at step 8, a checkpoint every 2 steps, noisy evaluation every 4.
@@ -138,14 +138,14 @@ def arm(kill: str, rank: int, trainer) -> TrainerCallback:
 
 def kill_on_replace(name: str, when) -> None:
     """SIGKILL in the atomic write of `name`, after its temporary file is written and before the rename."""
-    replace = utils.os.replace
+    replace = files.os.replace
 
     def patched(src, dst):
         if os.path.basename(dst) == name and when():
             die()
         return replace(src, dst)
 
-    utils.os.replace = patched
+    files.os.replace = patched
 
 
 def build(task: str, output_dir: str, overrides: dict):

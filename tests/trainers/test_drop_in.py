@@ -43,7 +43,7 @@ def test_plain_configs_are_converted_like_sft_trainer_does(tmp_path, caplog, con
 
     cls = {"SFTConfig": SFTConfig, "TrainingArguments": TrainingArguments}[config]
     kwargs = config_kwargs(tmp_path, max_steps=2, learning_rate=0.02)
-    with caplog.at_level("INFO", logger="constrained_sft.trainers.constrained"):
+    with caplog.at_level("INFO", logger="constrained_sft.trainers.setup"):
         trainer = ConstrainedSFTTrainer(
             model=tiny_causal_lm(), args=cls(**kwargs), train_dataset=successor_dataset(8),
             processing_class=tiny_tokenizer(),
