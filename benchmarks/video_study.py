@@ -47,7 +47,7 @@ def train(recipe: str, seed: int, output_dir: str) -> tuple[float, dict]:
     ]
     task, parsed = load_recipe(recipe, overrides)
     start = time.perf_counter()
-    task.train(parsed)
+    task.training.train(parsed)
     seconds = time.perf_counter() - start
     with open(os.path.join(output_dir, "constraints.json")) as f:
         return seconds, json.load(f)

@@ -118,7 +118,7 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
     def refuse(*args, **kwargs):
         raise AssertionError("a finished stage ran again")
 
-    monkeypatch.setattr(sft.SFTTask, "train", refuse)
+    monkeypatch.setattr(sft.SFTTraining, "train", refuse)
     monkeypatch.setattr(robustness, "evaluate_level", refuse)
     from constrained_sft.evaluation import exits as exits_module
 

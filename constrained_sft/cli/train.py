@@ -41,5 +41,5 @@ class TrainCommand(Command):
         process, *parsed = parse(parser, argv)
         recipe = task.recipe(tuple(parsed))
         own_process(process, recipe.training)
-        task.train(recipe)
+        task.training.train(recipe)
         return 0

@@ -25,15 +25,21 @@ def statistics(task, gammas: list[float], train_gamma: float) -> list[Statistic]
     g = np.asarray(gammas, dtype=np.float64)
     ind, ood = split_levels(gammas, train_gamma)
     low, high = int(np.argmin(g)), int(np.argmax(g))
-    out = [Statistic(f"{key}@{x:g}", lambda s, k=k: task.metric(s)[..., k], up) for k, x in enumerate(gammas)]
+    out = [
+        Statistic(f"{key}@{x:g}", lambda s, k=k: task.measuring.metric(s)[..., k], up) for k, x in enumerate(gammas)
+    ]
     if ind.any():
-        out.append(Statistic(f"id_{key}", lambda s: task.metric(s)[..., ind].mean(-1), up))
+        out.append(Statistic(f"id_{key}", lambda s: task.measuring.metric(s)[..., ind].mean(-1), up))
     if ood.any():
-        out.append(Statistic(f"ood_{key}", lambda s: task.metric(s)[..., ood].mean(-1), up))
+        out.append(Statistic(f"ood_{key}", lambda s: task.measuring.metric(s)[..., ood].mean(-1), up))
     if len(gammas) > 1:
-        out.append(Statistic("auc", lambda s: np.trapezoid(task.metric(s), g, axis=-1), up))
+        out.append(Statistic("auc", lambda s: np.trapezoid(task.measuring.metric(s), g, axis=-1), up))
         out.append(
-            Statistic(f"change {g[low]:g}->{g[high]:g}", lambda s: (m := task.metric(s))[..., high] - m[..., low], up)
+            Statistic(
+                f"change {g[low]:g}->{g[high]:g}",
+                lambda s: (m := task.measuring.metric(s))[..., high] - m[..., low],
+                up,
+            )
         )
     out.append(Statistic("descent_share", lambda s: (s["descents"] / s["steps"]).mean(-1), True))
     return out
@@ -96,7 +102,7 @@ def _per_seed(scores: Scores) -> dict[str, np.ndarray]:
 
 def bands(results: RobustnessResults, task, n_boot: int = 2000, confidence: float = 0.95) -> dict[str, Band]:
     """Each arm's headline at every level with a bootstrap interval over its seeds and units (the plots' bands)."""
-    headline = Statistic(task.headline.key, task.metric, task.headline.higher_is_better)
+    headline = Statistic(task.headline.key, task.measuring.metric, task.headline.higher_is_better)
     out = {}
     for arm, names in results.arms.items():
         value, low, high = bootstrap_interval(arm_scores(results, names), headline, n_boot, confidence)

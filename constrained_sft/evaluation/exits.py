@@ -29,7 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data import ModelSpec
-from ..noise import embedding_noise, embedding_sigma, parse_levels
+from ..noise import embedding_sigma, noise_stream, noisy, parse_levels
 from ..readout import CausalLMReadout
 from ..tasks import SFTTask, get_task
 from ..tasks.sft import causal_lm_config
@@ -193,7 +193,7 @@ def layer_view(model, tokenizer, prompts: list[str], answers: list[str], gammas:
             head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
             tail = tokenizer(answer, add_special_tokens=False)["input_ids"]
             ids = torch.tensor([head + tail], device=device)  # [1, T]
-            with embedding_noise(model, gamma=gamma, seed=i, sigma=sigma):
+            with noisy(model, gamma, noise_stream(model, i), sigma=sigma):
                 hidden = model(input_ids=ids, output_hidden_states=True).hidden_states  # L + 1 of [1, T, D]
             positions = torch.arange(len(head) - 1, ids.shape[1] - 1, device=device)  # predict each answer token
             targets = ids[0, positions + 1]  # [K]
@@ -302,7 +302,7 @@ def run(args: ExitsArguments) -> dict:
             results["models"][spec.name] = saved[spec.name]["result"]
             sigma = sigma if sigma is not None else saved[spec.name]["sigma_x"]
             continue
-        model, tokenizer = task.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
+        model, tokenizer = task.measuring.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
         model.to(device)
         L = getattr(model, model.base_model_prefix).config.num_hidden_layers
         exits = args.exit_layers or default_exits(L)

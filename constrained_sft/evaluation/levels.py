@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..noise import embedding_noise
 from .metrics import example_descents, step_ratios
 
 Scores = dict[str, np.ndarray]  # per unit: count, loss, (correct), descents, steps
@@ -55,10 +54,9 @@ def evaluate_level(
     layer_sums = torch.zeros(len(spec.layers), dtype=torch.float64)
     tokens = 0.0
     ratios: list[torch.Tensor] = []
-    generator = torch.Generator(device=trainer.args.device).manual_seed(seed)
-    with embedding_noise(trainer.model, gamma=gamma, mean=mean, generator=generator, sigma=trainer.noise_sigma):
+    with trainer.noise.at_level(trainer.model, gamma, seed, mean):  # the trainer's own noise, at its sigma_x
         for batch in trainer.get_eval_dataloader():
-            score = task.score(trainer, batch)
+            score = task.measuring.score(trainer, batch)
             descents, steps = example_descents(score.layers)
             for key, value in (*score.examples.items(), ("descents", descents), ("steps", steps)):
                 parts[key].append(value.detach().cpu())
@@ -67,7 +65,7 @@ def evaluate_level(
             ratios.append(step_ratios(score.layers).cpu())
             if progress is not None:
                 progress()
-    scores = unit_sums({k: torch.cat(v) for k, v in parts.items()}, task.units(trainer.eval_dataset))
+    scores = unit_sums({k: torch.cat(v) for k, v in parts.items()}, task.measuring.units(trainer.eval_dataset))
     totals = {k: v.sum() for k, v in scores.items()}
     if totals["count"] == 0:
         raise ValueError("The held-out dataset has no supervised token to evaluate.")
@@ -75,7 +73,7 @@ def evaluate_level(
     return LevelResult(
         gamma=gamma,
         seed=seed,
-        metric=float(task.metric(totals)),
+        metric=float(task.measuring.metric(totals)),
         loss=float(totals["loss"] / totals["count"]),
         layer_loss={layer: (s / tokens).item() for layer, s in zip(spec.layers, layer_sums, strict=True)},
         descent_share=float(totals["descents"] / totals["steps"]) if totals["steps"] else math.nan,

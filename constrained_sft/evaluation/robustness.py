@@ -150,13 +150,13 @@ def run(
     }
     if claim:
         check_folder(args.output_dir, COMMAND, settings)
-    data = task.evaluation_data(data_args)
+    data = task.measuring.evaluation_data(data_args)
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     dtype = torch.bfloat16 if bf16 else torch.float32
     sigma, source = reference_sigma(args.sigma_x, first)
     results = RobustnessResults(
         settings={
-            "description": f"{task.describe(data, data_args)}: N({args.noise_mean}, (gamma sigma_x)^2); "
+            "description": f"{task.measuring.describe(data, data_args)}: N({args.noise_mean}, (gamma sigma_x)^2); "
             f"{args.seeds} noise seed(s) per level",
             "task": task.name,
             "dataset": dataclasses.asdict(data_args),
@@ -181,14 +181,14 @@ def run(
     with tempfile.TemporaryDirectory() as scratch:
         for name, path in models:
             flag = "--arm" if args.arm else "--models"
-            model, tokenizer = task.load_model(ModelSpec(name, path, args.base_model, flag), dtype)
+            model, tokenizer = task.measuring.load_model(ModelSpec(name, path, args.base_model, flag), dtype)
             if sigma is None:
                 sigma, source = embedding_sigma(model), f"measured on {name}'s input embeddings"
                 results.settings.update(sigma_x=sigma, sigma_x_source=source)
             measure = Measure(
                 trained_layers(args.layers, path), args.batch_size, args.max_length, bf16, scratch, sigma
             )
-            trainer = task.measuring_trainer(model, tokenizer, data, measure)
+            trainer = task.measuring.measuring_trainer(model, tokenizer, data, measure)
             results.settings["held_out_rows"] = len(trainer.eval_dataset)
             batches = len(trainer.get_eval_dataloader())
             levels = []
@@ -205,18 +205,18 @@ def run(
                 architecture=type(model).__name__,
                 noise_sigma_x_recorded=training_report(path).get("noise_sigma_x"),  # its own training's
                 layers=list(trainer.primal_dual.spec.layers),
-                summary=summarize(levels, train_gamma, task.headline.key, task.level_extras),
+                summary=summarize(levels, train_gamma, task.headline.key, task.measuring.level_extras),
                 # per unit, summed over noise seeds: what the intervals resample
                 scores={str(lv[0].gamma): _seed_sums(lv) for lv in levels},
             )
-            snapshot = task.snapshot(model, trainer, data, curve, sigma, args.noise_mean)
+            snapshot = task.measuring.snapshot(model, trainer, data, curve, sigma, args.noise_mean)
             if snapshot is not None:
                 snapshots[name] = snapshot
             del trainer, model
     results.bands = bands(results, task, args.bootstrap_samples)
     results.comparisons = compare(results, task, pairs, args.bootstrap_samples)
     mark_folder(args.output_dir, COMMAND, settings)
-    figures = task.figures(snapshots, data, args.output_dir)
+    figures = task.measuring.figures(snapshots, data, args.output_dir)
     from .alpaca.report import folder_sections  # the AlpacaEval part of a shared report folder, if any
 
     write_report(results, args.output_dir, figures, folder_sections(args.output_dir))

@@ -7,7 +7,15 @@ May import: `constrained_sft.utils` only. Trainers and evaluation use it; it kno
 """
 
 from .collator import EmbeddingNoiseCollator, NoiseLevels
-from .embedding import EmbeddingNoiseError, embedding_noise, embedding_sigma, input_embedding_module, parse_levels
+from .embedding import (
+    EmbeddingNoiseError,
+    embedding_noise,
+    embedding_sigma,
+    input_embedding_module,
+    noise_stream,
+    noisy,
+    parse_levels,
+)
 
 __all__ = [
     "EmbeddingNoiseCollator",
@@ -16,5 +24,7 @@ __all__ = [
     "embedding_noise",
     "embedding_sigma",
     "input_embedding_module",
+    "noise_stream",
+    "noisy",
     "parse_levels",
 ]

@@ -157,30 +157,30 @@ class EmbeddingNoise:
         return (embeds.float() + noise).to(embeds.dtype)
 
 
+def noise_stream(model: nn.Module, seed: int) -> torch.Generator:
+    """A fresh noise stream for `seed`, on the device of `model`'s input embeddings (the CPU for a meta device): the
+    library's one way from a seed to the generator every draw of a noisy block comes from."""
+    module = input_embedding_module(model)
+    device = getattr(module, "weight", next(unwrap_model(model).parameters())).device
+    return torch.Generator(device=device if device.type != "meta" else "cpu").manual_seed(seed)
+
+
 @contextmanager
-def embedding_noise(
+def noisy(
     model: nn.Module,
-    gamma: float | torch.Tensor = 0.0,
+    gamma: float | torch.Tensor,
+    generator: torch.Generator | None,
     mean: float = 0.0,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
     sigma: float | None = None,
 ) -> Iterator[EmbeddingNoise]:
     """
-    Perturb `model`'s token embeddings inside the block, in train and eval mode and in `generate()`:
-
-        with embedding_noise(model, gamma=1.5, seed=0):
-            model.generate(**inputs)
-
-    `gamma` is a float or a `[B]` tensor of per-example levels; `seed` (or an explicit `generator`) makes the noise
-    reproducible; `sigma` fixes sigma_x (default: the model's own, as its weights are now). Padding positions
-    (attention mask 0) are never perturbed. Leaving the block, even through an
-    exception, removes the hooks and restores the exact clean model.
+    The one entry point of the library's noise: `model`'s token embeddings perturbed inside the block, in train and
+    eval mode and in `generate()`, every draw from `generator` (one convention: a seed becomes a stream through
+    `noise_stream`; None: torch's global stream). `gamma` is a float or a `[B]` tensor of per-example levels; `sigma`
+    fixes sigma_x (default: the model's own, as its weights are now). Padding positions (attention mask 0) are never
+    perturbed. Leaving the block, even through an exception, removes the hooks and restores the exact clean model.
     """
     noise = EmbeddingNoise(model, gamma, mean, generator, sigma)
-    if noise.generator is None and seed is not None:
-        device = getattr(noise.module, "weight", next(noise.model.parameters())).device
-        noise.generator = torch.Generator(device=device if device.type != "meta" else "cpu").manual_seed(seed)
     # The backbone is always entered through __call__ with the attention mask as a keyword (PEFT calls the outer
     # model's `.forward` directly, which would skip a hook there).
     backbone = getattr(noise.model, "base_model", noise.model)
@@ -193,6 +193,29 @@ def embedding_noise(
     finally:
         for handle in handles:
             handle.remove()
+
+
+@contextmanager
+def embedding_noise(
+    model: nn.Module,
+    gamma: float | torch.Tensor = 0.0,
+    mean: float = 0.0,
+    seed: int | None = None,
+    generator: torch.Generator | None = None,
+    sigma: float | None = None,
+) -> Iterator[EmbeddingNoise]:
+    """
+    `noisy` for users, with a seed or a stream: perturb `model`'s token embeddings inside the block.
+
+        with embedding_noise(model, gamma=1.5, seed=0):
+            model.generate(**inputs)
+
+    `seed` is `noise_stream(model, seed)`; an explicit `generator` is used as given. See [`noisy`].
+    """
+    if generator is None and seed is not None:
+        generator = noise_stream(model, seed)
+    with noisy(model, gamma, generator, mean, sigma) as noise:
+        yield noise
 
 
 def parse_levels(levels: Sequence[float] | float, flag: str = "--gammas") -> list[float]:

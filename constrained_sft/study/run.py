@@ -92,7 +92,7 @@ def train_runs(args: StudyArguments, task, recipes: dict[str, Recipe], timings: 
                 resume_from_checkpoint=True if checkpoints else None,
             )
             start = time.perf_counter()
-            task.train(Recipe(recipes[arm].script, recipes[arm].model, training), more_runs=True)
+            task.training.train(Recipe(recipes[arm].script, recipes[arm].model, training), more_runs=True)
             add_time(timings["train"], f"{arm}/seed{seed}", start)
             if is_main_process():  # one writer: ranks renaming the same temporary file over each other fail
                 write_json(os.path.join(args.study_dir, "timings.json"), timings)

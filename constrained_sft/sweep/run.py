@@ -42,7 +42,9 @@ from .space import arm_spaces, check_ranges, load_space
 def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> dict[str, Any]:
     """Search (`stage` search / all), then retrain and compare (compare / all); everything checked before any
     trial, nothing written on a refusal. `more`: the `--arm` recipes by name."""
-    arms = task.arms(recipe, settings.readouts, settings.baseline == "erm")  # refuses a readout the task lacks
+    arms = task.searching.arms(
+        recipe, settings.readouts, settings.baseline == "erm"
+    )  # refuses a readout the task lacks
     settings.validate()
     more = more or {}
     if clash := [name for name in more if name in [a.name for a in arms]]:
@@ -84,7 +86,7 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
     check_folder(settings.sweep_dir, COMMAND, folder, "--sweep_dir")  # another sweep's folder: before any trial
     mark_folder(settings.sweep_dir, COMMAND, folder)
     objective = Objective(settings.objective, settings.gammas, train_gamma, task.headline, settings.ood_floor)
-    data = task.sweep_data(recipe, settings.validation_size)
+    data = task.searching.sweep_data(recipe, settings.validation_size)
     base = dataclasses.replace(training, per_device_eval_batch_size=settings.eval_batch_size)
     bases = {
         a.name: base
@@ -173,7 +175,7 @@ def retrain(task, arm: Arm, params: dict[str, Any], settings: SweepArguments, da
         folder = seed_dir(settings.sweep_dir, arm.name, seed)
         if is_finished(folder):
             continue
-        trainer = task.trial_trainer(data, arm, trial_args(base, arm, {**params, "seed": seed}, folder))
+        trainer = task.searching.trial_trainer(data, arm, trial_args(base, arm, {**params, "seed": seed}, folder))
         trainer.train()
         trainer.save_model(folder)
 

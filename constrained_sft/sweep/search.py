@@ -1,7 +1,7 @@
 """
 The search, for every task: one Optuna study per arm (a constrained model per readout, and its ERM baseline), TPE
 sampling, trials pruned from their intermediate validation scores, every trial trained on the training rows and
-scored on a validation carve-off of them (`Task.sweep_data`); the held-out / test data is never loaded here.
+scored on a validation carve-off of them (`Searching.sweep_data`); the held-out / test data is never loaded here.
 
 The study lives in an Optuna storage: a SQLite file in the sweep folder by default (a killed sweep resumes where it
 stopped: finished trials are kept, the trial cut short is marked failed by its stopped heartbeat, or by `Unstarted`
@@ -119,7 +119,7 @@ def run_trial(task, trial, data, arm: Arm, space: SearchSpace, base_args, object
     steps_total = _total_steps(args, len(data.train))
     every = max(1, math.ceil(steps_total / evaluations))
     report = _Report(task, trial, objective, set(range(every, steps_total, every)))
-    trainer = task.trial_trainer(data, arm, args, [report])
+    trainer = task.searching.trial_trainer(data, arm, args, [report])
     report.trainer = trainer  # the callback scores the model through the trainer that trains it
     trainer.train()
     if report.pruned:

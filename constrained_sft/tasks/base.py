@@ -2,8 +2,9 @@
 The task protocol: everything the task-agnostic upper half (`evaluation`, `sweep`, `cli`) asks of a task (causal-LM
 SFT, sequence classification, video denoising), so that no code above this floor decides anything by a task's name.
 
-A task owns its recipe fields, its model building and training, the trainer that measures a saved model, how a
-held-out batch becomes per-example scores, and its headline metric with its direction. Scores are per-example sums
+A task owns its recipe fields and its headline metric with its direction, and has three roles, one object each:
+`training` (model building and training), `measuring` (the trainer that measures a saved model, how a held-out batch
+becomes per-example scores) and `searching` (the sweep's data, trials and arms). Scores are per-example sums
 (`BatchScore.examples`) grouped into *units*, the things a confidence interval resamples: sequences (SFT), examples
 (classification) or clips (video). Every unit carries
 
@@ -102,31 +103,19 @@ def ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
         return np.divide(numerator, denominator)
 
 
-class Task(ABC):
-    """One kind of recipe. Subclasses set the class attributes and implement the abstract methods."""
-
-    name: ClassVar[str]
-    headline: ClassVar[Headline]
-    data_arguments: ClassVar[type]  # the held-out data fields `eval robustness` takes (the recipe's data fields)
-    readouts: ClassVar[tuple[str, ...]] = ()  # readouts a sweep may compare (one arm each); () = the model's own
-    layer_curve: ClassVar[tuple[str, str]] = ("layer_loss", "held-out loss of the layer's readout")
-    generates: ClassVar[bool] = False  # its models answer instructions (`eval generate`, the study's head-to-head)
-
-    # --- recipes and training ------------------------------------------------------------------------------------
-    @abstractmethod
-    def parser_classes(self) -> tuple[type, ...]:
-        """The dataclasses whose fields are the recipe's keys (and the `train` command's flags)."""
-
-    @abstractmethod
-    def recipe(self, parsed: tuple) -> Recipe:
-        """The parsed dataclasses of `parser_classes()` as a `Recipe`."""
+class Training(ABC):
+    """A task's training: what `constrained-sft train` (and a study's runs) do with its recipes."""
 
     @abstractmethod
     def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
-        """What `constrained-sft train` does for this task: train, evaluate, save, print the layer table.
-        `more_runs`: more runs follow in this process (a study), so the distributed process group is kept."""
+        """Train, evaluate, save, print the layer table. `more_runs`: more runs follow in this process (a study), so
+        the distributed process group is kept."""
 
-    # --- evaluation ----------------------------------------------------------------------------------------------
+
+class Measuring(ABC):
+    """How a task's saved models are measured: loaded, fed the held-out data through the training code path, scored
+    per example into units, summarised by the headline (`eval robustness`, a sweep's test, a study)."""
+
     @abstractmethod
     def load_model(self, spec, dtype: torch.dtype) -> tuple[Any, Any]:
         """(model, tokenizer or None) of a saved model (`data.ModelSpec`)."""
@@ -167,7 +156,14 @@ class Task(ABC):
         """Extra report figures from the models' snapshots: {name: path}."""
         return {}
 
-    # --- search --------------------------------------------------------------------------------------------------
+
+class Searching(ABC):
+    """How a task's recipes are searched (`constrained-sft sweep`): the data every trial shares, a trial's trainer, the
+    arms of a comparison. `task`: the task it searches (its readouts)."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
     @abstractmethod
     def sweep_data(self, recipe: Recipe, validation_size: float) -> Any:
         """What every trial shares: the model source and the training rows minus a validation carve-off (the
@@ -183,12 +179,39 @@ class Task(ABC):
 
     def arms(self, recipe: Recipe, readouts: list[str] | None, baseline: bool) -> list[Arm]:
         """A constrained arm per readout (or one), and with `baseline` an ERM twin of each."""
-        if readouts and not self.readouts:
+        task = self.task
+        if readouts and not task.readouts:
             raise ValueError(
-                f"`readouts` chooses among a classifier's readouts; `task: {self.name}` recipes have one readout."
+                f"`readouts` chooses among a classifier's readouts; `task: {task.name}` recipes have one readout."
             )
-        if bad := [r for r in readouts or [] if r not in self.readouts]:
-            raise ValueError(f"`readouts` must be among {list(self.readouts)}, got {bad}.")
+        if bad := [r for r in readouts or [] if r not in task.readouts]:
+            raise ValueError(f"`readouts` must be among {list(task.readouts)}, got {bad}.")
         chosen = readouts or [self.recipe_readout(recipe)]
         arms = [Arm("constrained" + (f"-{r}" if r else ""), r, True) for r in chosen]
         return arms + ([Arm("erm" + (f"-{r}" if r else ""), r, False) for r in chosen] if baseline else [])
+
+
+class Task(ABC):
+    """
+    One kind of recipe: its name, headline and recipe fields, and its three roles, each an object of its own:
+    `training` (`Training`), `measuring` (`Measuring`), `searching` (`Searching`). Subclasses set the class attributes,
+    implement `parser_classes` and `recipe`, and build their roles in `__init__`.
+    """
+
+    name: ClassVar[str]
+    headline: ClassVar[Headline]
+    data_arguments: ClassVar[type]  # the held-out data fields `eval robustness` takes (the recipe's data fields)
+    readouts: ClassVar[tuple[str, ...]] = ()  # readouts a sweep may compare (one arm each); () = the model's own
+    layer_curve: ClassVar[tuple[str, str]] = ("layer_loss", "held-out loss of the layer's readout")
+    generates: ClassVar[bool] = False  # its models answer instructions (`eval generate`, the study's head-to-head)
+    training: Training
+    measuring: Measuring
+    searching: Searching
+
+    @abstractmethod
+    def parser_classes(self) -> tuple[type, ...]:
+        """The dataclasses whose fields are the recipe's keys (and the `train` command's flags)."""
+
+    @abstractmethod
+    def recipe(self, parsed: tuple) -> Recipe:
+        """The parsed dataclasses of `parser_classes()` as a `Recipe`."""

@@ -35,7 +35,19 @@ from ..models import (
     READOUTS,
 )
 from ..trainers import ConstrainedTrainer
-from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio, require_model
+from .base import (
+    Arm,
+    Headline,
+    Measure,
+    Measuring,
+    Recipe,
+    Searching,
+    Task,
+    Training,
+    measure_only,
+    ratio,
+    require_model,
+)
 from .training import check_run, train_and_report
 
 NAME = "classification"
@@ -125,21 +137,9 @@ class ClassifierSweepData:
     dtype: Any
 
 
-class ClassificationTask(Task):
-    name = NAME
-    headline = Headline("accuracy", "accuracy (examples)", higher_is_better=True)
-    data_arguments = ClassificationDataArguments
-    readouts = READOUTS
-
-    def parser_classes(self) -> tuple[type, ...]:
-        return (ClassifierScriptArguments, ModelConfig, ConstrainedConfig)
-
-    def recipe(self, parsed: tuple) -> Recipe:
-        script, model, training = parsed
-        return Recipe(script, model, training)
-
-    def recipe_readout(self, recipe: Recipe) -> str:
-        return recipe.script.classifier_readout
+class ClassificationTraining(Training):
+    """`task: classification`: a sequence classifier (its head, the shared linear readout or the UT) trained by
+    `ConstrainedTrainer`."""
 
     def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
         script, model_args = recipe.script, recipe.model
@@ -170,7 +170,10 @@ class ClassificationTask(Task):
         trainer.run_identity = identity  # with the data it trains on
         return train_and_report(trainer, script.evaluate_before_training, accuracy_key="accuracy", end=not more_runs)
 
-    # --- evaluation ----------------------------------------------------------------------------------------------
+
+class ClassificationMeasuring(Measuring):
+    """A saved classifier on the held-out split: per-example hits and cross-entropy, accuracy."""
+
     def load_model(self, spec, dtype):
         return load_pretrained(spec, AutoModelForSequenceClassification, dtype)
 
@@ -196,7 +199,13 @@ class ClassificationTask(Task):
     def metric(self, sums: dict[str, np.ndarray]) -> np.ndarray:
         return ratio(sums["correct"], sums["count"])
 
-    # --- search --------------------------------------------------------------------------------------------------
+
+class ClassificationSearching(Searching):
+    """A sweep of classifier recipes: one arm per readout, the same tokenized rows for every trial."""
+
+    def recipe_readout(self, recipe: Recipe) -> str:
+        return recipe.script.classifier_readout
+
     def sweep_data(self, recipe: Recipe, validation_size: float) -> ClassifierSweepData:
         model_args = recipe.model
         path = resolve_model_path(model_args.model_name_or_path)
@@ -220,3 +229,24 @@ class ClassificationTask(Task):
             data_collator=DataCollatorWithPadding(data.tokenizer),
             callbacks=list(callbacks),
         )
+
+
+class ClassificationTask(Task):
+    name = NAME
+    headline = Headline("accuracy", "accuracy (examples)", higher_is_better=True)
+    data_arguments = ClassificationDataArguments
+    readouts = READOUTS
+
+    def __init__(self) -> None:
+        self.training, self.measuring, self.searching = (
+            ClassificationTraining(),
+            ClassificationMeasuring(),
+            ClassificationSearching(self),
+        )
+
+    def parser_classes(self) -> tuple[type, ...]:
+        return (ClassifierScriptArguments, ModelConfig, ConstrainedConfig)
+
+    def recipe(self, parsed: tuple) -> Recipe:
+        script, model, training = parsed
+        return Recipe(script, model, training)

@@ -33,7 +33,19 @@ from ..data import (
 )
 from ..trainers import ConstrainedSFTTrainer
 from ..utils.files import write_json
-from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio, require_model
+from .base import (
+    Arm,
+    Headline,
+    Measure,
+    Measuring,
+    Recipe,
+    Searching,
+    Task,
+    Training,
+    measure_only,
+    ratio,
+    require_model,
+)
 from .training import check_run, train_and_report
 
 NAME = "sft"
@@ -75,18 +87,8 @@ def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) ->
     return {**base, **(training_args.model_init_kwargs or {})}
 
 
-class SFTTask(Task):
-    name = NAME
-    headline = Headline("accuracy", "mean token accuracy (final layer, supervised tokens)", higher_is_better=True)
-    data_arguments = DataArguments
-    generates = True
-
-    def parser_classes(self) -> tuple[type, ...]:
-        return (ScriptArguments, ModelConfig, ConstrainedSFTConfig)
-
-    def recipe(self, parsed: tuple) -> Recipe:
-        script, model, training = parsed
-        return Recipe(script, model, training)
+class SFTTraining(Training):
+    """`task: sft`: a causal LM fine-tuned by `ConstrainedSFTTrainer` from the recipe's model, data and config."""
 
     def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
         require_model(recipe.model.model_name_or_path)
@@ -108,7 +110,10 @@ class SFTTask(Task):
             write_json(os.path.join(recipe.training.output_dir, "data.json"), describe_split(recipe.script))
         return result
 
-    # --- evaluation ----------------------------------------------------------------------------------------------
+
+class SFTMeasuring(Measuring):
+    """A saved causal LM on the held-out conversations: per-sequence token scores, token accuracy."""
+
     def load_model(self, spec, dtype):
         return load_causal_lm(spec, dtype)
 
@@ -134,7 +139,10 @@ class SFTTask(Task):
     def metric(self, sums: dict[str, np.ndarray]) -> np.ndarray:
         return ratio(sums["correct"], sums["count"])
 
-    # --- search --------------------------------------------------------------------------------------------------
+
+class SFTSearching(Searching):
+    """A sweep of SFT recipes: the training rows minus a validation carve-off, one trainer per trial."""
+
     def sweep_data(self, recipe: Recipe, validation_size: float) -> SFTSweepData:
         train, validation = load_chat_train_validation(recipe.script, validation_size)
         return SFTSweepData(
@@ -155,6 +163,23 @@ class SFTTask(Task):
             peft_config=data.peft_config,
             callbacks=list(callbacks),
         )
+
+
+class SFTTask(Task):
+    name = NAME
+    headline = Headline("accuracy", "mean token accuracy (final layer, supervised tokens)", higher_is_better=True)
+    data_arguments = DataArguments
+    generates = True
+
+    def __init__(self) -> None:
+        self.training, self.measuring, self.searching = SFTTraining(), SFTMeasuring(), SFTSearching(self)
+
+    def parser_classes(self) -> tuple[type, ...]:
+        return (ScriptArguments, ModelConfig, ConstrainedSFTConfig)
+
+    def recipe(self, parsed: tuple) -> Recipe:
+        script, model, training = parsed
+        return Recipe(script, model, training)
 
 
 def load_causal_lm(spec, dtype):

@@ -38,7 +38,7 @@ from ..models import DENOISERS, denoiser_of
 from ..models.denoisers import architecture_help
 from ..trainers import ConstrainedTrainer
 from ..utils.files import write_json
-from .base import Arm, Headline, Measure, Recipe, Task, measure_only, ratio
+from .base import Arm, Headline, Measure, Measuring, Recipe, Searching, Task, Training, measure_only, ratio
 from .training import check_run, train_and_report
 from .video_frames import GREY, plot_frames, reconstruct_clip
 
@@ -149,18 +149,8 @@ def _axis(model) -> str:
     return denoiser_of(model).sequence_axis
 
 
-class VideoTask(Task):
-    name = NAME
-    headline = Headline("rmse", "RMSE (grey levels, 0-255)", higher_is_better=False)
-    data_arguments = VideoDataArguments
-    layer_curve = ("layer_rmse", "RMSE of the layer's readout (0-255)")
-
-    def parser_classes(self) -> tuple[type, ...]:
-        return (VideoScriptArguments, ConstrainedConfig)
-
-    def recipe(self, parsed: tuple) -> Recipe:
-        script, training = parsed
-        return Recipe(script, None, training)
+class VideoTraining(Training):
+    """`task: video`: a denoiser (DUST, video UT, ViT) trained by `ConstrainedTrainer` on the video clips."""
 
     def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
         script, training_args = recipe.script, recipe.training
@@ -180,7 +170,10 @@ class VideoTask(Task):
             print(f"held-out RMSE (grey levels 0-255, clean test input): {math.sqrt(loss) * GREY:.2f}")
         return results
 
-    # --- evaluation ----------------------------------------------------------------------------------------------
+
+class VideoMeasuring(Measuring):
+    """A saved denoiser on the held-out clips: per-clip squared error, RMSE, and the frame strip."""
+
     def load_model(self, spec, dtype):
         """Denoisers are measured in fp32 whatever `dtype`: their pixel errors (~1e-3) are below bf16's resolution."""
         return load_pretrained(spec, AutoModel, torch.float32, tokenizer=False)
@@ -217,7 +210,10 @@ class VideoTask(Task):
         clean = data.clips[0][len(data.clips[0]) // 2]
         return {"frames": plot_frames(snapshots, clean, os.path.join(output_dir, "frames.png"))}
 
-    # --- search --------------------------------------------------------------------------------------------------
+
+class VideoSearching(Searching):
+    """A sweep of denoiser recipes: validation clips carved off the training videos."""
+
     def sweep_data(self, recipe: Recipe, validation_size: float) -> VideoSweepData:
         """Training clips minus a validation carve from the ends of the training videos; the test videos untouched."""
         splits = load_video_validation(recipe.script, recipe.script.sequence_axis, validation_size)
@@ -227,3 +223,20 @@ class VideoTask(Task):
         torch.manual_seed(args.seed)  # a config-built ViT's initialisation follows the trial's seed
         model = build_denoiser(data.recipe, data.sigma_x)
         return denoiser_trainer(model, args, data.train, data.validation, callbacks)
+
+
+class VideoTask(Task):
+    name = NAME
+    headline = Headline("rmse", "RMSE (grey levels, 0-255)", higher_is_better=False)
+    data_arguments = VideoDataArguments
+    layer_curve = ("layer_rmse", "RMSE of the layer's readout (0-255)")
+
+    def __init__(self) -> None:
+        self.training, self.measuring, self.searching = VideoTraining(), VideoMeasuring(), VideoSearching(self)
+
+    def parser_classes(self) -> tuple[type, ...]:
+        return (VideoScriptArguments, ConstrainedConfig)
+
+    def recipe(self, parsed: tuple) -> Recipe:
+        script, training = parsed
+        return Recipe(script, None, training)

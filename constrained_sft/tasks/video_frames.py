@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..noise import embedding_noise
+from ..noise import noise_stream, noisy
 from ..utils.figures import pyplot, save_figure
 
 GREY = 255.0  # RMSE on the 0-255 scale of the paper's tables
@@ -16,16 +16,15 @@ def reconstruct_clip(model, dataset, clip: int, gamma: float, seed: int, sigma: 
     model.eval()
     rows = (dataset.clip_of == clip).nonzero().flatten()
     clean = dataset.examples[rows].to(next(model.parameters()).device)
-    noisy = {}
-    generator = torch.Generator(device=clean.device).manual_seed(seed)
-    with embedding_noise(model, gamma=gamma, mean=mean, generator=generator, sigma=sigma) as noise:
+    seen = {}
+    with noisy(model, gamma, noise_stream(model, seed), mean, sigma) as noise:
         # after the noise hook: sees the perturbed pixels
-        handle = noise.module.register_forward_hook(lambda _m, _a, out: noisy.setdefault("x", out.detach()))
+        handle = noise.module.register_forward_hook(lambda _m, _a, out: seen.setdefault("x", out.detach()))
         try:
             recon = model(input_values=clean).logits
         finally:
             handle.remove()
-    return dataset.to_clips(noisy["x"].cpu())[0], dataset.to_clips(recon.cpu())[0].clamp(0, 1)
+    return dataset.to_clips(seen["x"].cpu())[0], dataset.to_clips(recon.cpu())[0].clamp(0, 1)
 
 
 def plot_frames(frames: dict, clean: torch.Tensor, path: str, shown: int = 4) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_noise, embedding_sigma
+from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_sigma, noise_stream, noisy
 
 
 def reference_sigma(args: Any, model: Any) -> float | None:
@@ -89,7 +89,7 @@ class TrainingNoise:
         if gamma is None:
             return contextlib.nullcontext()
         generator = self.generator("noise", gamma.device)
-        return embedding_noise(model, gamma=gamma, mean=self.args.noise_mean, generator=generator, sigma=self.sigma)
+        return noisy(model, gamma, generator, mean=self.args.noise_mean, sigma=self.sigma)
 
     def training_levels(self, inputs: dict[str, Any], training: bool) -> torch.Tensor | None:
         """
@@ -138,6 +138,10 @@ class TrainingNoise:
             self.evaluating = False
         return metrics
 
-    def at_level(self, model: Any, gamma: float, seed: int) -> contextlib.AbstractContextManager:
-        """Seeded noise at one evaluation level (see `evaluation_levels`)."""
-        return embedding_noise(model, gamma=gamma, mean=self.args.noise_mean, seed=seed, sigma=self.sigma)
+    def at_level(
+        self, model: Any, gamma: float, seed: int, mean: float | None = None
+    ) -> contextlib.AbstractContextManager:
+        """Noise at one evaluation level from the stream of `seed` (`evaluation_levels`; `eval robustness` and the
+        sweep's validation scores), at the run's sigma_x; `mean`: the run's `noise_mean` unless given."""
+        mean = self.args.noise_mean if mean is None else mean
+        return noisy(model, gamma, noise_stream(model, seed), mean=mean, sigma=self.sigma)

@@ -70,7 +70,7 @@ def main(argv: list[str]) -> None:
     recipe = task.recipe(tuple(parsed))
     variants = [parse_variant(v, type(recipe.training)) for v in own["variant"]]
     settings.locate(recipe.training.output_dir)
-    arms = {a.name: a for a in task.arms(recipe, settings.readouts, baseline=True)}
+    arms = {a.name: a for a in task.searching.arms(recipe, settings.readouts, baseline=True)}
     if own["arm"] not in arms or own["against"] not in arms:
         raise SystemExit(f"--arm / --against must be arms of the sweep: {list(arms)}.")
     main_results = RobustnessResults.load(os.path.join(settings.sweep_dir, "test"))
@@ -81,7 +81,7 @@ def main(argv: list[str]) -> None:
     best = best_params(settings.study(own["arm"], objective), objective.maximize)
     settings.gammas = main_results.gammas
     here = dataclasses.replace(settings, sweep_dir=os.path.join(settings.sweep_dir, "ablation"))
-    data = task.sweep_data(recipe, settings.validation_size)
+    data = task.searching.sweep_data(recipe, settings.validation_size)
     base = dataclasses.replace(recipe.training, per_device_eval_batch_size=settings.eval_batch_size)
     readout = arms[own["arm"]].readout
     ablated = [Arm(variant, readout, True) for variant, _ in variants]

@@ -77,7 +77,7 @@ def test_other_architectures_train_from_a_recipe(videos, tmp_path, architecture)
 def test_rmse_differences_by_hand():
     """RMSE is the root of the squared error pooled over the drawn clips, in grey levels; lower is better."""
     video = get_task("video")
-    rmse = Statistic("rmse", lambda s: video.metric(s)[..., 0], higher_is_better=False)
+    rmse = Statistic("rmse", lambda s: video.measuring.metric(s)[..., 0], higher_is_better=False)
 
     def clips(mse):  # per clip: summed squared error of its examples and their count, as [K=1, S, C]
         mse = np.asarray(mse, np.float64)

@@ -33,8 +33,8 @@ def data_file(tmp_path_factory):
 
 
 def _trainer(model_dir, rows, tmp_path):
-    model, tokenizer = SFT.load_model(ModelSpec("m", model_dir), torch.float32)
-    return SFT.measuring_trainer(model, tokenizer, rows, Measure("all", 8, 64, False, str(tmp_path), None))
+    model, tokenizer = SFT.measuring.load_model(ModelSpec("m", model_dir), torch.float32)
+    return SFT.measuring.measuring_trainer(model, tokenizer, rows, Measure("all", 8, 64, False, str(tmp_path), None))
 
 
 def test_clean_accuracy_equals_a_direct_computation(model_dir, tmp_path):
@@ -157,8 +157,8 @@ def test_bad_input(model_dir, data_file, tmp_path):
 
 def test_one_noise_scale_for_every_model_compared(model_dir, data_file, tmp_path, monkeypatch):
     """Twins whose training moved their embeddings apart are perturbed with the sigma_x their training recorded."""
-    from constrained_sft.evaluation import levels
     from constrained_sft.noise import embedding_sigma
+    from constrained_sft.trainers import noise as trainer_noise  # every evaluation level goes through the trainer's
 
     moved = tmp_path / "moved"  # the same model with its embedding table scaled by 3: its own sigma_x triples
     model = tiny_causal_lm("llama", seed=3)
@@ -169,8 +169,8 @@ def test_one_noise_scale_for_every_model_compared(model_dir, data_file, tmp_path
     recorded = 0.0123
     (moved / "constraints.json").write_text(json.dumps({"layers": [2, 3, 4], "noise_sigma_x": recorded}))
     used = []
-    original = levels.embedding_noise
-    monkeypatch.setattr(levels, "embedding_noise", lambda *a, **kw: used.append(kw["sigma"]) or original(*a, **kw))
+    original = trainer_noise.noisy
+    monkeypatch.setattr(trainer_noise, "noisy", lambda *a, **kw: used.append(kw["sigma"]) or original(*a, **kw))
     args = RobustnessArguments(
         models=[str(moved), model_dir], names=["a", "b"], output_dir=str(tmp_path / "r"), gammas=[0.0, 1.0], seeds=1
     )
@@ -183,7 +183,7 @@ def test_one_noise_scale_for_every_model_compared(model_dir, data_file, tmp_path
         models=[model_dir, str(moved)], names=["b", "a"], output_dir=str(tmp_path / "s"), gammas=[1.0], seeds=1
     )
     results = run(args, DataArguments(dataset_name=data_file, eval_size=8)).to_dict()  # the saved (JSON) form
-    own = embedding_sigma(SFT.load_model(ModelSpec("b", model_dir), torch.float32)[0])
+    own = embedding_sigma(SFT.measuring.load_model(ModelSpec("b", model_dir), torch.float32)[0])
     assert (
         used == [pytest.approx(own)] * 2
         and results["settings"]["sigma_x_source"] == "measured on b's input embeddings"

@@ -110,10 +110,8 @@ def test_one_noise_scale_for_the_whole_run_measured_once(tmp_path, monkeypatch):
     original_std = noise_module.table_std
     monkeypatch.setattr(noise_module, "table_std", lambda w: measured.append(1) or original_std(w))
     used = []
-    original_noise = trainer_noise.embedding_noise
-    monkeypatch.setattr(
-        trainer_noise, "embedding_noise", lambda *a, **kw: used.append(kw["sigma"]) or original_noise(*a, **kw)
-    )
+    original_noise = trainer_noise.noisy  # every noisy forward of the trainer goes through it
+    monkeypatch.setattr(trainer_noise, "noisy", lambda *a, **kw: used.append(kw["sigma"]) or original_noise(*a, **kw))
     args = ConstrainedSFTConfig(
         **config_kwargs(tmp_path, max_steps=4, learning_rate=0.05, noise_gamma=1.0, eval_noise_gammas=[1.0])
     )

@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...data import ModelSpec, model_fingerprint
-from ...noise import embedding_noise, embedding_sigma, parse_levels
+from ...noise import embedding_sigma, noise_stream, noisy, parse_levels
 from ...tasks import SFTTask, get_task
 from ...utils.fields import check_fields
 from ...utils.files import read_json, write_json
@@ -218,7 +218,7 @@ def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, g
             decoding.update(temperature=args.temperature, top_p=args.top_p)
         else:
             decoding.update(temperature=None, top_p=None, top_k=None)
-        with embedding_noise(model, gamma=gamma, mean=args.noise_mean, seed=seed, sigma=args.sigma_x):
+        with noisy(model, gamma, noise_stream(model, seed), args.noise_mean, args.sigma_x):
             out = model.generate(**enc, pad_token_id=tokenizer.pad_token_id, **decoding)  # [B, T_prompt + new]
         answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         done += [
@@ -244,7 +244,7 @@ def run(args: GenerateArguments) -> dict[float, str]:
     _check_resume(os.path.join(folder, "settings.json"), _settings(args, rows, name), later)
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     spec = ModelSpec(name, args.model, args.base_model, "--model")
-    model, tokenizer = get_task(SFTTask.name).load_model(spec, torch.bfloat16 if bf16 else torch.float32)
+    model, tokenizer = get_task(SFTTask.name).measuring.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
     if args.sigma_x is None:
         args = replace(args, sigma_x=embedding_sigma(model))
     settings = _settings(args, rows, name)

@@ -80,7 +80,7 @@ def _judge_model(model_name: str, dtype: str):
     from ...data import ModelSpec
     from ...tasks import SFTTask, get_task
 
-    model, tokenizer = get_task(SFTTask.name).load_model(
+    model, tokenizer = get_task(SFTTask.name).measuring.load_model(
         ModelSpec("judge", model_name, flag="--judge_model"), getattr(torch, dtype)
     )
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()

@@ -1,6 +1,6 @@
 """
 lm-evaluation-harness models under embedding noise: `NoisyLM`, an `HFLM` whose every model call (loglikelihood
-requests) and every `generate()` (generate_until requests) runs inside this library's `embedding_noise`, registered
+requests) and every `generate()` (generate_until requests) runs inside this library's `noisy` (its embedding noise), registered
 with lm-eval as `constrained-sft-noisy`. lm-eval's own `steered` model wraps its calls in forward hooks the same way;
 the hooks here are the ones `eval robustness` and `eval generate` use, so a level means the same everywhere:
 N(mean, (gamma sigma_x)^2) on the token embeddings, padding never perturbed, gamma 0 the exact clean model.
@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import math
 
-import torch
 from lm_eval.api.registry import register_model
 from lm_eval.models.huggingface import HFLM
 
-from ...noise import embedding_noise, embedding_sigma
+from ...noise import embedding_sigma, noise_stream, noisy
 from ..loading import reference_sigma
 
 MODEL_NAME = "constrained-sft-noisy"
@@ -54,13 +53,11 @@ class NoisyLM(HFLM):
         super().__init__(pretrained=pretrained, **kwargs)
         self.gamma, self.noise_mean, self.noise_seed = gamma, noise_mean, noise_seed
         self.sigma_x = float(sigma_x) if sigma_x is not None else embedding_sigma(self.model)
-        self.generator = torch.Generator(device=self.device).manual_seed(noise_seed)
+        self.generator = noise_stream(self.model, noise_seed)  # one stream for every call of this instance
 
     def noise(self):
         """The noise block around one model call."""
-        return embedding_noise(
-            self.model, gamma=self.gamma, mean=self.noise_mean, generator=self.generator, sigma=self.sigma_x
-        )
+        return noisy(self.model, self.gamma, self.generator, self.noise_mean, self.sigma_x)
 
     def _model_call(self, *args, **kwargs):
         with self.noise():
