@@ -106,8 +106,8 @@ def main() -> None:
         per_seed = []
         for s, folder in enumerate(folders[arm]):
             run = logged_run(os.path.join(folder, "trainer_state.json"))
-            level = results.models[f"{arm}/seed{s}"].summary["levels"][0]
-            run.update(f_L=level["loss_mean"], accuracy=level["accuracy_mean"])
+            level = results.models[f"{arm}/seed{s}"].summary.levels[0]
+            run.update(f_L=level.loss_mean, accuracy=level.metric_mean)
             per_seed.append(run_metrics(run, args.resilience, args.window))
         runs[method] = per_seed
         row = method_row(method, per_seed) | {"seeds": len(per_seed)}

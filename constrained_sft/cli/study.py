@@ -30,8 +30,8 @@ class StudyCommand(Command):
 
     def run(self, argv: list[str], prog: str) -> int:
         from ..config import ProcessArguments
-        from ..evaluation.alpaca.report import judge_label
         from ..evaluation.report import comparisons_markdown
+        from ..evaluation.report.headtohead import judge_label
         from ..study import StudyArguments, run
         from ..study.report import arm_label
         from ..study.results import StudyResults
@@ -62,17 +62,16 @@ class StudyCommand(Command):
         own_process(process, constrained.training)
         out = run(args, task, constrained, erm, more)
         if not isinstance(out, StudyResults):  # `--stage train`
-            print(f"trained: {', '.join(p for ps in out['folders'].values() for p in ps)}")
+            print(f"trained: {', '.join(p for ps in out.folders.values() for p in ps)}")
             return 0
         print(comparisons_markdown(out.robustness.comparisons))
         for head in (out.head_to_head, *out.more_head_to_heads.values()):
-            a, b = arm_label(head["model"]), arm_label(head["reference"])
-            for lv in head["levels"]:
-                agreement = "-" if lv["order_agreement"] is None else f"{lv['order_agreement']:.2f}"
+            a, b = arm_label(head.model), arm_label(head.reference)
+            for lv in head.levels:
+                agreement = "-" if lv.order_agreement is None else f"{lv.order_agreement:.2f}"
                 print(
-                    f"gamma={lv['gamma']:g}: {a} beats {b} {lv['win_rate']:.1f}% [{lv['low']:.1f}, "
-                    f"{lv['high']:.1f}] ({lv['n_verdicts']} verdicts, both orders; order agreement {agreement}; "
-                    f"judge: {judge_label(head)})"
+                    f"gamma={lv.gamma:g}: {a} beats {b} {lv.win_rate:.1f}% [{lv.low:.1f}, {lv.high:.1f}] "
+                    f"({lv.n_verdicts} verdicts, both orders; order agreement {agreement}; judge: {judge_label(head)})"
                 )
         print(can_show(out))
         print(f"report: {out.files['html']} and {out.files['md']}")
@@ -83,16 +82,16 @@ def can_show(study) -> str:
     """What this budget resolved and what it did not, in words (`study`: the study's results)."""
     rows = next(iter(study.robustness.comparisons.values())).rows
     resolved = [k for k, row in rows.items() if row.difference.verdict != "same"]
-    widths = [lv["high"] - lv["low"] for lv in study.head_to_head["levels"] if lv["win_rate"] is not None]
+    widths = [lv.high - lv.low for lv in study.head_to_head.judged_levels]
     budget = study.budget
     text = (
-        f"At this budget ({budget['training_seeds_per_arm']} training seed(s) per arm, {budget['max_steps']} steps, "
-        f"{budget['held_out_sequences']} held-out sequences) {len(resolved)} of {len(rows)} differences are "
+        f"At this budget ({budget.training_seeds_per_arm} training seed(s) per arm, {budget.max_steps} steps, "
+        f"{budget.held_out_sequences} held-out sequences) {len(resolved)} of {len(rows)} differences are "
         f"resolved ({', '.join(resolved) or 'none'}); the others' intervals contain 0, which says the budget cannot "
         "tell the arms apart there, not that they are equal."
     )
     if widths and math.isfinite(max(widths)):
         text += f" Win-rate intervals are up to {max(widths):.0f} points wide."
-    if study.head_to_head.get("judge_is_proxy"):
+    if study.head_to_head.judge_is_proxy:
         text += " The judge is a proxy (similarity to the reference answer), not a judge of quality."
     return text

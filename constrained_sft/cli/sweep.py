@@ -47,14 +47,14 @@ class SweepCommand(Command):
         recipe = task.recipe(tuple(recipe))
         own_process(process, recipe.training)
         out = run(settings, task, recipe, more)
-        for arm, info in out["arms"].items():
-            best = info["best"]
+        for arm, info in out.arms.items():
+            best = info.best
             print(
-                f"{arm}: {len(info['trials'])} trials; best "
+                f"{arm}: {len(info.trials)} trials; best "
                 + ("none" if best is None else f"{best['value']:.4f} (trial {best['trial']})")
                 + f". {searched_line(info)}"
             )
-        if "comparison" in out:
-            print(comparisons_markdown(out["comparison"]))
+        if out.compared:
+            print(comparisons_markdown(out.comparisons))
         print(f"report: {settings.sweep_dir}/report.md")
         return 0

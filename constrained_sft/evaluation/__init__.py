@@ -13,7 +13,7 @@ package, in `eval/`.
 from .bootstrap import Interval, Statistic, paired_bootstrap, verdict
 from .compare import compare, statistics
 from .levels import LevelResult, evaluate_level
-from .metrics import auc, default_gammas, split_levels, summarize
+from .metrics import auc, summarize
 from .results import Comparison, RobustnessResults
 from .robustness import RobustnessArguments, run, saved_results
 
@@ -26,12 +26,10 @@ __all__ = [
     "Statistic",
     "auc",
     "compare",
-    "default_gammas",
     "evaluate_level",
     "paired_bootstrap",
     "run",
     "saved_results",
-    "split_levels",
     "statistics",
     "summarize",
     "verdict",

@@ -14,16 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..noise import NoiseGrid
 from .bootstrap import Scores, Statistic, bootstrap_interval, paired_bootstrap, total
-from .metrics import split_levels
 from .results import Band, Comparison, Difference, RobustnessResults, StatisticRow
 
 
-def statistics(task, gammas: list[float], train_gamma: float) -> list[Statistic]:
+def statistics(task, gammas: NoiseGrid, train_gamma: float) -> list[Statistic]:
     """The comparison's statistics for `task` over the level grid `gammas`."""
     key, up = task.headline.key, task.headline.higher_is_better
-    g = np.asarray(gammas, dtype=np.float64)
-    ind, ood = split_levels(gammas, train_gamma)
+    g = np.asarray(gammas.levels, dtype=np.float64)
+    ind, ood = gammas.split(train_gamma)
     low, high = int(np.argmin(g)), int(np.argmax(g))
     out = [
         Statistic(f"{key}@{x:g}", lambda s, k=k: task.measuring.metric(s)[..., k], up) for k, x in enumerate(gammas)
@@ -48,9 +48,9 @@ def statistics(task, gammas: list[float], train_gamma: float) -> list[Statistic]
 def arm_scores(results: RobustnessResults, names: list[str]) -> Scores:
     """The unit scores `[K, S, N]` of the models `names` (one per training seed) as `eval robustness` saved them."""
     gammas = results.gammas
-    keys = results.models[names[0]].scores[str(gammas[0])]
+    keys = results.models[names[0]].scores[gammas.key(gammas[0])]
     return {
-        key: np.array([[results.models[n].scores[str(g)][key] for n in names] for g in gammas], np.float64)
+        key: np.array([[results.models[n].scores[gammas.key(g)][key] for n in names] for g in gammas], np.float64)
         for key in keys
     }
 
@@ -60,7 +60,7 @@ def compare(
 ) -> dict[str, Comparison]:
     """{'A - B': the comparison} for each (A, B) of `pairs`, arms of `results.arms` with the same number of
     training seeds (paired by position)."""
-    stats = statistics(task, results.gammas, results.settings["train_gamma"])
+    stats = statistics(task, results.gammas, results.settings.train_gamma)
     check_pairs({arm: len(names) for arm, names in results.arms.items()}, pairs)
     out = {}
     for a, b in pairs:

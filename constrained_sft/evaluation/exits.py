@@ -22,29 +22,27 @@ import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ..data import ModelSpec
-from ..noise import embedding_sigma, noise_stream, noisy, parse_levels
+from ..noise import NoiseGrid, embedding_sigma, noise_stream, noisy
 from ..readout import CausalLMReadout
 from ..tasks import SFTTask, get_task
 from ..tasks.sft import causal_lm_config
 from ..utils.fields import check_fields
 from ..utils.files import read_json, write_json
 from ..utils.folders import check_output_folder, child_path, plain_name
-from .alpaca.generate import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from .arms import check_model_paths, folder_name
 from .bootstrap import Statistic, bootstrap_interval
 from .folders import check_folder, differences, mark_folder, model_identities, normalized
+from .instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from .loading import reference_sigma, versions
 from .report import Document, write_html
 from .report.exits import exits_report, plot_layer_accuracy, plot_speedups
-
-EXITS_JSON = "exits.json"
+from .results import EXITS_JSON, ExitsModel, ExitSpeedup, ExitsResults, ExitsSettings, LayerReadout, PromptMeasurements
 
 
 @dataclass
@@ -100,7 +98,7 @@ class ExitsArguments:
                 raise GenerationError(f"`--{name}` must be an integer >= 1, got {getattr(self, name)}.")
         if self.exit_layers is not None and (not self.exit_layers or min(self.exit_layers) < 1):
             raise GenerationError(f"`--exit_layers` must be layers >= 1, got {self.exit_layers}.")
-        parse_levels(self.gammas)
+        NoiseGrid.parse(self.gammas)
         if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
             raise GenerationError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
         check_model_paths(self.models, "--models")  # after the options: every model, before any loads
@@ -142,11 +140,13 @@ def _decode(model, enc, max_new_tokens: int, pad_token_id: int, exit_layer: int 
 
 
 @torch.no_grad()
-def measure_model(model, tokenizer, prompts: list[str], exits: list[int], max_new_tokens: int, desc: str) -> dict:
+def measure_model(
+    model, tokenizer, prompts: list[str], exits: list[int], max_new_tokens: int, desc: str
+) -> PromptMeasurements:
     """
     Per prompt: plain greedy decoding, then each exit layer's self-speculative decoding of the same prompt (one untimed
-    warm-up decode first). Returns `{"plain_seconds": [N], "tokens": [N], "exits": {l: {"seconds", "drafted",
-    "verified", "identical": [N]}}}`.
+    warm-up decode first): N plain seconds and new-token counts, and per exit layer N drafted seconds, drafting and
+    verifying forwards and identical-to-greedy flags.
     """
     model.eval()
     device = next(model.parameters()).device
@@ -155,18 +155,18 @@ def measure_model(model, tokenizer, prompts: list[str], exits: list[int], max_ne
     encoded = [tokenizer(p, return_tensors="pt", add_special_tokens=False).to(device) for p in prompts]
     _decode(model, encoded[0], 2, pad, None)  # warm-up: first-call allocations are not timed
     counter = ForwardCounter(model)
-    empty = {"seconds": [], "drafted": [], "verified": [], "identical": []}
-    out: dict[str, Any] = {"plain_seconds": [], "tokens": [], "exits": {x: {k: [] for k in empty} for x in exits}}
+    keys = ("seconds", "drafted", "verified", "identical")
+    out = PromptMeasurements([], [], {x: {k: [] for k in keys} for x in exits})
     try:
         for enc in tqdm(encoded, desc=desc):
             plain, seconds = _decode(model, enc, max_new_tokens, pad, None)
             counter.take()
-            out["plain_seconds"].append(seconds)
-            out["tokens"].append(int(plain.numel()))
+            out.plain_seconds.append(seconds)
+            out.tokens.append(int(plain.numel()))
             for layer in exits:
                 drafted_ids, seconds = _decode(model, enc, max_new_tokens, pad, layer)
                 depths = counter.take()
-                row = out["exits"][layer]
+                row = out.exits[layer]
                 row["seconds"].append(seconds)
                 row["drafted"].append(sum(d < L for d in depths))
                 row["verified"].append(sum(d >= L for d in depths))
@@ -177,10 +177,12 @@ def measure_model(model, tokenizer, prompts: list[str], exits: list[int], max_ne
 
 
 @torch.no_grad()
-def layer_view(model, tokenizer, prompts: list[str], answers: list[str], gammas: list[float], sigma: float) -> dict:
+def layer_view(
+    model, tokenizer, prompts: list[str], answers: list[str], gammas: list[float], sigma: float
+) -> dict[float, LayerReadout]:
     """
-    Each layer's readout of the reference answers, teacher-forced, one prompt at a time: `{gamma: {"loss": {l: mean
-    NLL}, "accuracy": {l: top-1 share}}}` over every answer token, layers 1..L (L as the model scores itself, below it
+    Each layer's readout of the reference answers, teacher-forced, one prompt at a time: per level, each layer's mean
+    NLL and top-1 share over every answer token, layers 1..L (L as the model scores itself, below it
     through the final norm and head: the readout the constraints train). Noise seeded per prompt.
     """
     model.eval()
@@ -208,34 +210,34 @@ def layer_view(model, tokenizer, prompts: list[str], answers: list[str], gammas:
             hits = torch.stack(rows_hit) + (0 if hits is None else hits)
             count += int(targets.numel())
         layers = range(1, len(nll) + 1)
-        out[str(gamma)] = {
-            "loss": {str(x): float(v) / count for x, v in zip(layers, nll.tolist(), strict=True)},
-            "accuracy": {str(x): float(v) / count for x, v in zip(layers, hits.tolist(), strict=True)},
-        }
+        out[float(gamma)] = LayerReadout(
+            loss={x: float(v) / count for x, v in zip(layers, nll.tolist(), strict=True)},
+            accuracy={x: float(v) / count for x, v in zip(layers, hits.tolist(), strict=True)},
+        )
     return out
 
 
-def summarize_exits(measured: dict, n_boot: int) -> dict[str, dict]:
+def summarize_exits(measured: PromptMeasurements, n_boot: int) -> dict[int, ExitSpeedup]:
     """Per exit layer: speed-up (plain / drafted seconds, pooled over prompts) with its 95% interval over prompts,
     tokens per second, acceptance rate, tokens per full-model forward, and whether every prompt decoded identically."""
-    plain = np.asarray(measured["plain_seconds"], np.float64)
-    tokens = np.asarray(measured["tokens"], np.float64)
+    plain = np.asarray(measured.plain_seconds, np.float64)
+    tokens = np.asarray(measured.tokens, np.float64)
     out = {}
-    for layer, row in measured["exits"].items():
+    for layer, row in measured.exits.items():
         seconds = np.asarray(row["seconds"], np.float64)
         scores = {"plain": plain[None, None], "drafted": seconds[None, None]}  # [K=1, S=1, N prompts]
         speedup = Statistic("speedup", lambda s: s["plain"] / s["drafted"])
         value, low, high = bootstrap_interval(scores, speedup, n_boot)
         drafted, verified = sum(row["drafted"]), sum(row["verified"])
-        out[str(layer)] = {
-            "speedup": float(value[0]),
-            "speedup_low": float(low[0]),
-            "speedup_high": float(high[0]),
-            "tokens_per_second": float(tokens.sum() / seconds.sum()),
-            "acceptance_rate": (tokens.sum() - verified) / drafted if drafted else math.nan,
-            "tokens_per_verify": float(tokens.sum() / verified) if verified else math.nan,
-            "identical_to_greedy": all(row["identical"]),
-        }
+        out[int(layer)] = ExitSpeedup(
+            speedup=float(value[0]),
+            speedup_low=float(low[0]),
+            speedup_high=float(high[0]),
+            tokens_per_second=float(tokens.sum() / seconds.sum()),
+            acceptance_rate=float((tokens.sum() - verified) / drafted) if drafted else math.nan,
+            tokens_per_verify=float(tokens.sum() / verified) if verified else math.nan,
+            identical_to_greedy=all(row["identical"]),
+        )
     return out
 
 
@@ -273,7 +275,7 @@ def saved_rows(args: ExitsArguments, keys: dict[str, dict]) -> dict[str, dict]:
     return out
 
 
-def run(args: ExitsArguments) -> dict:
+def run(args: ExitsArguments) -> ExitsResults:
     """Every model at every exit layer (a model measured before with the same settings and weights is reused);
     exits.json, the plot and report.html in `args.output_dir`. Every model and the folder are checked first."""
     args.validate()
@@ -294,12 +296,11 @@ def run(args: ExitsArguments) -> dict:
     keys = {s.name: {"model": identities[s.name], **scale} for s in specs}
     saved = saved_rows(args, keys)
     mark_folder(args.output_dir, COMMAND, settings)
-    results: dict[str, Any] = {"settings": {**asdict(args), "n_prompts": len(rows)}, "models": {},
-                               "versions": versions("torch", "transformers")}  # fmt: skip
+    models: dict[str, ExitsModel] = {}
     answers = [r.get("reference") for r in rows]
     for spec in specs:
         if spec.name in saved:
-            results["models"][spec.name] = saved[spec.name]["result"]
+            models[spec.name] = ExitsModel.from_dict(saved[spec.name]["result"])
             sigma = sigma if sigma is not None else saved[spec.name]["sigma_x"]
             continue
         model, tokenizer = task.measuring.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
@@ -310,40 +311,41 @@ def run(args: ExitsArguments) -> dict:
             raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {spec.name} ({L} layers).")
         prompts = prompts_for(tokenizer, rows, args.system_prompt)
         measured = measure_model(model, tokenizer, prompts, exits, args.max_new_tokens, f"decoding {spec.name}")
-        tokens, plain = sum(measured["tokens"]), sum(measured["plain_seconds"])
-        result = {
-            "path": spec.path,
-            "num_layers": L,
-            "plain_tokens_per_second": tokens / plain,
-            "exits": summarize_exits(measured, args.bootstrap_samples),
-            "per_prompt": {
-                "plain_seconds": measured["plain_seconds"],
-                "tokens": measured["tokens"],
-                "exits": {str(k): v for k, v in measured["exits"].items()},
-            },
-        }
+        tokens, plain = sum(measured.tokens), sum(measured.plain_seconds)
+        view = None
         if all(answers):  # one scale for every model compared: the first's, recorded or measured
             sigma = sigma if sigma is not None else embedding_sigma(model)
-            result["layers"] = layer_view(model, tokenizer, prompts, answers, sorted(set(args.gammas)), sigma)
-        row = {"key": normalized(keys[spec.name]), "sigma_x": sigma, "result": result}
+            view = layer_view(model, tokenizer, prompts, answers, sorted(set(args.gammas)), sigma)
+        result = ExitsModel(
+            path=spec.path,
+            num_layers=L,
+            plain_tokens_per_second=tokens / plain,
+            exits=summarize_exits(measured, args.bootstrap_samples),
+            per_prompt=measured,
+            layers=view,
+        )
+        row = {"key": normalized(keys[spec.name]), "sigma_x": sigma, "result": result.to_dict()}
         os.makedirs(child_path(args.output_dir, ROWS), exist_ok=True)
         write_json(child_path(args.output_dir, ROWS, f"{spec.name}.json"), row)
-        results["models"][spec.name] = result
+        models[spec.name] = result
         del model
-    results["settings"]["description"] = (
+    description = (
         f"{len(rows)} prompts of {args.instructions}, {args.max_new_tokens} new tokens each, greedy, batch 1 "
         f"(transformers' assisted generation decodes one sequence at a time), on {device}. Speed-up: plain greedy "
         "seconds / drafted seconds, pooled over the prompts; interval: 95% bootstrap over prompts (paired: each "
         "prompt decoded both ways)."
     )
-    results["settings"].update(gammas=sorted(set(args.gammas)), sigma_x=sigma)
+    given = {**asdict(args), "gammas": sorted(set(args.gammas)), "sigma_x": sigma}
+    results = ExitsResults(
+        settings=ExitsSettings(**given, n_prompts=len(rows), description=description),
+        versions=versions("torch", "transformers"),
+        models=models,
+    )
     plot = plot_speedups(results, os.path.join(args.output_dir, "speedup_vs_exit_layer.png"))
-    results["files"] = {"json": os.path.join(args.output_dir, EXITS_JSON), "plot": plot}
+    results.files = {"json": os.path.join(args.output_dir, EXITS_JSON), "plot": plot}
     if all(answers):
-        results["files"]["layer_plot"] = plot_layer_accuracy(
-            results, os.path.join(args.output_dir, "layer_accuracy.png")
-        )
+        results.files["layer_plot"] = plot_layer_accuracy(results, os.path.join(args.output_dir, "layer_accuracy.png"))
     page = write_html(os.path.join(args.output_dir, "report.html"), Document("Exits", exits_report(results)))
-    results["files"]["html"] = page
-    write_json(results["files"]["json"], results)
+    results.files["html"] = page
+    write_json(results.files["json"], results.to_dict())
     return results

@@ -1,6 +1,7 @@
 """
-The arithmetic of a robustness evaluation, on plain numbers: the default noise grid, the ID / OOD split of it,
-per-sample layer ratios and descents, AUC over the noise levels, and the per-level summary of one model.
+The arithmetic of a robustness evaluation, on plain numbers: per-sample layer ratios and descents, AUC over the noise
+levels, and the per-level summary of one model (`results.ModelSummary`). The grid and its ID / OOD split are
+`noise.NoiseGrid`'s.
 """
 
 from __future__ import annotations
@@ -8,27 +9,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
 
 from ..constraints import LayerLosses
+from ..noise import NoiseGrid
+from .results import LevelSummary, ModelSummary
 
 RATIO_BINS = np.linspace(0.0, 2.0, 41)  # histogram of f_l / f_{l-1}; values above 2 land in the last bin
-
-
-def default_gammas(train_gamma: float) -> list[float]:
-    """The noise grid when none is given: 0 to 4x the training level in 5 steps (0, 0.5, ..., 2 without training
-    noise), the grid of the paper's classifier comparisons (Appendix B.3)."""
-    unit = train_gamma if train_gamma > 0 else 0.5
-    return [round(k * unit, 6) for k in range(5)]
-
-
-def split_levels(gammas: Sequence[float], train_gamma: float) -> tuple[np.ndarray, np.ndarray]:
-    """(in-distribution, out-of-distribution) masks over `gammas`: gamma <= the training level, and above it."""
-    g = np.asarray(gammas, dtype=np.float64)
-    return g <= train_gamma, g > train_gamma
 
 
 def step_ratios(losses: LayerLosses) -> torch.Tensor:
@@ -50,13 +39,12 @@ def auc(gammas: Sequence[float], values: Sequence[float]) -> float:
     return float(np.trapezoid(values, gammas)) if len(gammas) > 1 else math.nan
 
 
-def summarize(levels: list[list], train_gamma: float, key: str, extras=None) -> dict[str, Any]:
+def summarize(levels: list[list], train_gamma: float, extras=None) -> ModelSummary:
     """
     One model's `[level][noise seed]` results (`levels.LevelResult`): per level the mean and std over noise seeds of
-    the headline (`<key>_mean`, `<key>_std`) and the loss, layer losses, descent share and layer-ratio distribution;
-    then the AUC of the headline over the levels, its ID (gamma <= train) and OOD (gamma > train) means, and the
-    loss's mean over the levels.
-    `extras(row)` adds task-specific numbers to each row.
+    the headline and the loss, layer losses, descent share and layer-ratio distribution; then the AUC of the headline
+    over the levels, its ID (gamma <= train) and OOD (gamma > train) means, and the loss's mean over the levels.
+    `extras(layer_loss)`: a task's own per-layer curves ({curve key: {layer: value}}) from the layer losses.
     """
     rows = []
     for per_seed in levels:
@@ -65,29 +53,32 @@ def summarize(levels: list[list], train_gamma: float, key: str, extras=None) -> 
         ratios = np.concatenate([r.ratios for r in per_seed])
         hist, _ = np.histogram(np.clip(ratios, RATIO_BINS[0], RATIO_BINS[-1]), bins=RATIO_BINS)
         layers = per_seed[0].layer_loss
-        row = {
-            "gamma": per_seed[0].gamma,
-            f"{key}_mean": statistics.fmean(value),
-            f"{key}_std": statistics.pstdev(value),
-            "loss_mean": statistics.fmean(loss),
-            "loss_std": statistics.pstdev(loss),
-            "layer_loss": {str(layer): statistics.fmean(r.layer_loss[layer] for r in per_seed) for layer in layers},
-            "descent_share": statistics.fmean(r.descent_share for r in per_seed),
-            "ratio_mean": float(ratios.mean()) if ratios.size else math.nan,
-            "ratio_median": float(np.median(ratios)) if ratios.size else math.nan,
-            "ratio_histogram": {"edges": RATIO_BINS.tolist(), "counts": hist.tolist()},
-            "seeds": [r.seed for r in per_seed],
-        }
-        rows.append(row | (extras(row) if extras else {}))
-    gammas = [r["gamma"] for r in rows]
-    values = np.array([r[f"{key}_mean"] for r in rows])
-    ind, ood = split_levels(gammas, train_gamma)
-    return {
-        "train_gamma": train_gamma,
-        "levels": rows,
-        "auc": auc(gammas, values),
-        f"id_{key}": statistics.fmean(values[ind]) if ind.any() else math.nan,
-        f"ood_{key}": statistics.fmean(values[ood]) if ood.any() else math.nan,
-        "descent_share": statistics.fmean(r["descent_share"] for r in rows),
-        "loss": statistics.fmean(r["loss_mean"] for r in rows),  # held-out loss, mean over the levels
-    }
+        layer_loss = {str(layer): statistics.fmean(r.layer_loss[layer] for r in per_seed) for layer in layers}
+        rows.append(
+            LevelSummary(
+                gamma=per_seed[0].gamma,
+                metric_mean=statistics.fmean(value),
+                metric_std=statistics.pstdev(value),
+                loss_mean=statistics.fmean(loss),
+                loss_std=statistics.pstdev(loss),
+                curves={"layer_loss": layer_loss, **(extras(layer_loss) if extras else {})},
+                descent_share=statistics.fmean(r.descent_share for r in per_seed),
+                ratio_mean=float(ratios.mean()) if ratios.size else math.nan,
+                ratio_median=float(np.median(ratios)) if ratios.size else math.nan,
+                ratio_edges=RATIO_BINS.tolist(),
+                ratio_counts=hist.tolist(),
+                seeds=[r.seed for r in per_seed],
+            )
+        )
+    grid = NoiseGrid(tuple(r.gamma for r in rows))
+    values = np.array([r.metric_mean for r in rows])
+    ind, ood = grid.split(train_gamma)
+    return ModelSummary(
+        train_gamma=train_gamma,
+        levels=rows,
+        auc=auc(grid.levels, values),
+        id_metric=statistics.fmean(values[ind]) if ind.any() else math.nan,
+        ood_metric=statistics.fmean(values[ood]) if ood.any() else math.nan,
+        descent_share=statistics.fmean(r.descent_share for r in rows),
+        loss=statistics.fmean(r.loss_mean for r in rows),  # held-out loss, mean over the levels
+    )

@@ -17,7 +17,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data import ModelSpec
-from ..noise import embedding_sigma, parse_levels
+from ..noise import NoiseGrid, embedding_sigma
 from ..tasks import TASKS, Measure, get_task
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
@@ -26,9 +26,9 @@ from .compare import bands, check_pairs, compare
 from .folders import check_folder, mark_folder, model_identities, read_marker
 from .levels import evaluate_level
 from .loading import layer_indices, recorded_gamma, reference_sigma, trained_layers, training_report, versions
-from .metrics import default_gammas, summarize
+from .metrics import summarize
 from .report import write_report
-from .results import ModelResult, RobustnessResults
+from .results import ModelResult, RobustnessResults, RobustnessSettings
 
 
 @dataclass
@@ -99,7 +99,7 @@ class RobustnessArguments(ArmArguments):
             raise ValueError("`--output_dir` is required.")
         for name in ("gammas", "curve_gammas"):
             if getattr(self, name) is not None:
-                parse_levels(getattr(self, name), f"--{name}")
+                NoiseGrid.parse(getattr(self, name), f"--{name}")
         if self.train_gamma is not None and (not np.isfinite(self.train_gamma) or self.train_gamma < 0):
             raise ValueError(f"`--train_gamma` must be finite and >= 0, got {self.train_gamma}.")
         if self.sigma_x is not None and not (np.isfinite(self.sigma_x) and self.sigma_x > 0):
@@ -137,13 +137,13 @@ def run(
     models = [member for members in arms.values() for member in members]
     first = models[0][1]
     train_gamma = recorded_gamma(args.train_gamma, first, recipe)
-    gammas = sorted(set(args.gammas)) if args.gammas else default_gammas(train_gamma)
+    gammas = (NoiseGrid.parse(args.gammas) if args.gammas else NoiseGrid.default(train_gamma)).sorted()
     curve = args.curve_gammas or sorted({gammas[0], min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]})
     if missing := [g for g in curve if g not in gammas]:
-        raise ValueError(f"`--curve_gammas` {missing} are not among the evaluated levels {gammas}.")
+        raise ValueError(f"`--curve_gammas` {missing} are not among the evaluated levels {gammas.to_list()}.")
     settings = {
         **{k: v for k, v in dataclasses.asdict(args).items() if k not in PRESENTATION},
-        **dict(task=task.name, gammas=gammas, curve_gammas=curve, train_gamma=train_gamma),
+        **dict(task=task.name, gammas=gammas.to_list(), curve_gammas=curve, train_gamma=train_gamma),
         "arms": {arm: [name for name, _ in members] for arm, members in arms.items()},
         "models": model_identities(models),
         "data": dataclasses.asdict(data_args),
@@ -155,23 +155,23 @@ def run(
     dtype = torch.bfloat16 if bf16 else torch.float32
     sigma, source = reference_sigma(args.sigma_x, first)
     results = RobustnessResults(
-        settings={
-            "description": f"{task.measuring.describe(data, data_args)}: N({args.noise_mean}, (gamma sigma_x)^2); "
+        settings=RobustnessSettings(
+            description=f"{task.measuring.describe(data, data_args)}: N({args.noise_mean}, (gamma sigma_x)^2); "
             f"{args.seeds} noise seed(s) per level",
-            "task": task.name,
-            "dataset": dataclasses.asdict(data_args),
-            "gammas": gammas,
-            "curve_gammas": curve,
-            "seeds": args.seeds,
-            "train_gamma": train_gamma,
-            "noise_mean": args.noise_mean,
-            "sigma_x": sigma,  # one scale for every model compared
-            "sigma_x_source": source,
-            "dtype": str(dtype),
-            "batch_size": args.batch_size,
-            "max_length": args.max_length,
-            "bootstrap_samples": args.bootstrap_samples,
-        },
+            task=task.name,
+            dataset=dataclasses.asdict(data_args),
+            gammas=gammas,
+            curve_gammas=curve,
+            seeds=args.seeds,
+            train_gamma=train_gamma,
+            noise_mean=args.noise_mean,
+            sigma_x=sigma,  # one scale for every model compared
+            sigma_x_source=source,
+            dtype=str(dtype),
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            bootstrap_samples=args.bootstrap_samples,
+        ),
         versions=versions("torch", "transformers", "trl"),
         headline=task.headline,
         layer_curve=tuple(task.layer_curve),
@@ -184,12 +184,12 @@ def run(
             model, tokenizer = task.measuring.load_model(ModelSpec(name, path, args.base_model, flag), dtype)
             if sigma is None:
                 sigma, source = embedding_sigma(model), f"measured on {name}'s input embeddings"
-                results.settings.update(sigma_x=sigma, sigma_x_source=source)
+                results.settings.sigma_x, results.settings.sigma_x_source = sigma, source
             measure = Measure(
                 trained_layers(args.layers, path), args.batch_size, args.max_length, bf16, scratch, sigma
             )
             trainer = task.measuring.measuring_trainer(model, tokenizer, data, measure)
-            results.settings["held_out_rows"] = len(trainer.eval_dataset)
+            results.settings.held_out_rows = len(trainer.eval_dataset)
             batches = len(trainer.get_eval_dataloader())
             levels = []
             with tqdm(total=len(gammas) * args.seeds * batches, desc=f"evaluating {name}") as bar:
@@ -205,9 +205,9 @@ def run(
                 architecture=type(model).__name__,
                 noise_sigma_x_recorded=training_report(path).get("noise_sigma_x"),  # its own training's
                 layers=list(trainer.primal_dual.spec.layers),
-                summary=summarize(levels, train_gamma, task.headline.key, task.measuring.level_extras),
+                summary=summarize(levels, train_gamma, task.measuring.layer_curves),
                 # per unit, summed over noise seeds: what the intervals resample
-                scores={str(lv[0].gamma): _seed_sums(lv) for lv in levels},
+                scores={NoiseGrid.key(lv[0].gamma): _seed_sums(lv) for lv in levels},
             )
             snapshot = task.measuring.snapshot(model, trainer, data, curve, sigma, args.noise_mean)
             if snapshot is not None:
@@ -217,7 +217,7 @@ def run(
     results.comparisons = compare(results, task, pairs, args.bootstrap_samples)
     mark_folder(args.output_dir, COMMAND, settings)
     figures = task.measuring.figures(snapshots, data, args.output_dir)
-    from .alpaca.report import folder_sections  # the AlpacaEval part of a shared report folder, if any
+    from .report.headtohead import folder_sections  # the AlpacaEval part of a shared report folder, if any
 
     write_report(results, args.output_dir, figures, folder_sections(args.output_dir))
     return results
@@ -235,7 +235,7 @@ def saved_results(
         return None
     names = {arm: [name for name, _ in members] for arm, members in arms.items()}
     paths = {name: path for members in arms.values() for name, path in members}
-    same = results.gammas == list(gammas) and results.settings["seeds"] == seeds
+    same = results.gammas.to_list() == list(gammas) and results.settings.seeds == seeds
     if not same or results.arms != names or {n: m.path for n, m in results.models.items()} != paths:
         return None
     marked = (read_marker(output_dir, "--output_dir") or {}).get(COMMAND, {}).get("settings", {})
@@ -257,10 +257,10 @@ def console_lines(results: RobustnessResults) -> list[str]:
     lines = []
     for name, model in results.models.items():
         s = model.summary
-        levels = ", ".join(f"{r['gamma']:g}: {r[f'{key}_mean']:.4g}" for r in s["levels"])
+        levels = ", ".join(f"{r.gamma:g}: {r.metric_mean:.4g}" for r in s.levels)
         lines.append(
-            f"{name}: {key} by gamma {{{levels}}}; AUC {s['auc']:.4g}, ID {s[f'id_{key}']:.4g}, "
-            f"OOD {s[f'ood_{key}']:.4g}, descent share {s['descent_share']:.3f}"
+            f"{name}: {key} by gamma {{{levels}}}; AUC {s.auc:.4g}, ID {s.id_metric:.4g}, "
+            f"OOD {s.ood_metric:.4g}, descent share {s.descent_share:.3f}"
         )
     for name, comparison in results.comparisons.items():
         lines.append(f"{name} (95% paired bootstrap over training seeds and held-out units):")

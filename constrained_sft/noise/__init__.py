@@ -1,7 +1,7 @@
 """
 Gaussian noise on token embeddings, e ~ N(mu, (gamma sigma_x)^2 I), in training, evaluation and generation: the
-forward hook and sigma_x (`embedding`), and the collator that gives each training example its own level
-(`collator`).
+forward hook and sigma_x (`embedding`), the collator that gives each training example its own level (`collator`),
+and the noise levels of an evaluation as one type (`grid.NoiseGrid`).
 
 May import: `constrained_sft.utils` only. Trainers and evaluation use it; it knows nothing of them.
 """
@@ -14,17 +14,17 @@ from .embedding import (
     input_embedding_module,
     noise_stream,
     noisy,
-    parse_levels,
 )
+from .grid import NoiseGrid
 
 __all__ = [
     "EmbeddingNoiseCollator",
     "EmbeddingNoiseError",
+    "NoiseGrid",
     "NoiseLevels",
     "embedding_noise",
     "embedding_sigma",
     "input_embedding_module",
     "noise_stream",
     "noisy",
-    "parse_levels",
 ]

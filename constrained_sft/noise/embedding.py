@@ -21,7 +21,7 @@ Shapes: B rows of T tokens, hidden size D.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
@@ -216,21 +216,3 @@ def embedding_noise(
         generator = noise_stream(model, seed)
     with noisy(model, gamma, generator, mean, sigma) as noise:
         yield noise
-
-
-def parse_levels(levels: Sequence[float] | float, flag: str = "--gammas") -> list[float]:
-    """Noise levels as floats, in the given order: refused, naming `flag`, unless a non-empty list of finite numbers
-    >= 0 in which no level repeats (each level is measured once: a repeat would share one measurement and be
-    reported twice)."""
-    values = [levels] if isinstance(levels, (int, float)) else list(levels)
-    if not values:
-        raise EmbeddingNoiseError(f"`{flag}` is empty; give one or more noise levels gamma (finite, >= 0).")
-    out = []
-    for v in values:
-        number = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
-        if not math.isfinite(number) or number < 0:
-            raise EmbeddingNoiseError(f"`{flag}` must be finite numbers >= 0 (noise levels gamma), got {v!r}.")
-        out.append(number)
-    if repeated := sorted({v for v in out if out.count(v) > 1}):
-        raise EmbeddingNoiseError(f"`{flag}` repeats the level(s) {repeated}; give each noise level once.")
-    return out

@@ -7,8 +7,8 @@ import hashlib
 import os
 from dataclasses import dataclass, field
 
-from ..evaluation.alpaca.generate import ALPACA_EVAL
-from ..noise import parse_levels
+from ..evaluation.instructions import ALPACA_EVAL
+from ..noise import NoiseGrid
 from ..tasks.arms import arm_recipes, recipe_identity
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
@@ -128,7 +128,7 @@ class StudyArguments:
             )
         for name in ("gammas", "generation_gammas"):
             if getattr(self, name) is not None:
-                parse_levels(getattr(self, name), f"--{name}")
+                NoiseGrid.parse(getattr(self, name), f"--{name}")
         if self.gammas is not None and len(set(self.gammas)) < 2:
             raise ValueError(f"`--gammas` needs >= 2 distinct levels for the curves, got {self.gammas}.")
         arms = ["constrained", "erm", *self.extra_arms()]

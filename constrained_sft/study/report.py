@@ -4,11 +4,11 @@ with its interval and the judge's order agreement, a few answers side by side pe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from typing import Any
 
-from ..evaluation.alpaca.report import judge_label, level_table, plot_win_rates
 from ..evaluation.report import (
     Block,
     Document,
@@ -23,7 +23,8 @@ from ..evaluation.report import (
     write_markdown,
 )
 from ..evaluation.report.exits import exits_blocks
-from .results import StudyResults, judging_dir
+from ..evaluation.report.headtohead import judge_label, level_table, plot_win_rates
+from .results import StudyResults, StudyTimings, judging_dir
 
 PLOTS = ("differences", "layers", "ratios", "descent")  # robustness report files shown after the headline's plot
 PROXY_NOTE = (
@@ -63,7 +64,7 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
     """The report's content, once for both formats: budget, differences, models, plots, head-to-head with examples,
     timings, settings."""
     head, results = study.head_to_head, study.robustness
-    budget_text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in study.budget.items())
+    budget_text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in dataclasses.asdict(study.budget).items())
     plots = [results.files[k] for k in (results.headline.key, *PLOTS) if k in results.files]
     blocks: list[Block] = [
         Heading("Constrained vs ERM study", 1),
@@ -71,38 +72,38 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
             f"Budget: {budget_text}. Intervals are 95% paired bootstraps over training seeds and held-out units; a "
             "verdict is better / worse only when the whole interval lies on one side of 0."
         ),
-        Heading(f"Differences, each arm - {arm_label(head['reference'])} (95% paired bootstrap)"),
-        *comparison_blocks(results.comparisons, results.settings["bootstrap_samples"], level=3),
+        Heading(f"Differences, each arm - {arm_label(head.reference)} (95% paired bootstrap)"),
+        *comparison_blocks(results.comparisons, results.settings.bootstrap_samples, level=3),
         Heading("Models"),
-        summary_table(results, train_gamma=False),
+        summary_table(results.headline, results.summaries, train_gamma=False),
         Heading("Robustness plots"),
         *(Image(p) for p in plots),
         Heading(f"Head-to-head answers (judge: {judge_label(head)})"),
     ]
-    if head.get("judge_is_proxy"):
+    if head.judge_is_proxy:
         blocks.append(Text(PROXY_NOTE, strong=True))
     blocks += [
         Text(
-            f"{arm_label(head['model']).capitalize()} seed s against {arm_label(head['reference'])} seed s, every "
+            f"{arm_label(head.model).capitalize()} seed s against {arm_label(head.reference)} seed s, every "
             "pair in both orders; draws count half."
         ),
         level_table(head),
     ]
-    if head.get("lc_missing_reason"):
-        blocks.append(Text(f"No length-controlled win rate: {head['lc_missing_reason']}."))
+    if head.lc_missing_reason:
+        blocks.append(Text(f"No length-controlled win rate: {head.lc_missing_reason}."))
     blocks.append(Image(win_plot, "win rate"))
-    for gamma in [lv["gamma"] for lv in head["levels"]]:
+    for gamma in [lv.gamma for lv in head.levels]:
         rows = [
             [clip(r["instruction"]), clip(r.get("reference")), clip(r["model_output"]), clip(r["reference_output"]),
-             verdict_text(r, head["model"], head["reference"])]
-            for r in examples(study_dir, gamma, n_examples, head["model"], head["reference"])
+             verdict_text(r, head.model, head.reference)]
+            for r in examples(study_dir, gamma, n_examples, head.model, head.reference)
         ]  # fmt: skip
-        headers = ["instruction", "data's answer", arm_label(head["model"]), arm_label(head["reference"]), "verdicts"]
+        headers = ["instruction", "data's answer", arm_label(head.model), arm_label(head.reference), "verdicts"]
         blocks += [Heading(f"Answers at gamma = {gamma:g} (seed 0)", 3), Table(headers, rows, prose=True)]
     for arm, other in study.more_head_to_heads.items():
         plot = plot_win_rates(other, os.path.join(study_dir, f"win_rate_{arm}_vs_gamma.png"))
         blocks += [
-            Heading(f"Head-to-head: {arm} vs {arm_label(other['reference'])} (judge: {judge_label(other)})"),
+            Heading(f"Head-to-head: {arm} vs {arm_label(other.reference)} (judge: {judge_label(other)})"),
             level_table(other),
             Image(plot, f"win rate of {arm}"),
         ]
@@ -112,7 +113,7 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
         Heading("Wall time per stage (seconds, summed over the invocations that did its work)"),
         Table(["stage", "seconds"], [[k, v] for k, v in _timings(study.timings).items()]),
         Heading("Settings"),
-        Preformatted(f"{json.dumps(study.settings, indent=1, default=str)}\n{study.versions}"),
+        Preformatted(f"{json.dumps(study.settings.to_dict(), indent=1, default=str)}\n{study.versions}"),
     ]
     return blocks
 
@@ -128,7 +129,6 @@ def write_study_report(study: StudyResults, study_dir: str, n_examples: int) -> 
     }
 
 
-def _timings(timings: dict[str, Any]) -> dict[str, float]:
+def _timings(timings: StudyTimings) -> dict[str, float]:
     """Training runs one row each (as timed when they ran), then the stages."""
-    out = {f"train {run}": s for run, s in timings.get("train", {}).items()}
-    return out | {k: v for k, v in timings.items() if k != "train"}
+    return {f"train {run}": s for run, s in timings.train.items()} | timings.stages

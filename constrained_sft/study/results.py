@@ -1,12 +1,27 @@
-"""The study's results as a type, with its one JSON form (`study.json`, the layout earlier versions wrote)."""
+"""The study's results as types, with their one JSON form (`study.json`, the layout earlier versions wrote: the
+published study in docs/ loads)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..evaluation import RobustnessResults
+from ..evaluation.results import (
+    Comparison,
+    ExitsResults,
+    HeadToHead,
+    ModelSummary,
+    RobustnessResults,
+    RobustnessSettings,
+)
+from ..tasks import Headline
+from ..utils.fields import known_keys
+from .arguments import StudyArguments
+
+STUDY_JSON = "study.json"
 
 
 def judging_dir(study_dir: str, model: str = "constrained", reference: str = "erm") -> str:
@@ -16,39 +31,186 @@ def judging_dir(study_dir: str, model: str = "constrained", reference: str = "er
     return root if (model, reference) == ("constrained", "erm") else os.path.join(root, f"{model}-vs-{reference}")
 
 
-ROBUSTNESS_KEYS = ("settings", "headline", "arms", "comparisons", "files")  # what study.json keeps of the evaluation
+@dataclass(frozen=True)
+class StudyRobustness:
+    """What the study keeps of its robustness evaluation: the settings, headline, arms, comparisons, files and each
+    model's summary (the per-unit scores behind the intervals stay in `<study_dir>/robustness/results.json`,
+    `RobustnessResults.load`)."""
+
+    settings: RobustnessSettings
+    headline: Headline
+    arms: dict[str, list[str]]
+    comparisons: dict[str, Comparison]
+    files: dict[str, Any]
+    summaries: dict[str, ModelSummary]
+
+    @classmethod
+    def of(cls, results: RobustnessResults) -> StudyRobustness:
+        return cls(results.settings, results.headline, results.arms, results.comparisons, results.files,
+                   results.summaries)  # fmt: skip
+
+    def to_dict(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(study.json's `robustness`, its `summaries`)."""
+        key = self.headline.key
+        kept = {"settings": self.settings.to_dict(), "headline": dataclasses.asdict(self.headline), "arms": self.arms,
+                "comparisons": {name: c.to_dict() for name, c in self.comparisons.items()}, "files": self.files}  # fmt: skip
+        return kept, {name: s.to_dict(key) for name, s in self.summaries.items()}
+
+    @classmethod
+    def from_dict(cls, kept: dict[str, Any], summaries: dict[str, Any]) -> StudyRobustness:
+        known_keys(cls, kept, "study robustness")
+        headline = Headline(**kept["headline"])
+        return cls(
+            settings=RobustnessSettings.from_dict(kept["settings"]),
+            headline=headline,
+            arms=kept["arms"],
+            comparisons={name: Comparison.from_dict(name, rows) for name, rows in kept["comparisons"].items()},
+            files=kept["files"],
+            summaries={name: ModelSummary.from_dict(s, headline.key) for name, s in summaries.items()},
+        )
+
+
+@dataclass(frozen=True)
+class StudyBudget:
+    """What the study spent: the numbers that bound what it can resolve."""
+
+    training_seeds_per_arm: int
+    max_steps: int
+    batch: int
+    max_length: int | None
+    held_out_sequences: int | None
+    noise_seeds: int
+    generation_gammas: list[float]
+    max_new_tokens: int
+
+
+@dataclass(frozen=True)
+class InstructionSet:
+    """The instructions every model answered: where they came from and how many were used; for held-out first
+    turns, how many held-out rows there were and why some were left out (seen in training, repeated, no exchange)."""
+
+    source: str
+    used: int
+    is_full_alpaca_eval: bool | None = None  # recorded for a given instruction file, not for held-out turns
+    held_out_rows: int | None = None
+    in_training: int | None = None
+    repeated: int | None = None
+    no_exchange: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass
+class StudySettings:
+    """The study's arguments, the constrained recipe's training config (its JSON form), how the other arms differ
+    from it, the instructions and the budget."""
+
+    study: StudyArguments
+    constrained_recipe: dict[str, Any]  # TrainingArguments.to_dict() of the constrained recipe
+    twin_differences: list[str]
+    instructions: InstructionSet
+    budget: StudyBudget
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"study": dataclasses.asdict(self.study), "constrained_recipe": self.constrained_recipe,
+                "twin_differences": self.twin_differences, "instructions": self.instructions.to_dict(),
+                "budget": dataclasses.asdict(self.budget)}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StudySettings:
+        known_keys(cls, data, "study settings")
+        given = known_keys(StudyArguments, data["study"], "study arguments")
+        study = StudyArguments(**{k: v for k, v in given.items() if k != "study_dir"})
+        study.study_dir = given.get("study_dir")  # kept as written: no folder check on a read
+        return cls(
+            study=study,
+            constrained_recipe=data["constrained_recipe"],
+            twin_differences=data["twin_differences"],
+            instructions=InstructionSet(**known_keys(InstructionSet, data["instructions"], "study instructions")),
+            budget=StudyBudget(**known_keys(StudyBudget, data["budget"], "study budget")),
+        )
+
+
+@dataclass
+class StudyTimings:
+    """Wall seconds: each training run (as timed when it ran) and each stage (summed over the invocations that did
+    its work)."""
+
+    train: dict[str, float]
+    stages: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"train": self.train, **self.stages}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StudyTimings:
+        return cls(dict(data.get("train", {})), {k: v for k, v in data.items() if k != "train"})
+
+
+@dataclass
+class TrainedRuns:
+    """What `--stage train` leaves: each arm's run folders (one per training seed) and the training timings."""
+
+    folders: dict[str, list[str]]
+    timings: StudyTimings
 
 
 @dataclass
 class StudyResults:
-    """`settings`: the study's arguments, the twins' recipe and differences, the instructions and the budget;
-    `head_to_head`: the AlpacaEval-style judging of the first arm's answers against the reference arm's per level
-    (its own JSON form; constrained vs ERM by default); `more_head_to_heads`: every other `--arm` against the
-    reference, by arm (absent from study.json when there is none)."""
+    """`head_to_head`: the judging of the first arm's answers against the reference arm's per level (constrained vs
+    ERM by default); `more_head_to_heads`: every other `--arm` against the reference, by arm (absent from study.json
+    when there is none); `exits`: `eval exits` of each arm's seed-0 model (None with `--exit_prompts 0`)."""
 
-    settings: dict[str, Any]
+    settings: StudySettings
     versions: dict[str, str]
-    robustness: RobustnessResults
-    head_to_head: dict[str, Any]
-    timings: dict[str, Any]
-    more_head_to_heads: dict[str, dict[str, Any]] = field(default_factory=dict)
-    exits: dict[str, Any] | None = None  # `eval exits` of each arm's seed-0 model (`evaluation.exits`)
+    robustness: StudyRobustness
+    head_to_head: HeadToHead
+    timings: StudyTimings
+    more_head_to_heads: dict[str, HeadToHead] = field(default_factory=dict)
+    exits: ExitsResults | None = None
     files: dict[str, str] = field(default_factory=dict)
 
     @property
-    def budget(self) -> dict[str, Any]:
-        return self.settings["budget"]
+    def budget(self) -> StudyBudget:
+        return self.settings.budget
 
     def to_dict(self) -> dict[str, Any]:
-        robustness = self.robustness.to_dict()
+        robustness, summaries = self.robustness.to_dict()
+        more = {arm: head.to_dict() for arm, head in self.more_head_to_heads.items()}
         return {
-            "settings": self.settings,
+            "settings": self.settings.to_dict(),
             "versions": self.versions,
-            "robustness": {k: robustness[k] for k in ROBUSTNESS_KEYS},
-            "summaries": {name: m.summary for name, m in self.robustness.models.items()},
-            "head_to_head": self.head_to_head,
-            **({"more_head_to_heads": self.more_head_to_heads} if self.more_head_to_heads else {}),
-            **({"exits": self.exits} if self.exits is not None else {}),
-            "timings": self.timings,
+            "robustness": robustness,
+            "summaries": summaries,
+            "head_to_head": self.head_to_head.to_dict(),
+            **({"more_head_to_heads": more} if more else {}),
+            **({"exits": self.exits.to_dict()} if self.exits is not None else {}),
+            "timings": self.timings.to_dict(),
             "files": self.files,
         }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StudyResults:
+        allowed = {f.name for f in dataclasses.fields(cls)} | {"summaries"}
+        if unknown := sorted(set(data) - allowed):
+            raise ValueError(f"study results: unknown key(s) {unknown}; known: {sorted(allowed)}")
+        exits = data.get("exits")
+        return cls(
+            settings=StudySettings.from_dict(data["settings"]),
+            versions=data["versions"],
+            robustness=StudyRobustness.from_dict(data["robustness"], data["summaries"]),
+            head_to_head=HeadToHead.from_dict(data["head_to_head"]),
+            timings=StudyTimings.from_dict(data["timings"]),
+            more_head_to_heads={a: HeadToHead.from_dict(h) for a, h in data.get("more_head_to_heads", {}).items()},
+            exits=None if exits is None else ExitsResults.from_dict(exits),
+            files=data.get("files", {}),
+        )
+
+    @classmethod
+    def load(cls, study_dir: str) -> StudyResults | None:
+        path = os.path.join(study_dir, STUDY_JSON)
+        if not os.path.isfile(path):
+            return None
+        with open(path) as f:
+            return cls.from_dict(json.load(f))

@@ -18,27 +18,39 @@ import dataclasses
 import json
 import os
 import time
-from typing import Any
 
 from ..config import training_level
 from ..constraints import mode_of
 from ..data.instructions import held_out_instructions
-from ..evaluation import RobustnessArguments, RobustnessResults, default_gammas, saved_results
+from ..evaluation import RobustnessArguments, RobustnessResults, saved_results
 from ..evaluation import run as robustness
 from ..evaluation.alpaca import AlpacaArguments, build_judge, check_judge, judge_levels
-from ..evaluation.alpaca.generate import ALPACA_EVAL, ALPACA_EVAL_SIZE, GenerateArguments, load_instructions
+from ..evaluation.alpaca.generate import GenerateArguments
 from ..evaluation.alpaca.generate import run as generate
-from ..evaluation.exits import EXITS_JSON, ExitsArguments
+from ..evaluation.exits import ExitsArguments
 from ..evaluation.exits import run as run_exits
 from ..evaluation.folders import check_folder, mark_folder
+from ..evaluation.instructions import ALPACA_EVAL, ALPACA_EVAL_SIZE, load_instructions
 from ..evaluation.loading import versions
+from ..evaluation.results import ExitsResults, HeadToHead
+from ..noise import NoiseGrid
 from ..tasks import Recipe, is_finished
 from ..tasks.arms import twin_differences
 from ..utils.files import write_json, write_text
 from ..utils.folders import child_path
 from .arguments import HELD_OUT, StudyArguments
 from .report import write_study_report
-from .results import StudyResults, judging_dir
+from .results import (
+    STUDY_JSON,
+    InstructionSet,
+    StudyBudget,
+    StudyResults,
+    StudyRobustness,
+    StudySettings,
+    StudyTimings,
+    TrainedRuns,
+    judging_dir,
+)
 
 COMMAND = "study"
 
@@ -117,7 +129,7 @@ def measure(args: StudyArguments, task, recipe: Recipe, folders: dict[str, list[
     """`eval robustness` of every model, arms paired by seed; a finished evaluation of the same models, levels and
     noise seeds is reused (its intervals recomputed), so a resumed study does not evaluate again."""
     train_gamma = training_level(recipe.training.noise_gamma)
-    gammas = sorted(set(args.gammas or default_gammas(train_gamma)))
+    gammas = (NoiseGrid.parse(args.gammas) if args.gammas else NoiseGrid.default(train_gamma)).sorted().to_list()
     arms = {arm: [(f"{arm}/seed{s}", p) for s, p in enumerate(paths)] for arm, paths in folders.items()}
     out, pairs = os.path.join(args.study_dir, "robustness"), compared(args, list(folders))
     if saved := saved_results(out, arms, gammas, args.noise_seeds, task, pairs, args.bootstrap_samples):
@@ -135,16 +147,16 @@ def measure(args: StudyArguments, task, recipe: Recipe, folders: dict[str, list[
     return robustness(settings, recipe.script, arms=arms, pairs=pairs, claim=False)  # the study owns the folder
 
 
-def instruction_set(args: StudyArguments, recipe: Recipe) -> tuple[str, dict]:
+def instruction_set(args: StudyArguments, recipe: Recipe) -> tuple[str, InstructionSet]:
     """The instruction file every model answers, and how it was built."""
     if args.instructions != HELD_OUT:
         rows = load_instructions(args.instructions, args.max_instances)
         full = args.instructions == ALPACA_EVAL and len(rows) == ALPACA_EVAL_SIZE
-        return args.instructions, {"source": args.instructions, "used": len(rows), "is_full_alpaca_eval": full}
+        return args.instructions, InstructionSet(args.instructions, len(rows), is_full_alpaca_eval=full)
     rows, counts = held_out_instructions(recipe.script, args.max_instances)
     path = os.path.join(args.study_dir, "instructions.jsonl")
     write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
-    return path, {"source": f"held-out first turns of {recipe.script.dataset_name}", **counts}
+    return path, InstructionSet(f"held-out first turns of {recipe.script.dataset_name}", **counts)
 
 
 def answer(args: StudyArguments, path: str, folders: dict[str, list[str]], sigma: float) -> str:
@@ -173,7 +185,7 @@ def compared(args: StudyArguments, arms: list[str]) -> list[tuple[str, str]]:
     return [(arm, args.reference) for arm in arms if arm != args.reference]
 
 
-def early_exits(args: StudyArguments, path: str, folders: dict[str, list[str]], sigma: float) -> dict | None:
+def early_exits(args: StudyArguments, path: str, folders: dict[str, list[str]], sigma: float) -> ExitsResults | None:
     """`eval exits` of each arm's seed-0 model on the first `exit_prompts` instructions (None with 0); a finished
     run of the same settings in `<study_dir>/exits` is reused."""
     if not args.exit_prompts:
@@ -184,12 +196,10 @@ def early_exits(args: StudyArguments, path: str, folders: dict[str, list[str]], 
         max_new_tokens=args.exit_new_tokens, gammas=sorted(set(args.generation_gammas)), sigma_x=sigma,
         bootstrap_samples=args.bootstrap_samples,
     )  # fmt: skip
-    saved = os.path.join(settings.output_dir, EXITS_JSON)
-    if os.path.isfile(saved):
-        with open(saved) as f:
-            done = json.load(f)
+    done = ExitsResults.load(settings.output_dir)
+    if done is not None:
         wanted = {k: v for k, v in dataclasses.asdict(settings).items() if k != "bf16"}
-        if all(done["settings"].get(k) == v for k, v in wanted.items()):
+        if all(getattr(done.settings, k) == v for k, v in wanted.items()):
             return done
     return run_exits(settings)
 
@@ -208,7 +218,7 @@ def judge_arguments(args: StudyArguments, model: str = "constrained", reference:
 
 def head_to_head(
     args: StudyArguments, generations: str, full_set: bool, model: str = "constrained", reference: str = "erm"
-) -> dict[str, Any]:
+) -> HeadToHead:
     """`model` seed s vs `reference` seed s at each generation level, both orders, win rate with its interval. The
     first pair judges into `judging/`, every other into `judging/<model>-vs-<reference>/`."""
 
@@ -229,9 +239,9 @@ def head_to_head(
 
 def run(
     args: StudyArguments, task, constrained: Recipe, erm: Recipe, more: dict[str, Recipe] | None = None
-) -> StudyResults | dict[str, Any]:
+) -> StudyResults | TrainedRuns:
     """The study's stages (`args.stage`); every input checked before the first run starts. `more`: the `--arm`s
-    ({name: recipe}). With `--stage train`: {"folders": arm -> run folders, "timings"}; else the study's results."""
+    ({name: recipe}). With `--stage train`: the trained run folders and their timings; else the study's results."""
     recipes = {"constrained": constrained, "erm": erm, **(more or {})}
     check(args, task, recipes)
     if world_size() > 1 and args.stage != "train":
@@ -258,7 +268,7 @@ def run(
             timings = json.load(f)
     folders = train_runs(args, task, recipes, timings)
     if args.stage == "train":
-        return {"folders": folders, "timings": timings}
+        return TrainedRuns(folders, StudyTimings.from_dict(timings))
     if missing := [p for members in folders.values() for p in members if not is_finished(p)]:
         raise FileNotFoundError(f"unfinished training runs {missing}; run `--stage train` (or `all`) first.")
 
@@ -271,41 +281,41 @@ def run(
 
     results = timed("robustness", measure, args, task, constrained, folders)
     path, instructions = instruction_set(args, constrained)
-    generations = timed("generation", answer, args, path, folders, results.settings["sigma_x"])
-    full_set = instructions.get("is_full_alpaca_eval", False)
+    generations = timed("generation", answer, args, path, folders, results.settings.sigma_x)
+    full_set = bool(instructions.is_full_alpaca_eval)
     pairs = compared(args, list(recipes))
     judged = {arm: timed("judging", head_to_head, args, generations, full_set, arm, ref) for arm, ref in pairs}
-    exits = timed("exits", early_exits, args, path, folders, results.settings["sigma_x"])
+    exits = timed("exits", early_exits, args, path, folders, results.settings.sigma_x)
     study = StudyResults(
-        settings={
-            "study": dataclasses.asdict(args),
-            "constrained_recipe": constrained.training.to_dict(),
-            "twin_differences": differences,
-            "instructions": instructions,
-            "budget": budget(constrained, args, results),
-        },
+        settings=StudySettings(
+            study=args,
+            constrained_recipe=constrained.training.to_dict(),
+            twin_differences=differences,
+            instructions=instructions,
+            budget=budget(constrained, args, results),
+        ),
         versions=versions("torch", "transformers", "trl", "alpaca_eval"),
-        robustness=results,
+        robustness=StudyRobustness.of(results),
         head_to_head=judged[pairs[0][0]],
         more_head_to_heads={arm: result for arm, result in judged.items() if arm != pairs[0][0]},
         exits=exits,
-        timings=timings,
+        timings=StudyTimings.from_dict(timings),
     )
     study.files = write_study_report(study, args.study_dir, args.examples)
-    write_json(os.path.join(args.study_dir, "study.json"), study.to_dict())
+    write_json(os.path.join(args.study_dir, STUDY_JSON), study.to_dict())
     return study
 
 
-def budget(recipe: Recipe, args: StudyArguments, results: RobustnessResults) -> dict[str, Any]:
+def budget(recipe: Recipe, args: StudyArguments, results: RobustnessResults) -> StudyBudget:
     """What the study spent: the numbers that bound what it can resolve."""
     t = recipe.training
-    return {
-        "training_seeds_per_arm": args.training_seeds,
-        "max_steps": t.max_steps,
-        "batch": t.per_device_train_batch_size * t.gradient_accumulation_steps,
-        "max_length": t.max_length,
-        "held_out_sequences": results.settings.get("held_out_rows"),
-        "noise_seeds": args.noise_seeds,
-        "generation_gammas": args.generation_gammas,
-        "max_new_tokens": args.max_new_tokens,
-    }
+    return StudyBudget(
+        training_seeds_per_arm=args.training_seeds,
+        max_steps=t.max_steps,
+        batch=t.per_device_train_batch_size * t.gradient_accumulation_steps,
+        max_length=t.max_length,
+        held_out_sequences=results.settings.held_out_rows,
+        noise_seeds=args.noise_seeds,
+        generation_gammas=args.generation_gammas,
+        max_new_tokens=args.max_new_tokens,
+    )

@@ -6,7 +6,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from ..noise import parse_levels
+from ..noise import NoiseGrid
 from ..tasks.arms import arm_recipes, recipe_identity
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
@@ -110,7 +110,7 @@ class SweepArguments:
             raise ValueError(
                 f"`validation_size` must be a fraction in (0, 1) or a row count, got {self.validation_size}."
             )
-        if self.gammas is not None and (len(parse_levels(self.gammas, "gammas")) < 2):
+        if self.gammas is not None and (len(NoiseGrid.parse(self.gammas, "gammas")) < 2):
             raise ValueError(f"`gammas` must be >= 2 levels, each >= 0, got {self.gammas}.")
         if self.stage != "search" and self.baseline != "erm":
             raise ValueError(

@@ -8,9 +8,8 @@ paired bootstrap over training seeds and held-out units.
 from __future__ import annotations
 
 import os
-from typing import Any
 
-from ..evaluation import RobustnessArguments, saved_results
+from ..evaluation import RobustnessArguments, RobustnessResults, saved_results
 from ..evaluation import run as robustness
 from ..tasks import Arm
 from ..utils.folders import child_path
@@ -25,7 +24,7 @@ def seed_dir(sweep_dir: str, arm: str, seed: int) -> str:
     return child_path(sweep_dir, "final", arm, f"seed{seed}")
 
 
-def evaluate_finals(task, arms: list[Arm], settings, train_gamma: float, data_args, pairs) -> dict[str, Any]:
+def evaluate_finals(task, arms: list[Arm], settings, train_gamma: float, data_args, pairs) -> RobustnessResults:
     """`eval robustness` on the held-out data over every retrained model, arms of `final_seeds` models each; the
     comparisons of `pairs`. A finished evaluation of the same models and levels (`test/results.json`) is reused,
     its comparisons recomputed from its saved unit scores, so re-running the comparison does not evaluate again."""

@@ -16,7 +16,6 @@ from typing import Any
 from ..config import training_level
 from ..constraints import mode_of
 from ..data.splits import refuse_streamed_selection
-from ..evaluation import default_gammas
 from ..evaluation.folders import check_folder, mark_folder, normalized
 from ..evaluation.report import (
     Block,
@@ -29,17 +28,19 @@ from ..evaluation.report import (
     comparison_blocks,
     write_markdown,
 )
+from ..noise import NoiseGrid
 from ..tasks import Arm, Recipe, is_finished
 from ..tasks.arms import twin_differences
 from ..utils.files import atomic_path, read_json, write_json
 from ..utils.folders import OutputDirError, child_path
 from .arguments import SweepArguments
 from .compare import evaluate_finals, seed_dir
+from .results import ArmTrials, SweepResults
 from .search import Objective, best_params, run_trial, search, trial_args
 from .space import arm_spaces, check_ranges, load_space
 
 
-def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> dict[str, Any]:
+def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> SweepResults:
     """Search (`stage` search / all), then retrain and compare (compare / all); everything checked before any
     trial, nothing written on a refusal. `more`: the `--arm` recipes by name."""
     arms = task.searching.arms(
@@ -81,7 +82,11 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
     given_storage = settings.storage
     settings.locate(training.output_dir)
     train_gamma = training_level(training.noise_gamma)
-    settings.gammas = sorted(settings.gammas or default_gammas(train_gamma))
+    settings.gammas = (
+        (NoiseGrid.parse(settings.gammas, "gammas") if settings.gammas else NoiseGrid.default(train_gamma))
+        .sorted()
+        .to_list()
+    )
     folder = settings.folder_settings({"recipe": recipe, **more}, spaces, given_storage)
     check_folder(settings.sweep_dir, COMMAND, folder, "--sweep_dir")  # another sweep's folder: before any trial
     mark_folder(settings.sweep_dir, COMMAND, folder)
@@ -118,10 +123,16 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
     from sqlalchemy.engine import make_url  # Optuna's storage driver: imported by the sweep alone
 
     shown = make_url(settings.storage).render_as_string(hide_password=True)  # reports never carry a database password
-    out: dict[str, Any] = {"settings": {**dataclasses.asdict(settings), "storage": shown}, "arms": {}}
+    out = SweepResults(dataclasses.replace(settings, storage=shown), {})
     for arm in arms:
-        out["arms"][arm.name] = trials_summary(studies[arm.name], arm, settings.sweep_dir, objective.maximize)
-        out["arms"][arm.name].update(searched=searched[arm.name].names, not_searched=not_searched[arm.name])
+        out.arms[arm.name] = trials_summary(
+            studies[arm.name],
+            arm,
+            settings.sweep_dir,
+            searched[arm.name].names,
+            not_searched[arm.name],
+            objective.maximize,
+        )
     if settings.stage in ("compare", "all"):
         best = {arm.name: best_params(studies[arm.name], objective.maximize) for arm in arms}
         for arm in arms:  # every arm's retrained models checked before any is trained
@@ -137,11 +148,9 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
         ]  # fmt: skip
         pairs += [(name, reference) for name in more]
         results = evaluate_finals(task, arms, settings, train_gamma, recipe.script, pairs)
-        out["comparison"] = results.comparisons  # typed; comparison.json holds their JSON form
-        out["test_report"] = results.files
-        out["arm_plot"] = results.files[task.headline.key]
-        saved = {**out, "comparison": {name: c.to_dict() for name, c in results.comparisons.items()}}
-        write_json(os.path.join(settings.sweep_dir, "comparison.json"), saved)
+        out.comparisons, out.test_report = results.comparisons, results.files
+        out.arm_plot = results.files[task.headline.key]
+        out.save(settings.sweep_dir)
     write_report(out, settings.sweep_dir)
     return out
 
@@ -180,7 +189,9 @@ def retrain(task, arm: Arm, params: dict[str, Any], settings: SweepArguments, da
         trainer.save_model(folder)
 
 
-def trials_summary(study, arm: Arm, sweep_dir: str, maximize: bool = True) -> dict[str, Any]:
+def trials_summary(
+    study, arm: Arm, sweep_dir: str, searched: list[str], not_searched: list[str], maximize: bool = True
+) -> ArmTrials:
     """Trials as rows (also `trials-<arm>.csv`), the best trial, and Optuna's history / importance plots."""
     import csv
 
@@ -195,7 +206,7 @@ def trials_summary(study, arm: Arm, sweep_dir: str, maximize: bool = True) -> di
         writer.writerows(rows)
     complete = [r for r in rows if r["state"] == "COMPLETE"]
     best = (max if maximize else min)(complete, key=lambda r: r["value"]) if complete else None
-    return {"trials": rows, "best": best, "plots": optuna_plots(study, arm.name, sweep_dir)}
+    return ArmTrials(rows, best, optuna_plots(study, arm.name, sweep_dir), searched, not_searched)
 
 
 def optuna_plots(study, arm: str, sweep_dir: str) -> dict[str, str]:
@@ -225,27 +236,27 @@ def optuna_plots(study, arm: str, sweep_dir: str) -> dict[str, str]:
     return files
 
 
-def write_report(out: dict[str, Any], sweep_dir: str) -> str:
+def write_report(out: SweepResults, sweep_dir: str) -> str:
     """`report.md`: each arm's trials and best configuration, the plots, and the comparison with intervals."""
-    settings = json.dumps({k: v for k, v in out["settings"].items() if v is not None})
+    settings = json.dumps({k: v for k, v in dataclasses.asdict(out.settings).items() if v is not None})
     blocks: list[Block] = [Heading("Sweep report", 1), Text("Settings:"), Preformatted(settings)]
-    for arm, info in out["arms"].items():
-        blocks += [Heading(arm), Text(searched_line(info)), trial_table(info["trials"])]
-        if info["best"]:
-            blocks.append(Text(f"Best trial {info['best']['trial']}: value {info['best']['value']:.4f}"))
-        blocks += [Image(p, kind) for kind, p in info["plots"].items()]
-    if "comparison" in out:
-        n_boot = out["settings"]["bootstrap_samples"]
+    for arm, info in out.arms.items():
+        blocks += [Heading(arm), Text(searched_line(info)), trial_table(info.trials)]
+        if info.best:
+            blocks.append(Text(f"Best trial {info.best['trial']}: value {info.best['value']:.4f}"))
+        blocks += [Image(p, kind) for kind, p in info.plots.items()]
+    if out.compared:
+        n_boot = out.settings.bootstrap_samples
         blocks += [Heading("Held-out data: constrained - ERM (paired bootstrap, 95%)")]
-        blocks += [*comparison_blocks(out["comparison"], n_boot, level=3), Image(out["arm_plot"], "headline vs gamma")]
+        blocks += [*comparison_blocks(out.comparisons, n_boot, level=3), Image(out.arm_plot, "headline vs gamma")]
     return write_markdown(os.path.join(sweep_dir, "report.md"), Document("Sweep report", blocks))
 
 
-def searched_line(info: dict[str, Any]) -> str:
+def searched_line(info: ArmTrials) -> str:
     """What an arm searched, and what of its fallback section it left out because it never reads it."""
-    line = f"Searched: {', '.join(info['searched'])}."
-    if info["not_searched"]:
-        line += f" Not searched (the arm does not read them): {', '.join(info['not_searched'])}."
+    line = f"Searched: {', '.join(info.searched)}."
+    if info.not_searched:
+        line += f" Not searched (the arm does not read them): {', '.join(info.not_searched)}."
     return line
 
 

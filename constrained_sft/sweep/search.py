@@ -28,6 +28,7 @@ from transformers import TrainerCallback
 
 from ..constraints import ERM
 from ..evaluation import evaluate_level, summarize
+from ..evaluation.results import ModelSummary
 from ..tasks import Arm, Headline
 from .space import SearchSpace
 
@@ -55,26 +56,24 @@ class Objective:
         """The held-out loss is minimised; the headline's own statistics go its way (accuracy up, RMSE down)."""
         return self.name != "loss" and self.headline.higher_is_better
 
-    def __call__(self, summary: dict[str, Any]) -> float:
-        key = self.headline.key
+    def __call__(self, summary: ModelSummary) -> float:
         if self.name == "auc":
-            return summary["auc"]
+            return summary.auc
         if self.name == "ood":
-            return summary[f"ood_{key}"]
+            return summary.ood_metric
         if self.name == "loss":
-            return summary["loss"]
+            return summary.loss
         # ID accuracy among trials whose OOD accuracy reaches the floor; below it, a value under every feasible one
-        ood = summary[f"ood_{key}"]
-        return summary[f"id_{key}"] if ood >= self.ood_floor else ood - 1.0
+        return summary.id_metric if summary.ood_metric >= self.ood_floor else summary.ood_metric - 1.0
 
 
-def validation_summary(task, trainer, objective: Objective) -> dict[str, Any]:
+def validation_summary(task, trainer, objective: Objective) -> ModelSummary:
     """The trainer's model on its validation rows at every gamma of the grid, noise seed 0 (the same noisy inputs
     for every trial), summarised as `eval robustness` does."""
     was_training = trainer.model.training
     levels = [[evaluate_level(task, trainer, g, seed=0)] for g in objective.gammas]
     trainer.model.train(was_training)
-    return summarize(levels, objective.train_gamma, task.headline.key)
+    return summarize(levels, objective.train_gamma)
 
 
 class _Report(TrainerCallback):
@@ -126,8 +125,9 @@ def run_trial(task, trial, data, arm: Arm, space: SearchSpace, base_args, object
         raise optuna.TrialPruned(f"pruned at step {trainer.state.global_step}")
     summary = validation_summary(task, trainer, objective)
     key = task.headline.key
-    for name in ("auc", f"id_{key}", f"ood_{key}", "descent_share", "loss"):
-        trial.set_user_attr(name, summary[name])
+    for name, value in (("auc", summary.auc), (f"id_{key}", summary.id_metric), (f"ood_{key}", summary.ood_metric),
+                        ("descent_share", summary.descent_share), ("loss", summary.loss)):  # fmt: skip
+        trial.set_user_attr(name, value)
     trial.set_user_attr("seconds", trainer.state.log_history[-1].get("train_runtime"))
     return objective(summary)
 

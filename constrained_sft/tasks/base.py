@@ -103,11 +103,21 @@ def ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
         return np.divide(numerator, denominator)
 
 
+@dataclass(frozen=True)
+class TrainedModel:
+    """What a training run returns: where the model was saved and the held-out metrics `Trainer.evaluate` gave
+    before training (empty unless asked for) and after (transformers' metric names, e.g. `eval_loss`)."""
+
+    output_dir: str
+    before: dict[str, float]
+    after: dict[str, float]
+
+
 class Training(ABC):
     """A task's training: what `constrained-sft train` (and a study's runs) do with its recipes."""
 
     @abstractmethod
-    def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
+    def train(self, recipe: Recipe, more_runs: bool = False) -> TrainedModel:
         """Train, evaluate, save, print the layer table. `more_runs`: more runs follow in this process (a study), so
         the distributed process group is kept."""
 
@@ -144,8 +154,9 @@ class Measuring(ABC):
     def metric(self, sums: dict[str, np.ndarray]) -> np.ndarray:
         """The headline from unit scores summed over the units (any leading shape): e.g. correct / count."""
 
-    def level_extras(self, row: dict[str, Any]) -> dict[str, Any]:
-        """Task-specific numbers added to a summary row (e.g. per-layer RMSE)."""
+    def layer_curves(self, layer_loss: dict[str, float]) -> dict[str, dict[str, float]]:
+        """A task's own per-layer curves of a level, from its layer losses ({curve key: {layer: value}}, e.g. the
+        per-layer RMSE of a denoiser); none by default."""
         return {}
 
     def snapshot(self, model, trainer, data: Any, gammas: list[float], sigma: float | None, mean: float) -> Any:

@@ -43,6 +43,7 @@ from .base import (
     Recipe,
     Searching,
     Task,
+    TrainedModel,
     Training,
     measure_only,
     ratio,
@@ -141,7 +142,7 @@ class ClassificationTraining(Training):
     """`task: classification`: a sequence classifier (its head, the shared linear readout or the UT) trained by
     `ConstrainedTrainer`."""
 
-    def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
+    def train(self, recipe: Recipe, more_runs: bool = False) -> TrainedModel:
         script, model_args = recipe.script, recipe.model
         require_model(model_args.model_name_or_path)
         path = resolve_model_path(model_args.model_name_or_path)

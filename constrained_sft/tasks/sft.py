@@ -41,6 +41,7 @@ from .base import (
     Recipe,
     Searching,
     Task,
+    TrainedModel,
     Training,
     measure_only,
     ratio,
@@ -90,7 +91,7 @@ def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) ->
 class SFTTraining(Training):
     """`task: sft`: a causal LM fine-tuned by `ConstrainedSFTTrainer` from the recipe's model, data and config."""
 
-    def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
+    def train(self, recipe: Recipe, more_runs: bool = False) -> TrainedModel:
         require_model(recipe.model.model_name_or_path)
         model_path = resolve_model_path(recipe.model.model_name_or_path)
         recipe.training.model_init_kwargs = init_kwargs(recipe.model, recipe.training)

@@ -11,6 +11,7 @@ from ..constraints.feasibility import REPORT
 from ..data import DataError, source_fingerprint
 from ..trainers import check_output_dir
 from ..trainers.resume import run_identity
+from .base import TrainedModel
 
 DONE = "training_args.json"  # Trainer.save_model writes it last: a run folder holding it is finished
 # data fields that decide nothing of the trained weights
@@ -47,7 +48,7 @@ def is_finished(output_dir: str) -> bool:
 
 def train_and_report(
     trainer, evaluate_before: bool, accuracy_key: str | None = "mean_token_accuracy", end: bool = True
-) -> dict:
+) -> TrainedModel:
     """Evaluate (optionally before), train, evaluate, save (the model and trainer_state.json), print the layer table
     on rank 0, and shut down cleanly (`end`: also destroy the process group; False when more runs follow in this
     process)."""
@@ -63,7 +64,7 @@ def train_and_report(
     if trainer.is_world_process_zero():
         print(summary_table(trainer, before, after, accuracy_key=accuracy_key))
     finish(trainer, end)
-    return {"before": before, "after": after}
+    return TrainedModel(args.output_dir, before, after)
 
 
 def evaluate_at_train_start(trainer) -> dict:

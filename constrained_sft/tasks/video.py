@@ -38,7 +38,19 @@ from ..models import DENOISERS, denoiser_of
 from ..models.denoisers import architecture_help
 from ..trainers import ConstrainedTrainer
 from ..utils.files import write_json
-from .base import Arm, Headline, Measure, Measuring, Recipe, Searching, Task, Training, measure_only, ratio
+from .base import (
+    Arm,
+    Headline,
+    Measure,
+    Measuring,
+    Recipe,
+    Searching,
+    Task,
+    TrainedModel,
+    Training,
+    measure_only,
+    ratio,
+)
 from .training import check_run, train_and_report
 from .video_frames import GREY, plot_frames, reconstruct_clip
 
@@ -152,7 +164,7 @@ def _axis(model) -> str:
 class VideoTraining(Training):
     """`task: video`: a denoiser (DUST, video UT, ViT) trained by `ConstrainedTrainer` on the video clips."""
 
-    def train(self, recipe: Recipe, more_runs: bool = False) -> dict:
+    def train(self, recipe: Recipe, more_runs: bool = False) -> TrainedModel:
         script, training_args = recipe.script, recipe.training
         identity = check_run(recipe, None)  # before any work
         splits = load_video(script, script.sequence_axis)
@@ -165,7 +177,7 @@ class VideoTraining(Training):
                 {**splits.summary, "sigma_x": splits.sigma_x},
             )
         results = train_and_report(trainer, script.evaluate_before_training, accuracy_key=None, end=not more_runs)
-        loss = results["after"].get("eval_loss")
+        loss = results.after.get("eval_loss")
         if loss is not None and trainer.is_world_process_zero():
             print(f"held-out RMSE (grey levels 0-255, clean test input): {math.sqrt(loss) * GREY:.2f}")
         return results
@@ -195,8 +207,8 @@ class VideoMeasuring(Measuring):
     def metric(self, sums: dict[str, np.ndarray]) -> np.ndarray:
         return np.sqrt(ratio(sums["loss"], sums["count"])) * GREY
 
-    def level_extras(self, row: dict[str, Any]) -> dict[str, Any]:
-        return {"layer_rmse": {k: math.sqrt(v) * GREY for k, v in row["layer_loss"].items()}}
+    def layer_curves(self, layer_loss: dict[str, float]) -> dict[str, dict[str, float]]:
+        return {"layer_rmse": {k: math.sqrt(v) * GREY for k, v in layer_loss.items()}}
 
     def snapshot(self, model, trainer, data: VideoEvalData, gammas, sigma, mean):
         dataset = data.dataset(_axis(model))

@@ -67,3 +67,12 @@ def _describe(hint: Any) -> str:
         return f"a list of {_describe(item).removeprefix('a ').removeprefix('an ')}s"
     names = {type(None): "None", bool: "a boolean (true / false)", int: "an integer", float: "a finite number"}
     return names.get(hint, "a string" if hint is str else getattr(hint, "__name__", str(hint)))
+
+
+def known_keys(cls: type, data: dict[str, Any], what: str) -> dict[str, Any]:
+    """`data` unchanged once every key names a field of the dataclass `cls`: a saved result read back with a key this
+    version does not know is an error naming it (`what`), not a number silently dropped."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    if unknown := sorted(set(data) - names):
+        raise ValueError(f"{what}: unknown key(s) {unknown}; known: {sorted(names)}")
+    return data

@@ -79,7 +79,7 @@ def main(argv: list[str]) -> None:
     train_gamma = training_level(recipe.training.noise_gamma)
     objective = Objective(settings.objective, main_results.gammas, train_gamma, task.headline)
     best = best_params(settings.study(own["arm"], objective), objective.maximize)
-    settings.gammas = main_results.gammas
+    settings.gammas = main_results.gammas.to_list()
     here = dataclasses.replace(settings, sweep_dir=os.path.join(settings.sweep_dir, "ablation"))
     data = task.searching.sweep_data(recipe, settings.validation_size)
     base = dataclasses.replace(recipe.training, per_device_eval_batch_size=settings.eval_batch_size)

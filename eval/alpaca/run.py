@@ -25,6 +25,7 @@ from constrained_sft.evaluation.alpaca import AlpacaArguments, judge_setup, quie
 from constrained_sft.evaluation.alpaca import run as judge
 from constrained_sft.evaluation.alpaca.generate import GenerateArguments
 from constrained_sft.evaluation.alpaca.generate import run as generate
+from constrained_sft.evaluation.results import HeadToHead
 
 # Keys a settings file has besides the generation and judging fields; those fields come from the two dataclasses,
 # less the ones this script sets itself.
@@ -87,7 +88,7 @@ def check(settings: dict[str, Any]) -> tuple[dict[str, str], GenerateArguments, 
     return generators, template, judging
 
 
-def run(settings: dict[str, Any]) -> dict[str, Any]:
+def run(settings: dict[str, Any]) -> HeadToHead:
     generators, template, judging = check(settings)
     judge_setup(judging)  # a missing API key or judge model fails now, not after hours of generation
     first = judging.model  # its sigma_x (as given, recorded by its training, or measured) perturbs every generator

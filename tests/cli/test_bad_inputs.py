@@ -25,7 +25,7 @@ from constrained_sft import (
 from constrained_sft.cli import main as cli
 from constrained_sft.data import DataError, ModelPathError
 from constrained_sft.evaluation.alpaca import JudgeError
-from constrained_sft.evaluation.alpaca.generate import GenerationError
+from constrained_sft.evaluation.instructions import GenerationError
 from constrained_sft.noise import EmbeddingNoiseError
 from constrained_sft.sweep import SearchSpaceError
 from constrained_sft.testing import presence_dataset, successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer

@@ -9,14 +9,10 @@ import transformers
 from constrained_sft.cli import main as cli
 from constrained_sft.evaluation.alpaca import AlpacaArguments, JudgeError, length_controlled
 from constrained_sft.evaluation.alpaca import run as judge
-from constrained_sft.evaluation.alpaca.generate import (
-    ALPACA_EVAL,
-    GenerateArguments,
-    GenerationError,
-    load_instructions,
-)
+from constrained_sft.evaluation.alpaca.generate import GenerateArguments
 from constrained_sft.evaluation.alpaca.generate import run as generate
 from constrained_sft.evaluation.alpaca.judges import HERE, offline_test_completions
+from constrained_sft.evaluation.instructions import ALPACA_EVAL, GenerationError, load_instructions
 from constrained_sft.testing import SYMBOLS, tiny_causal_lm, tiny_tokenizer
 
 pytest.importorskip("alpaca_eval")
@@ -257,10 +253,10 @@ def test_gpt5_judge_sends_only_what_reasoning_models_accept(models, tmp_path, mo
     result = judge(args)
     assert len(sent) == 8 and all(k["model"] == "gpt-5" and k["max_completion_tokens"] > 0 for k in sent)
     assert not {"max_tokens", "temperature", "top_p", "logprobs"} & set().union(*map(set, sent))
-    level = result["levels"][0]
-    assert result["judge_model"] == "gpt-5" and level["unparsed"] == 0 and level["n_verdicts"] == 8
+    level = result.levels[0]
+    assert result.judge_model == "gpt-5" and level.unparsed == 0 and level.n_verdicts == 8
     # the fake always answers "Output (b)": the second shown wins in both orders, so the orders never agree
-    assert level["win_rate"] == 50.0 and level["order_agreement"] == 0.0 and level["first_position_rate"] == 0.0
+    assert level.win_rate == 50.0 and level.order_agreement == 0.0 and level.first_position_rate == 0.0
 
 
 def test_api_keys_never_reach_a_file_or_the_logs(models, tmp_path, monkeypatch, capsys, caplog):

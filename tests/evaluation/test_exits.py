@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from constrained_sft.cli import main as cli
-from constrained_sft.evaluation.alpaca.generate import GenerationError
 from constrained_sft.evaluation.exits import (
     ExitsArguments,
     default_exits,
@@ -16,6 +15,8 @@ from constrained_sft.evaluation.exits import (
     measure_model,
     summarize_exits,
 )
+from constrained_sft.evaluation.instructions import GenerationError
+from constrained_sft.evaluation.results import PromptMeasurements
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
 
 
@@ -24,16 +25,16 @@ def test_drafted_decoding_returns_the_greedy_tokens_at_every_exit():
     model, tokenizer = tiny_causal_lm("llama"), tiny_tokenizer()
     prompts = ["a b c", "d e", "f g h i"]
     measured = measure_model(model, tokenizer, prompts, [1, 2, 3], max_new_tokens=12, desc="t")
-    assert measured["tokens"] == [12, 12, 12] and len(measured["plain_seconds"]) == 3
-    for layer, row in measured["exits"].items():
+    assert measured.tokens == [12, 12, 12] and len(measured.plain_seconds) == 3
+    for layer, row in measured.exits.items():
         assert row["identical"] == [True, True, True], layer  # greedy speculative decoding changes no token
         assert all(d >= 1 and v >= 1 for d, v in zip(row["drafted"], row["verified"], strict=True))
         # each verifying forward adds one token after the accepted drafts: no more verifications than tokens
-        assert all(v <= t for v, t in zip(row["verified"], measured["tokens"], strict=True))
+        assert all(v <= t for v, t in zip(row["verified"], measured.tokens, strict=True))
     summary = summarize_exits(measured, n_boot=200)
     for r in summary.values():
-        assert 0 <= r["acceptance_rate"] <= 1 and r["tokens_per_verify"] >= 1 and r["identical_to_greedy"]
-        assert r["speedup_low"] <= r["speedup"] <= r["speedup_high"]
+        assert 0 <= r.acceptance_rate <= 1 and r.tokens_per_verify >= 1 and r.identical_to_greedy
+        assert r.speedup_low <= r.speedup <= r.speedup_high
 
 
 def test_each_layers_readout_of_the_answers_ends_at_the_models_own_loss():
@@ -42,8 +43,8 @@ def test_each_layers_readout_of_the_answers_ends_at_the_models_own_loss():
     model, tokenizer = tiny_causal_lm("llama").eval(), tiny_tokenizer()
     prompts, answers = ["a b c", "d e"], ["f g h", "i j"]
     view = layer_view(model, tokenizer, prompts, answers, [0.0, 2.0], sigma=0.5)
-    clean, noisy = view["0.0"], view["2.0"]
-    assert list(clean["loss"]) == ["1", "2", "3", "4"] and all(0 <= v <= 1 for v in clean["accuracy"].values())
+    clean, noisy = view[0.0], view[2.0]
+    assert list(clean.loss) == [1, 2, 3, 4] and all(0 <= v <= 1 for v in clean.accuracy.values())
     total, count = 0.0, 0
     for prompt, answer in zip(prompts, answers, strict=True):
         head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -53,17 +54,17 @@ def test_each_layers_readout_of_the_answers_ends_at_the_models_own_loss():
         n = int((labels[0, 1:] != -100).sum())
         total += model(input_ids=ids, labels=labels).loss.item() * n
         count += n
-    assert clean["loss"]["4"] == pytest.approx(total / count, rel=1e-5)
-    assert noisy["loss"] != clean["loss"]  # the noise reaches every layer
+    assert clean.loss[4] == pytest.approx(total / count, rel=1e-5)
+    assert noisy.loss != clean.loss  # the noise reaches every layer
 
 
 def test_the_summary_pools_the_prompts():
-    measured = {"plain_seconds": [1.0, 3.0], "tokens": [10, 10],
-                "exits": {2: {"seconds": [0.5, 1.5], "drafted": [8, 8], "verified": [5, 5], "identical": [True, True]}}}  # fmt: skip
-    r = summarize_exits(measured, n_boot=100)["2"]
-    assert r["speedup"] == pytest.approx(2.0) and r["speedup_low"] == pytest.approx(2.0)  # every prompt 2x faster
-    assert r["acceptance_rate"] == pytest.approx((20 - 10) / 16) and r["tokens_per_verify"] == pytest.approx(2.0)
-    assert r["tokens_per_second"] == pytest.approx(20 / 2.0)
+    measured = PromptMeasurements([1.0, 3.0], [10, 10],
+                                  {2: {"seconds": [0.5, 1.5], "drafted": [8, 8], "verified": [5, 5], "identical": [True, True]}})  # fmt: skip
+    r = summarize_exits(measured, n_boot=100)[2]
+    assert r.speedup == pytest.approx(2.0) and r.speedup_low == pytest.approx(2.0)  # every prompt 2x faster
+    assert r.acceptance_rate == pytest.approx((20 - 10) / 16) and r.tokens_per_verify == pytest.approx(2.0)
+    assert r.tokens_per_second == pytest.approx(20 / 2.0)
     assert default_exits(30) == [8, 15, 22] and default_exits(2) == [1]
 
 

@@ -44,9 +44,9 @@ def test_a_judge_that_always_prefers_the_first_answer_shows_order_agreement_0_an
     verdicts = judge_both_orders(judge, model, reference, ROWS)
     assert [p.first for p in judge.seen] == model + reference  # every pair shown in both orders
     level = win_rate_level([verdicts], n_boot=500)
-    assert level["order_agreement"] == 0.0 and level["first_position_rate"] == 1.0
-    assert level["win_rate"] == 50.0 and level["low"] == level["high"] == 50.0
-    assert level["n_wins"] == level["n_losses"] == 20 and level["n_draws"] == 0 and level["unparsed"] == 0
+    assert level.order_agreement == 0.0 and level.first_position_rate == 1.0
+    assert level.win_rate == 50.0 and level.low == level.high == 50.0
+    assert level.n_wins == level.n_losses == 20 and level.n_draws == 0 and level.unparsed == 0
 
 
 def test_a_position_blind_judge_agrees_with_itself_and_counts_draws_half():
@@ -55,9 +55,9 @@ def test_a_position_blind_judge_agrees_with_itself_and_counts_draws_half():
     good += reference[15:]
     verdicts = judge_both_orders(Fixed(good), model, reference, ROWS)
     level = win_rate_level([verdicts], n_boot=500)
-    assert level["order_agreement"] == 1.0
-    assert level["win_rate"] == pytest.approx(100 * (10 + 0.5 * 5) / 20)
-    assert level["n_draws"] == 10 and level["low"] < level["win_rate"] < level["high"]
+    assert level.order_agreement == 1.0
+    assert level.win_rate == pytest.approx(100 * (10 + 0.5 * 5) / 20)
+    assert level.n_draws == 10 and level.low < level.win_rate < level.high
 
 
 def test_unparsed_verdicts_are_left_out_and_counted():
@@ -66,7 +66,7 @@ def test_unparsed_verdicts_are_left_out_and_counted():
     scores = unit_scores([verdicts])
     assert scores["count"].tolist() == [[1, 0]] and scores["both"].sum() == 0
     level = win_rate_level([verdicts], n_boot=100)
-    assert level["win_rate"] == 100.0 and level["unparsed"] == 3 and level["order_agreement"] is None
+    assert level.win_rate == 100.0 and level.unparsed == 3 and level.order_agreement is None
 
 
 def test_the_win_rate_interval_covers_a_known_rate():
@@ -78,7 +78,7 @@ def test_the_win_rate_interval_covers_a_known_rate():
         outcome = rng.choice([1.0, 0.5, 0.0], size=150, p=[0.5, 0.2, 0.3])
         verdicts = [[{"instruction": str(i), "model_first": o, "model_second": o} for i, o in enumerate(outcome)]]
         level = win_rate_level(verdicts, n_boot=400)
-        covered += level["low"] <= 60.0 <= level["high"]
+        covered += level.low <= 60.0 <= level.high
     assert 0.90 <= covered / 300 <= 0.99
 
 

@@ -13,7 +13,6 @@ uninterrupted run's.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -23,21 +22,15 @@ import torch
 from tqdm.auto import tqdm
 
 from ...data import ModelSpec, model_fingerprint
-from ...noise import embedding_sigma, noise_stream, noisy, parse_levels
+from ...noise import NoiseGrid, embedding_sigma, noise_stream, noisy
 from ...tasks import SFTTask, get_task
 from ...utils.fields import check_fields
-from ...utils.files import read_json, write_json
+from ...utils.files import write_json
 from ...utils.folders import check_output_folder, child_path, plain_name
 from ..arms import check_model_paths, folder_name
 from ..folders import check_folder, mark_folder
+from ..instructions import ALPACA_EVAL, ALPACA_EVAL_SIZE, GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import reference_sigma
-
-ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions, the set AlpacaEval's length control is fitted on
-ALPACA_EVAL_SIZE = 805
-
-
-class GenerationError(ValueError):
-    """Bad generation input: the message names the field or file and what is allowed."""
 
 
 @dataclass
@@ -80,7 +73,7 @@ class GenerateArguments:
         if not self.model or not self.output_dir:
             raise GenerationError("`--model` and `--output_dir` are required.")
         check_model_paths([self.model], "--model")
-        parse_levels(self.gammas)
+        NoiseGrid.parse(self.gammas)
         if self.name is not None:
             plain_name(self.name, "--name", GenerationError)
         if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
@@ -92,48 +85,6 @@ class GenerateArguments:
             raise GenerationError(f"`--max_instances` must be >= 1 or unset, got {self.max_instances}.")
         if self.do_sample and not (self.temperature > 0 and 0 < self.top_p <= 1):
             raise GenerationError(f"need temperature > 0 and top_p in (0, 1], got {self.temperature}, {self.top_p}.")
-
-
-def _rows_from_file(path: str) -> list[dict]:
-    data = read_json(path, "--instructions", GenerationError, jsonl=path.endswith(".jsonl"))
-    if not isinstance(data, list):
-        raise GenerationError(f"{path}: expected a JSON list of objects with an `instruction` field.")
-    return data
-
-
-def load_instructions(source: str, max_instances: int | None = None) -> list[dict[str, str]]:
-    """[{instruction, dataset, reference?}] in file order from a local JSON/JSONL file or the AlpacaEval set on the
-    Hub; `reference` (or `output`) is a reference answer, used by the proxy judge."""
-    if os.path.isfile(source):
-        if not source.endswith((".json", ".jsonl")):
-            raise GenerationError(f"`--instructions` {source!r}: allowed local files are .json or .jsonl.")
-        rows, default_dataset = _rows_from_file(source), os.path.splitext(os.path.basename(source))[0]
-    elif source == ALPACA_EVAL:
-        from huggingface_hub import hf_hub_download
-
-        path = hf_hub_download(repo_id=ALPACA_EVAL, filename="alpaca_eval.json", repo_type="dataset")
-        rows, default_dataset = _rows_from_file(path), "alpaca_eval"
-    else:
-        raise GenerationError(
-            f"`--instructions` {source!r} is neither a local .json/.jsonl file nor {ALPACA_EVAL!r} (the Hub set)."
-        )
-    out = []
-    for i, row in enumerate(rows):
-        text = row.get("instruction") if isinstance(row, dict) else None
-        if not isinstance(text, str) or not text.strip():
-            raise GenerationError(f"{source}: row {i} has no non-empty string `instruction` field.")
-        row_out = {"instruction": text, "dataset": str(row.get("dataset") or default_dataset)}
-        reference = row.get("reference", row.get("output"))  # AlpacaEval's rows carry a reference model's `output`
-        if isinstance(reference, str) and reference.strip():
-            row_out["reference"] = reference
-        out.append(row_out)
-    if not out:
-        raise GenerationError(f"`--instructions` {source}: no instructions; give a non-empty list of {{instruction}}.")
-    return out[:max_instances] if max_instances else out
-
-
-def fingerprint(rows: list[dict[str, str]]) -> str:
-    return hashlib.sha256("\x00".join(r["instruction"] for r in rows).encode()).hexdigest()[:16]
 
 
 def output_path(output_dir: str, name: str, gamma: float) -> str:
@@ -172,19 +123,6 @@ def _check_resume(path: str, settings: dict, measured_later: tuple[str, ...] = (
             f"{path} was written with other settings ({', '.join(f'{k}: {old.get(k)!r}' for k in changed)}); "
             "use another --output_dir or --name, or the same settings to resume."
         )
-
-
-def prompts_for(tokenizer, rows: list[dict[str, str]], system_prompt: str | None) -> list[str]:
-    """Each instruction as the model's chat template writes a user turn (after an optional system message)."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise GenerationError("the model's tokenizer has no chat template; generation needs an instruct model.")
-    head = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    return [
-        tokenizer.apply_chat_template(
-            head + [{"role": "user", "content": r["instruction"]}], tokenize=False, add_generation_prompt=True
-        )
-        for r in rows
-    ]
 
 
 @torch.no_grad()
@@ -257,7 +195,7 @@ def run(args: GenerateArguments) -> dict[float, str]:
     os.makedirs(folder, exist_ok=True)
     write_json(os.path.join(folder, "settings.json"), settings)
     paths = {}
-    for gamma in parse_levels(args.gammas):
+    for gamma in NoiseGrid.parse(args.gammas):
         paths[gamma] = output_path(args.output_dir, name, gamma)
         generate_level(model, tokenizer, rows, args, name, gamma, paths[gamma])
     return paths

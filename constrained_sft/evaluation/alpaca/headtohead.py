@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..bootstrap import Statistic, bootstrap_interval
+from ..results import WinRateLevel
 
 
 @dataclass(frozen=True)
@@ -113,35 +114,36 @@ def unit_scores(verdicts: list[list[dict]]) -> dict[str, np.ndarray]:
     return out
 
 
-def win_rate_level(verdicts: list[list[dict]], n_boot: int, confidence: float = 0.95) -> dict[str, Any]:
-    """The level's win rate (percent, draws half) with its percentile bootstrap interval over seed pairs and
+def win_rate_level(
+    verdicts: list[list[dict]], n_boot: int, gamma: float = 0.0, confidence: float = 0.95
+) -> WinRateLevel:
+    """Level `gamma`'s win rate (percent, draws half) with its percentile bootstrap interval over seed pairs and
     instructions (`bootstrap.bootstrap_interval`), the verdict counts, and the judge's order agreement (share of pairs
     judged alike in both orders) and first-position rate (share of decided verdicts for the answer shown first)."""
     scores = unit_scores(verdicts)
     n_pairs = int(scores["count"].size)
     if not scores["count"].sum():
-        return {"win_rate": None, "low": None, "high": None, "n_verdicts": 0, "unparsed": 2 * n_pairs}
+        return WinRateLevel(gamma, None, None, None, n_verdicts=0, unparsed=2 * n_pairs, confidence=confidence)
     stacked = {k: scores[k][None] for k in ("wins", "count")}  # [1, S, N]: one level
     value, low, high = bootstrap_interval(stacked, WIN_RATE, n_boot, confidence)
     wins_first = [v["model_first"] for seed in verdicts for v in seed]
     wins_second = [v["model_second"] for seed in verdicts for v in seed]
     parsed = [x for x in wins_first + wins_second if x is not None]
-    both = scores["both"].sum()
-    return {
-        "win_rate": float(value[0]),
-        "low": float(low[0]),
-        "high": float(high[0]),
-        "confidence": confidence,
-        "n_wins": sum(x == 1.0 for x in parsed),
-        "n_losses": sum(x == 0.0 for x in parsed),
-        "n_draws": sum(x == 0.5 for x in parsed),
-        "n_verdicts": len(parsed),
-        "unparsed": 2 * n_pairs - len(parsed),
-        "order_agreement": float(scores["agree"].sum() / both) if both else None,
-        "first_position_rate": float(scores["first"].sum() / scores["decided"].sum())
-        if scores["decided"].sum()
-        else None,
-    }
+    both, decided = scores["both"].sum(), scores["decided"].sum()
+    return WinRateLevel(
+        gamma=float(gamma),
+        win_rate=float(value[0]),
+        low=float(low[0]),
+        high=float(high[0]),
+        confidence=confidence,
+        n_wins=sum(x == 1.0 for x in parsed),
+        n_losses=sum(x == 0.0 for x in parsed),
+        n_draws=sum(x == 0.5 for x in parsed),
+        n_verdicts=len(parsed),
+        unparsed=2 * n_pairs - len(parsed),
+        order_agreement=float(scores["agree"].sum() / both) if both else None,
+        first_position_rate=float(scores["first"].sum() / decided) if decided else None,
+    )
 
 
 def lc_annotations(verdicts: list[dict], model: list[dict], reference: list[dict]) -> list[dict]:

@@ -14,6 +14,7 @@ interval, order agreement, LC win rate or why not), alpaca_win_rate.png and an A
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import json
 import logging
@@ -23,12 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from ...noise import parse_levels
+from ...noise import NoiseGrid
 from ...utils.fields import check_fields
 from ...utils.files import read_json, write_json
 from ...utils.folders import check_output_folder, plain_name
 from ..folders import check_folder, mark_folder
-from .generate import GenerationError, output_path
+from ..instructions import GenerationError
+from ..results import HeadToHead, WinRateLevel
+from .generate import output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
 from .judges import (
     CONFIGS,
@@ -195,9 +198,12 @@ def build_judge(args: AlpacaArguments, caching_path: str | None) -> Judge:
     return AlpacaEvalJudge(config, judge_kwargs, caching_path, name + (f" ({model})" if model else ""))
 
 
-def judge_level(judge: Judge, pairs: list[tuple[list[dict], list[dict]]], workdir: str, n_boot: int, full_set: bool):
-    """One noise level: every (model rows, reference rows) pair (one per training seed) judged in both orders; the
-    win rate with its interval, order agreement and LC win rate (or why not). Verdicts go to `workdir`."""
+def judge_level(
+    judge: Judge, pairs: list[tuple[list[dict], list[dict]]], workdir: str, n_boot: int, full_set: bool, gamma: float
+) -> tuple[WinRateLevel, str | None]:
+    """Level `gamma`: every (model rows, reference rows) pair (one per training seed) judged in both orders; the win
+    rate with its interval, order agreement and LC win rate, and why there is no LC win rate (None when there is one).
+    Verdicts go to `workdir`."""
     verdicts = []
     for s, (model, reference) in enumerate(pairs):
         v = judge_both_orders(judge, [r["output"] for r in model], [r["output"] for r in reference], model)
@@ -205,8 +211,8 @@ def judge_level(judge: Judge, pairs: list[tuple[list[dict], list[dict]]], workdi
         if isinstance(judge, AlpacaEvalJudge):
             write_json(os.path.join(workdir, f"annotations-{s}.json"), judge.raw)  # raw completions, both orders
         verdicts.append(v)
-    level = win_rate_level(verdicts, n_boot)
-    if level["win_rate"] is None:
+    level = win_rate_level(verdicts, n_boot, gamma)
+    if not level.judged:
         asked = 2 * sum(len(model) for model, _ in pairs)
         raise JudgeError(
             f"judge {judge.name!r} gave no parseable verdict on any of the {asked} judgements of a level (its raw "
@@ -214,26 +220,36 @@ def judge_level(judge: Judge, pairs: list[tuple[list[dict], list[dict]]], workdi
         )
     per_seed = [length_controlled(lc_annotations(v, *pair), full_set) for v, pair in zip(verdicts, pairs, strict=True)]
     reason = next((r for _, r in per_seed if r), None)
-    lc = None
     if reason is None:  # one LC win rate per training seed pair; their mean (and its SE when there is one pair)
-        lc = {"lc_win_rate": float(np.mean([x["lc_win_rate"] for x, _ in per_seed])),
-              "lc_standard_error": per_seed[0][0]["lc_standard_error"] if len(per_seed) == 1 else None}  # fmt: skip
-    return {**level, **(lc or {"lc_win_rate": None, "lc_standard_error": None})}, reason
+        level = dataclasses.replace(
+            level,
+            lc_win_rate=float(np.mean([x["lc_win_rate"] for x, _ in per_seed])),
+            lc_standard_error=per_seed[0][0]["lc_standard_error"] if len(per_seed) == 1 else None,
+        )
+    return level, reason
 
 
-def judge_levels(judge: Judge, pairs: dict[float, list], output_dir: str, args: AlpacaArguments, full_set: bool):
+def judge_levels(
+    judge: Judge, pairs: dict[float, list], output_dir: str, args: AlpacaArguments, full_set: bool
+) -> HeadToHead:
     """Every level of `pairs` ({gamma: [(model rows, reference rows) per seed pair]}) judged (`judge_level`), verdicts
-    under <output_dir>/gamma_<g>/: {model, reference, judge, judge_config, judge_is_proxy, orders, levels, ...}."""
-    out: dict[str, Any] = {
-        "model": args.model, "reference": args.reference, "judge": args.judge, "judge_config": judge.name,
-        "judge_is_proxy": judge.proxy, "judge_model": args.judge_model or (GPT5 if args.judge == "gpt5" else None),
-        "orders": "both", "levels": [], "bootstrap_samples": args.bootstrap_samples,
-    }  # fmt: skip
+    under <output_dir>/gamma_<g>/."""
+    levels, reason = [], None
     for gamma, seed_pairs in pairs.items():
         workdir = os.path.join(output_dir, f"gamma_{float(gamma)}")
-        level, out["lc_missing_reason"] = judge_level(judge, seed_pairs, workdir, args.bootstrap_samples, full_set)
-        out["levels"].append({"gamma": float(gamma), **level})
-    return out
+        level, reason = judge_level(judge, seed_pairs, workdir, args.bootstrap_samples, full_set, float(gamma))
+        levels.append(level)
+    return HeadToHead(
+        model=args.model,
+        reference=args.reference,
+        judge=args.judge,
+        judge_config=judge.name,
+        judge_is_proxy=judge.proxy,
+        judge_model=args.judge_model or (GPT5 if args.judge == "gpt5" else None),
+        levels=levels,
+        bootstrap_samples=args.bootstrap_samples,
+        lc_missing_reason=reason,
+    )
 
 
 def _full_alpaca_eval(args: AlpacaArguments) -> bool:
@@ -248,7 +264,7 @@ def _full_alpaca_eval(args: AlpacaArguments) -> bool:
     return True
 
 
-def run(args: AlpacaArguments) -> dict[str, Any]:
+def run(args: AlpacaArguments) -> HeadToHead:
     if not args.generations or not args.output_dir:
         raise GenerationError("`--generations` and `--output_dir` are required.")
     if not os.path.isdir(args.generations):
@@ -264,7 +280,7 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
         raise GenerationError(f"`--bootstrap_samples` must be >= 1, got {args.bootstrap_samples}.")
     check_judge(args)  # a missing credential, judge model or encoder fails before any file is read
     common = sorted(set(levels(args.generations, args.model)) & set(levels(args.generations, args.reference)))
-    gammas = sorted(parse_levels(args.gammas, "--gammas")) if args.gammas else common
+    gammas = sorted(NoiseGrid.parse(args.gammas, "--gammas")) if args.gammas else common
     if not gammas:
         raise GenerationError(
             f"no level has generations of both `--model` {args.model} and `--reference` {args.reference} in "
@@ -279,7 +295,7 @@ def run(args: AlpacaArguments) -> dict[str, Any]:
     root = os.path.join(args.output_dir, "alpaca_eval")
     judge = build_judge(args, os.path.join(root, "annotations_cache.json"))
     out = judge_levels(judge, pairs, root, args, _full_alpaca_eval(args))
-    out["files"] = write_alpaca(out, args.output_dir)
+    out.files = write_alpaca(out, args.output_dir)
     return out
 
 
@@ -290,20 +306,19 @@ def quiet_alpaca_eval() -> None:
     logging.getLogger().setLevel(logging.WARNING)
 
 
-def result_lines(result: dict[str, Any]) -> list[str]:
+def result_lines(result: HeadToHead) -> list[str]:
     """What a judging run prints: the win rate at each level with its interval and the judge's order agreement, why
     LC is missing if it is, the report's path."""
-    proxy = " [proxy judge: not a quality judgement]" if result.get("judge_is_proxy") else ""
+    proxy = " [proxy judge: not a quality judgement]" if result.judge_is_proxy else ""
     lines = []
-    for r in result["levels"]:
-        lc = "" if r["lc_win_rate"] is None else f", LC {r['lc_win_rate']:.1f}%"
-        agreement = "-" if r["order_agreement"] is None else f"{r['order_agreement']:.2f}"
+    for r in result.levels:
+        lc = "" if r.lc_win_rate is None else f", LC {r.lc_win_rate:.1f}%"
+        agreement = "-" if r.order_agreement is None else f"{r.order_agreement:.2f}"
         lines.append(
-            f"gamma={r['gamma']}: {result['model']} beats {result['reference']} {r['win_rate']:.1f}% "
-            f"[{r['low']:.1f}, {r['high']:.1f}] (95% bootstrap; {r['n_verdicts']} verdicts, both orders; order "
-            f"agreement {agreement}){lc}{proxy}"
+            f"gamma={r.gamma}: {result.model} beats {result.reference} {r.win_rate:.1f}% [{r.low:.1f}, {r.high:.1f}] "
+            f"(95% bootstrap; {r.n_verdicts} verdicts, both orders; order agreement {agreement}){lc}{proxy}"
         )
-    if result["lc_missing_reason"]:
-        lines.append(f"no length-controlled win rate: {result['lc_missing_reason']}")
-    lines.append(f"report: {result['files']['html']}")
+    if result.lc_missing_reason:
+        lines.append(f"no length-controlled win rate: {result.lc_missing_reason}")
+    lines.append(f"report: {result.files['html']}")
     return lines

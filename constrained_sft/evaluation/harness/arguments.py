@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...noise import parse_levels
+from ...noise import NoiseGrid
 from ...utils.fields import check_fields
 from ...utils.folders import check_output_folder
 from ..arms import ArmArguments
@@ -75,7 +75,7 @@ class HarnessArguments(ArmArguments):
             raise ValueError("`--output_dir` is required.")
         if not self.tasks:
             raise ValueError("`--tasks` is required: lm-eval task names, or `offline` for the tasks shipped here.")
-        parse_levels(self.gammas, "--gammas")
+        NoiseGrid.parse(self.gammas, "--gammas")
         if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
             raise ValueError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
         for name in ("noise_seeds", "batch_size", "bootstrap_samples", "limit", "max_gen_toks"):

@@ -24,11 +24,8 @@ from ...utils.folders import OutputDirError, child_path
 from ..bootstrap import Statistic, bootstrap_interval, paired_bootstrap
 from ..folders import check_folder, differences, mark_folder, model_identities, normalized
 from ..loading import reference_sigma, versions
-from ..results import Comparison, Difference, StatisticRow
+from ..results import HARNESS_JSON, Band, Comparison, Difference, HarnessResults, HarnessSettings, StatisticRow
 from .arguments import HarnessArguments
-
-RESULTS = "results.json"
-
 
 COMMAND = "eval harness"
 
@@ -115,8 +112,10 @@ def level_statistic(task: str, metric: str, gamma: float, k: int) -> Statistic:
     return Statistic(f"{task}/{metric}@{gamma:g}", lambda sums, k=k: sums["passed"][..., k] / sums["counted"][..., k])
 
 
-def compare_arms(args, arms: dict, cells: dict, metrics: dict[str, list[str]]) -> tuple[dict, dict]:
-    """(comparisons {name: Comparison}, bands {arm: {task/metric: {value, low, high}}})."""
+def compare_arms(
+    args, arms: dict, cells: dict, metrics: dict[str, list[str]]
+) -> tuple[dict[str, Comparison], dict[str, dict[str, Band]]]:
+    """(comparisons {name: Comparison}, bands {arm: {task/metric: Band}})."""
     names, comparisons, bands = list(arms), {}, {a: {} for a in arms}
     pairs = args.pairs(names)
     for task, task_metrics in metrics.items():
@@ -127,7 +126,7 @@ def compare_arms(args, arms: dict, cells: dict, metrics: dict[str, list[str]]) -
             for a in names:
                 whole = Statistic("all", lambda sums: sums["passed"] / sums["counted"])
                 value, low, high = bootstrap_interval(arrays[a], whole, args.bootstrap_samples)
-                bands[a][f"{task}/{metric}"] = {"value": value.tolist(), "low": low.tolist(), "high": high.tolist()}
+                bands[a][f"{task}/{metric}"] = Band(value.tolist(), low.tolist(), high.tolist())
             for a, b in pairs:
                 intervals = paired_bootstrap(arrays[a], arrays[b], stats, n_boot=args.bootstrap_samples)
                 rows = comparisons.setdefault(f"{a} - {b}", Comparison(a, b, {})).rows
@@ -139,7 +138,7 @@ def compare_arms(args, arms: dict, cells: dict, metrics: dict[str, list[str]]) -
     return comparisons, bands
 
 
-def run(args: HarnessArguments) -> dict:
+def run(args: HarnessArguments) -> HarnessResults:
     """Evaluate every missing cell, then compare and report; returns what results.json holds."""
     from transformers import AutoModelForCausalLM
 
@@ -189,11 +188,12 @@ def run(args: HarnessArguments) -> dict:
         cells[(name, task, gamma, seed)] = cell
     metrics = {t: sorted(cells[(models[0][0], t, args.gammas[0], 0)]["scores"]) for t in tasks}
     comparisons, bands = compare_arms(args, arms, cells, metrics)
-    results = {
-        "settings": {**{k: v for k, v in vars(args).items()}, "sigma_x": sigma, "sigma_x_source": source},
-        "versions": versions("lm-eval", "transformers", "torch"),
-        "arms": {a: [m for m, _ in members] for a, members in arms.items()},
-        "models": {
+    given = {k: v for k, v in vars(args).items()}
+    results = HarnessResults(
+        settings=HarnessSettings.from_dict({**given, "sigma_x": sigma, "sigma_x_source": source}),
+        versions=versions("lm-eval", "transformers", "torch"),
+        arms={a: [m for m, _ in members] for a, members in arms.items()},
+        models={
             m: {
                 t: {
                     metric: [_mean(cells, m, t, g, args.noise_seeds, metric) for g in args.gammas]
@@ -203,13 +203,13 @@ def run(args: HarnessArguments) -> dict:
             }
             for m, _ in models
         },  # fmt: skip
-        "bands": bands,
-        "comparisons": {name: c.to_dict() for name, c in comparisons.items()},
-        "cell_seconds": round(sum(c["seconds"] for c in cells.values()), 1),
-        "wall_seconds": round(time.time() - started, 1),
-    }
-    write_json(os.path.join(args.output_dir, RESULTS), results)
-    results["files"] = write_harness_report(results, comparisons, args.output_dir)
+        bands=bands,
+        comparisons=comparisons,
+        cell_seconds=round(sum(c["seconds"] for c in cells.values()), 1),
+        wall_seconds=round(time.time() - started, 1),
+    )
+    write_json(os.path.join(args.output_dir, HARNESS_JSON), results.to_dict())
+    results.files = write_harness_report(results, args.output_dir)
     return results
 
 

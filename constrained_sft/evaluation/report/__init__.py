@@ -2,7 +2,8 @@
 Reports, one writer per format: content is built once as format-free blocks (`document`) and rendered by the HTML
 writer (`html`: one self-contained page) or the Markdown writer (`markdown`). The robustness report (`robustness`:
 results.json, results.csv, the plots of `plots`, report.html), the comparisons and models' summary that sweeps and
-studies show too (`sections`), `eval exits`' blocks and plots (`exits`), and the AlpacaEval section (`evaluation.alpaca.report`) are all blocks.
+studies show too (`sections`), `eval exits`' blocks and plots (`exits`), a noisy lm-eval run's (`harness`) and a
+head-to-head judging's table, plot and section (`headtohead`) are all blocks, built from the typed results.
 """
 
 from .document import Block, Document, Heading, Image, Preformatted, Table, Text

@@ -20,8 +20,8 @@ LEVEL_FIELDS = ("loss_mean", "loss_std", "descent_share", "ratio_mean", "ratio_m
 def write_csv(results: RobustnessResults, path: str) -> str:
     """One `level` row per (model, gamma) and one `difference` row per (comparison, statistic)."""
     key, layer_key = results.headline.key, results.layer_curve[0]
-    levels = {name: m.summary["levels"] for name, m in results.models.items()}
-    layers = sorted({layer for rows in levels.values() for r in rows for layer in r[layer_key]}, key=int)
+    levels = {name: m.summary.levels for name, m in results.models.items()}
+    layers = sorted({layer for rows in levels.values() for r in rows for layer in r.curves[layer_key]}, key=int)
     level_fields = [f"{key}_mean", f"{key}_std", *LEVEL_FIELDS]
     fields = ["kind", "model", "gamma", *level_fields, *[f"{layer_key}/{x}" for x in layers]]
     fields += ["statistic", "value_a", "value_b", "estimate", "low", "high", "confidence", "verdict"]
@@ -30,9 +30,10 @@ def write_csv(results: RobustnessResults, path: str) -> str:
         writer.writeheader()
         for name, rows in levels.items():
             for r in rows:
-                layer_values = {f"{layer_key}/{x}": v for x, v in r[layer_key].items()}
-                writer.writerow({"kind": "level", "model": name, "gamma": r["gamma"],
-                                 **{k: r[k] for k in level_fields}, **layer_values})  # fmt: skip
+                layer_values = {f"{layer_key}/{x}": v for x, v in r.curves[layer_key].items()}
+                values = {f"{key}_mean": r.metric_mean, f"{key}_std": r.metric_std,
+                          **{k: getattr(r, k) for k in LEVEL_FIELDS}}  # fmt: skip
+                writer.writerow({"kind": "level", "model": name, "gamma": r.gamma, **values, **layer_values})
         for name, comparison in results.comparisons.items():
             for stat, row in comparison.rows.items():
                 gamma = stat.split("@")[1] if "@" in stat else ""
@@ -48,20 +49,20 @@ def robustness_blocks(results: RobustnessResults, images: Sequence[str], more: S
     key = results.headline.key
     blocks: list[Block] = [
         Heading("Robustness report", 1),
-        Text(results.settings["description"]),
-        summary_table(results),
-        *comparison_blocks(results.comparisons, results.settings["bootstrap_samples"]),
+        Text(results.settings.description),
+        summary_table(results.headline, results.summaries),
+        *comparison_blocks(results.comparisons, results.settings.bootstrap_samples),
     ]
     for name, model in results.models.items():
-        rows = [[r["gamma"], r[f"{key}_mean"], r[f"{key}_std"], r["loss_mean"], r["descent_share"], r["ratio_median"]]
-                for r in model.summary["levels"]]  # fmt: skip
+        rows = [[r.gamma, r.metric_mean, r.metric_std, r.loss_mean, r.descent_share, r.ratio_median]
+                for r in model.summary.levels]  # fmt: skip
         blocks += [
             Heading(name),
             Text(f"{model.path} ({model.architecture})"),
             Table(["gamma", key, "std over noise seeds", "loss", "descent share", "median ratio"], rows),
         ]
     blocks += [Heading("Plots"), *(Image(p) for p in images), *more]
-    blocks += [Heading("Settings"), Preformatted(f"{results.settings}\n{results.versions}")]
+    blocks += [Heading("Settings"), Preformatted(f"{results.settings.to_dict()}\n{results.versions}")]
     return blocks
 
 
@@ -73,7 +74,7 @@ def write_report(
 ) -> dict[str, str]:
     """Every output file; returns their paths (also set as `results.files`). `figures`: a task's extra figures (kept
     when the page is rewritten); `more_sections`: blocks other parts of the folder contribute (the AlpacaEval
-    head-to-head, `alpaca.report.folder_sections`), placed before the settings."""
+    head-to-head, `report.headtohead.folder_sections`), placed before the settings."""
     os.makedirs(output_dir, exist_ok=True)
     key = results.headline.key
     figures = figures if figures is not None else results.files.get("figures", {})

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..results import Comparison, RobustnessResults
+from ...tasks import Headline
+from ..results import Comparison, ModelSummary
 from .document import Block, Heading, Table, Text
 
 
@@ -28,14 +29,13 @@ def comparison_blocks(comparisons: dict[str, Comparison], bootstrap_samples: int
     return out
 
 
-def summary_table(results: RobustnessResults, train_gamma: bool = True) -> Table:
+def summary_table(headline: Headline, summaries: dict[str, ModelSummary], train_gamma: bool = True) -> Table:
     """One row per model: the headline's AUC, ID and OOD means, the descent share (and the training level)."""
-    key = results.headline.key
+    key = headline.key
     headers = ["model", f"AUC ({key})", f"ID {key}", f"OOD {key}", "descent share"]
     rows = []
-    for name, model in results.models.items():
-        s = model.summary
-        rows.append([name, s["auc"], s[f"id_{key}"], s[f"ood_{key}"], s["descent_share"]])
+    for name, s in summaries.items():
+        rows.append([name, s.auc, s.id_metric, s.ood_metric, s.descent_share])
         if train_gamma:
-            rows[-1].append(s["train_gamma"])
+            rows[-1].append(s.train_gamma)
     return Table([*headers, "train gamma"] if train_gamma else headers, rows)

@@ -1,0 +1,89 @@
+"""A head-to-head judging as report content (`eval alpaca`, the study): the win-rate table and plot, the judge named
+(and marked as a proxy where it is one), and the section a report folder keeps beside its robustness results."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+from ...utils.figures import pyplot, save_figure
+from ..results import HeadToHead
+from .document import Block, Heading, Image, Table, Text
+
+ALPACA_PLOT = "alpaca_win_rate.png"
+
+
+def judge_label(head: HeadToHead) -> str:
+    """The judge's name, marked as a proxy where it is one."""
+    proxy = " - PROXY, not a quality judge" if head.judge_is_proxy else ""
+    return f"{head.judge_config}{proxy}"
+
+
+def plot_win_rates(head: HeadToHead, path: str) -> str:
+    """Win rate (and LC win rate) of the model over the reference against gamma, with the 95% bootstrap interval."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    rows = head.judged_levels
+    gammas = [r.gamma for r in rows]
+    ax.plot(gammas, [r.win_rate for r in rows], marker="o", label="win rate (both orders, draws half)")
+    ax.fill_between(gammas, [r.low for r in rows], [r.high for r in rows], alpha=0.2, label="95% interval")
+    if any(r.lc_win_rate is not None for r in rows):
+        ax.plot(gammas, [r.lc_win_rate for r in rows], marker="s", label="length-controlled win rate")
+    ax.axhline(50, color="grey", linestyle="--", linewidth=1)
+    ax.set(xlabel="embedding noise gamma", ylabel="win rate (%)", ylim=(0, 100))
+    judge = "\n".join(textwrap.wrap(f"judge: {judge_label(head)}", 80))  # a long proxy label: wrapped, not cut
+    ax.set_title(f"{head.model} vs {head.reference}\n{judge}", fontsize=9)
+    ax.legend(fontsize=8)
+    return save_figure(fig, path)
+
+
+def level_table(head: HeadToHead) -> Table:
+    """The win-rate table, one row per level, shared by every report that shows a head-to-head."""
+    headers = ["gamma", "win rate %", "low", "high", "order agreement", "first-position rate", "LC win rate", "wins",
+               "losses", "draws", "verdicts", "unparsed"]  # fmt: skip
+
+    def num(v, spec: str = ".1f"):
+        return "-" if v is None else format(v, spec)
+
+    rows = [
+        [f"{r.gamma:g}", num(r.win_rate), num(r.low), num(r.high), num(r.order_agreement, ".2f"),
+         num(r.first_position_rate, ".2f"), num(r.lc_win_rate), r.n_wins, r.n_losses, r.n_draws, r.n_verdicts,
+         r.unparsed]
+        for r in head.levels
+    ]  # fmt: skip
+    return Table(headers, rows)
+
+
+def alpaca_blocks(head: HeadToHead, output_dir: str) -> list[Block]:
+    """The head-to-head section of a report folder: the judge, the win-rate table, the plot."""
+    note = head.lc_missing_reason
+    plot = os.path.join(output_dir, ALPACA_PLOT)
+    blocks: list[Block] = [
+        Heading(f"Head-to-head: {head.model} vs {head.reference}"),
+        Text(
+            f"judge: {judge_label(head)}. Every pair judged in both orders; win rates in percent, draws count half, "
+            "95% bootstrap interval over instructions (and training seeds). Order agreement: share of pairs judged "
+            "alike in both orders; first-position rate: share of decided verdicts for the answer shown first."
+        ),
+    ]
+    if head.judge_is_proxy:
+        blocks.append(
+            Text(
+                "Proxy judge: it prefers the answer closer to the data's reference answer in sentence embeddings; it "
+                "measures resemblance to the reference, not quality.",
+                strong=True,
+            )
+        )
+    blocks.append(level_table(head))
+    if note:
+        blocks.append(Text(f"No length-controlled win rate: {note}."))
+    if os.path.isfile(plot):
+        blocks.append(Image(plot))
+    return blocks
+
+
+def folder_sections(output_dir: str) -> list[Block]:
+    """The AlpacaEval section of a report folder, if `eval alpaca` wrote one there (kept when the robustness part
+    of the page is rewritten)."""
+    head = HeadToHead.load(output_dir)
+    return [] if head is None else alpaca_blocks(head, output_dir)

@@ -1,0 +1,94 @@
+"""A head-to-head judging as types (`eval alpaca`, the study's judging): one `WinRateLevel` per noise level and the
+`HeadToHead` that holds them with its judge; one JSON form each (alpaca_eval.json, a study's `head_to_head`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...utils.fields import known_keys
+
+ALPACA_JSON = "alpaca_eval.json"
+
+
+@dataclass(frozen=True)
+class WinRateLevel:
+    """One level: the model's win rate over the reference (percent, draws half) with its bootstrap interval (None
+    when no verdict parsed), the verdict counts, the judge's order agreement (share of pairs judged alike in both
+    orders) and first-position rate (share of decided verdicts for the answer shown first), and alpaca_eval's
+    length-controlled win rate where it could be computed."""
+
+    gamma: float
+    win_rate: float | None
+    low: float | None
+    high: float | None
+    n_verdicts: int
+    unparsed: int
+    confidence: float = 0.95
+    n_wins: int = 0
+    n_losses: int = 0
+    n_draws: int = 0
+    order_agreement: float | None = None
+    first_position_rate: float | None = None
+    lc_win_rate: float | None = None
+    lc_standard_error: float | None = None
+
+    @property
+    def judged(self) -> bool:
+        return self.win_rate is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> WinRateLevel:
+        """A level as alpaca_eval.json keeps it; a key this version does not know is an error, not a lost number."""
+        return cls(**known_keys(cls, row, "win-rate level"))
+
+
+@dataclass
+class HeadToHead:
+    """`model`'s answers judged against `reference`'s by `judge_config` (`judge`: the name the user gave; a proxy is
+    no quality judge), every pair in both orders, level by level; `lc_missing_reason`: why there is no
+    length-controlled win rate; `files`: what the run wrote (json, plot, html)."""
+
+    model: str
+    reference: str
+    judge: str
+    judge_config: str
+    levels: list[WinRateLevel]
+    bootstrap_samples: int
+    judge_is_proxy: bool = False
+    judge_model: str | None = None
+    orders: str = "both"
+    lc_missing_reason: str | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def judged_levels(self) -> list[WinRateLevel]:
+        return [lv for lv in self.levels if lv.judged]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["levels"] = [lv.to_dict() for lv in self.levels]
+        if not self.files:  # a study's judging writes no files of its own
+            del out["files"]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> HeadToHead:
+        data = dict(data)
+        levels = [WinRateLevel.from_dict(row) for row in data.pop("levels")]
+        return cls(levels=levels, **known_keys(cls, data, "head-to-head"))
+
+    @classmethod
+    def load(cls, folder: str) -> HeadToHead | None:
+        """The judging `eval alpaca` wrote into a report folder, or None where it wrote none."""
+        path = os.path.join(folder, ALPACA_JSON)
+        if not os.path.isfile(path):
+            return None
+        with open(path) as f:
+            return cls.from_dict(json.load(f))

@@ -1,0 +1,92 @@
+"""A sweep's results as types, with their one JSON form (`comparison.json`, the layout earlier versions wrote): each
+arm's trials and best trial, and (after the comparison stage) the retrained arms compared on the held-out data."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..evaluation.results import Comparison
+from ..utils.fields import known_keys
+from .arguments import SweepArguments
+
+COMPARISON_JSON = "comparison.json"
+
+
+@dataclass
+class ArmTrials:
+    """One arm's search: every trial as a row (number, state, value, its parameters and recorded attributes: a row's
+    keys are the arm's searched fields, so rows stay mappings), the best complete trial (None before one), Optuna's
+    plots, the fields searched and those of the fallback section left out because the arm never reads them."""
+
+    trials: list[dict[str, Any]]
+    best: dict[str, Any] | None
+    plots: dict[str, str]
+    searched: list[str]
+    not_searched: list[str]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ArmTrials:
+        return cls(**known_keys(cls, data, "sweep arm"))
+
+
+@dataclass
+class SweepResults:
+    """`settings`: the sweep's options (the storage URL without its password); `arms`: each arm's trials; after the
+    comparison stage, `comparisons` of the retrained arms on the held-out data, the held-out evaluation's files
+    (`test_report`) and its headline-vs-gamma plot (`arm_plot`)."""
+
+    settings: SweepArguments
+    arms: dict[str, ArmTrials]
+    comparisons: dict[str, Comparison] | None = None
+    test_report: dict[str, Any] = field(default_factory=dict)
+    arm_plot: str | None = None
+
+    @property
+    def compared(self) -> bool:
+        return self.comparisons is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"settings": dataclasses.asdict(self.settings),
+               "arms": {name: dataclasses.asdict(a) for name, a in self.arms.items()}}  # fmt: skip
+        if self.comparisons is not None:
+            out["comparison"] = {name: c.to_dict() for name, c in self.comparisons.items()}
+            out["test_report"], out["arm_plot"] = self.test_report, self.arm_plot
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SweepResults:
+        allowed = {"settings", "arms", "comparison", "test_report", "arm_plot"}
+        if unknown := sorted(set(data) - allowed):
+            raise ValueError(f"sweep results: unknown key(s) {unknown}; known: {sorted(allowed)}")
+        given = known_keys(SweepArguments, data["settings"], "sweep settings")
+        settings = SweepArguments(**{k: v for k, v in given.items() if k != "sweep_dir"})
+        settings.sweep_dir = data["settings"].get("sweep_dir")  # kept as written: no folder check on a read
+        comparison = data.get("comparison")
+        return cls(
+            settings=settings,
+            arms={name: ArmTrials.from_dict(a) for name, a in data["arms"].items()},
+            comparisons=None
+            if comparison is None
+            else {name: Comparison.from_dict(name, rows) for name, rows in comparison.items()},
+            test_report=data.get("test_report", {}),
+            arm_plot=data.get("arm_plot"),
+        )
+
+    def save(self, sweep_dir: str) -> str:
+        from ..utils.files import write_json
+
+        path = os.path.join(sweep_dir, COMPARISON_JSON)
+        write_json(path, self.to_dict())
+        return path
+
+    @classmethod
+    def load(cls, sweep_dir: str) -> SweepResults | None:
+        path = os.path.join(sweep_dir, COMPARISON_JSON)
+        if not os.path.isfile(path):
+            return None
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
