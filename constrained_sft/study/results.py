@@ -4,7 +4,6 @@ published study in docs/ loads)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +18,7 @@ from ..evaluation.results import (
 )
 from ..tasks import Headline
 from ..utils.fields import known_keys
+from ..utils.files import read_saved
 from .arguments import StudyArguments
 
 STUDY_JSON = "study.json"
@@ -209,8 +209,4 @@ class StudyResults:
 
     @classmethod
     def load(cls, study_dir: str) -> StudyResults | None:
-        path = os.path.join(study_dir, STUDY_JSON)
-        if not os.path.isfile(path):
-            return None
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        return read_saved(study_dir, STUDY_JSON, cls.from_dict, "--study_dir")

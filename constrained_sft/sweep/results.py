@@ -4,13 +4,13 @@ arm's trials and best trial, and (after the comparison stage) the retrained arms
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..evaluation.results import Comparison
 from ..utils.fields import known_keys
+from ..utils.files import read_saved, write_json
 from .arguments import SweepArguments
 
 COMPARISON_JSON = "comparison.json"
@@ -77,16 +77,10 @@ class SweepResults:
         )
 
     def save(self, sweep_dir: str) -> str:
-        from ..utils.files import write_json
-
         path = os.path.join(sweep_dir, COMPARISON_JSON)
         write_json(path, self.to_dict())
         return path
 
     @classmethod
     def load(cls, sweep_dir: str) -> SweepResults | None:
-        path = os.path.join(sweep_dir, COMPARISON_JSON)
-        if not os.path.isfile(path):
-            return None
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        return read_saved(sweep_dir, COMPARISON_JSON, cls.from_dict, "--sweep_dir")

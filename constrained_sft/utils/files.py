@@ -7,8 +7,10 @@ import contextlib
 import json
 import math
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def cache_root() -> str:
@@ -113,3 +115,12 @@ def read_json(path: str, flag: str, error: type[ValueError] = ValueError, jsonl:
         raise error(f"`{flag}` {path} is not UTF-8 text ({problem.reason} at byte {problem.start}).") from None
     except json.JSONDecodeError as problem:
         raise error(f"`{flag}` {path}:{problem.lineno}:{problem.colno}: not valid JSON ({problem.msg}).") from None
+
+
+def read_saved(folder: str, name: str, parse: Callable[[Any], T], flag: str = "--output_dir") -> T | None:
+    """`parse` of the JSON file `<folder>/<name>` (a result type's `from_dict`), None where the folder has none; a
+    damaged file is refused in one line naming `flag` and the place (`read_json`), an unknown key by `parse`."""
+    path = os.path.join(folder, name)
+    if not os.path.isfile(path):
+        return None
+    return parse(read_json(path, flag))

@@ -6,12 +6,11 @@ noise level (`LayerReadout`). JSON keys are strings (`"9"`, `"1.0"`); the types 
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...utils.fields import known_keys
+from ...utils.files import read_saved
 
 EXITS_JSON = "exits.json"
 
@@ -163,8 +162,4 @@ class ExitsResults:
     @classmethod
     def load(cls, folder: str) -> ExitsResults | None:
         """The results `eval exits` saved in `folder`, None where there are none."""
-        path = os.path.join(folder, EXITS_JSON)
-        if not os.path.isfile(path):
-            return None
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        return read_saved(folder, EXITS_JSON, cls.from_dict)

@@ -5,13 +5,12 @@ the arms' comparisons. Metrics are named `task/metric,filter` (lm-eval's key aft
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...noise import NoiseGrid
 from ...utils.fields import known_keys
+from ...utils.files import read_saved
 from .comparisons import Band, Comparison
 
 HARNESS_JSON = "results.json"
@@ -97,8 +96,4 @@ class HarnessResults:
 
     @classmethod
     def load(cls, folder: str) -> HarnessResults | None:
-        path = os.path.join(folder, HARNESS_JSON)
-        if not os.path.isfile(path):
-            return None
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        return read_saved(folder, HARNESS_JSON, cls.from_dict)

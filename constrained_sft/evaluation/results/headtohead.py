@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ...utils.fields import known_keys
+from ...utils.files import read_saved
 
 ALPACA_JSON = "alpaca_eval.json"
 
@@ -87,8 +86,4 @@ class HeadToHead:
     @classmethod
     def load(cls, folder: str) -> HeadToHead | None:
         """The judging `eval alpaca` wrote into a report folder, or None where it wrote none."""
-        path = os.path.join(folder, ALPACA_JSON)
-        if not os.path.isfile(path):
-            return None
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        return read_saved(folder, ALPACA_JSON, cls.from_dict)

@@ -9,7 +9,6 @@ and take the key from the results' `headline` when they are written or read.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from ...noise import NoiseGrid
 from ...tasks import Headline
 from ...utils.fields import known_keys
-from ...utils.files import write_json
+from ...utils.files import read_saved, write_json
 from .comparisons import Band, Comparison
 
 RESULTS_JSON = "results.json"
@@ -221,8 +220,4 @@ class RobustnessResults:
     @classmethod
     def load(cls, folder: str) -> RobustnessResults | None:
         """The results saved in `folder`, None where there are none."""
-        path = os.path.join(folder, RESULTS_JSON)
-        if not os.path.isfile(path):
-            return None
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        return read_saved(folder, RESULTS_JSON, cls.from_dict)
