@@ -112,14 +112,14 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
     assert "constrained beats ERM" in printed and "PROXY" in printed.upper() and "resolved" in printed
 
     # resumed: no training and no evaluation run again, the same numbers come back
-    from constrained_sft.evaluation import robustness
+    from constrained_sft.evaluation import measure
     from constrained_sft.tasks import sft
 
     def refuse(*args, **kwargs):
         raise AssertionError("a finished stage ran again")
 
     monkeypatch.setattr(sft.SFTTraining, "train", refuse)
-    monkeypatch.setattr(robustness, "evaluate_level", refuse)
+    monkeypatch.setattr(measure, "evaluate_level", refuse)
     from constrained_sft.evaluation import exits as exits_module
 
     monkeypatch.setattr(exits_module, "measure_model", refuse)  # the finished exits stage is reused too

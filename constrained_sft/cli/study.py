@@ -61,8 +61,13 @@ class StudyCommand(Command):
         constrained, erm = (task.recipe(tuple(r)) for r in (constrained, erm))
         own_process(process, constrained.training)
         out = run(args, task, constrained, erm, more)
-        if not isinstance(out, StudyResults):  # `--stage train`
-            print(f"trained: {', '.join(p for ps in out.folders.values() for p in ps)}")
+        if not isinstance(out, StudyResults):  # `--stage train`, or a time budget that ended before a whole seed
+            done = [
+                p for arm, ps in out.folders.items() for s, p in enumerate(ps) if f"{arm}/seed{s}" not in out.missing
+            ]
+            print(f"trained: {', '.join(done) or 'none yet'}")
+            if out.missing:
+                print(f"still to do: {', '.join(out.missing)} (run the same command again)")
             return 0
         print(comparisons_markdown(out.robustness.comparisons))
         for head in (out.head_to_head, *out.more_head_to_heads.values()):

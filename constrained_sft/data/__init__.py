@@ -14,6 +14,7 @@ from .local_files import source_fingerprint
 from .models import (
     ModelPathError,
     ModelSpec,
+    delete_weights,
     has_classification_head,
     load_pretrained,
     load_tokenizer,
@@ -29,6 +30,7 @@ __all__ = [
     "DataError",
     "ModelPathError",
     "carve",
+    "delete_weights",
     "load_chat_train_validation",
     "ModelSpec",
     "has_classification_head",

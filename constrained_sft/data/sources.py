@@ -45,7 +45,7 @@ def sharegpt_package_conversations(limit: int | None = None) -> Iterator[dict[st
         yield obj
 
 
-def _starts_a_chat(conversation: dict) -> bool:
+def starts_a_chat(conversation: dict) -> bool:
     """The package's file is the 'split' release: long chats are cut into chunks, and the later chunks start
     mid-conversation with an answer. Only chunks that open with a user turn and contain an answer are kept
     (about 11k of the 17.6k); user-supplied ShareGPT data is validated strictly instead."""
@@ -61,7 +61,7 @@ def _starts_a_chat(conversation: dict) -> bool:
 
 def _package_rows():
     for conversation in sharegpt_package_conversations():
-        if _starts_a_chat(conversation):
+        if starts_a_chat(conversation):
             yield {"conversations": conversation["conversations"]}
 
 

@@ -153,8 +153,13 @@ def read_frames(video: VideoSource, size: int, limit: int | None = None) -> np.n
             with Image.open(os.path.join(video.path, f)) as image:
                 frames.append(np.asarray(image.convert("L").resize((size, size), Image.BILINEAR)))
     else:
-        import av
-
+        try:
+            import av
+        except ImportError:
+            raise VideoDataError(
+                f"Video {video.name!r} ({video.path}) is a video file: decoding it needs PyAV, "
+                "`pip install 'constrained-sft[video]'` (frame folders need no extra)."
+            ) from None
         with av.open(video.path) as container:
             for frame in container.decode(video=0):
                 frames.append(frame.reformat(width=size, height=size, format="gray").to_ndarray())

@@ -21,95 +21,26 @@ from __future__ import annotations
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
 from ..data import ModelSpec
-from ..noise import NoiseGrid, embedding_sigma, noise_stream, noisy
+from ..noise import embedding_sigma, noise_stream, noisy
 from ..readout import CausalLMReadout
 from ..tasks import SFTTask, get_task
-from ..tasks.sft import causal_lm_config
-from ..utils.fields import check_fields
 from ..utils.files import read_json, write_json
-from ..utils.folders import check_output_folder, child_path, plain_name
-from .arms import check_model_paths, folder_name
+from ..utils.folders import child_path
 from .bootstrap import Statistic, bootstrap_interval
+from .exits_arguments import ExitsArguments, check_depths, default_exits
 from .folders import check_folder, differences, mark_folder, model_identities, normalized
-from .instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
+from .instructions import GenerationError, fingerprint, load_instructions, prompts_for
 from .loading import reference_sigma, versions
 from .report import Document, write_html
 from .report.exits import exits_report, plot_layer_accuracy, plot_speedups
 from .results import EXITS_JSON, ExitsModel, ExitSpeedup, ExitsResults, ExitsSettings, LayerReadout, PromptMeasurements
-
-
-@dataclass
-class ExitsArguments:
-    models: list[str] = field(
-        default=None, metadata={"help": "Causal LM folders, Hub ids, `pkg:` aliases or LoRA adapter folders."}
-    )
-    names: list[str] | None = field(default=None, metadata={"help": "A name per model (default: folder names)."})
-    base_model: str | None = field(default=None, metadata={"help": "Base model of an adapter that does not name one."})
-    output_dir: str = field(default=None, metadata={"help": "Where exits.json, the plot and report.html go."})
-    exit_layers: list[int] | None = field(
-        default=None,
-        metadata={"help": "Layers l whose readout drafts (1 <= l < L; default: L/4, L/2 and 3L/4, rounded)."},
-    )
-    instructions: str = field(
-        default=ALPACA_EVAL,
-        metadata={"help": "`tatsu-lab/alpaca_eval` (Hub) or a local .json/.jsonl file with an `instruction` field."},
-    )
-    max_instances: int = field(default=16, metadata={"help": "Prompts decoded (the units the interval resamples)."})
-    max_new_tokens: int = field(default=64, metadata={"help": "New tokens per prompt."})
-    system_prompt: str | None = field(default=None, metadata={"help": "A system message before each instruction."})
-    gammas: list[float] = field(
-        default_factory=lambda: [0.0],
-        metadata={"help": "Noise levels of the per-layer view (needs reference answers in --instructions)."},
-    )
-    sigma_x: float | None = field(
-        default=None,
-        metadata={
-            "help": "sigma_x of that noise (default: the first model's recorded `noise_sigma_x`, else measured)."
-        },
-    )
-    bootstrap_samples: int = field(default=2000, metadata={"help": "Bootstrap resamples of the prompts."})
-    bf16: bool | None = field(default=None, metadata={"help": "bf16 weights (default: on CUDA devices with bf16)."})
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        check_output_folder(self.output_dir, "--output_dir")
-
-    def validate(self) -> None:
-        """Everything checkable before a model loads; errors name the field."""
-        if not self.models or not self.output_dir:
-            raise GenerationError("`--models` and `--output_dir` are required.")
-        if self.names is not None and (len(self.names) != len(self.models) or len(set(self.names)) != len(self.names)):
-            raise GenerationError(f"`--names` must give one distinct name per model of --models, got {self.names}.")
-        for name in self.names or []:
-            plain_name(name, "--names", GenerationError)
-        if len(set(self.model_names())) != len(self.models):
-            raise GenerationError(
-                f"the models' folder names {self.model_names()} repeat; pass `--names` (one distinct name per model)."
-            )
-        for name in ("max_instances", "max_new_tokens", "bootstrap_samples"):
-            if getattr(self, name) < 1:
-                raise GenerationError(f"`--{name}` must be an integer >= 1, got {getattr(self, name)}.")
-        if self.exit_layers is not None and (not self.exit_layers or min(self.exit_layers) < 1):
-            raise GenerationError(f"`--exit_layers` must be layers >= 1, got {self.exit_layers}.")
-        NoiseGrid.parse(self.gammas)
-        if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
-            raise GenerationError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
-        check_model_paths(self.models, "--models")  # after the options: every model, before any loads
-
-    def model_names(self) -> list[str]:
-        return self.names or [folder_name(p) for p in self.models]
-
-
-def default_exits(num_layers: int) -> list[int]:
-    """L/4, L/2 and 3L/4, rounded, distinct, in 1..L-1."""
-    return sorted({min(max(round(num_layers * q), 1), num_layers - 1) for q in (0.25, 0.5, 0.75)})
 
 
 class ForwardCounter:
@@ -245,17 +176,6 @@ COMMAND = "eval exits"
 ROWS = "rows"  # <output_dir>/rows/<model>.json: each model's measurements, reused by a rerun of the same settings
 
 
-def check_depths(args: ExitsArguments, specs: list[ModelSpec]) -> None:
-    """Every model is a causal LM deep enough for the exit layers, checked from its config before any decodes."""
-    for spec in specs:
-        config = causal_lm_config(spec)
-        if config is None:
-            continue  # not readable without loading (a Hub id offline): checked once loaded
-        L = config.num_hidden_layers
-        if bad := [x for x in args.exit_layers or default_exits(L) if not 1 <= x < L]:
-            raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {spec.name} ({L} layers).")
-
-
 def saved_rows(args: ExitsArguments, keys: dict[str, dict]) -> dict[str, dict]:
     """{model: its saved row} for the models whose row was measured from the same weights at the same noise scale
     (`keys`); a row of another model behind the same name is refused, naming it."""
@@ -282,7 +202,6 @@ def run(args: ExitsArguments) -> ExitsResults:
     rows = load_instructions(args.instructions, args.max_instances)
     specs = [ModelSpec(n, p, args.base_model) for n, p in zip(args.model_names(), args.models, strict=True)]
     check_depths(args, specs)
-    task = get_task(SFTTask.name)
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
     device = "cuda" if torch.cuda.is_available() else "cpu"
     settings = {
@@ -297,38 +216,52 @@ def run(args: ExitsArguments) -> ExitsResults:
     saved = saved_rows(args, keys)
     mark_folder(args.output_dir, COMMAND, settings)
     models: dict[str, ExitsModel] = {}
-    answers = [r.get("reference") for r in rows]
     for spec in specs:
         if spec.name in saved:
             models[spec.name] = ExitsModel.from_dict(saved[spec.name]["result"])
             sigma = sigma if sigma is not None else saved[spec.name]["sigma_x"]
             continue
-        model, tokenizer = task.measuring.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
-        model.to(device)
-        L = getattr(model, model.base_model_prefix).config.num_hidden_layers
-        exits = args.exit_layers or default_exits(L)
-        if bad := [x for x in exits if not 1 <= x < L]:
-            raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {spec.name} ({L} layers).")
-        prompts = prompts_for(tokenizer, rows, args.system_prompt)
-        measured = measure_model(model, tokenizer, prompts, exits, args.max_new_tokens, f"decoding {spec.name}")
-        tokens, plain = sum(measured.tokens), sum(measured.plain_seconds)
-        view = None
-        if all(answers):  # one scale for every model compared: the first's, recorded or measured
-            sigma = sigma if sigma is not None else embedding_sigma(model)
-            view = layer_view(model, tokenizer, prompts, answers, sorted(set(args.gammas)), sigma)
-        result = ExitsModel(
-            path=spec.path,
-            num_layers=L,
-            plain_tokens_per_second=tokens / plain,
-            exits=summarize_exits(measured, args.bootstrap_samples),
-            per_prompt=measured,
-            layers=view,
-        )
-        row = {"key": normalized(keys[spec.name]), "sigma_x": sigma, "result": result.to_dict()}
+        models[spec.name], sigma = measure_exits(args, spec, rows, sigma, bf16)
+        row = {"key": normalized(keys[spec.name]), "sigma_x": sigma, "result": models[spec.name].to_dict()}
         os.makedirs(child_path(args.output_dir, ROWS), exist_ok=True)
         write_json(child_path(args.output_dir, ROWS, f"{spec.name}.json"), row)
-        models[spec.name] = result
-        del model
+    return write_exits(args, models, rows, sigma, device)
+
+
+def measure_exits(
+    args: ExitsArguments, spec: ModelSpec, rows: list[dict], sigma: float | None, bf16: bool
+) -> tuple[ExitsModel, float | None]:
+    """One model at every exit layer, and (with reference answers in `rows`) each layer's readout of them at the
+    levels of `args.gammas` with `sigma` (None: measured on this model); returns the model's result and the sigma
+    used. A study measures each arm's seed-0 model this way right after it trains."""
+    model, tokenizer = get_task(SFTTask.name).measuring.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
+    model.to("cuda" if torch.cuda.is_available() else "cpu")
+    L = getattr(model, model.base_model_prefix).config.num_hidden_layers
+    exits = args.exit_layers or default_exits(L)
+    if bad := [x for x in exits if not 1 <= x < L]:
+        raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {spec.name} ({L} layers).")
+    prompts = prompts_for(tokenizer, rows, args.system_prompt)
+    measured = measure_model(model, tokenizer, prompts, exits, args.max_new_tokens, f"decoding {spec.name}")
+    answers = [r.get("reference") for r in rows]
+    view = None
+    if all(answers):  # one scale for every model compared: the first's, recorded or measured
+        sigma = sigma if sigma is not None else embedding_sigma(model)
+        view = layer_view(model, tokenizer, prompts, answers, sorted(set(args.gammas)), sigma)
+    result = ExitsModel(
+        path=spec.path,
+        num_layers=L,
+        plain_tokens_per_second=sum(measured.tokens) / sum(measured.plain_seconds),
+        exits=summarize_exits(measured, args.bootstrap_samples),
+        per_prompt=measured,
+        layers=view,
+    )
+    return result, sigma
+
+
+def write_exits(
+    args: ExitsArguments, models: dict[str, ExitsModel], rows: list[dict], sigma: float | None, device: str
+) -> ExitsResults:
+    """exits.json, the plots and report.html in `args.output_dir` from the measured `models`."""
     description = (
         f"{len(rows)} prompts of {args.instructions}, {args.max_new_tokens} new tokens each, greedy, batch 1 "
         f"(transformers' assisted generation decodes one sequence at a time), on {device}. Speed-up: plain greedy "
@@ -341,9 +274,10 @@ def run(args: ExitsArguments) -> ExitsResults:
         versions=versions("torch", "transformers"),
         models=models,
     )
+    os.makedirs(args.output_dir, exist_ok=True)
     plot = plot_speedups(results, os.path.join(args.output_dir, "speedup_vs_exit_layer.png"))
     results.files = {"json": os.path.join(args.output_dir, EXITS_JSON), "plot": plot}
-    if all(answers):
+    if results.has_layer_view:
         results.files["layer_plot"] = plot_layer_accuracy(results, os.path.join(args.output_dir, "layer_accuracy.png"))
     page = write_html(os.path.join(args.output_dir, "report.html"), Document("Exits", exits_report(results)))
     results.files["html"] = page

@@ -9,26 +9,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import tempfile
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from ..data import ModelSpec
 from ..noise import NoiseGrid, embedding_sigma
-from ..tasks import TASKS, Measure, get_task
+from ..tasks import TASKS, get_task
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
 from .arms import ArmArguments
-from .compare import bands, check_pairs, compare
+from .compare import check_pairs, compare
 from .folders import check_folder, mark_folder, model_identities, read_marker
-from .levels import evaluate_level
-from .loading import layer_indices, recorded_gamma, reference_sigma, trained_layers, training_report, versions
-from .metrics import summarize
-from .report import write_report
-from .results import ModelResult, RobustnessResults, RobustnessSettings
+from .loading import layer_indices, recorded_gamma, reference_sigma
+from .measure import Measurement, finish, measure_model
+from .results import RobustnessResults
 
 
 @dataclass
@@ -152,75 +148,27 @@ def run(
         check_folder(args.output_dir, COMMAND, settings)
     data = task.measuring.evaluation_data(data_args)
     bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    dtype = torch.bfloat16 if bf16 else torch.float32
     sigma, source = reference_sigma(args.sigma_x, first)
-    results = RobustnessResults(
-        settings=RobustnessSettings(
-            description=f"{task.measuring.describe(data, data_args)}: N({args.noise_mean}, (gamma sigma_x)^2); "
-            f"{args.seeds} noise seed(s) per level",
-            task=task.name,
-            dataset=dataclasses.asdict(data_args),
-            gammas=gammas,
-            curve_gammas=curve,
-            seeds=args.seeds,
-            train_gamma=train_gamma,
-            noise_mean=args.noise_mean,
-            sigma_x=sigma,  # one scale for every model compared
-            sigma_x_source=source,
-            dtype=str(dtype),
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            bootstrap_samples=args.bootstrap_samples,
-        ),
-        versions=versions("torch", "transformers", "trl"),
-        headline=task.headline,
-        layer_curve=tuple(task.layer_curve),
-        arms={arm: [name for name, _ in members] for arm, members in arms.items()},
-    )
+    m = Measurement(task, data, data_args, gammas, curve, train_gamma, args.seeds, args.noise_mean, sigma, source,
+                    args.layers, args.batch_size, args.max_length, bf16, args.base_model,
+                    "--arm" if args.arm else "--models")  # fmt: skip
+    results = m.results({arm: [name for name, _ in members] for arm, members in arms.items()}, args.bootstrap_samples)
     snapshots = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        for name, path in models:
-            flag = "--arm" if args.arm else "--models"
-            model, tokenizer = task.measuring.load_model(ModelSpec(name, path, args.base_model, flag), dtype)
-            if sigma is None:
-                sigma, source = embedding_sigma(model), f"measured on {name}'s input embeddings"
-                results.settings.sigma_x, results.settings.sigma_x_source = sigma, source
-            measure = Measure(
-                trained_layers(args.layers, path), args.batch_size, args.max_length, bf16, scratch, sigma
-            )
-            trainer = task.measuring.measuring_trainer(model, tokenizer, data, measure)
-            results.settings.held_out_rows = len(trainer.eval_dataset)
-            batches = len(trainer.get_eval_dataloader())
-            levels = []
-            with tqdm(total=len(gammas) * args.seeds * batches, desc=f"evaluating {name}") as bar:
-                for gamma in gammas:
-                    levels.append(
-                        [
-                            evaluate_level(task, trainer, gamma, s, args.noise_mean, bar.update)
-                            for s in range(args.seeds)
-                        ]
-                    )
-            results.models[name] = ModelResult(
-                path=path,
-                architecture=type(model).__name__,
-                noise_sigma_x_recorded=training_report(path).get("noise_sigma_x"),  # its own training's
-                layers=list(trainer.primal_dual.spec.layers),
-                summary=summarize(levels, train_gamma, task.measuring.layer_curves),
-                # per unit, summed over noise seeds: what the intervals resample
-                scores={NoiseGrid.key(lv[0].gamma): _seed_sums(lv) for lv in levels},
-            )
-            snapshot = task.measuring.snapshot(model, trainer, data, curve, sigma, args.noise_mean)
-            if snapshot is not None:
-                snapshots[name] = snapshot
-            del trainer, model
-    results.bands = bands(results, task, args.bootstrap_samples)
-    results.comparisons = compare(results, task, pairs, args.bootstrap_samples)
+    for name, path in models:
+        model, tokenizer = task.measuring.load_model(ModelSpec(name, path, args.base_model, m.flag), m.dtype)
+        if m.sigma is None:  # one scale for every model compared: the first's
+            m.sigma, m.sigma_source = embedding_sigma(model), f"measured on {name}'s input embeddings"
+            results.settings.sigma_x, results.settings.sigma_x_source = m.sigma, m.sigma_source
+        measured = measure_model(m, name, path, model, tokenizer)
+        results.models[name], results.settings.held_out_rows = measured.result, measured.held_out_rows
+        if measured.snapshot is not None:
+            snapshots[name] = measured.snapshot
+        del model, measured
     mark_folder(args.output_dir, COMMAND, settings)
     figures = task.measuring.figures(snapshots, data, args.output_dir)
     from .report.headtohead import folder_sections  # the AlpacaEval part of a shared report folder, if any
 
-    write_report(results, args.output_dir, figures, folder_sections(args.output_dir))
-    return results
+    return finish(results, task, pairs, args.output_dir, figures, folder_sections(args.output_dir))
 
 
 def saved_results(
@@ -243,12 +191,6 @@ def saved_results(
         return None  # retrained behind the same names (or no record of which weights were measured)
     results.comparisons = compare(results, task, pairs, n_boot)
     return results
-
-
-def _seed_sums(per_seed) -> dict[str, list[float]]:
-    """One level's unit scores summed over its noise seeds."""
-    keys = per_seed[0].scores
-    return {k: np.sum([r.scores[k] for r in per_seed], axis=0).tolist() for k in keys}
 
 
 def console_lines(results: RobustnessResults) -> list[str]:

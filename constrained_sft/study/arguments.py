@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -12,6 +13,7 @@ from ..noise import NoiseGrid
 from ..tasks.arms import arm_recipes, recipe_identity
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
+from .runs import KEEP_MODELS
 
 STAGES = ("train", "evaluate", "all")
 HELD_OUT = "held_out"
@@ -98,6 +100,28 @@ class StudyArguments:
         default=None, metadata={"help": "The draft's exit layers l (default: L/4, L/2 and 3L/4)."}
     )
     exit_new_tokens: int = field(default=32, metadata={"help": "New tokens per self-speculative decoding."})
+    jobs: int = field(
+        default=1,
+        metadata={
+            "help": "Runs at once, each in its own process on the same device (a small model leaves a GPU mostly idle; "
+            "the results equal --jobs 1's). Each run is measured, answers and (seed 0) decodes right after it trains."
+        },
+    )
+    keep_models: str = field(
+        default="all",
+        metadata={
+            "help": "The trained weights kept once a run's results are recorded: 'all', 'seed0' (each arm's seed 0) "
+            "or 'none'. The study continues and reports from its records alone.",
+            "choices": list(KEEP_MODELS),
+        },
+    )
+    time_budget: float | None = field(
+        default=None,
+        metadata={
+            "help": "Minutes this call may take: the study times a few steps, prints its plan and starts no run that "
+            "cannot finish in time; the same command continues with the runs left."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -131,6 +155,17 @@ class StudyArguments:
                 NoiseGrid.parse(getattr(self, name), f"--{name}")
         if self.gammas is not None and len(set(self.gammas)) < 2:
             raise ValueError(f"`--gammas` needs >= 2 distinct levels for the curves, got {self.gammas}.")
+        if self.jobs < 1:
+            raise ValueError(f"`--jobs` must be >= 1, got {self.jobs}.")
+        if self.keep_models not in KEEP_MODELS:
+            raise ValueError(f"`--keep_models` must be one of {list(KEEP_MODELS)}, got {self.keep_models!r}.")
+        if self.keep_models != "all" and self.stage == "train":
+            raise ValueError(
+                f"`--keep_models {self.keep_models}` with `--stage train`: weights are deleted only once a run's "
+                "results are recorded, and the training stage records none; keep them (all) or use `--stage all`."
+            )
+        if self.time_budget is not None and not (math.isfinite(self.time_budget) and self.time_budget > 0):
+            raise ValueError(f"`--time_budget` must be a number of minutes > 0, got {self.time_budget}.")
         arms = ["constrained", "erm", *self.extra_arms()]
         if self.reference not in arms:
             raise ValueError(f"`--reference` {self.reference!r} must be one of the arms {arms}.")
@@ -147,7 +182,8 @@ class StudyArguments:
         """What decides a study's results, for its folder (`evaluation.folders`): every arm's recipe (but for the
         seed) and the evaluation options. A continuation may add training seeds; where the study writes, which stage
         runs, the intervals' resamples and the report's examples decide nothing."""
-        skip = ("study_dir", "stage", "training_seeds", "bootstrap_samples", "examples", "erm_config", "arm")
+        skip = ("study_dir", "stage", "training_seeds", "bootstrap_samples", "examples", "erm_config", "arm", "jobs",
+                "keep_models", "time_budget")  # fmt: skip
         settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
         settings["arms"] = {arm: recipe_identity(recipe) for arm, recipe in recipes.items()}
         if os.path.isfile(self.instructions):

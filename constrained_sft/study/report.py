@@ -4,7 +4,6 @@ with its interval and the judge's order agreement, a few answers side by side pe
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from typing import Any
@@ -64,7 +63,8 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
     """The report's content, once for both formats: budget, differences, models, plots, head-to-head with examples,
     timings, settings."""
     head, results = study.head_to_head, study.robustness
-    budget_text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in dataclasses.asdict(study.budget).items())
+    shown = {k: v for k, v in study.budget.to_dict().items() if k != "runs_missing"}
+    budget_text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in shown.items())
     plots = [results.files[k] for k in (results.headline.key, *PLOTS) if k in results.files]
     blocks: list[Block] = [
         Heading("Constrained vs ERM study", 1),
@@ -72,6 +72,7 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
             f"Budget: {budget_text}. Intervals are 95% paired bootstraps over training seeds and held-out units; a "
             "verdict is better / worse only when the whole interval lies on one side of 0."
         ),
+        *missing_note(study),
         Heading(f"Differences, each arm - {arm_label(head.reference)} (95% paired bootstrap)"),
         *comparison_blocks(results.comparisons, results.settings.bootstrap_samples, level=3),
         Heading("Models"),
@@ -116,6 +117,21 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
         Preformatted(f"{json.dumps(study.settings.to_dict(), indent=1, default=str)}\n{study.versions}"),
     ]
     return blocks
+
+
+def missing_note(study: StudyResults) -> list[Block]:
+    """What a study cut by its time budget has not run yet (the report covers the seeds every arm finished)."""
+    missing = study.budget.runs_missing
+    if not missing:
+        return []
+    return [
+        Text(
+            f"Incomplete: {len(missing)} run(s) not done yet ({', '.join(missing)}); this report covers the "
+            f"{study.budget.training_seeds_per_arm} training seed(s) every arm finished. Run the same command again to "
+            "continue.",
+            strong=True,
+        )
+    ]
 
 
 def write_study_report(study: StudyResults, study_dir: str, n_examples: int) -> dict[str, str]:

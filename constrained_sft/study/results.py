@@ -82,6 +82,13 @@ class StudyBudget:
     noise_seeds: int
     generation_gammas: list[float]
     max_new_tokens: int
+    runs_missing: list[str] = field(default_factory=list)  # runs a `--time_budget` left for the next call
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if not self.runs_missing:
+            del out["runs_missing"]
+        return out
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,7 @@ class StudySettings:
     def to_dict(self) -> dict[str, Any]:
         return {"study": dataclasses.asdict(self.study), "constrained_recipe": self.constrained_recipe,
                 "twin_differences": self.twin_differences, "instructions": self.instructions.to_dict(),
-                "budget": dataclasses.asdict(self.budget)}  # fmt: skip
+                "budget": self.budget.to_dict()}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StudySettings:
@@ -150,10 +157,12 @@ class StudyTimings:
 
 @dataclass
 class TrainedRuns:
-    """What `--stage train` leaves: each arm's run folders (one per training seed) and the training timings."""
+    """What `--stage train` leaves, or a call whose `--time_budget` ended before every arm finished a seed: each
+    arm's run folders (one per training seed), the timings, and the runs not yet done."""
 
     folders: dict[str, list[str]]
     timings: StudyTimings
+    missing: list[str] = field(default_factory=list)
 
 
 @dataclass

