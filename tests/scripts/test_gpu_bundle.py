@@ -1,0 +1,70 @@
+"""scripts/gpu_bundle.py and scripts/wheelhouse.py without the network: parts never exceed their size, a file cut
+into pieces comes back byte for byte (checked by its SHA-256), and a missing part is named."""
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import gpu_bundle  # noqa: E402
+import wheelhouse  # noqa: E402
+
+from constrained_sft.testing import tiny_encoder, tiny_tokenizer  # noqa: E402
+
+
+def test_split_fills_parts_up_to_their_size(tmp_path):
+    sizes = [700_000, 500_000, 400_000, 300_000, 100_000]
+    files = []
+    for i, size in enumerate(sizes):
+        files.append(tmp_path / f"w{i}.whl")
+        files[-1].write_bytes(b"x" * size)
+    out = tmp_path / "house"
+    out.mkdir()
+    parts = wheelhouse.split([str(f) for f in files], str(out), 1.0)  # 1 MiB parts
+    assert [size for _, size in parts] == [1_000_000, 1_000_000]  # 700k + 300k, then 500k + 400k + 100k
+    assert all(size <= 2**20 for _, size in parts)
+    assert sorted(f.name for f in out.rglob("*.whl")) == sorted(f.name for f in files)
+    with pytest.raises(SystemExit, match="larger than a part"):
+        big = tmp_path / "big.whl"
+        big.write_bytes(b"x" * 2_000_000)
+        wheelhouse.split([str(big)], str(out), 1.0)
+
+
+def test_a_bundle_comes_back_byte_for_byte(tmp_path):
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(os.urandom(300_000))  # cut into pieces of a 0.1 MiB part
+    tiny_encoder("bert", layers=2).save_pretrained(tmp_path / "encoder")
+    tiny_tokenizer().save_pretrained(tmp_path / "encoder")
+    rows = [{"id": str(i), "conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": f"a{i}"},
+                                             {"from": "human", "value": "more"}]} for i in range(50)]  # fmt: skip
+    (tmp_path / "sharegpt.json").write_text(json.dumps(rows))
+    out = tmp_path / "bundle"
+    argv = ["pack", str(out), "--no-wheels", "--part-mib", "0.1", "--conversations", "40", "--gguf", str(gguf),
+            "--encoder", str(tmp_path / "encoder"), "--data", str(tmp_path / "sharegpt.json")]  # fmt: skip
+    assert gpu_bundle.main(argv) == 0
+    parts = sorted(out.glob("part-*"))
+    assert len(parts) >= 3 and (out / "part-1" / "manifest.json").is_file()
+    assert all(
+        sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and f.name != "manifest.json") <= 0.1 * 2**20
+        for p in parts
+    )
+    manifest = json.loads((out / "part-1" / "manifest.json").read_text())
+    assert len(manifest["files"]["model.gguf"]["pieces"]) == 3
+
+    assert gpu_bundle.main(["unpack", str(out), str(tmp_path / "assets"), "--no-dequantize"]) == 0
+    assets = tmp_path / "assets"
+    assert (assets / "model.gguf").read_bytes() == gguf.read_bytes()
+    assert json.loads((assets / "sharegpt.json").read_text()) == [{**r, "conversations": r["conversations"][:2]}
+                                                                 for r in rows[:40]]  # fmt: skip
+    from transformers import AutoModel
+
+    encoder = AutoModel.from_pretrained(assets / "encoder")
+    assert next(encoder.parameters()).dtype.is_floating_point and (assets / "encoder" / "tokenizer.json").is_file()
+
+    next(p for p in parts if p.name != "part-1").rename(tmp_path / "left-behind")  # a part not carried
+    with pytest.raises(SystemExit, match="carry every part"):
+        gpu_bundle.main(["unpack", str(out), str(tmp_path / "again"), "--no-dequantize"])
