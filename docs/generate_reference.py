@@ -4,7 +4,8 @@ Write the reference pages of the documentation site from the code, so that they 
 - `reference/configuration.md`: every field of the library's argument dataclasses (name, type, default, allowed
   values, help), read from the dataclasses themselves;
 - `reference/cli.md`: every command's and subcommand's `--help`, as the argparse parsers print it;
-- `reference/recipes.md`: every recipe under `recipes/`, with the command its header starts with and what it runs.
+- `reference/recipes.md`: every shipped recipe, search space and launch config, with the command its header starts
+  with and what it runs.
 
 `make docs` runs it before building (the pages are not committed: they are always this code's); `tests/test_docs.py`
 checks that they cover every command and field.
@@ -134,22 +135,18 @@ def cli() -> str:
 
 
 def recipes() -> str:
+    from constrained_sft.utils import shipped
+
     out = [HEADER, "# Recipe index\n\n"]
     out.append(
-        "Every recipe under `recipes/`: the command its header starts with, and the header's first sentence. Each "
-        "file's keys are the configuration fields ([configuration](configuration.md)); its header comments the "
-        "trade-offs.\n\n| recipe | command | what it runs |\n|---|---|---|\n"
+        "Every recipe, search space and accelerate config installed with the package, as `constrained-sft recipes` "
+        "lists them: the name every `--config` takes (or the checkout's path), the command its header starts with, "
+        "and the header's first sentence. Each recipe's keys are the configuration fields "
+        "([configuration](configuration.md)); its header comments the trade-offs.\n\n"
+        "| name | kind | command | what it runs |\n|---|---|---|---|\n"
     )
-    for path in sorted((ROOT / "recipes").rglob("*.yaml")):
-        comments = []
-        for line in path.read_text().splitlines():
-            if not line.startswith("#"):
-                break
-            comments.append(line.lstrip("#").strip())
-        command = next((c for c in comments if c.startswith(("constrained-sft", "accelerate launch"))), "")
-        prose = " ".join(c for c in comments if c and c != command)
-        first = prose.split(". ")[0].rstrip(".") + "." if prose else ""
-        out.append(f"| `{path.relative_to(ROOT)}` | `{_cell(command)}` | {_cell(first)} |\n")
+    for f in [*shipped.recipes(), *shipped.launch_configs()]:
+        out.append(f"| `{f.name}` | {f.kind} | `{_cell(f.command)}` | {_cell(f.purpose)} |\n")
     return "".join(out)
 
 

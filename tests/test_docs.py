@@ -69,11 +69,11 @@ def test_generated_references_cover_every_command_field_and_recipe(tmp_path):
         for name in names:
             section = pages["cli.md"].split(f"## `constrained-sft {name}`", 1)[1].split("\n## ", 1)[0]
             assert "usage:" in section, name  # the command's own help, not an error
-    for recipe in (ROOT / "recipes").rglob("*.yaml"):
-        assert f"`{recipe.relative_to(ROOT)}`" in pages["recipes.md"]
-    assert (
-        "| `recipes/smollm2-135m/sharegpt/constrained.yaml` | `constrained-sft train --config" in pages["recipes.md"]
-    )
+    for recipe in (ROOT / "recipes").rglob("*.yaml"):  # every file, by the name `--config` takes
+        assert f"| `{recipe.relative_to(ROOT / 'recipes').with_suffix('').as_posix()}` |" in pages["recipes.md"]
+    for config in (ROOT / "accelerate_configs").glob("*.yaml"):
+        assert f"| `{config.stem}` | launch config |" in pages["recipes.md"]
+    assert "| `smollm2-135m/sharegpt/constrained` | recipe | `constrained-sft train --config" in pages["recipes.md"]
 
 
 def test_api_page_renders_every_public_name():

@@ -1,6 +1,6 @@
 """
 The `constrained-sft` command line (also `python -m constrained_sft`), in TRL's shape: argparse subparsers, one
-`Command` per verb (`train`, `sweep`, `study`, the `eval` group of `robustness`, `generate`, `alpaca`, `exits`,
+`Command` per verb (`train`, `sweep`, `study`, `recipes`, the `eval` group of `robustness`, `generate`, `alpaca`, `exits`,
 `harness`), each parsing the fields of library dataclasses and printing what the library returns. Nothing here knows a task: the recipe's `task`
 is looked up in `constrained_sft.tasks`. Importing this module loads no torch: each command imports what it runs,
 and a command's `--help` is printed from a cache once built (`help_cache`).
@@ -22,6 +22,7 @@ from .eval_generate import GenerateCommand
 from .eval_harness import HarnessCommand
 from .eval_robustness import RobustnessCommand
 from .help_cache import cached_help, wants_help
+from .recipes import RecipesCommand
 from .study import StudyCommand
 from .sweep import SweepCommand
 from .train import TrainCommand
@@ -35,7 +36,7 @@ class EvalGroup(Group):
     commands = (RobustnessCommand(), GenerateCommand(), AlpacaCommand(), ExitsCommand(), HarnessCommand())
 
 
-COMMANDS: tuple[Command, ...] = (TrainCommand(), EvalGroup(), SweepCommand(), StudyCommand())
+COMMANDS: tuple[Command, ...] = (TrainCommand(), EvalGroup(), SweepCommand(), StudyCommand(), RecipesCommand())
 
 
 def build_parser() -> argparse.ArgumentParser:

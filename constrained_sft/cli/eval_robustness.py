@@ -24,9 +24,9 @@ class RobustnessCommand(Command):
     def run(self, argv: list[str], prog: str) -> int:
         from ..evaluation import RobustnessArguments, run
         from ..evaluation.robustness import console_lines
-        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
+        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task, with_shipped
 
-        recipe, task, argv = recipe_and_task(argv, prog, flag="--recipe")
+        recipe, task, argv = recipe_and_task(with_shipped(argv, ("--recipe",)), prog, flag="--recipe")
         description = (
             f"{prog} (--models DIR [DIR ...] | --arm NAME=DIR[,DIR...] --arm ...) --output_dir DIR [--recipe "
             "<recipe.yaml>]: evaluate models against the noise level and compare arms with intervals."

@@ -35,9 +35,9 @@ class StudyCommand(Command):
         from ..study import StudyArguments, run
         from ..study.report import arm_label
         from ..study.results import StudyResults
-        from ..tasks.recipes import dataclass_parser, parse, read_recipe, recipe_and_task
+        from ..tasks.recipes import dataclass_parser, parse, read_recipe, recipe_and_task, with_shipped
 
-        _, task, argv = recipe_and_task(argv, prog)
+        _, task, argv = recipe_and_task(with_shipped(argv, ("--config", "--erm_config"), "--arm"), prog)
         description = (
             f"{prog} --config <constrained recipe.yaml> --erm_config <ERM recipe.yaml> [--arm NAME=RECIPE.yaml ...] "
             "[--training_seeds N] [--field value ...]: train every arm with N seeds, measure them, judge each arm's "

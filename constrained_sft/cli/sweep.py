@@ -25,9 +25,9 @@ class SweepCommand(Command):
         from ..evaluation.report import comparisons_markdown
         from ..sweep import SweepArguments, run
         from ..sweep.run import searched_line
-        from ..tasks.recipes import dataclass_parser, parse, read_recipe, recipe_and_task
+        from ..tasks.recipes import dataclass_parser, parse, read_recipe, recipe_and_task, with_shipped
 
-        _, task, argv = recipe_and_task(argv, prog)
+        _, task, argv = recipe_and_task(with_shipped(argv, ("--config", "--space"), "--arm"), prog)
         description = (
             f"{prog} --config <constrained recipe.yaml> --space <sweep.yaml> [--baseline erm] [--field value ...]: "
             "search the recipe's hyperparameters, then compare the best configurations."

@@ -24,9 +24,9 @@ class TrainCommand(Command):
     def run(self, argv: list[str], prog: str) -> int:
         from ..config import ProcessArguments
         from ..tasks.base import require_model
-        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task
+        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task, with_shipped
 
-        recipe, task, argv = recipe_and_task(argv, prog)
+        recipe, task, argv = recipe_and_task(with_shipped(argv, ("--config",)), prog)
         description = (
             f"Fine-tune from a YAML recipe: {prog} --config <recipe.yaml> [--field value ...]. Command-line values "
             "override the recipe's; `task` (sft, classification or video) chooses what is trained."

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
-import os
 
 from trl import TrlParser
 
+from ..utils import shipped
 from ..utils.files import read_yaml
 from ..utils.help_text import percent
 from . import DEFAULT_TASK, Recipe, Task, get_task
@@ -57,13 +57,54 @@ def read_recipe(path: str | None, flag: str = "--config") -> dict:
     """The YAML recipe at `path` ({} without one), refused unless it is a mapping of field names to values."""
     if path is None:
         return {}
-    if not os.path.isfile(path):
-        raise ValueError(f"`{flag}` {path!r} is not a file; give the path of a YAML recipe (see recipes/).")
-    recipe = read_yaml(path, flag)
+    recipe = read_yaml(shipped.find(path, flag), flag)  # a local file, else a shipped name (else refused)
     if not isinstance(recipe, dict):
         got = "an empty file" if recipe is None else f"a {type(recipe).__name__}"
-        raise ValueError(f"`{flag}` {path} must be a YAML mapping of field names to values (see recipes/), got {got}.")
+        raise ValueError(
+            f"`{flag}` {path} must be a YAML mapping of field names to values (`constrained-sft recipes` lists the shipped ones), got {got}."
+        )
     return recipe
+
+
+def with_shipped(argv: list[str], flags: tuple[str, ...], arm_flag: str | None = None) -> list[str]:
+    """
+    `argv` with the recipe files `flags` name (`--flag VALUE`, `--flag=VALUE`; `arm_flag`: `NAME=VALUE` items) given
+    as paths: a local file stays as given, a shipped recipe's name (`constrained-sft recipes`) becomes its installed
+    path, so TRL's parser and every later read see a file. An unknown name is refused with the close names (under
+    `--help` it is left for the help to ignore).
+    """
+    loose = any(a in HELP for a in argv)
+
+    def path(value: str, flag: str) -> str:
+        try:
+            return shipped.find(value, flag, what="search space" if flag == "--space" else "recipe")
+        except ValueError:
+            if loose:
+                return value
+            raise
+
+    def arm(item: str) -> str:
+        name, sep, value = item.partition("=")
+        return f"{name}={path(value, f'{arm_flag} {name}')}" if sep and value else item
+
+    out, current = [], None  # current: the flag whose values follow
+    for token in argv:
+        flag, eq, value = token.partition("=")
+        if token.startswith("--"):
+            current = flag if flag in (*flags, arm_flag) else None
+            if eq and current:
+                out.append(f"{flag}={arm(value) if flag == arm_flag else path(value, flag)}")
+                current = flag if flag == arm_flag else None
+                continue
+            out.append(token)
+        elif arm_flag and current == arm_flag:
+            out.append(arm(token))  # `--arm a=x b=y`: every item until the next flag
+        elif current:
+            out.append(path(token, current))
+            current = None
+        else:
+            out.append(token)
+    return out
 
 
 def recipe_and_task(argv: list[str], prog: str, flag: str = "--config") -> tuple[dict, Task, list[str]]:
@@ -121,5 +162,5 @@ def _hints(unknown: list[str], known: list[str]) -> str:
 def load_recipe(path: str, overrides: list[str] | tuple[str, ...] = ()) -> tuple[Task, Recipe]:
     """(task, recipe) of the YAML recipe at `path` with `--field value` `overrides`, as `constrained-sft train`
     reads them."""
-    _, task, argv = recipe_and_task(["--config", path, *overrides], "recipe")
+    _, task, argv = recipe_and_task(["--config", shipped.find(path, "path"), *overrides], "recipe")
     return task, task.recipe(parse(dataclass_parser(task.parser_classes(), "recipe", ""), argv))

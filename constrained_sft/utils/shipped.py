@@ -1,0 +1,157 @@
+"""
+The recipes, search spaces and accelerate launch configs that install with the package (`constrained_sft/recipes/`,
+`constrained_sft/accelerate_configs/`; a checkout's top-level `recipes/` and `accelerate_configs/` are links to the
+same files), found by name the way torchtune finds its configs (`tune ls`, `tune cp`):
+
+    smollm2-135m/sharegpt/constrained     the recipe recipes/smollm2-135m/sharegpt/constrained.yaml
+    ddp                                   the launch config accelerate_configs/ddp.yaml
+
+A name may also be written as the checkout's path (`recipes/smollm2-135m/sharegpt/constrained.yaml`), so every
+command in the docs runs for a user who installed the package with pip; a local file of that path wins.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+PACKAGE = Path(__file__).resolve().parents[1]
+RECIPES = PACKAGE / "recipes"
+LAUNCH_CONFIGS = PACKAGE / "accelerate_configs"
+SUFFIX = ".yaml"
+CLOSE = 5  # close names an error lists
+COMMANDS = ("constrained-sft ", "accelerate ", "python ", "bash ", "--")  # header lines that are commands
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    """One shipped YAML: its name, kind ('recipe', 'sweep space' or 'launch config'), what `constrained-sft
+    recipes` shows of it (the model and objective of a recipe, the distributed type of a launch config), the
+    first sentence of its header comment and the command its header gives."""
+
+    name: str
+    kind: str
+    path: Path
+    model: str
+    objective: str
+    purpose: str
+    command: str
+
+
+def header_command(text: str) -> str:
+    """The first command line of a YAML's header comment ('' without one)."""
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        if line[1:].strip().startswith(COMMANDS[:-1]):
+            return line[1:].strip()
+    return ""
+
+
+def purpose(text: str) -> str:
+    """The first sentence of a YAML's header comment after its command lines (the recipes' convention: the exact
+    command first, a blank comment line, then what the file is for)."""
+    paragraphs, current = [], []
+    for line in text.splitlines():
+        line = line[1:].strip() if line.startswith("#") else None
+        if line:
+            current.append(line)
+            continue
+        if current:
+            paragraphs.append(" ".join(current))
+            current = []
+        if line is None:  # the header ends at the first line that is not a comment
+            break
+    prose = [p for p in paragraphs if not p.startswith(COMMANDS)]
+    first = prose[0] if prose else ""
+    for end in re.finditer(r"\. ", first):
+        if not re.search(r"\b(al|e\.g|i\.e|vs|cf)$", first[: end.start()]):
+            return first[: end.start() + 1]
+    return first
+
+
+def _describe(path: Path, root: Path, kind: str) -> ShippedFile:
+    text = path.read_text()
+    data = yaml.safe_load(text) or {}
+    name = path.relative_to(root).with_suffix("").as_posix()
+    if kind == "launch config":
+        model, objective = "", str(data.get("distributed_type", ""))
+    elif path.stem == "sweep":
+        kind, model, objective = "sweep space", "", ""
+    else:
+        model = str(
+            data.get("model_name_or_path") or (f"{data['architecture']} (built)" if "architecture" in data else "-")
+        )
+        objective = str(data.get("constraints", "descent"))
+        if objective == "none" and data.get("neftune_noise_alpha"):
+            objective = "none + NEFTune"
+    return ShippedFile(name, kind, path, model, objective, purpose(text), header_command(text))
+
+
+def recipes() -> list[ShippedFile]:
+    """Every shipped recipe and search space, by name."""
+    return [_describe(p, RECIPES, "recipe") for p in sorted(RECIPES.rglob(f"*{SUFFIX}"))]
+
+
+def launch_configs() -> list[ShippedFile]:
+    """Every shipped accelerate launch config, by name."""
+    return [_describe(p, LAUNCH_CONFIGS, "launch config") for p in sorted(LAUNCH_CONFIGS.glob(f"*{SUFFIX}"))]
+
+
+def _name(value: str, launch: bool) -> str:
+    """`recipes/a/b.yaml`, `./recipes/a/b.yaml`, `a/b.yaml` and `a/b` all name `a/b`."""
+    folder = "accelerate_configs" if launch else "recipes"
+    return value.replace(os.sep, "/").removeprefix("./").removeprefix(f"{folder}/").removesuffix(SUFFIX)
+
+
+def find_shipped(value: str, launch: bool | None = False, flag: str = "NAME", what: str | None = None) -> str:
+    """The shipped recipe or search space (`launch`: accelerate config; None: either, a recipe first) that `value`
+    names; anything else is refused in one line naming `flag` and `what` it takes, with the close names."""
+    kinds = [False, True] if launch is None else [launch]
+    found = {}
+    for kind in kinds:
+        shipped = {f.name: f.path for f in (launch_configs() if kind else recipes())}
+        if _name(value, kind) in shipped:
+            return str(shipped[_name(value, kind)])
+        found.update({n: _name(value, kind) for n in shipped})
+    close = []
+    for name, wanted in found.items():
+        if (
+            difflib.get_close_matches(wanted, [name], n=1, cutoff=0.5)
+            or name.rsplit("/")[-1] == wanted.rsplit("/")[-1]
+        ):
+            close.append((difflib.SequenceMatcher(None, wanted, name).ratio(), name))
+    hint = f" Close: {', '.join(n for _, n in sorted(close, reverse=True)[:CLOSE])}." if close else ""
+    what = what or {None: "recipe or accelerate config", False: "recipe", True: "accelerate config"}[launch]
+    where = LAUNCH_CONFIGS if launch else RECIPES if launch is False else PACKAGE
+    raise ValueError(
+        f"`{flag}` {value!r} is neither a file nor a shipped {what} name: give the path of a YAML {what.split(' or ')[0]} "
+        f"or a name that `constrained-sft recipes` lists (installed in {where}).{hint}"
+    )
+
+
+def find(value: str, flag: str, launch: bool = False, what: str | None = None) -> str:
+    """The file `value` names for `flag`: a local file as given (it wins), else the shipped file of that name."""
+    return value if os.path.isfile(value) else find_shipped(value, launch, flag, what)
+
+
+def copy(name: str, destination: str = ".") -> str:
+    """
+    Copy the shipped recipe, search space or accelerate config `name` to `destination` (a folder: the file keeps its
+    base name), to edit; an existing file is never overwritten. Returns the path written.
+    """
+    source = find_shipped(name, None)
+    target = os.path.join(destination, os.path.basename(source)) if os.path.isdir(destination) else destination
+    if os.path.exists(target):
+        raise ValueError(
+            f"{target} exists, and a copy never replaces a file; give another path (constrained-sft recipes cp {name} NEW.yaml)."
+        )
+    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
+    shutil.copyfile(source, target)
+    return target
