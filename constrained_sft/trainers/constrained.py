@@ -19,8 +19,9 @@ from ..constraints import LayerLosses, PrimalDual, stats_metrics
 from ..constraints.feasibility import REPORT, bound_message, verdict_message
 from ..utils.files import write_json
 from .callbacks import handle_nonfinite
+from .model_card import CARD, model_card
 from .noise import TrainingNoise
-from .resume import TrainerOverrides, start_run, trl_eval_metrics
+from .resume import TrainerOverrides, model_source, start_run, trl_eval_metrics
 from .setup import ConstrainedSetup
 
 logger = logging.getLogger(__name__)
@@ -172,14 +173,20 @@ class ConstrainedTrainerMixin(TrainerOverrides):
         checkpoint = start_run(self, resume_from_checkpoint)
         output = super().train(checkpoint, *args, **kwargs)
         self.write_constraint_report()
+        self.create_model_card()
         return output
 
-    def write_constraint_report(self) -> dict[str, Any]:
-        """Write `constraints.json` to `output_dir`; warn when constrained training ended infeasible (see [`verdict_message`])."""
+    def constraint_report(self) -> dict[str, Any]:
+        """The feasibility report of the run so far (`PrimalDual.summary`), with the step and the noise scale."""
         summary = self.primal_dual.summary()
         summary["global_step"] = self.state.global_step
         summary["noise_gamma"] = self.args.noise_gamma  # the evaluation's ID / OOD boundary
         summary["noise_sigma_x"] = self.noise_sigma  # the scale every evaluation of this run's models should share
+        return summary
+
+    def write_constraint_report(self) -> dict[str, Any]:
+        """Write `constraints.json` to `output_dir`; warn when constrained training ended infeasible (see [`verdict_message`])."""
+        summary = self.constraint_report()
         if self.args.should_save:
             os.makedirs(self.args.output_dir, exist_ok=True)
             write_json(os.path.join(self.args.output_dir, REPORT), summary)
@@ -188,3 +195,27 @@ class ConstrainedTrainerMixin(TrainerOverrides):
             level, text = message
             logger.log(level, "%s See %s.", text, os.path.join(self.args.output_dir, REPORT))
         return summary
+
+    def write_model_card(self, folder: str, model_name: str | None = None, tags: list[str] | None = None) -> str:
+        """The run's model card (`model_card.model_card`: the constraint table of the report so far) as `folder`'s
+        README.md; the output folder's at every save and at the end, each checkpoint's as it is saved."""
+        identity = getattr(self, "run_identity", None) or {}
+        card = model_card(
+            self.constraint_report(),
+            self.args,
+            identity.get("model") or model_source(self.model),
+            identity.get("data"),
+            model_name or os.path.basename(os.path.normpath(self.args.output_dir)),
+            [*(tags or []), *getattr(self, "_tag_names", [])],
+        )
+        path = os.path.join(folder, CARD)
+        card.save(path)
+        return path
+
+    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None, **_):
+        """TRL's and transformers' hook (every checkpoint save, `push_to_hub`): this run's card in `output_dir`,
+        which `push_to_hub` uploads with `constraints.json`. transformers' card options (language, license, ...)
+        are not used."""
+        if self.is_world_process_zero():
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            self.write_model_card(self.args.output_dir, model_name, [tags] if isinstance(tags, str) else tags)

@@ -6,7 +6,15 @@ whether it fits (`select`), the run folder's identity and the refusal of a folde
 
 from .files import ConstraintStateError, load_state, read_state, save_state
 from .overrides import TrainerOverrides, prepare_inputs, trl_eval_metrics
-from .run_folder import OutputDirError, check_output_dir, deciding, refusal_leaves_nothing, run_identity, start_run
+from .run_folder import (
+    OutputDirError,
+    check_output_dir,
+    deciding,
+    model_source,
+    refusal_leaves_nothing,
+    run_identity,
+    start_run,
+)
 from .select import CheckpointError, resolve_resume
 
 __all__ = [
@@ -17,6 +25,7 @@ __all__ = [
     "check_output_dir",
     "deciding",
     "load_state",
+    "model_source",
     "prepare_inputs",
     "read_state",
     "refusal_leaves_nothing",

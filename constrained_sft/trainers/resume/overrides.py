@@ -104,6 +104,7 @@ class TrainerOverrides:
             self.args = own
         self.accelerator.wait_for_everyone()  # every rank's files (its RNG state, its shards) are on disk
         if self.args.should_save:
+            self.write_model_card(folder)  # the checkpoint's own card (the mixin's), as TRL writes one per save
             mark_complete(folder, self.state.global_step)
             rotate_checkpoints(run_dir, limit, self.state.best_model_checkpoint, use_mtime=True)
 

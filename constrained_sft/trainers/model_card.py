@@ -1,0 +1,178 @@
+"""
+The model card (`README.md`) of a constrained run, as TRL writes one beside every checkpoint: the base model, the
+data, the objective, the dual optimizer, the feasibility verdict and the per-layer table of `constraints.json`, the
+training noise, the versions and the paper's citation, with the tags `constrained-sft` and the objective. Rendered
+through huggingface_hub's `ModelCard.from_template` (the machinery of TRL's `generate_model_card`) from
+`templates/model_card.md`; `Trainer.push_to_hub` uploads it with the output folder, `constraints.json` included.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from huggingface_hub import ModelCard, ModelCardData
+
+from ..constraints.feasibility import verdict_message
+from ..version import VERSION
+
+TEMPLATE = os.path.join(os.path.dirname(__file__), "templates", "model_card.md")
+CARD = "README.md"
+CITATION = """@misc{porrasvalenzuela-constrained-unrolled-transformers,
+  title  = {A Constrained Optimization Perspective of Unrolled Transformers},
+  author = {Porras-Valenzuela, Javier and Hadou, Samar and Ribeiro, Alejandro},
+  note   = {University of Pennsylvania}
+}"""
+OBJECTIVES = {  # `constraints` -> (tag, what the training did)
+    "descent": (
+        "descent-constraints",
+        "with descent constraints: trained by primal-dual learning so that every constrained layer's readout loss "
+        "falls below (1 - alpha) times the one before it, f_l <= (1 - alpha) f_(l-1), as the steps of a descent "
+        "algorithm do",
+    ),
+    "penalty": (
+        "descent-penalty",
+        "with the descent terms as a fixed-weight penalty (no dual ascent): the constraints were measured, not enforced",
+    ),
+    "early_exit": (
+        "early-exit",
+        "with an early-exit objective (the final loss plus a fixed weight on each constrained layer's loss): the "
+        "descent constraints were measured, not enforced",
+    ),
+    "none": (
+        "erm",
+        "without constraints (ERM, the twin a constrained run is compared with): the layer losses below were "
+        "measured, not trained",
+    ),
+}
+VERSIONS = ("transformers", "trl", "torch", "datasets")
+
+
+def _number(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}"
+
+
+def _versions() -> list[tuple[str, str]]:
+    found = [("constrained-sft", VERSION)]
+    for name in VERSIONS:
+        with contextlib.suppress(PackageNotFoundError):
+            found.append((name, version(name)))
+    return found
+
+
+def _data(data: dict[str, Any] | None) -> tuple[str, str | None]:
+    """(what the run trained on, a Hub dataset id for the card's metadata) from the run's identity."""
+    if not data:
+        return "not recorded (a trainer built in Python is given rows, not a dataset name)", None
+    name = data.get("dataset_name") or data.get("data_dir") or data.get("video_dir")
+    parts = [f"`{name}`"] if name else []
+    parts += [f"{k} `{v}`" for k in ("dataset_config", "dataset_train_split") if (v := data.get(k))]
+    hub = name if isinstance(name, str) and "/" in name and not os.path.exists(name) else None
+    return ", ".join(parts) or "recorded in run.json", hub
+
+
+def layer_rows(report: dict[str, Any]) -> list[dict[str, str]]:
+    """One row per constrained layer: its mean loss, its constraint, slack, multiplier and whether it holds."""
+    rows, layers, alphas = [], report["layers"], report["alpha"]
+    for i, layer in enumerate(layers):
+        key = str(layer)
+        if key not in report["dual"]:
+            constraint = "-"
+        elif i == 0:
+            constraint = f"f_{layer} <= epsilon = {_number(report['epsilon'])}"
+        else:
+            constraint = f"f_{layer} <= {_number(1 - alphas[i - 1])} f_{layers[i - 1]}"
+        holds = report["holds"].get(key)
+        rows.append(
+            {
+                "layer": key,
+                "loss": _number(report["layer_loss"].get(key)),
+                "constraint": constraint,
+                "slack": _number(report["slack"].get(key)) if key in report["slack"] else "-",
+                "dual": _number(report["dual"].get(key)) if key in report["dual"] else "-",
+                "holds": "-" if holds is None else ("yes" if holds else "**no**"),
+            }
+        )
+    return rows
+
+
+def verdict(report: dict[str, Any]) -> str:
+    """The feasibility verdict in one paragraph (`constraints.feasibility.verdict_message`, and the cases it leaves
+    silent: every constraint holding strictly, and an unconstrained run)."""
+    held, total = sum(report["holds"].values()), len(report["holds"])
+    steps = report["window_steps"]
+    where = f"over optimizer steps {steps[0]}-{steps[1]}" if steps else "(no optimizer step recorded)"
+    if not report["constraints"]:
+        return f"Trained without constraints; measured: {held} of {total} descent constraints hold {where}."
+    message = verdict_message(report)
+    if message is None:
+        return f"**Feasible**: all {total} descent constraints hold {where}."
+    text = message[1].removeprefix("Constrained training ended infeasible. ")
+    return ("**Feasible**: " if report["feasible"] else "**Infeasible**: ") + text
+
+
+def model_card(
+    report: dict[str, Any],
+    args: Any,
+    model_source: str | None,
+    data: dict[str, Any] | None,
+    model_name: str,
+    tags: list[str] = (),
+) -> ModelCard:
+    """The card of a run from its feasibility report (`constraints.json`'s content) and its training arguments."""
+    objective = getattr(args, "constraints", "descent")
+    tag, what = OBJECTIVES.get(objective, (objective, f"with objective `{objective}`"))
+    hub_model = model_source if model_source and "/" in model_source and not os.path.exists(model_source) else None
+    base = (
+        f"[{hub_model}](https://huggingface.co/{hub_model})"
+        if hub_model
+        else (f"`{model_source}`" if model_source else "a model built in code")
+    )
+    data_text, hub_data = _data(data)
+    enforced = report["constraints"] and report.get("enforced", True)
+    dual = (
+        f"{report.get('dual_optimizer', args.dual_optimizer)}, dual_lr {args.dual_lr:g}, resilience {args.resilience:g}"
+        if enforced
+        else "none (no dual ascent)"
+    )
+    neftune = getattr(args, "neftune_noise_alpha", None)
+    gamma, sigma = report.get("noise_gamma") or 0.0, report.get("noise_sigma_x")
+    if isinstance(gamma, (list, tuple)):  # a range: each example draws its level uniformly from it
+        level = f"gamma uniform in [{', '.join(f'{g:g}' for g in gamma)}]"
+    else:
+        level = f"gamma {gamma:g}" if isinstance(gamma, (int, float)) else f"gamma {gamma}"
+    mean = getattr(args, "noise_mean", 0.0)
+    noise = f"{level} x sigma_x {_number(sigma)} on the input embeddings, mean {mean:g}" if gamma else "none (gamma 0)"
+    procedure = [
+        ("base model", base),
+        ("data", data_text),
+        ("objective", f"`{objective}`" + (f" with NEFTune (alpha {neftune:g})" if neftune else "")),
+        ("dual optimizer", dual),
+        ("constrained layers", ", ".join(map(str, report["layers"])) or "-"),
+        ("descent factor alpha", ", ".join(sorted({f"{a:g}" for a in report["alpha"]})) or "-"),
+        ("training noise", noise),
+        ("optimizer steps", str(report.get("global_step", "-"))),
+        ("descent share", _number(report.get("descent_fraction"), 3)),
+    ]
+    steps = report["window_steps"]
+    card_data = ModelCardData(
+        base_model=hub_model,
+        datasets=[hub_data] if hub_data else None,
+        library_name="transformers",
+        model_name=model_name,
+        tags=list(dict.fromkeys(["constrained-sft", tag, *tags, "generated_from_trainer"])),
+    )
+    return ModelCard.from_template(
+        card_data,
+        template_path=TEMPLATE,
+        model_name=model_name,
+        intro=f"This model is {base} fine-tuned {what}. Trained with constrained-sft {VERSION} (`pip install constrained-sft`).",
+        procedure=procedure,
+        verdict=verdict(report),
+        layer_rows=layer_rows(report),
+        window=f"optimizer steps {steps[0]}-{steps[1]}" if steps else "none",
+        versions=_versions(),
+        citation=CITATION,
+    )

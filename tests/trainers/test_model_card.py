@@ -1,0 +1,78 @@
+"""Every constrained run leaves a model card (README.md) in its output folder and in each checkpoint, as TRL does:
+the objective, the dual optimizer, the feasibility verdict and the per-layer table of constraints.json, the noise,
+the versions, the citation and the tags; `push_to_hub` uploads it with constraints.json."""
+
+import json
+import os
+from pathlib import Path
+
+from huggingface_hub import ModelCard
+
+from constrained_sft.version import VERSION
+
+
+def test_a_run_and_its_checkpoint_carry_the_card_with_the_constraint_table(make_trainer, tmp_path):
+    trainer = make_trainer(max_steps=4, save_strategy="steps", save_steps=2, noise_gamma=0.5, dual_lr=0.1)
+    trainer.train()
+    out = tmp_path / "out"
+    card = ModelCard.load(out / "README.md")
+    report = json.loads((out / "constraints.json").read_text())
+    assert {"constrained-sft", "descent-constraints", "trl", "sft"} <= set(card.data.tags)
+    text = card.text
+    assert "| objective | `descent` |" in text and "| dual optimizer | sgd, dual_lr 0.1, resilience 0 |" in text
+    assert "gamma 0.5 x sigma_x" in text and f"constrained-sft: {VERSION}" in text
+    assert "Porras-Valenzuela" in text and "| optimizer steps | 4 |" in text
+    verdict = "**Feasible**" if report["feasible"] else "**Infeasible**"
+    assert verdict in text
+    for layer in report["layers"][1:]:  # every constrained layer's row, with the loss constraints.json recorded
+        loss = f"{report['layer_loss'][str(layer)]:.4g}"
+        assert f"| {layer} | {loss} | f_{layer} <= 0.95 f_" in text
+    checkpoint = ModelCard.load(out / "checkpoint-2" / "README.md")
+    assert "| optimizer steps | 2 |" in checkpoint.text  # the checkpoint's own card, of the run so far
+    marker = json.loads((out / "checkpoint-2" / "checkpoint_complete.json").read_text())
+    assert "README.md" in marker["files"]  # written before the completion marker: part of the whole checkpoint
+
+
+def test_an_unconstrained_twin_says_what_was_measured(make_trainer, tmp_path):
+    make_trainer(max_steps=2, constraints="none").train()
+    card = ModelCard.load(tmp_path / "out" / "README.md")
+    assert "erm" in card.data.tags and "| dual optimizer | none (no dual ascent) |" in card.text
+    assert "Trained without constraints; measured:" in card.text and "| training noise | none (gamma 0) |" in card.text
+
+
+def test_push_to_hub_uploads_the_card_and_the_report(make_trainer, tmp_path, monkeypatch):
+    import transformers.trainer as hf_trainer
+
+    uploaded = {}
+
+    class Api:
+        def upload_folder(self, folder_path, **kwargs):
+            for name in os.listdir(folder_path):
+                if name.endswith((".md", ".json")):
+                    uploaded[name] = Path(folder_path, name).read_text()
+
+    monkeypatch.setattr(hf_trainer, "hf_api", lambda: Api())
+    trainer = make_trainer(max_steps=2)
+    trainer.train()
+    trainer.hub_model_id = "someone/tiny-constrained"  # as init_hf_repo would set it (no Hub here)
+    trainer.push_to_hub()
+    assert "constraints.json" in uploaded and "## Constraints" in uploaded["README.md"]
+    assert "model_name: tiny-constrained" not in uploaded["README.md"]  # the output folder names the model
+
+
+def test_a_classifier_run_and_its_checkpoint_carry_the_card(tmp_path):
+    """`ConstrainedTrainer` (transformers' Trainer writes no card of its own during training) gets the same card."""
+    import transformers
+
+    from constrained_sft import ConstrainedConfig, ConstrainedTrainer
+    from constrained_sft.testing import presence_dataset, tiny_encoder, tiny_tokenizer
+
+    args = ConstrainedConfig(output_dir=str(tmp_path / "clf"), report_to="none", use_cpu=True, max_steps=2,
+                             save_strategy="steps", save_steps=2, per_device_train_batch_size=8, disable_tqdm=True)  # fmt: skip
+    trainer = ConstrainedTrainer(model=tiny_encoder(), args=args, train_dataset=presence_dataset(32),
+                                 data_collator=transformers.DataCollatorWithPadding(tiny_tokenizer()))  # fmt: skip
+    trainer.train()
+    for folder in (tmp_path / "clf", tmp_path / "clf" / "checkpoint-2"):
+        card = ModelCard.load(folder / "README.md")
+        assert "constrained-sft" in card.data.tags and "## Constraints" in card.text
+        assert "| optimizer steps | 2 |" in card.text
