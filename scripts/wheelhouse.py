@@ -111,7 +111,13 @@ def download(packages: dict[str, str], out: str, python: str, platform: str) -> 
                 )
 
 
-def project_wheel(out: str) -> None:
+def project_wheel(out: str, built: str | None = None) -> None:
+    """The project's own wheel: `built` (a wheel built elsewhere, e.g. from the sdist in CI) or built here."""
+    if built:
+        shutil.copy(built, out)
+        return
+    # setuptools copies into build/lib but never removes a module deleted since: a stale one would ship in the wheel
+    shutil.rmtree(os.path.join(ROOT, "build"), ignore_errors=True)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
                     "--wheel-dir", out, ROOT], check=True)  # fmt: skip
 
@@ -141,7 +147,7 @@ def split(files: list[str], out: str, part_mib: float, subfolder: str = "") -> l
     return list(sizes.items())
 
 
-def collect(staging: str, python: str, platform: str, have: str | None, extras: list[str], also=()) -> list[str]:
+def collect(staging: str, python: str, platform: str, have: str | None, extras: list[str], also=(), project=None):
     """Every wheel the target needs but has (`have`), and the project's own, downloaded into `staging`; prints what
     is left out. Returns the wheel paths."""
     needed = closure(extras, python, tuple(also))
@@ -150,7 +156,7 @@ def collect(staging: str, python: str, platform: str, have: str | None, extras: 
     pinned = {name: lock.get(name, version) for name, version in needed.items() if name != canonical(PROJECT)}
     carried = {n: v for n, v in pinned.items() if not LEFT_OUT.match(n) and n not in present}
     download(carried, staging, python, platform)
-    project_wheel(staging)
+    project_wheel(staging, project)
     left = sorted(n for n in pinned if LEFT_OUT.match(n) or n in present)
     print(f"{len(carried) + 1} wheels for Python {python} / {platform}{' [' + ','.join(extras) + ']' if extras else ''}"
           f"; left out (the target's own): {', '.join(left)}")  # fmt: skip
@@ -163,13 +169,14 @@ def report(parts: list[tuple[str, int]]) -> None:
     print(f"  in all: {sum(size for _, size in parts) / 2**20:.1f} MiB")
 
 
-def build(out: str, python: str, platform: str, have: str | None, extras: list[str], part_mib: float, also=()):
+def build(out: str, python: str, platform: str, have: str | None, extras: list[str], part_mib: float, also=(),
+          project: str | None = None):  # fmt: skip
     if os.path.exists(out):
         shutil.rmtree(out)
     os.makedirs(out)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out))) as staging:
         print(f"wheelhouse {out}: ", end="")
-        parts = split(collect(staging, python, platform, have, extras, also), out, part_mib)
+        parts = split(collect(staging, python, platform, have, extras, also, project), out, part_mib)
     report(parts)
     return parts
 
@@ -189,15 +196,18 @@ def main(argv: list[str] | None = None) -> int:
         default=56.0,
         help="the largest part, MiB (default 56: 64 MiB per call less the working tree)",
     )
+    parser.add_argument("--project", help="the project's wheel to carry (default: built from this checkout)")
     args = parser.parse_args(argv)
     if not re.fullmatch(r"3\.\d+", args.python):
         parser.error(f"--python must be a version like 3.12, got {args.python!r}")
     if args.have and not os.path.isfile(args.have):
         parser.error(f"--have {args.have}: no such file (write it on the target with `pip freeze > FILE`)")
+    if args.project and not (os.path.isfile(args.project) and args.project.endswith(".whl")):
+        parser.error(f"--project {args.project}: not a wheel file (.whl)")
     if args.part_mib <= 0:
         parser.error(f"--part-mib must be > 0, got {args.part_mib}")
     extras = [e for e in args.extras.split(",") if e]
-    build(args.out, args.python, args.platform, args.have, extras, args.part_mib, args.also)
+    build(args.out, args.python, args.platform, args.have, extras, args.part_mib, args.also, args.project)
     return 0
 
 
