@@ -18,6 +18,7 @@ import torch
 from ..constraints import LayerLosses, PrimalDual, stats_metrics
 from ..constraints.feasibility import REPORT, bound_message, verdict_message
 from ..utils.files import write_json
+from ..utils.modules import unwrap_model
 from .callbacks import handle_nonfinite
 from .model_card import CARD, model_card
 from .noise import TrainingNoise
@@ -206,7 +207,7 @@ class ConstrainedTrainerMixin(TrainerOverrides):
             identity.get("model") or model_source(self.model),
             identity.get("data"),
             model_name or os.path.basename(os.path.normpath(self.args.output_dir)),
-            [*(tags or []), *getattr(self, "_tag_names", [])],
+            [*(tags or []), *(getattr(unwrap_model(self.model), "model_tags", None) or [])],
         )
         path = os.path.join(folder, CARD)
         card.save(path)
