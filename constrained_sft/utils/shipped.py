@@ -76,10 +76,9 @@ def purpose(text: str) -> str:
     return first
 
 
-def _describe(path: Path, root: Path, kind: str) -> ShippedFile:
+def _describe(name: str, path: Path, kind: str) -> ShippedFile:
     text = path.read_text()
     data = yaml.safe_load(text) or {}
-    name = path.relative_to(root).with_suffix("").as_posix()
     if kind == "launch config":
         model, objective = "", str(data.get("distributed_type", ""))
     elif path.stem == "sweep":
@@ -94,14 +93,20 @@ def _describe(path: Path, root: Path, kind: str) -> ShippedFile:
     return ShippedFile(name, kind, path, model, objective, purpose(text), header_command(text))
 
 
+def _paths(launch: bool) -> dict[str, Path]:
+    """{name: path} of the shipped recipes and search spaces (`launch`: accelerate configs), in name order."""
+    root = LAUNCH_CONFIGS if launch else RECIPES
+    return {p.relative_to(root).with_suffix("").as_posix(): p for p in sorted(root.rglob(f"*{SUFFIX}"))}
+
+
 def recipes() -> list[ShippedFile]:
     """Every shipped recipe and search space, by name."""
-    return [_describe(p, RECIPES, "recipe") for p in sorted(RECIPES.rglob(f"*{SUFFIX}"))]
+    return [_describe(name, p, "recipe") for name, p in _paths(False).items()]
 
 
 def launch_configs() -> list[ShippedFile]:
     """Every shipped accelerate launch config, by name."""
-    return [_describe(p, LAUNCH_CONFIGS, "launch config") for p in sorted(LAUNCH_CONFIGS.glob(f"*{SUFFIX}"))]
+    return [_describe(name, p, "launch config") for name, p in _paths(True).items()]
 
 
 def _name(value: str, launch: bool) -> str:
@@ -116,7 +121,7 @@ def find_shipped(value: str, launch: bool | None = False, flag: str = "NAME", wh
     kinds = [False, True] if launch is None else [launch]
     found = {}
     for kind in kinds:
-        shipped = {f.name: f.path for f in (launch_configs() if kind else recipes())}
+        shipped = _paths(kind)  # names only: finding one reads no YAML
         if _name(value, kind) in shipped:
             return str(shipped[_name(value, kind)])
         found.update({n: _name(value, kind) for n in shipped})
