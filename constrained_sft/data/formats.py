@@ -7,13 +7,27 @@ problem). Formats (detected from the columns with `dataset_format="auto"`):
 - `messages`: messages = [{role, content}];
 - `prompt_completion`: prompt, completion (strings or conversational lists);
 - `text`: a text column (plain language modelling).
+
+A row of the wrong shape (a missing column, a value of the wrong type, an unknown role) is refused, naming the split,
+row and field. A well-formed row with no answer to learn from is skipped and counted, in every chat format: real
+conversation data holds unanswered exchanges (ShareGPT: two user turns in a row, an empty reply), and a dozen such rows
+must not stop a run on eleven thousand. "No answer" is, by format and mode: `first_turn`, no non-empty assistant turn
+right after the opening user turn(s) (the first exchange); `messages`, no non-empty assistant turn anywhere; Alpaca, an
+empty `output`; prompt / completion, an empty completion. Plain `text` rows have no answer to miss: an empty text is
+refused like any malformed row. A map-style split says how many rows it skipped and why (one warning per reason); a
+streamed one warns for each row it skips, as training reads it; a split left with no row is refused.
 """
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
+
 from datasets import Dataset, IterableDataset
 
 from .errors import DataError
+
+logger = logging.getLogger(__name__)
 
 FORMATS = ("auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text")
 CONVERSATION_MODES = ("messages", "first_turn")
@@ -47,6 +61,19 @@ def detect_format(columns: list[str]) -> str:
     )
 
 
+class NoAnswer(Exception):
+    """A well-formed row with no answer to learn from (see the module docstring): skipped and counted, not refused."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+NO_ANSWER_FIRST_EXCHANGE = "no answer in the first exchange"
+NO_ANSWER_CONVERSATION = "no non-empty assistant turn to learn from"
+SKIPPED = "__no_answer__"  # a streamed row's mark while it is filtered out
+
+
 REQUIRED = {
     "alpaca": ("instruction", "output"),
     "sharegpt": ("conversations",),
@@ -69,33 +96,61 @@ def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str 
     missing = [c for c in REQUIRED[fmt] if c not in columns]
     if missing:
         raise DataError(f"The {split} split has no column {missing} required by format {fmt!r}; it has {columns}.")
-    convert = {
-        "alpaca": _alpaca,
-        "sharegpt": _sharegpt,
-        "messages": _messages,
-        "prompt_completion": _prompt_completion,
-        "text": _text,
-    }[fmt]
+    convert = CONVERTERS[fmt]
+    unit = "conversations" if fmt in ("sharegpt", "messages") else "rows"
     if isinstance(ds, IterableDataset):
 
-        def checked(row: dict, i: int) -> dict:
+        def checked(row: dict, i: int, warn: bool = True) -> dict:
             try:
-                return convert(row, conversation_mode)
+                return {**convert(row, conversation_mode), SKIPPED: False}
+            except NoAnswer as skip:
+                if warn:
+                    logger.warning("%s row %d (%s format, streamed): skipped: %s.", split, i, fmt, skip.reason)
+                return {SKIPPED: True}
             except DataError as e:
                 raise DataError(f"{split} row {i} ({fmt} format, streamed): {e}") from None
 
         if first is not None:
-            checked(first, 0)  # the first row, read already: its problem before any training
-        return ds.map(checked, with_indices=True, remove_columns=columns)
-    rows = []
+            checked(first, 0, warn=False)  # the first row, read already: its problem before any training
+        kept = ds.map(checked, with_indices=True, remove_columns=columns).filter(lambda r: not r[SKIPPED])
+        return kept.remove_columns([SKIPPED])
+    rows, skipped = [], Counter()
     for i, row in enumerate(ds):
         try:
             rows.append(convert(row, conversation_mode))
+        except NoAnswer as skip:
+            skipped[skip.reason] += 1
         except DataError as e:
             raise DataError(f"{split} row {i} ({fmt} format): {e}") from None
+    if not rows and skipped:
+        raise DataError(
+            f"The {split} split has no row to learn from: all {len(ds):,} {unit} were skipped "
+            f"({'; '.join(f'{n:,}: {reason}' for reason, n in skipped.items())})."
+        )
     if not rows:
         raise DataError(f"The {split} split is empty.")
+    for reason, n in skipped.items():
+        logger.warning("%s split: skipped %s of %s %s: %s.", split, f"{n:,}", f"{len(ds):,}", unit, reason)
     return Dataset.from_list(rows)
+
+
+def rows_with_answers(
+    rows: list[dict], fmt: str = "auto", conversation_mode: str = "messages"
+) -> tuple[list[dict], int]:
+    """(the rows that train, how many were skipped for having no answer) of raw rows in `fmt`, by the rule above;
+    a malformed row is refused (`DataError`)."""
+    fmt = detect_format(list(rows[0])) if fmt == "auto" and rows else fmt
+    convert = CONVERTERS[fmt]
+    kept = []
+    for i, row in enumerate(rows):
+        try:
+            convert(row, conversation_mode)
+        except NoAnswer:
+            continue
+        except DataError as e:
+            raise DataError(f"row {i} ({fmt} format): {e}") from None
+        kept.append(row)
+    return kept, len(rows) - len(kept)
 
 
 def _string(row: dict, key: str, allow_empty: bool = False) -> str:
@@ -106,7 +161,9 @@ def _string(row: dict, key: str, allow_empty: bool = False) -> str:
 
 
 def _alpaca(row: dict, _mode: str) -> dict:
-    instruction, output = _string(row, "instruction"), _string(row, "output")
+    instruction, output = _string(row, "instruction"), _string(row, "output", allow_empty=True)
+    if not output.strip():
+        raise NoAnswer("an empty `output`")
     extra = row.get("input") or ""
     if not isinstance(extra, str):
         raise DataError(f"`input` must be a string, got {extra!r:.80}.")
@@ -143,22 +200,41 @@ def _messages(row: dict, mode: str) -> dict:
         )
     ):
         raise DataError(f"`messages` must be a non-empty list of {{role, content}} strings, got {messages!r:.80}.")
-    if not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
-        raise DataError("the conversation has no non-empty assistant turn to learn from.")
     if mode == "first_turn":
-        answer = next(j for j, m in enumerate(messages) if m["role"] == "assistant" and m["content"].strip())
-        if not any(m["role"] == "user" for m in messages[:answer]):
-            raise DataError("first_turn mode needs a user turn before the first assistant answer.")
-        return {"prompt": messages[:answer], "completion": [messages[answer]]}
+        exchange = first_turn_exchange(messages)
+        if exchange is None:
+            raise NoAnswer(NO_ANSWER_FIRST_EXCHANGE)
+        return {"prompt": exchange[:-1], "completion": exchange[-1:]}
+    if not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
+        raise NoAnswer(NO_ANSWER_CONVERSATION)
     return {"messages": messages}
+
+
+def first_turn_exchange(messages: list[dict]) -> list[dict] | None:
+    """The conversation's first exchange as `first_turn` trains on it: the opening system / user turns and the first
+    assistant turn after them; None when that turn is missing or empty, or no user turn opens the conversation
+    (`messages`: {role, content} dicts)."""
+    answer = next((j for j, m in enumerate(messages) if m["role"] == "assistant"), None)
+    if answer is None or not messages[answer]["content"].strip():
+        return None
+    if not any(m["role"] == "user" and m["content"].strip() for m in messages[:answer]):
+        return None
+    return messages[: answer + 1]
 
 
 def _prompt_completion(row: dict, _mode: str) -> dict:
     prompt, completion = row.get("prompt"), row.get("completion")
-    if isinstance(prompt, str) and isinstance(completion, str) and completion.strip():
+    if isinstance(prompt, str) and isinstance(completion, str):
+        if not completion.strip():
+            raise NoAnswer("an empty completion")
         return {"prompt": prompt, "completion": completion}
     if isinstance(prompt, list) and isinstance(completion, list) and completion:
-        _messages({"messages": prompt + completion}, "messages")
+        try:
+            _messages({"messages": prompt + completion}, "messages")  # the shape of every message
+        except NoAnswer:
+            raise NoAnswer("an empty completion") from None
+        if not any(m["role"] == "assistant" and m["content"].strip() for m in completion):
+            raise NoAnswer("an empty completion")
         return {"prompt": prompt, "completion": completion}
     raise DataError(
         f"`prompt` / `completion` must both be strings or both message lists, got {prompt!r:.60} / {completion!r:.60}."
@@ -167,3 +243,12 @@ def _prompt_completion(row: dict, _mode: str) -> dict:
 
 def _text(row: dict, _mode: str) -> dict:
     return {"text": _string(row, "text")}
+
+
+CONVERTERS = {
+    "alpaca": _alpaca,
+    "sharegpt": _sharegpt,
+    "messages": _messages,
+    "prompt_completion": _prompt_completion,
+    "text": _text,
+}

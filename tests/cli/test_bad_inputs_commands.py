@@ -322,7 +322,6 @@ CASES = [
     Case("stream-line-not-object", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", STREAM, {1: "[1, 2]"})), r"`dataset_name` \S+s.jsonl:2: a list", "one object"),
     Case("stream-not-utf8", "streaming", lambda c: c.stream(str((c.tmp / "u.jsonl").write_bytes(b'{"prompt": "\xff"}\n') and c.tmp / "u.jsonl")), r"`dataset_name` \S+u.jsonl", "not UTF-8"),
     Case("stream-unknown-columns", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", [{"body": "x"}] * 8)), r"columns \['body'\]", "`dataset_format`"),
-    Case("stream-empty-completion", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", [*STREAM[:4], {"prompt": "a", "completion": ""}, *STREAM[4:]])), r"train row 0 \(prompt_completion format, streamed\): `prompt` / `completion`", "strings"),
     Case("stream-empty-text", "streaming", lambda c: c.stream(c.jsonl("t.jsonl", [{"text": f"s{i} s{i + 1}"} for i in range(4)] + [{"text": ""}] * 4)), r"train row 0 \(text format, streamed\): `text`", "non-empty string"),
     Case("stream-too-few-rows", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", STREAM[:3])), "Cannot carve 4 rows", "lower `eval_size`"),
     Case("stream-max-train-samples", "streaming", lambda c: c.stream(c.jsonl("s.jsonl", STREAM), "--max_train_samples", "0"), "`max_train_samples`", ">= 1"),

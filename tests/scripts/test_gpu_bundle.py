@@ -34,18 +34,23 @@ def test_split_fills_parts_up_to_their_size(tmp_path):
         wheelhouse.split([str(big)], str(out), 1.0)
 
 
-def test_a_bundle_comes_back_byte_for_byte(tmp_path):
+def test_a_bundle_comes_back_byte_for_byte(tmp_path, capsys):
     gguf = tmp_path / "model.gguf"
     gguf.write_bytes(os.urandom(300_000))  # cut into pieces of a 0.1 MiB part
     tiny_encoder("bert", layers=2).save_pretrained(tmp_path / "encoder")
     tiny_tokenizer().save_pretrained(tmp_path / "encoder")
     rows = [{"id": str(i), "conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": f"a{i}"},
                                              {"from": "human", "value": "more"}]} for i in range(50)]  # fmt: skip
+    # real ShareGPT: two user turns before the answer (carried up to it), and first exchanges with no answer (left)
+    rows[3]["conversations"].insert(1, {"from": "human", "value": "and"})
+    rows[5]["conversations"] = rows[5]["conversations"][:1] + [{"from": "human", "value": "hello?"}]
+    rows[7]["conversations"][1]["value"] = " "
     (tmp_path / "sharegpt.json").write_text(json.dumps(rows))
     out = tmp_path / "bundle"
     argv = ["pack", str(out), "--no-wheels", "--part-mib", "0.1", "--conversations", "40", "--gguf", str(gguf),
             "--encoder", str(tmp_path / "encoder"), "--data", str(tmp_path / "sharegpt.json")]  # fmt: skip
     assert gpu_bundle.main(argv) == 0
+    assert "conversations: 40 carried, their first exchanges; 2 of 50 left behind" in capsys.readouterr().out
     parts = sorted(out.glob("part-*"))
     assert len(parts) >= 3 and (out / "part-1" / "manifest.json").is_file()
     assert all(
@@ -58,8 +63,9 @@ def test_a_bundle_comes_back_byte_for_byte(tmp_path):
     assert gpu_bundle.main(["unpack", str(out), str(tmp_path / "assets"), "--no-dequantize"]) == 0
     assets = tmp_path / "assets"
     assert (assets / "model.gguf").read_bytes() == gguf.read_bytes()
-    assert json.loads((assets / "sharegpt.json").read_text()) == [{**r, "conversations": r["conversations"][:2]}
-                                                                 for r in rows[:40]]  # fmt: skip
+    trains = [r for i, r in enumerate(rows) if i not in (5, 7)][:40]
+    expected = [{**r, "conversations": r["conversations"][: 3 if r["id"] == "3" else 2]} for r in trains]
+    assert json.loads((assets / "sharegpt.json").read_text()) == expected
     from transformers import AutoModel
 
     encoder = AutoModel.from_pretrained(assets / "encoder")
