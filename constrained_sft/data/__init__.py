@@ -16,11 +16,13 @@ from .models import (
     ModelSpec,
     delete_weights,
     has_classification_head,
+    has_weights,
     load_pretrained,
     load_tokenizer,
     model_fingerprint,
     resolve_model_path,
 )
+from .prepared import PreparedData, prepared_splits
 from .splits import carve, describe_split
 
 __all__ = [
@@ -33,7 +35,10 @@ __all__ = [
     "delete_weights",
     "load_chat_train_validation",
     "ModelSpec",
+    "PreparedData",
+    "prepared_splits",
     "has_classification_head",
+    "has_weights",
     "load_classification",
     "load_pretrained",
     "load_train_validation",

@@ -148,6 +148,11 @@ def model_fingerprint(path: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def has_weights(folder: str) -> bool:
+    """Whether a run folder still holds a saved model's weights (`delete_weights` removes them)."""
+    return os.path.isdir(folder) and any(name.endswith(WEIGHT_SUFFIXES) for name in os.listdir(folder))
+
+
 def delete_weights(folder: str) -> int:
     """Remove a saved model's weights (the files `model_fingerprint` reads) and its checkpoints from a run folder,
     keeping its config, tokenizer, training arguments, log and constraint report; the bytes freed."""

@@ -24,11 +24,13 @@ from trl import ModelConfig, get_peft_config
 from ..config import ConstrainedSFTConfig
 from ..data import (
     DataArguments,
+    PreparedData,
     describe_split,
     has_classification_head,
     load_chat_train_validation,
     load_pretrained,
     load_train_eval,
+    prepared_splits,
     resolve_model_path,
 )
 from ..trainers import ConstrainedSFTTrainer
@@ -91,19 +93,29 @@ def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) ->
 class SFTTraining(Training):
     """`task: sft`: a causal LM fine-tuned by `ConstrainedSFTTrainer` from the recipe's model, data and config."""
 
-    def train(self, recipe: Recipe, more_runs: bool = False) -> TrainedModel:
+    def train(
+        self, recipe: Recipe, more_runs: bool = False, data_dir: str | None = None, callbacks=()
+    ) -> TrainedModel:
+        """`data_dir`: a folder where runs on the same data share it, read, converted and tokenized once
+        (`data.prepared_splits`: a study's arms and seeds); None reads the source for this run alone. `callbacks`:
+        more `TrainerCallback`s (a study's probe times its steps with one)."""
         require_model(recipe.model.model_name_or_path)
         model_path = resolve_model_path(recipe.model.model_name_or_path)
         recipe.training.model_init_kwargs = init_kwargs(recipe.model, recipe.training)
         identity = check_run(recipe, model_path)  # before any work
-        train_dataset, eval_dataset = load_train_eval(recipe.script)
-        trainer = ConstrainedSFTTrainer(
-            model=model_path,
-            args=recipe.training,
-            train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
-            peft_config=get_peft_config(recipe.model),
-        )
+        if data_dir is None:
+            data = PreparedData(*load_train_eval(recipe.script), None)
+        else:
+            data = prepared_splits(recipe.script, data_dir)
+        with data.tokenizing():  # TRL tokenizes in the constructor: once per data, tokenizer and length
+            trainer = ConstrainedSFTTrainer(
+                model=model_path,
+                args=recipe.training,
+                train_dataset=data.train,
+                eval_dataset=data.held_out,
+                peft_config=get_peft_config(recipe.model),
+                callbacks=list(callbacks),
+            )
         trainer.run_identity = identity  # with the data it trains on
         main = trainer.is_world_process_zero()
         result = train_and_report(trainer, recipe.script.evaluate_before_training, end=not more_runs)
@@ -118,8 +130,9 @@ class SFTMeasuring(Measuring):
     def load_model(self, spec, dtype):
         return load_causal_lm(spec, dtype)
 
-    def evaluation_data(self, data_args: DataArguments):
-        return load_train_eval(data_args)[1]
+    def evaluation_data(self, data_args: DataArguments, data_dir: str | None = None):
+        """The held-out rows; `data_dir` as in `SFTTraining.train` (prepared once there, read from there)."""
+        return load_train_eval(data_args)[1] if data_dir is None else prepared_splits(data_args, data_dir).held_out
 
     def describe(self, data, data_args: DataArguments) -> str:
         return f"{len(data)} held-out rows of {data_args.dataset_name}; noise on every token embedding"

@@ -39,7 +39,7 @@ BOOKKEEPING = {
     "hub_strategy", "hub_private_repo", "hub_always_push", "hub_revision", "per_device_eval_batch_size",
     "eval_accumulation_steps", "eval_delay", "eval_on_start", "eval_steps", "eval_strategy", "eval_noise_gammas",
     "dataloader_num_workers", "dataloader_persistent_workers", "dataloader_prefetch_factor", "trackio_space_id",
-    "host_allocator",
+    "host_allocator", "dataset_num_proc",
 }  # fmt: skip
 BOOKKEEPING_PREFIXES = ("logging_", "save_", "hub_", "include_")
 
