@@ -60,6 +60,24 @@ def test_a_position_blind_judge_agrees_with_itself_and_counts_draws_half():
     assert level.n_draws == 10 and level.low < level.win_rate < level.high
 
 
+def test_an_empty_answer_loses_without_the_judge_and_is_counted():
+    """Under heavy noise a model may answer nothing: that answer loses to any answer in both orders, two empty answers
+    draw, the judge is never shown them (a position-biased judge would otherwise give the empty answer half its
+    verdicts), and the level counts each side's empty answers."""
+    judge = FirstShown()
+    model = ["", "m1", "", "m3"] + [f"m{i}" for i in range(4, 20)]
+    reference = ["r0", "", "", "r3"] + [f"r{i}" for i in range(4, 20)]
+    verdicts = judge_both_orders(judge, model, reference, ROWS)
+    assert [(v["model_first"], v["model_second"], v.get("empty")) for v in verdicts[:4]] == [
+        (0.0, 0.0, "model"), (1.0, 1.0, "reference"), (0.5, 0.5, "both"), (1.0, 0.0, None)
+    ]  # fmt: skip
+    assert not {p.first for p in judge.seen} & {"", "r0"} and len(judge.seen) == 2 * 17
+    level = win_rate_level([verdicts], 200)
+    assert (level.empty_model, level.empty_reference) == (2, 2)
+    assert level.order_agreement == 0.0  # the judge's own verdicts only: the rule's are no part of its agreement
+    assert level.to_dict()["empty_model"] == 2
+
+
 def test_unparsed_verdicts_are_left_out_and_counted():
     verdicts = [{"instruction": "x", "model_first": 1.0, "model_second": None},
                 {"instruction": "y", "model_first": None, "model_second": None}]  # fmt: skip

@@ -71,21 +71,40 @@ def _parsed(preference) -> float | None:
 def judge_both_orders(judge: Judge, model: list[str], reference: list[str], rows: list[dict]) -> list[dict]:
     """
     Per instruction of `rows` ({instruction, reference?}): the verdict with the model's answer first and with the
-    reference's first, each turned into the model's share of the win (1 win, 0.5 draw, 0 loss; None unparsed).
+    reference's first, each turned into the model's share of the win (1 win, 0.5 draw, 0 loss; None unparsed). An
+    empty answer is a result, not a question for the judge: it loses to any answer in both orders, and two empty
+    answers draw (`empty` names the side: model, reference or both).
     """
     refs = [r.get("reference") for r in rows]
-    shown = [Pair(r["instruction"], m, b, ref) for r, m, b, ref in zip(rows, model, reference, refs, strict=True)]
+    empty = [_empty_side(m, b) for m, b in zip(model, reference, strict=True)]
+    asked = [i for i, side in enumerate(empty) if side is None]
+    shown = [Pair(rows[i]["instruction"], model[i], reference[i], refs[i]) for i in asked]
     swapped = [Pair(p.instruction, p.second, p.first, p.reference) for p in shown]
-    prefs = judge.prefer(shown + swapped)
-    n = len(rows)
-    return [
-        {
-            "instruction": r["instruction"],
-            "model_first": None if prefs[i] is None else 2.0 - prefs[i],  # preference 1: the first shown won
-            "model_second": None if prefs[n + i] is None else prefs[n + i] - 1.0,
-        }
-        for i, r in enumerate(rows)
-    ]
+    prefs = judge.prefer(shown + swapped) if shown else []
+    if not shown and hasattr(judge, "raw"):
+        judge.raw = []  # nothing asked: no raw annotations of an earlier call left behind
+    n, out = len(shown), []
+    for i, r in enumerate(rows):
+        if empty[i] is not None:
+            share = {"model": 0.0, "reference": 1.0, "both": 0.5}[empty[i]]
+            out.append(
+                {"instruction": r["instruction"], "model_first": share, "model_second": share, "empty": empty[i]}
+            )
+            continue
+        k = asked.index(i)
+        out.append(
+            {
+                "instruction": r["instruction"],
+                "model_first": None if prefs[k] is None else 2.0 - prefs[k],  # preference 1: the first shown won
+                "model_second": None if prefs[n + k] is None else prefs[n + k] - 1.0,
+            }
+        )
+    return out
+
+
+def _empty_side(model: str, reference: str) -> str | None:
+    blank = (not model.strip(), not reference.strip())
+    return {(True, False): "model", (False, True): "reference", (True, True): "both"}.get(blank)
 
 
 def _win_rate(sums: dict[str, np.ndarray]) -> np.ndarray:
@@ -106,6 +125,8 @@ def unit_scores(verdicts: list[list[dict]]) -> dict[str, np.ndarray]:
             a, b = v["model_first"], v["model_second"]
             parsed = [x for x in (a, b) if x is not None]
             out["wins"][s, i], out["count"][s, i] = sum(parsed), len(parsed)
+            if "empty" in v:
+                continue  # decided by the rule, not by the judge: no part of its agreement or position bias
             if a is not None and b is not None:
                 out["both"][s, i], out["agree"][s, i] = 1, float(a == b)
             # position: a non-draw verdict for the first shown answer (model first: a win; reference first: a loss)
@@ -130,6 +151,7 @@ def win_rate_level(
     wins_second = [v["model_second"] for seed in verdicts for v in seed]
     parsed = [x for x in wins_first + wins_second if x is not None]
     both, decided = scores["both"].sum(), scores["decided"].sum()
+    sides = [v.get("empty") for seed in verdicts for v in seed]
     return WinRateLevel(
         gamma=float(gamma),
         win_rate=float(value[0]),
@@ -143,6 +165,8 @@ def win_rate_level(
         unparsed=2 * n_pairs - len(parsed),
         order_agreement=float(scores["agree"].sum() / both) if both else None,
         first_position_rate=float(scores["first"].sum() / decided) if decided else None,
+        empty_model=sum(side in ("model", "both") for side in sides),
+        empty_reference=sum(side in ("reference", "both") for side in sides),
     )
 
 

@@ -82,7 +82,11 @@ class AlpacaArguments:
         default=None, metadata={"help": "Levels to judge (default: every level both generators have)."}
     )
     allow_empty_outputs: bool = field(
-        default=False, metadata={"help": "Judge empty answers as they are instead of stopping with an error."}
+        default=False,
+        metadata={
+            "help": "Judge a set that holds empty answers instead of stopping with an error: an empty answer loses to "
+            "any answer without asking the judge, two empty answers draw; the report counts them per level."
+        },
     )
 
     def __post_init__(self) -> None:

@@ -40,7 +40,7 @@ def plot_win_rates(head: HeadToHead, path: str) -> str:
 def level_table(head: HeadToHead) -> Table:
     """The win-rate table, one row per level, shared by every report that shows a head-to-head."""
     headers = ["gamma", "win rate %", "low", "high", "order agreement", "first-position rate", "LC win rate", "wins",
-               "losses", "draws", "verdicts", "unparsed"]  # fmt: skip
+               "losses", "draws", "verdicts", "unparsed", "empty answers (model / reference)"]  # fmt: skip
 
     def num(v, spec: str = ".1f"):
         return "-" if v is None else format(v, spec)
@@ -48,7 +48,7 @@ def level_table(head: HeadToHead) -> Table:
     rows = [
         [f"{r.gamma:g}", num(r.win_rate), num(r.low), num(r.high), num(r.order_agreement, ".2f"),
          num(r.first_position_rate, ".2f"), num(r.lc_win_rate), r.n_wins, r.n_losses, r.n_draws, r.n_verdicts,
-         r.unparsed]
+         r.unparsed, f"{r.empty_model} / {r.empty_reference}"]
         for r in head.levels
     ]  # fmt: skip
     return Table(headers, rows)

@@ -18,7 +18,8 @@ class WinRateLevel:
     """One level: the model's win rate over the reference (percent, draws half) with its bootstrap interval (None
     when no verdict parsed), the verdict counts, the judge's order agreement (share of pairs judged alike in both
     orders) and first-position rate (share of decided verdicts for the answer shown first), and alpaca_eval's
-    length-controlled win rate where it could be computed."""
+    length-controlled win rate where it could be computed, and how many answers of each side were empty (judged by
+    rule: an empty answer loses to any answer, two empty answers draw)."""
 
     gamma: float
     win_rate: float | None
@@ -34,13 +35,18 @@ class WinRateLevel:
     first_position_rate: float | None = None
     lc_win_rate: float | None = None
     lc_standard_error: float | None = None
+    empty_model: int = 0  # pairs whose model answer was empty (a loss, or a draw against an empty reference)
+    empty_reference: int = 0  # pairs whose reference answer was empty
 
     @property
     def judged(self) -> bool:
         return self.win_rate is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if not (self.empty_model or self.empty_reference):  # the layout of results written before they were counted
+            del out["empty_model"], out["empty_reference"]
+        return out
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> WinRateLevel:
