@@ -108,7 +108,13 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
     assert "Self-speculative decoding" in html and "Self-speculative decoding" in md
     timings = json.loads((out / "timings.json").read_text())
     assert set(timings["train"]) == {f"{a}/seed{s}" for a in ("constrained", "erm") for s in (0, 1)}
-    assert {"robustness", "generation", "judging"} <= set(timings)
+    assert {"robustness", "answers", "exits", "judging"} <= set(timings)
+    for name, phases in timings["runs"].items():  # every run's phases: measured seconds beside the plan's estimate
+        expected = {"train", "robustness", "answers"} | ({"exits"} if name.endswith("seed0") else set())
+        assert set(phases) == expected and all(p["measured"] >= 0 and "estimate" in p for p in phases.values())
+    record = json.loads((out / "runs" / "erm-seed0.json").read_text())
+    assert set(record["seconds"]) == {"train", "robustness", "answers", "exits"} and record["run"] == "erm/seed0"
+    assert set(record["empty_answers"]) == {"0.0", "1.5"}  # empty answers per level, counted
     assert "constrained beats ERM" in printed and "PROXY" in printed.upper() and "resolved" in printed
 
     # resumed: no training and no evaluation run again, the same numbers come back

@@ -78,33 +78,33 @@ def test_a_time_budget_plans_starts_what_fits_and_the_next_call_continues(assets
     budget trains only those two and reports both seeds."""
     import importlib
 
-    from constrained_sft.study import schedule
+    from constrained_sft.study import clock, schedule
 
     study_run = importlib.import_module("constrained_sft.study.run")  # the module (the package exports `run`)
 
-    clock = {"now": 0.0}
+    now = {"t": 0.0}
     real_run_job = schedule.run_job
 
     def slow_run_job(job):
         out = real_run_job(job)
-        clock["now"] += 40.0
+        now["t"] += 40.0
         return out
 
-    monkeypatch.setattr(schedule, "now", lambda: clock["now"])
+    monkeypatch.setattr(clock, "now", lambda: now["t"])
     monkeypatch.setattr(schedule, "run_job", slow_run_job)
-    fixed = schedule.Estimate({"*": 40.0}, "a test's fixed 40 s")
-    monkeypatch.setattr(study_run, "probe", lambda job, n: fixed)
-    monkeypatch.setattr(study_run, "from_records", lambda records: fixed)
+    fixed = schedule.Estimate([], {"train": 20.0, "robustness": 10.0, "answers": 10.0}, "a test's fixed 40 s")
+    monkeypatch.setattr(study_run, "estimate", lambda *a: fixed)
     out = tmp_path / "study"
     assert cli(study_argv(assets, out, *FAST, "--time_budget", "1.5")) == 0
     printed = capsys.readouterr().out
     assert "plan: 4 of 4 run(s) left" in printed and "budget: 1.5 min: 2 run(s) fit and start" in printed
     assert "not started (the time budget): constrained/seed1, erm/seed1" in printed
     assert set(records(out)) == {"constrained-seed0", "erm-seed0"}
+    assert records(out)["erm-seed0"]["estimates"] == {"train": 20.0, "robustness": 10.0, "answers": 10.0}
     study = json.loads((out / "study.json").read_text())
     budget = study["settings"]["budget"]
     assert budget["training_seeds_per_arm"] == 1 and budget["runs_missing"] == ["constrained/seed1", "erm/seed1"]
-    assert "Incomplete: 2 run(s) not done yet" in (out / "report.md").read_text()
+    assert "Incomplete: 2 run(s) or phases not done yet" in (out / "report.md").read_text()
     done = {name: r["seconds"] for name, r in records(out).items()}
 
     monkeypatch.undo()
@@ -120,6 +120,65 @@ def test_a_time_budget_plans_starts_what_fits_and_the_next_call_continues(assets
     assert study["robustness"]["arms"]["erm"] == ["erm/seed0", "erm/seed1"]
 
 
+class FakeClock:
+    """A clock that advances 1 s per reading, and 10 s per reading while `slow` readings are left: armed when
+    training begins, the first steps read 10x slower than the rest (a GPU's warm-up)."""
+
+    def __init__(self) -> None:
+        self.t, self.slow = 0.0, 0
+
+    def now(self) -> float:
+        value = self.t
+        self.t += 10.0 if self.slow else 1.0
+        self.slow = max(self.slow - 1, 0)
+        return value
+
+
+def test_the_probe_leaves_out_warm_up_steps_and_the_plan_starts_what_fits(assets, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """A fake clock whose first 4 steps take 10 s and every later one 1 s: the probe prices a step at 1 s (the mean
+    of all of them, 3.25 s, would price the 12-step runs too long for the budget), the plan starts the runs that fit
+    and each run's record holds the estimate beside the measured seconds of every phase."""
+    from constrained_sft.study import clock, probe
+
+    fake = FakeClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    real_begin = probe.StepTimer.on_train_begin
+
+    def armed(self, *args, **kwargs):
+        real_begin(self, *args, **kwargs)
+        fake.slow = 2 * probe.WARMUP_STEPS  # a reading at the start and at the end of each warm-up step
+
+    monkeypatch.setattr(probe.StepTimer, "on_train_begin", armed)
+    out = tmp_path / "study"
+    argv = study_argv(assets, out, *FAST, "--max_steps", "12", "--training_seeds", "1", "--time_budget", "1.5")
+    assert cli(argv) == 0
+    printed = capsys.readouterr().out
+    assert "1 s/step after warm-up (the first 4 steps took 10 s/step)" in printed, printed
+    assert "budget: 1.5 min (" in printed and "left after" in printed and ": 2 run(s) fit and start" in printed, (
+        printed
+    )
+    for record in records(out).values():
+        assert set(record["seconds"]) == set(record["estimates"]) == {"train", "robustness", "answers"}
+        assert record["estimates"]["train"] < 12 * 3.25  # warm steps priced, not the warm-up's
+
+
+def test_a_budget_never_plans_zero_runs_when_one_fits():
+    """Two runs at once would each take twice as long: in a budget one run alone fits and two side by side do not,
+    the plan runs one at a time instead of none."""
+    from constrained_sft.study.record import RunKey
+    from constrained_sft.study.runs import Job
+    from constrained_sft.study.schedule import Estimate, choose_jobs, fitting
+
+    est = Estimate([], {"train": 60.0}, "a test")
+    queue = [Job("s", "sft", RunKey(seed, arm), None, None) for seed in (0, 1) for arm in ("constrained", "erm")]
+    assert fitting(queue, est, 2, 100.0) == []  # 2 at a time: 120 s each
+    assert choose_jobs(queue, est, 2, 100.0) == 1 and len(fitting(queue, est, 1, 100.0)) == 1
+    assert choose_jobs(queue, est, 2, 250.0) == 2 and len(fitting(queue, est, 2, 250.0)) == 4  # 2 x 120 s in 2 slots
+    measured = Estimate([("erm", "train", 30.0, 2)], {}, "erm measured at 2 at a time")
+    assert measured.phase("erm", "train", 1) == 30.0 and measured.phase("erm", "train", 4) == 60.0
+    assert measured.phase("constrained", "train", 2) == 30.0  # another arm: every arm's mean
+
+
 def test_a_run_that_fails_half_way_costs_only_itself(assets, tmp_path, monkeypatch):  # noqa: F811
     """The second run fails while it is measured (after it trained): the first run's record stands; the next call
     measures the second without training it again and trains only what is left."""
@@ -128,7 +187,7 @@ def test_a_run_that_fails_half_way_costs_only_itself(assets, tmp_path, monkeypat
     real = runs.measure
 
     def fail_on_erm(job, sigma):
-        if job.arm == "erm":
+        if job.run.arm == "erm":
             raise RuntimeError("killed while measuring erm/seed0")
         return real(job, sigma)
 
@@ -137,8 +196,9 @@ def test_a_run_that_fails_half_way_costs_only_itself(assets, tmp_path, monkeypat
     argv = study_argv(assets, out, *FAST, "--training_seeds", "1")
     with pytest.raises(RuntimeError, match="killed while measuring"):
         cli(argv)
-    assert set(records(out)) == {"constrained-seed0"}
-    assert (out / "train" / "erm" / "seed0" / "training_args.json").is_file()  # trained before it failed
+    assert set(records(out)) == {"constrained-seed0", "erm-seed0"}
+    assert set(records(out)["erm-seed0"]["seconds"]) == {"train"}  # its training recorded the moment it ended
+    assert (out / "train" / "erm" / "seed0" / "model.safetensors").is_file()  # weights kept: phases are left
     monkeypatch.undo()
     from constrained_sft.tasks import sft
 

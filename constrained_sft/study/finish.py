@@ -14,12 +14,12 @@ from ..evaluation.alpaca import AlpacaArguments, build_judge, judge_levels
 from ..evaluation.exits import write_exits
 from ..evaluation.instructions import load_instructions
 from ..evaluation.loading import versions
-from ..evaluation.measure import Measurement, finish
+from ..evaluation.measure import finish
 from ..evaluation.results import HeadToHead, RobustnessResults
-from ..noise import NoiseGrid
 from ..tasks import Recipe
 from ..utils.files import write_json
 from .arguments import StudyArguments
+from .record import ANSWERS, ROBUSTNESS, TRAIN, RunKey, RunRecord
 from .report import write_study_report
 from .results import (
     STUDY_JSON,
@@ -31,7 +31,7 @@ from .results import (
     StudyTimings,
     judging_dir,
 )
-from .runs import Evaluation, RunRecord, exits_arguments, run_dir
+from .runs import Evaluation, exits_arguments
 
 SIGMA_TOLERANCE = 1e-2  # relative: the runs' recorded scales agree up to the precision they were measured in
 
@@ -88,9 +88,11 @@ def head_to_head(
     )
 
 
-def budget(recipe: Recipe, args: StudyArguments, results: RobustnessResults, seeds: int, missing) -> StudyBudget:
+def budget(
+    recipe: Recipe, args: StudyArguments, results: RobustnessResults, seeds: int, judged: int, missing
+) -> StudyBudget:
     """What the study spent: the numbers that bound what it can resolve (`seeds`: the training seeds every arm has
-    finished; `missing`: the runs still to do)."""
+    measured; `judged`: those every arm has answered; `missing`: the runs, or runs' phases, still to do)."""
     t = recipe.training
     return StudyBudget(
         training_seeds_per_arm=seeds,
@@ -102,7 +104,32 @@ def budget(recipe: Recipe, args: StudyArguments, results: RobustnessResults, see
         generation_gammas=args.generation_gammas,
         max_new_tokens=args.max_new_tokens,
         runs_missing=list(missing),
+        judged_seeds_per_arm=judged if judged != seeds else None,
     )
+
+
+def seeds_with(records: dict[str, RunRecord], arms, phase: str) -> int:
+    """How many seeds, from 0, every arm has recorded `phase` for."""
+    seed = 0
+    while all((r := records.get(RunKey(seed, arm).name)) is not None and r.done(phase) for arm in arms):
+        seed += 1
+    return seed
+
+
+def phases_missing(
+    records: dict[str, RunRecord], recipes, e: Evaluation, seeds: int, not_started: list[str]
+) -> list[str]:
+    """Every run's phases not recorded yet, as the report names them ("erm/seed1" for a whole run, else
+    "erm/seed0: exits"), the jobs this call did not start first."""
+    out = []
+    for seed in range(seeds):
+        for arm in recipes:
+            run = RunKey(seed, arm)
+            record = records.get(run.name)
+            left = [p for p in e.required(run) if not (record and record.done(p)) and p != TRAIN]
+            if left:
+                out.append(run.name if record is None or not record.seconds else f"{run.name}: {', '.join(left)}")
+    return sorted(set(out), key=lambda name: (name not in not_started, name))
 
 
 def finish_study(
@@ -110,23 +137,25 @@ def finish_study(
     task,
     recipes: dict[str, Recipe],
     records: dict[str, RunRecord],
-    seeds: int,
     evaluation: Evaluation,
     instructions: InstructionSet,
     differences: list[str],
-    timings: dict,
-    missing: list[str],
+    timings: StudyTimings,
+    not_started: list[str],
 ) -> StudyResults:
-    """The study over seeds 0..`seeds`-1 of every arm, from `records` ({"<arm>/seed<s>": record})."""
+    """The study from the runs' records ({"<arm>/seed<s>": record}): robustness over the seeds every arm has
+    measured, the head-to-heads over those every arm has answered (none yet: no head-to-head), the exit-layer
+    decoding of each arm whose seed 0 has one; what is missing is named."""
     constrained = recipes["constrained"]
-    arms = {arm: [f"{arm}/seed{s}" for s in range(seeds)] for arm in recipes}
+    seeds, judged = seeds_with(records, recipes, ROBUSTNESS), seeds_with(records, recipes, ANSWERS)
+    arms = {arm: [RunKey(s, arm).name for s in range(seeds)] for arm in recipes}
     kept = {name: records[name] for names in arms.values() for name in names}
     sigma = one_scale(kept)
     e = evaluation
-    data = task.measuring.evaluation_data(constrained.script)
-    m = Measurement(task, data, constrained.script, NoiseGrid(tuple(e.gammas)), e.curve_gammas, e.train_gamma,
-                    e.noise_seeds, 0.0, sigma, "the runs' recorded noise_sigma_x (their starting model's)",
-                    "trained", e.batch_size, e.max_length)  # fmt: skip
+    data = task.measuring.evaluation_data(constrained.script, os.path.join(args.study_dir, "data"))
+    m = e.measurement(
+        task, data, constrained.script, sigma, "the runs' recorded noise_sigma_x (their starting model's)"
+    )
     units = next(iter(next(iter(kept.values())).robustness.scores.values()))
     results = m.results(arms, args.bootstrap_samples, len(next(iter(units.values()))))
     results.models = {name: r.robustness for name, r in kept.items()}
@@ -134,30 +163,33 @@ def finish_study(
     results = finish(results, task, pairs, os.path.join(args.study_dir, "robustness"))
     start = time.perf_counter()
     full_set = bool(instructions.is_full_alpaca_eval)
-    judged = {arm: head_to_head(args, seeds, full_set, arm, ref) for arm, ref in pairs}
-    timings["judging"] = round(timings.get("judging", 0.0) + time.perf_counter() - start, 1)
-    write_json(os.path.join(args.study_dir, "timings.json"), timings)
+    judged_pairs = {arm: head_to_head(args, judged, full_set, arm, ref) for arm, ref in pairs} if judged else {}
+    if judged_pairs:
+        timings.add_stage("judging", time.perf_counter() - start)
+    timings.save(args.study_dir)
     exits = None
-    if e.exit_prompts:
-        folders = [run_dir(args.study_dir, arm, 0) for arm in recipes]
-        exit_args = exits_arguments(args.study_dir, e, folders, list(recipes), sigma)
+    decoded = [arm for arm in recipes if (r := records.get(RunKey(0, arm).name)) is not None and r.exits is not None]
+    if e.exit_prompts and decoded:
+        folders = [RunKey(0, arm).folder(args.study_dir) for arm in decoded]
+        exit_args = exits_arguments(args.study_dir, e, folders, decoded, sigma)
         rows = load_instructions(e.instructions, e.exit_prompts)
-        models = {arm: records[f"{arm}/seed0"].exits for arm in recipes}
+        models = {arm: records[RunKey(0, arm).name].exits for arm in decoded}
         exits = write_exits(exit_args, models, rows, sigma, "cuda" if _cuda() else "cpu")
+    missing = phases_missing(records, recipes, e, args.training_seeds, not_started)
     study = StudyResults(
         settings=StudySettings(
             study=args,
             constrained_recipe=constrained.training.to_dict(),
             twin_differences=differences,
             instructions=instructions,
-            budget=budget(constrained, args, results, seeds, missing),
+            budget=budget(constrained, args, results, seeds, judged, missing),
         ),
         versions=versions("torch", "transformers", "trl", "alpaca_eval"),
         robustness=StudyRobustness.of(results),
-        head_to_head=judged[pairs[0][0]],
-        more_head_to_heads={arm: result for arm, result in judged.items() if arm != pairs[0][0]},
+        head_to_head=judged_pairs.get(pairs[0][0]),
+        more_head_to_heads={arm: result for arm, result in judged_pairs.items() if arm != pairs[0][0]},
         exits=exits,
-        timings=StudyTimings.from_dict(timings),
+        timings=timings,
     )
     study.files = write_study_report(study, args.study_dir, args.examples)
     write_json(os.path.join(args.study_dir, STUDY_JSON), study.to_dict())

@@ -66,6 +66,7 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
     shown = {k: v for k, v in study.budget.to_dict().items() if k != "runs_missing"}
     budget_text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in shown.items())
     plots = [results.files[k] for k in (results.headline.key, *PLOTS) if k in results.files]
+    reference = head.reference if head is not None else study.settings.study.reference
     blocks: list[Block] = [
         Heading("Constrained vs ERM study", 1),
         Text(
@@ -73,20 +74,56 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
             "verdict is better / worse only when the whole interval lies on one side of 0."
         ),
         *missing_note(study),
-        Heading(f"Differences, each arm - {arm_label(head.reference)} (95% paired bootstrap)"),
+        Heading(f"Differences, each arm - {arm_label(reference)} (95% paired bootstrap)"),
         *comparison_blocks(results.comparisons, results.settings.bootstrap_samples, level=3),
         Heading("Models"),
         summary_table(results.headline, results.summaries, train_gamma=False),
         Heading("Robustness plots"),
         *(Image(p) for p in plots),
-        Heading(f"Head-to-head answers (judge: {judge_label(head)})"),
     ]
+    if head is None:
+        blocks += [
+            Heading("Head-to-head answers"),
+            Text("Not judged yet: no seed has every arm's answers.", strong=True),
+        ]
+    else:
+        blocks += head_to_head_blocks(study, head, study_dir, n_examples, win_plot)
+    for arm, other in study.more_head_to_heads.items():
+        plot = plot_win_rates(other, os.path.join(study_dir, f"win_rate_{arm}_vs_gamma.png"))
+        blocks += [
+            Heading(f"Head-to-head: {arm} vs {arm_label(other.reference)} (judge: {judge_label(other)})"),
+            level_table(other),
+            Image(plot, f"win rate of {arm}"),
+        ]
+    if study.exits is not None:
+        blocks += exits_blocks(study.exits, level=2)
+    blocks += [
+        Heading("Wall time per stage (seconds, summed over the invocations that did its work)"),
+        Table(["stage", "seconds"], [[k, v] for k, v in _timings(study.timings).items()]),
+        *(
+            [
+                Heading("Each run's phases: estimated and measured seconds", 3),
+                Table(["run", "phase", "estimated", "measured"], _phase_rows(study.timings)),
+            ]
+            if study.timings.runs
+            else []
+        ),  # fmt: skip
+        Heading("Settings"),
+        Preformatted(f"{json.dumps(study.settings.to_dict(), indent=1, default=str)}\n{study.versions}"),
+    ]
+    return blocks
+
+
+def head_to_head_blocks(study: StudyResults, head, study_dir: str, n_examples: int, win_plot: str) -> list[Block]:
+    """The first head-to-head: the judge, the win rates per level with their intervals, the empty answers, examples."""
+    blocks: list[Block] = [Heading(f"Head-to-head answers (judge: {judge_label(head)})")]
     if head.judge_is_proxy:
         blocks.append(Text(PROXY_NOTE, strong=True))
     blocks += [
         Text(
             f"{arm_label(head.model).capitalize()} seed s against {arm_label(head.reference)} seed s, every "
-            "pair in both orders; draws count half."
+            "pair in both orders; draws count half. An empty answer loses to any answer without asking the judge "
+            "(both empty: a draw)."
         ),
         level_table(head),
     ]
@@ -101,21 +138,6 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
         ]  # fmt: skip
         headers = ["instruction", "data's answer", arm_label(head.model), arm_label(head.reference), "verdicts"]
         blocks += [Heading(f"Answers at gamma = {gamma:g} (seed 0)", 3), Table(headers, rows, prose=True)]
-    for arm, other in study.more_head_to_heads.items():
-        plot = plot_win_rates(other, os.path.join(study_dir, f"win_rate_{arm}_vs_gamma.png"))
-        blocks += [
-            Heading(f"Head-to-head: {arm} vs {arm_label(other.reference)} (judge: {judge_label(other)})"),
-            level_table(other),
-            Image(plot, f"win rate of {arm}"),
-        ]
-    if study.exits is not None:
-        blocks += exits_blocks(study.exits, level=2)
-    blocks += [
-        Heading("Wall time per stage (seconds, summed over the invocations that did its work)"),
-        Table(["stage", "seconds"], [[k, v] for k, v in _timings(study.timings).items()]),
-        Heading("Settings"),
-        Preformatted(f"{json.dumps(study.settings.to_dict(), indent=1, default=str)}\n{study.versions}"),
-    ]
     return blocks
 
 
@@ -124,11 +146,13 @@ def missing_note(study: StudyResults) -> list[Block]:
     missing = study.budget.runs_missing
     if not missing:
         return []
+    judged = study.budget.judged_seeds_per_arm
+    answered = f", the head-to-heads the {judged} every arm has answered" if judged is not None else ""
     return [
         Text(
-            f"Incomplete: {len(missing)} run(s) not done yet ({', '.join(missing)}); this report covers the "
-            f"{study.budget.training_seeds_per_arm} training seed(s) every arm finished. Run the same command again to "
-            "continue.",
+            f"Incomplete: {len(missing)} run(s) or phases not done yet ({'; '.join(missing)}); this report covers "
+            f"the {study.budget.training_seeds_per_arm} training seed(s) every arm has measured{answered}. Run the "
+            "same command again to continue.",
             strong=True,
         )
     ]
@@ -136,15 +160,26 @@ def missing_note(study: StudyResults) -> list[Block]:
 
 def write_study_report(study: StudyResults, study_dir: str, n_examples: int) -> dict[str, str]:
     """report.html (plots embedded) and report.md (plots linked) from the same blocks, and the win-rate plot."""
-    win_plot = plot_win_rates(study.head_to_head, os.path.join(study_dir, "win_rate_vs_gamma.png"))
+    win_plot = None
+    if study.head_to_head is not None:
+        win_plot = plot_win_rates(study.head_to_head, os.path.join(study_dir, "win_rate_vs_gamma.png"))
     document = Document("Constrained vs ERM study", study_blocks(study, study_dir, n_examples, win_plot))
     return {
         "html": write_html(os.path.join(study_dir, "report.html"), document),
         "md": write_markdown(os.path.join(study_dir, "report.md"), document),
-        "win_rate_plot": win_plot,
+        **({"win_rate_plot": win_plot} if win_plot else {}),
     }
 
 
 def _timings(timings: StudyTimings) -> dict[str, float]:
     """Training runs one row each (as timed when they ran), then the stages."""
     return {f"train {run}": s for run, s in timings.train.items()} | timings.stages
+
+
+def _phase_rows(timings: StudyTimings) -> list[list]:
+    """Per run and phase: the plan's estimate beside the measured seconds."""
+    return [
+        [run, phase, "-" if t["estimate"] is None else t["estimate"], t["measured"]]
+        for run, phases in timings.runs.items()
+        for phase, t in phases.items()
+    ]

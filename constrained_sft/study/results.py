@@ -18,10 +18,11 @@ from ..evaluation.results import (
 )
 from ..tasks import Headline
 from ..utils.fields import known_keys
-from ..utils.files import read_saved
+from ..utils.files import read_saved, write_json
 from .arguments import StudyArguments
 
 STUDY_JSON = "study.json"
+TIMINGS_JSON = "timings.json"
 
 
 def judging_dir(study_dir: str, model: str = "constrained", reference: str = "erm") -> str:
@@ -82,12 +83,15 @@ class StudyBudget:
     noise_seeds: int
     generation_gammas: list[float]
     max_new_tokens: int
-    runs_missing: list[str] = field(default_factory=list)  # runs a `--time_budget` left for the next call
+    runs_missing: list[str] = field(default_factory=list)  # runs (or a run's phases) left for the next call
+    judged_seeds_per_arm: int | None = None  # seeds with every arm's answers, where fewer than the measured ones
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if not self.runs_missing:
             del out["runs_missing"]
+        if self.judged_seeds_per_arm is None:
+            del out["judged_seeds_per_arm"]
         return out
 
 
@@ -141,18 +145,41 @@ class StudySettings:
 
 @dataclass
 class StudyTimings:
-    """Wall seconds: each training run (as timed when it ran) and each stage (summed over the invocations that did
-    its work)."""
+    """Wall seconds: each training run (as timed when it ran), each stage (summed over the invocations that did its
+    work) and, per run and phase, what the plan estimated beside what it measured (`timings.json`; this class is its
+    one writer)."""
 
     train: dict[str, float]
     stages: dict[str, float]
+    runs: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"train": self.train, **self.stages}
+        return {"train": self.train, **self.stages, **({"runs": self.runs} if self.runs else {})}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StudyTimings:
-        return cls(dict(data.get("train", {})), {k: v for k, v in data.items() if k != "train"})
+        stages = {k: v for k, v in data.items() if k not in ("train", "runs")}
+        return cls(dict(data.get("train", {})), stages, dict(data.get("runs", {})))
+
+    def add_phase(self, run: str, phase: str, measured: float, estimate: float | None) -> None:
+        """One finished phase of `run`: its seconds beside the plan's estimate (None: planned without one)."""
+        if phase == "train":
+            self.train[run] = measured
+        else:
+            self.stages[phase] = round(self.stages.get(phase, 0.0) + measured, 1)
+        self.runs.setdefault(run, {})[phase] = {"estimate": None if estimate is None else round(estimate, 1),
+                                                "measured": round(measured, 1)}  # fmt: skip
+
+    def add_stage(self, stage: str, seconds: float) -> None:
+        self.stages[stage] = round(self.stages.get(stage, 0.0) + seconds, 1)
+
+    def save(self, study_dir: str) -> None:
+        write_json(os.path.join(study_dir, TIMINGS_JSON), self.to_dict())
+
+    @classmethod
+    def load(cls, study_dir: str) -> StudyTimings:
+        found = read_saved(study_dir, TIMINGS_JSON, cls.from_dict, "--study_dir")
+        return found if found is not None else cls({}, {})
 
 
 @dataclass
@@ -174,7 +201,7 @@ class StudyResults:
     settings: StudySettings
     versions: dict[str, str]
     robustness: StudyRobustness
-    head_to_head: HeadToHead
+    head_to_head: HeadToHead | None  # None: no seed has every arm's answers yet
     timings: StudyTimings
     more_head_to_heads: dict[str, HeadToHead] = field(default_factory=dict)
     exits: ExitsResults | None = None
@@ -192,7 +219,7 @@ class StudyResults:
             "versions": self.versions,
             "robustness": robustness,
             "summaries": summaries,
-            "head_to_head": self.head_to_head.to_dict(),
+            **({"head_to_head": self.head_to_head.to_dict()} if self.head_to_head is not None else {}),
             **({"more_head_to_heads": more} if more else {}),
             **({"exits": self.exits.to_dict()} if self.exits is not None else {}),
             "timings": self.timings.to_dict(),
@@ -209,7 +236,7 @@ class StudyResults:
             settings=StudySettings.from_dict(data["settings"]),
             versions=data["versions"],
             robustness=StudyRobustness.from_dict(data["robustness"], data["summaries"]),
-            head_to_head=HeadToHead.from_dict(data["head_to_head"]),
+            head_to_head=HeadToHead.from_dict(data["head_to_head"]) if "head_to_head" in data else None,
             timings=StudyTimings.from_dict(data["timings"]),
             more_head_to_heads={a: HeadToHead.from_dict(h) for a, h in data.get("more_head_to_heads", {}).items()},
             exits=None if exits is None else ExitsResults.from_dict(exits),

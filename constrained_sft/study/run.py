@@ -17,11 +17,13 @@ against the reference arm's in both orders, seed s against seed s, and one repor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
 from ..config import training_level
 from ..constraints import mode_of
+from ..data import has_weights
 from ..data.instructions import held_out_instructions
 from ..evaluation.alpaca import check_judge
 from ..evaluation.folders import check_folder, mark_folder
@@ -29,12 +31,15 @@ from ..evaluation.instructions import ALPACA_EVAL, ALPACA_EVAL_SIZE, load_instru
 from ..noise import NoiseGrid
 from ..tasks import Recipe, is_finished
 from ..tasks.arms import twin_differences
-from ..utils.files import read_json, write_json, write_text
+from ..utils.files import write_text
+from . import clock
 from .arguments import HELD_OUT, StudyArguments
-from .finish import compared, finish_study, judge_arguments
+from .finish import compared, finish_study, judge_arguments, seeds_with
+from .probe import probe
+from .record import EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
-from .runs import Evaluation, Job, RunRecord, read_record, run_dir
-from .schedule import from_records, plan_lines, probe, run_all
+from .runs import Evaluation, Job
+from .schedule import choose_jobs, estimate, plan_lines, run_all
 
 COMMAND = "study"
 
@@ -88,8 +93,9 @@ def run(
     args: StudyArguments, task, constrained: Recipe, erm: Recipe, more: dict[str, Recipe] | None = None
 ) -> StudyResults | TrainedRuns:
     """The study's stages (`args.stage`); every input checked before the first run starts. `more`: the `--arm`s
-    ({name: recipe}). With `--stage train`, or when no seed of every arm has finished yet (`--time_budget`): the
-    runs' folders and timings, and the runs still to do; else the study's results over the seeds every arm finished."""
+    ({name: recipe}). With `--stage train`, or when no seed of every arm has been measured yet (`--time_budget`): the
+    runs' folders and timings, and the runs still to do; else the study's results over the seeds every arm has."""
+    started = clock.now()  # the time budget counts from here: preparing the data and the probe spend it too
     recipes = {"constrained": constrained, "erm": erm, **(more or {})}
     check(args, task, recipes)
     if world_size() > 1 and (args.stage != "train" or args.jobs > 1):
@@ -110,54 +116,93 @@ def run(
     check_folder(args.study_dir, COMMAND, settings, "--study_dir")  # a folder of another study: before any run
     if is_main_process():  # one writer
         mark_folder(args.study_dir, COMMAND, settings)
-    timings_path = os.path.join(args.study_dir, "timings.json")
-    timings = read_json(timings_path, "--study_dir") if os.path.isfile(timings_path) else {"train": {}}
+    timings = StudyTimings.load(args.study_dir)
     evaluation, instructions = None, None
     if args.stage != "train":
         path, instructions = instruction_set(args, constrained)
         evaluation = evaluation_settings(args, task, constrained, path)
-    jobs = [Job(args.study_dir, task.name, arm, seed, recipes[arm], evaluation, args.keep_models)
-            for seed in range(args.training_seeds) for arm in recipes]  # seed-major: a cut study has whole seeds  # fmt: skip
+    recipes = {arm: data_processes(recipe, args.jobs) for arm, recipe in recipes.items()}
     key = task.headline.key
-    records = {
-        job.name: r for job in jobs if evaluation and (r := read_record(args.study_dir, job.arm, job.seed, key))
-    }
-    pending = [job for job in jobs if job.name not in records and (evaluation or not is_finished(job.folder))]
-    if args.stage == "evaluate" and (untrained := [job.folder for job in pending if not is_finished(job.folder)]):
+    runs = [RunKey(seed, arm) for seed in range(args.training_seeds) for arm in recipes]  # seed-major
+    records = {run.name: r for run in runs if (r := read_record(args.study_dir, run, key)) is not None}
+    queue = jobs_left(args, task, recipes, runs, records, evaluation)
+    if args.stage == "evaluate" and (untrained := [j.folder for j in queue if TRAIN in j.phases]):
         raise FileNotFoundError(f"unfinished training runs {untrained}; run `--stage train` (or `all`) first.")
 
     def on_done(job: Job, record: dict):
-        timings["train"][job.name] = record["seconds"]["train"]
-        for stage in ("robustness", "generation", "exits"):
-            if stage in record["seconds"]:
-                timings[stage] = round(timings.get(stage, 0.0) + record["seconds"][stage], 1)
-        if evaluation is not None:
-            records[job.name] = RunRecord.from_dict(record, key)
+        records[job.run.name] = RunRecord.from_dict(record, key)
+        for phase in job.phases:
+            timings.add_phase(job.run.name, phase, record["seconds"][phase], job.estimates.get(phase))
         if is_main_process():  # one writer: ranks renaming the same temporary file over each other fail
-            write_json(timings_path, timings)
-        print(f"finished {job.name} in {record['seconds'].get('total', record['seconds']['train']):.0f} s")
-        return from_records(records)
+            timings.save(args.study_dir)
+        took = sum(record["seconds"][p] for p in job.phases)
+        planned = sum(job.estimates.values())
+        print(f"finished {job.name} in {took:.0f} s" + (f" (estimated {planned:.0f} s)" if job.estimates else ""))
+        return estimate(records, probed, queue[0] if queue else None)
 
     budget = None if args.time_budget is None else args.time_budget * 60
-    estimate = from_records(records)
-    if budget is not None and estimate is None and pending:
-        estimate = probe(pending[0], args.jobs)
-    if is_main_process() and (pending or budget is not None):
-        print("\n".join(plan_lines(pending, len(jobs) - len(pending), estimate, args.jobs, budget)))
-    left = run_all(pending, args.jobs, budget, estimate, on_done)
+    probed = None
+    est = estimate(records, None, None)
+    if budget is not None and queue and unpriced(est, queue):
+        probed = probe(queue[0])
+        est = estimate(records, probed, queue[0])
+    spent = clock.now() - started
+    if budget is not None:
+        budget = max(budget - spent, 0.0)
+    jobs = choose_jobs(queue, est, args.jobs, budget)
+    if is_main_process() and (queue or budget is not None):
+        print(
+            "\n".join(plan_lines(queue, len(runs) - len({j.run for j in queue}), len(runs), est, jobs, budget, spent))
+        )
+    left = run_all(queue, jobs, budget, est, on_done)
     if world_size() > 1:  # the runs kept the process group for each other; the last one is done with it
         from accelerate import PartialState
 
         PartialState().destroy_process_group()
-    folders = {arm: [run_dir(args.study_dir, arm, s) for s in range(args.training_seeds)] for arm in recipes}
+    folders = {arm: [RunKey(s, arm).folder(args.study_dir) for s in range(args.training_seeds)] for arm in recipes}
     missing = [job.name for job in left]
     if left:
         print(f"not started (the time budget): {', '.join(missing)}; the same command continues with them.")
-    seeds = next((s for s in range(args.training_seeds) if any(f"{a}/seed{s}" not in records for a in recipes)),
-                 args.training_seeds)  # fmt: skip
-    if evaluation is None or seeds == 0:
-        return TrainedRuns(folders, StudyTimings.from_dict(timings), missing)
-    return finish_study(args, task, recipes, records, seeds, evaluation, instructions, differences, timings, missing)
+    if evaluation is None or seeds_with(records, recipes, ROBUSTNESS) == 0:
+        return TrainedRuns(folders, timings, missing)
+    return finish_study(args, task, recipes, records, evaluation, instructions, differences, timings, missing)
+
+
+def data_processes(recipe: Recipe, jobs: int) -> Recipe:
+    """The recipe with `dataset_num_proc` from the cores each of `jobs` runs gets, where it sets none (the data is
+    tokenized once for the study, by whichever run comes first: `data.prepared_splits`)."""
+    if recipe.training.dataset_num_proc is not None:
+        return recipe
+    procs = max(1, (os.cpu_count() or 1) // jobs)
+    training = dataclasses.replace(recipe.training, dataset_num_proc=procs if procs > 1 else None)
+    return dataclasses.replace(recipe, training=training)
+
+
+def jobs_left(args, task, recipes, runs: list[RunKey], records, evaluation: Evaluation | None) -> list[Job]:
+    """Each run's phases still to do as jobs: the runs in seed-major order, then the seed-0 exit decodings. A run
+    whose weights are gone with phases left restarts (`runs.start_over`)."""
+    main, exits = [], []
+    data_dir = os.path.join(args.study_dir, "data")
+    for run in runs:
+        required = evaluation.required(run) if evaluation is not None else (TRAIN,)
+        record, folder = records.get(run.name), run.folder(args.study_dir)
+        left = [p for p in required if not (record and record.done(p)) and not (p == TRAIN and is_finished(folder))]
+        restart = any(p != TRAIN for p in left) and is_finished(folder) and not has_weights(folder)
+        if restart:
+            left = list(required)
+            records.pop(run.name, None)
+        job = Job(args.study_dir, task.name, run, recipes[run.arm], evaluation, keep=args.keep_models,
+                  data_dir=data_dir)  # fmt: skip
+        if main_phases := tuple(p for p in left if p != EXITS):
+            main.append(dataclasses.replace(job, phases=main_phases, restart=restart))
+        if EXITS in left:
+            exits.append(dataclasses.replace(job, phases=(EXITS,), restart=restart and not main_phases))
+    return main + exits
+
+
+def unpriced(est, queue: list[Job]) -> bool:
+    """Whether a phase of the queue has no figure yet (no finished phase of its kind, no probe)."""
+    return est is None or any(est.phase(j.run.arm, p, 1) == 0.0 for j in queue for p in j.phases)
 
 
 def evaluation_settings(args: StudyArguments, task, recipe: Recipe, instructions: str) -> Evaluation:

@@ -1,23 +1,24 @@
 """
-One study run (an arm at a training seed) from training to the results the study keeps of it, in whichever process
-runs it (`--jobs`): train; measure its robustness on the held-out data; answer the instructions at the generation
-levels; for seed 0, decode self-speculatively (`--exit_prompts`); write the run's record; delete the weights the study
-need not keep (`--keep_models`). A study continues and reports from the records alone, so a folder whose weights
-are gone still resumes, and a kill loses only the runs in flight (a record is written whole or not at all).
-
-    runs/<arm>-seed<s>.json   {"run", "seconds": {train, robustness, generation, exits, total}, "sigma_x",
-                               "model", "robustness": ModelResult, "exits": ExitsModel | null}
+A study run's phases, in whichever process runs them (`--jobs`): train; measure its robustness on the held-out data;
+answer the instructions at the generation levels; for seed 0, decode self-speculatively (`--exit_prompts`: a job of
+its own, scheduled after every run's other phases). Each phase is written to the run's record (`record.RunRecord`)
+the moment it ends, so a kill loses only the phase in flight and the next call does the run's missing phases; the
+weights the study need not keep (`--keep_models`) are deleted once the run's last phase is recorded, never before.
+A run whose weights are gone while phases are left trains again and its record starts over (measurements of other
+weights are not mixed into one run).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
-from ..data import ModelSpec, delete_weights, model_fingerprint
+from ..data import ModelSpec, delete_weights, has_weights, model_fingerprint
 from ..evaluation.alpaca.generate import GenerateArguments
 from ..evaluation.alpaca.generate import run as generate
 from ..evaluation.exits import ExitsArguments, measure_exits
@@ -27,19 +28,11 @@ from ..evaluation.measure import Measurement, measure_model
 from ..evaluation.results import ExitsModel, ModelResult
 from ..noise import NoiseGrid
 from ..tasks import Recipe, get_task, is_finished
-from ..utils.files import read_json, write_json
-from ..utils.folders import child_path
+from . import clock
+from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record, write_record
 
+logger = logging.getLogger(__name__)
 KEEP_MODELS = ("all", "seed0", "none")
-RUNS = "runs"
-
-
-def run_dir(study_dir: str, arm: str, seed: int) -> str:
-    return child_path(study_dir, "train", arm, f"seed{seed}")
-
-
-def record_path(study_dir: str, arm: str, seed: int) -> str:
-    return child_path(study_dir, RUNS, f"{arm}-seed{seed}.json")
 
 
 @dataclass(frozen=True)
@@ -66,101 +59,98 @@ class Evaluation:
     bootstrap_samples: int
     sigma_x: float | None = None
 
+    def measurement(self, task, data, data_args, sigma: float | None, source: str | None = None) -> Measurement:
+        """The robustness measurement of every run (and of the study's comparison) on `data`."""
+        return Measurement(task, data, data_args, NoiseGrid(tuple(self.gammas)), self.curve_gammas, self.train_gamma,
+                           self.noise_seeds, 0.0, sigma, source, "trained", self.batch_size, self.max_length,
+                           auto_bf16())  # fmt: skip
+
+    def required(self, run: RunKey) -> tuple[str, ...]:
+        """The phases `run` goes through: exits for seed 0 only, and only with `exit_prompts`."""
+        return (TRAIN, ROBUSTNESS, ANSWERS) + ((EXITS,) if self.exit_prompts and run.seed == 0 else ())
+
 
 @dataclass(frozen=True)
 class Job:
-    """One run of the study, everything a fresh process needs to do it (`run_job`)."""
+    """Phases of one run, everything a fresh process needs to do them (`run_job`). `restart`: the run's weights are
+    gone with phases left, so it trains again from nothing; `estimates`: the plan's seconds per phase, recorded beside
+    the measured ones; `jobs`: runs sharing the device; `data_dir`: where runs share their prepared data."""
 
     study_dir: str
     task: str
-    arm: str
-    seed: int
+    run: RunKey
     recipe: Recipe
     evaluation: Evaluation | None  # None: `--stage train`, the run is trained and nothing else
+    phases: tuple[str, ...] = (TRAIN,)
     keep: str = "all"
+    restart: bool = False
+    data_dir: str | None = None
+    estimates: dict[str, float] = field(default_factory=dict, compare=False)
+    jobs: int = 1
 
     @property
     def name(self) -> str:
-        return f"{self.arm}/seed{self.seed}"
+        return self.run.name if self.phases != (EXITS,) else f"{self.run.name} exits"
 
     @property
     def folder(self) -> str:
-        return run_dir(self.study_dir, self.arm, self.seed)
+        return self.run.folder(self.study_dir)
+
+    @property
+    def last(self) -> bool:
+        """Whether this job ends the run (its weights may then go)."""
+        required = self.evaluation.required(self.run) if self.evaluation else (TRAIN,)
+        return required[-1] in self.phases
 
 
-@dataclass
-class RunRecord:
-    """What the study keeps of a run: its measurements and the seconds each step took."""
-
-    run: str
-    sigma_x: float | None
-    model: str  # the weights' fingerprint when they were measured
-    robustness: ModelResult
-    exits: ExitsModel | None = None
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    def to_dict(self, key: str) -> dict[str, Any]:
-        return {"run": self.run, "sigma_x": self.sigma_x, "model": self.model,
-                "robustness": self.robustness.to_dict(key), "exits": None if self.exits is None else self.exits.to_dict(),
-                "seconds": self.seconds}  # fmt: skip
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], key: str) -> RunRecord:
-        exits = data.get("exits")
-        return cls(data["run"], data["sigma_x"], data["model"], ModelResult.from_dict(data["robustness"], key),
-                   None if exits is None else ExitsModel.from_dict(exits), data.get("seconds", {}))  # fmt: skip
-
-
-def read_record(study_dir: str, arm: str, seed: int, key: str) -> RunRecord | None:
-    """The run's record, None when it has none yet (not finished, or finished before records)."""
-    path = record_path(study_dir, arm, seed)
-    return RunRecord.from_dict(read_json(path, "--study_dir"), key) if os.path.isfile(path) else None
-
-
-def train(job: Job) -> float:
-    """Train the run into its folder unless it is finished (a checkpoint resumes); the seconds it took."""
+def train(job: Job, callbacks=()) -> float:
+    """Train the run into its folder unless it is finished (a checkpoint resumes); the seconds it took (0 when it
+    was finished already)."""
     if is_finished(job.folder):
         return 0.0
     checkpoints = os.path.isdir(job.folder) and any(f.startswith("checkpoint-") for f in os.listdir(job.folder))
     training = dataclasses.replace(
-        job.recipe.training, output_dir=job.folder, seed=job.seed, resume_from_checkpoint=True if checkpoints else None
-    )
+        job.recipe.training, output_dir=job.folder, seed=job.run.seed, resume_from_checkpoint=True if checkpoints else None
+    )  # fmt: skip
     start = time.perf_counter()
-    get_task(job.task).training.train(Recipe(job.recipe.script, job.recipe.model, training), more_runs=True)
+    recipe = Recipe(job.recipe.script, job.recipe.model, training)
+    get_task(job.task).training.train(recipe, more_runs=True, data_dir=job.data_dir, callbacks=callbacks)
     return time.perf_counter() - start
 
 
-_DATA: dict[str, Any] = {}  # the held-out data, loaded once per process (a worker runs several jobs)
+_DATA: dict[str, object] = {}  # the held-out data, loaded once per process (a worker runs several jobs)
+
+
+def held_out(job: Job):
+    key = repr(job.recipe.script)
+    if key not in _DATA:
+        _DATA.clear()
+        _DATA[key] = get_task(job.task).measuring.evaluation_data(job.recipe.script, job.data_dir)
+    return _DATA[key]
 
 
 def measure(job: Job, sigma: float) -> ModelResult:
     """The run's robustness at every level and noise seed of the study's grid."""
-    task, e = get_task(job.task), job.evaluation
-    key = repr(job.recipe.script)
-    if key not in _DATA:
-        _DATA.clear()
-        _DATA[key] = task.measuring.evaluation_data(job.recipe.script)
-    m = Measurement(task, _DATA[key], job.recipe.script, NoiseGrid(tuple(e.gammas)), e.curve_gammas, e.train_gamma,
-                    e.noise_seeds, 0.0, sigma, None, "trained", e.batch_size, e.max_length, auto_bf16())  # fmt: skip
-    return measure_model(m, job.name, job.folder).result
+    m = job.evaluation.measurement(get_task(job.task), held_out(job), job.recipe.script, sigma)
+    return measure_model(m, job.run.name, job.folder).result
 
 
-def answer(job: Job, sigma: float) -> None:
-    """The run's answers to the instructions at every generation level (`generations/<arm>-seed<s>/`)."""
+def answer(job: Job, sigma: float) -> dict[str, int]:
+    """The run's answers to the instructions at every generation level (`generations/<arm>-seed<s>/`); the empty
+    answers per level (under heavy noise an empty answer is a result: judged a loss for the side that gave it)."""
     e = job.evaluation
-    generate(
+    paths = generate(
         GenerateArguments(
-            model=job.folder,
-            name=f"{job.arm}-seed{job.seed}",
-            output_dir=os.path.join(job.study_dir, "generations"),
-            instructions=e.instructions,
-            max_instances=e.max_instances,
-            gammas=e.generation_gammas,
-            sigma_x=sigma,
-            batch_size=e.generation_batch_size,
-            max_new_tokens=e.max_new_tokens,
-        )  # fmt: skip
-    )
+            model=job.folder, name=job.run.stem, output_dir=os.path.join(job.study_dir, "generations"),
+            instructions=e.instructions, max_instances=e.max_instances, gammas=e.generation_gammas, sigma_x=sigma,
+            batch_size=e.generation_batch_size, max_new_tokens=e.max_new_tokens,
+        )
+    )  # fmt: skip
+    empty = {}
+    for gamma, path in paths.items():
+        with open(path) as f:
+            empty[str(float(gamma))] = sum(not r["output"].strip() for r in json.load(f))
+    return empty
 
 
 def exits_arguments(study_dir: str, e: Evaluation, models: list[str], names: list[str], sigma: float | None):
@@ -175,9 +165,9 @@ def exits_arguments(study_dir: str, e: Evaluation, models: list[str], names: lis
 def decode(job: Job, sigma: float) -> ExitsModel:
     """Seed 0's self-speculative decoding per exit layer and each layer's readout of the reference answers."""
     e = job.evaluation
-    args = exits_arguments(job.study_dir, e, [job.folder], [job.arm], sigma)
+    args = exits_arguments(job.study_dir, e, [job.folder], [job.run.arm], sigma)
     rows = load_instructions(e.instructions, e.exit_prompts)
-    return measure_exits(args, ModelSpec(job.arm, job.folder), rows, sigma, auto_bf16())[0]
+    return measure_exits(args, ModelSpec(job.run.arm, job.folder), rows, sigma, auto_bf16())[0]
 
 
 def auto_bf16() -> bool:
@@ -187,28 +177,49 @@ def auto_bf16() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
-def run_job(job: Job) -> dict[str, Any]:
-    """The run from training to its record (see the module docstring); returns the record as written (with
-    `--stage train`: only the training seconds). Runs in the study's process or in a worker of `--jobs`."""
-    start = time.perf_counter()
-    seconds = {"train": round(train(job), 1)}
+def start_over(job: Job) -> None:
+    """The run's folder and record removed: its weights are gone with phases left (see the module docstring)."""
+    logger.warning("%s: its weights are gone with phases left; it trains again and its record starts over.", job.name)
+    if os.path.isdir(job.folder):
+        shutil.rmtree(job.folder)
+    if os.path.isfile(job.run.record_path(job.study_dir)):
+        os.remove(job.run.record_path(job.study_dir))
+
+
+def run_job(job: Job) -> dict:
+    """The job's phases in order, each written to the run's record as it ends; returns the record as written. Runs
+    in the study's process or in a worker of `--jobs`."""
+    key = get_task(job.task).headline.key
+    if job.restart:
+        start_over(job)
+    record = read_record(job.study_dir, job.run, key) or RunRecord(job.run.name)
+
+    def done(phase: str, started: float) -> None:
+        record.seconds[phase], record.jobs[phase] = round(clock.now() - started, 2), job.jobs
+        if phase in job.estimates:
+            record.estimates[phase] = round(job.estimates[phase], 2)
+        write_record(job.study_dir, record, key)
+
+    if TRAIN in job.phases:
+        started = clock.now()
+        if train(job) == 0.0:  # finished before it was recorded: nothing measured, nothing to learn an estimate from
+            started = clock.now()
+        done(TRAIN, started)
     if job.evaluation is None:
-        return {"run": job.name, "seconds": seconds}
+        return record.to_dict(key)
     e = job.evaluation
     sigma = e.sigma_x if e.sigma_x is not None else reference_sigma(None, job.folder)[0]
-    steps = {"robustness": lambda: measure(job, sigma), "generation": lambda: answer(job, sigma)}
-    if e.exit_prompts and job.seed == 0:
-        steps["exits"] = lambda: decode(job, sigma)
-    done = {}
-    for name, step in steps.items():
-        t = time.perf_counter()
-        done[name] = step()
-        seconds[name] = round(time.perf_counter() - t, 1)
-    seconds["total"] = round(time.perf_counter() - start, 1)
-    headline = get_task(job.task).headline.key
-    record = RunRecord(job.name, sigma, model_fingerprint(job.folder), done["robustness"], done.get("exits"), seconds)
-    os.makedirs(child_path(job.study_dir, RUNS), exist_ok=True)
-    write_json(record_path(job.study_dir, job.arm, job.seed), record.to_dict(headline))
-    if job.keep == "none" or (job.keep == "seed0" and job.seed != 0):
-        delete_weights(job.folder)  # after the record: a kill in between keeps the weights, never loses the run
-    return record.to_dict(headline)
+    record.sigma_x, record.model = sigma, model_fingerprint(job.folder)
+    phases = {
+        ROBUSTNESS: lambda: measure(job, sigma),
+        ANSWERS: lambda: answer(job, sigma),
+        EXITS: lambda: decode(job, sigma),
+    }
+    kept = {ROBUSTNESS: "robustness", ANSWERS: "empty_answers", EXITS: "exits"}
+    for phase in (p for p in (ROBUSTNESS, ANSWERS, EXITS) if p in job.phases):
+        started = clock.now()
+        setattr(record, kept[phase], phases[phase]())
+        done(phase, started)
+    if job.last and (job.keep == "none" or (job.keep == "seed0" and job.run.seed != 0)) and has_weights(job.folder):
+        delete_weights(job.folder)  # after the last record: a kill in between keeps the weights, never loses the run
+    return record.to_dict(key)

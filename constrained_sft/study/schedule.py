@@ -1,141 +1,140 @@
 """
-How a study spends its time: its runs one after the other in this process, or `--jobs N` at once in N worker
-processes sharing the device (a small model leaves a GPU mostly idle: host-bound, N processes train ~N times as many
-steps per second up to the device's limit); with `--time_budget`, a plan printed before any run starts and no run
-started that cannot finish inside the budget. Runs start in seed-major order (every arm's seed 0, then seed 1, ...),
-so a study cut short still holds comparable seeds.
+How a study spends its time: its jobs one after the other in this process, or several at once in worker processes
+sharing the device; with `--time_budget`, a plan printed before any job starts and no job started that cannot finish
+inside the budget. A job is a run's phases (`runs.Job`); runs go seed-major (every arm's seed 0, then seed 1, ...) so
+a study cut short holds comparable seeds, and the seed-0 exit-layer decodings go last, each its own job, started only
+once its run has trained and only where it still fits: the budget may leave them for the next call without losing
+the run.
 
-A run's duration is estimated from the study's own records (the mean of the finished runs of its arm, else of all
-runs: measured under the same `--jobs`), else from a probe: a few optimizer steps of the first run's recipe, one
-evaluation pass and one batch of answers, timed, then scaled to the run's steps, levels and instructions. The probe
-runs alone, so with N jobs its estimate is multiplied by N (each process gets at least 1/N of the device): an
-over-estimate, which starts fewer runs, never one that cannot finish.
+Estimates are per phase (`Estimate`): from the phases this study has finished (the mean of this arm's, else of every
+arm's), else from the probe (`probe`: warm steps, each phase measured on its own). A phase measured with `c0` runs
+sharing the device is priced at `c` runs as `seconds x max(1, c / c0)`: sharing one device, each of `c` runs gets at
+least 1/c of it, and at fewer runs no phase is slower. The plan takes the number of runs at once, up to `--jobs`,
+that starts the most runs inside the budget (so one run that fits alone is never left out because two would not fit
+side by side), and corrects itself as phases finish.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import os
-import tempfile
-import time
+import statistics
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
 
-from ..evaluation.alpaca.generate import GenerateArguments
-from ..evaluation.alpaca.generate import run as generate
-from ..evaluation.instructions import load_instructions
-from ..tasks import Recipe, get_task
-from .runs import Job, RunRecord, run_job
+from . import clock
+from .probe import ProbeTimes
+from .record import EXITS, PHASES, RunRecord
+from .runs import Job, run_job
 
-PROBE_STEPS = 4
+MIN_SECONDS = 0.05  # a phase recorded faster than this did no work (a run finished before it was recorded)
 
 
 @dataclass
 class Estimate:
-    """Seconds per run by arm ('*': any arm), and where the numbers come from (said in the plan)."""
+    """Per-phase seconds: observations (arm, phase, seconds, runs sharing the device) of finished phases, and the
+    probe's figures for what has no observation yet."""
 
-    seconds: dict[str, float]
+    observed: list[tuple[str, str, float, int]]
+    probed: dict[str, float]
     source: str
 
-    def of(self, job: Job) -> float:
-        return self.seconds.get(job.arm, self.seconds["*"])
+    def phase(self, arm: str, phase: str, jobs: int) -> float:
+        def at(seconds: float, measured_with: int) -> float:
+            return seconds * max(1.0, jobs / measured_with)
+
+        own = [at(s, c) for a, p, s, c in self.observed if a == arm and p == phase]
+        every = [at(s, c) for a, p, s, c in self.observed if p == phase]
+        if own or every:
+            return statistics.mean(own or every)
+        return self.probed.get(phase, 0.0) * jobs
+
+    def of(self, job: Job, jobs: int) -> dict[str, float]:
+        """Seconds per phase of `job` with `jobs` runs sharing the device."""
+        return {phase: self.phase(job.run.arm, phase, jobs) for phase in job.phases}
+
+    def total(self, job: Job, jobs: int) -> float:
+        return sum(self.of(job, jobs).values())
 
 
-def from_records(records: dict[str, RunRecord]) -> Estimate | None:
-    """The mean wall time of the finished runs, per arm and overall; None before any run has a record."""
-    by_arm: dict[str, list[float]] = {}
-    for name, record in records.items():
-        if "total" in record.seconds:
-            by_arm.setdefault(name.split("/")[0], []).append(record.seconds["total"])
-    if not by_arm:
+def estimate(records: dict[str, RunRecord], probed: ProbeTimes | None, first: Job | None) -> Estimate | None:
+    """The estimate from `records` ({run name: record}) and the probe (measured on `first`); None with neither."""
+    observed = [
+        (name.split("/")[0], phase, seconds, record.jobs.get(phase, 1))
+        for name, record in records.items()
+        for phase, seconds in record.seconds.items()
+        if phase in PHASES and seconds >= MIN_SECONDS
+    ]
+    if not observed and probed is None:
         return None
-    every = [s for runs in by_arm.values() for s in runs]
-    means = {arm: sum(s) / len(s) for arm, s in by_arm.items()}
-    return Estimate({**means, "*": max(means.values())}, f"the {len(every)} run(s) this study has finished")
-
-
-def probe(job: Job, n_jobs: int) -> Estimate:
-    """A few steps of `job`'s recipe, one evaluation pass and one batch of answers, timed (see the module
-    docstring); nothing of it is kept."""
-    recipe, e = job.recipe, job.evaluation
-    with tempfile.TemporaryDirectory() as scratch:
-        training = dataclasses.replace(recipe.training, output_dir=os.path.join(scratch, "run"), max_steps=PROBE_STEPS,
-                                       save_strategy="no", resume_from_checkpoint=None, seed=job.seed)  # fmt: skip
-        start = time.perf_counter()
-        trained = get_task(job.task).training.train(Recipe(recipe.script, recipe.model, training), more_runs=True)
-        wall = time.perf_counter() - start
-        with open(os.path.join(training.output_dir, "trainer_state.json")) as f:
-            runtime = next(h["train_runtime"] for h in reversed(json.load(f)["log_history"]) if "train_runtime" in h)
-        evaluation = float(trained.after.get("eval_runtime", 0.0))
-        load = max(wall - runtime - evaluation, 0.0)  # loading, data preparation, saving
-        step = runtime / PROBE_STEPS  # warm-up included: an over-estimate
-        seconds = load + step * recipe.training.max_steps + evaluation
-        detail = f"{step:.3g} s/step, an evaluation pass {evaluation:.3g} s, loading {load:.3g} s"
-        if e is not None:
-            seconds += load + evaluation * len(e.gammas) * e.noise_seeds  # the robustness grid
-            n = len(load_instructions(e.instructions, e.max_instances))
-            start = time.perf_counter()
-            generate(
-                GenerateArguments(model=training.output_dir, name="probe", output_dir=os.path.join(scratch, "answers"),
-                                  instructions=e.instructions, max_instances=min(n, e.generation_batch_size),
-                                  gammas=[0.0], batch_size=e.generation_batch_size, max_new_tokens=e.max_new_tokens)
-            )  # fmt: skip
-            batch = time.perf_counter() - start
-            seconds += batch * math.ceil(n / e.generation_batch_size) * len(e.generation_gammas)
-            detail += f", a batch of answers {batch:.3g} s"
-            if e.exit_prompts:  # seed 0 only; each prompt decoded once plain and once per exit layer, batch 1
-                per_prompt = batch / e.generation_batch_size * e.exit_new_tokens / max(e.max_new_tokens, 1)
-                depth = 1 + (len(e.exit_layers) if e.exit_layers else 3)  # plain + each exit (default: 3 exits)
-                seconds += per_prompt * e.exit_prompts * depth
-    scale = f"; x{n_jobs} for {n_jobs} jobs sharing the device" if n_jobs > 1 else ""
-    return Estimate({"*": seconds * n_jobs}, f"a {PROBE_STEPS}-step probe ({detail}){scale}")
-
-
-def plan_lines(
-    pending: list[Job], done: int, estimate: Estimate | None, n_jobs: int, budget: float | None
-) -> list[str]:
-    """What the study will do, before it starts: runs left, their steps, the estimate and what the budget allows."""
-    total = len(pending) + done
-    steps = sorted({job.recipe.training.max_steps for job in pending})
-    lines = [f"plan: {len(pending)} of {total} run(s) left ({', '.join(j.name for j in pending) or 'none'}), "
-             f"{'/'.join(map(str, steps)) or '-'} optimizer steps each, {n_jobs} at a time"]  # fmt: skip
-    if estimate is None or not pending:
-        return lines
-    per_run = [estimate.of(job) for job in pending]
-    lines.append(
-        f"estimate: about {sum(per_run) / len(per_run):.0f} s per run (from {estimate.source}); all {len(pending)} in "
-        f"about {sum(per_run) / n_jobs / 60:.1f} min"
+    figures = probed.phases(first) if probed is not None else {}
+    finished = len({name for name, r in records.items() if r.seconds})
+    sources = ([f"the phases of {finished} run(s) this study has recorded"] if observed else []) + (
+        [f"a {len(probed.steps)}-step probe ({probed.describe()})"] if probed is not None else []
     )
-    if budget is not None:
-        fit = len(fitting(pending, estimate, n_jobs, budget))
-        lines.append(
-            f"budget: {budget / 60:.1f} min: {fit} run(s) fit and start; the other {len(pending) - fit} wait for the "
-            "next call (the same command continues)"
-        )
-    return lines
+    return Estimate(observed, figures, "; ".join(sources))
 
 
-def fitting(pending: list[Job], estimate: Estimate, n_jobs: int, budget: float) -> list[Job]:
-    """The runs, in order, that start and finish inside `budget` seconds with `n_jobs` slots (each run starting
-    when the slot that frees first is free); the first that cannot stops the list (seed-major order)."""
-    slots = [0.0] * n_jobs
-    out = []
-    for job in pending:
-        slot = min(range(n_jobs), key=slots.__getitem__)
-        if slots[slot] + estimate.of(job) > budget:
-            break
-        slots[slot] += estimate.of(job)
+def fitting(queue: list[Job], est: Estimate, jobs: int, budget: float) -> list[Job]:
+    """The jobs that start and finish inside `budget` seconds with `jobs` slots, each starting when a slot frees and
+    (an exits job) once its run's other phases are done: runs in order, the first that cannot fit stopping the runs
+    after it (seed-major); each exits job then on its own."""
+    slots, ends, out, blocked = [0.0] * jobs, {}, [], set()
+    for i, job in enumerate(queue):
+        exits = job.phases == (EXITS,)
+        if job.run in blocked:
+            continue  # a run after the first that did not fit, or the exits of such a run
+        slot = min(range(jobs), key=slots.__getitem__)
+        start = max(slots[slot], ends.get(job.run, 0.0))
+        end = start + est.total(job, jobs)
+        if end > budget:
+            if not exits:  # seed-major: the runs after it wait too
+                blocked.update(j.run for j in queue[i:] if j.phases != (EXITS,))
+            continue
+        slots[slot], ends[job.run] = end, end
         out.append(job)
     return out
 
 
-def now() -> float:
-    """The scheduler's clock (seconds; a test replaces it)."""
-    return time.monotonic()
+def choose_jobs(queue: list[Job], est: Estimate | None, most: int, budget: float | None) -> int:
+    """How many runs at once (1..`most`): the most that start the most jobs inside the budget."""
+    if budget is None or est is None or not queue:
+        return most
+    return max(range(1, most + 1), key=lambda n: (len(fitting(queue, est, n, budget)), n))
+
+
+def plan_lines(
+    queue: list[Job], done: int, total: int, est: Estimate | None, jobs: int, budget: float | None, spent: float = 0.0
+) -> list[str]:
+    """What the study will do, before it starts: jobs left, their steps, the estimate and what the budget allows
+    (`budget`: the seconds left of it once `spent` went on preparing the data and the probe)."""
+    runs = [job for job in queue if job.phases != (EXITS,)]
+    exits = [job for job in queue if job.phases == (EXITS,)]
+    steps = sorted({job.recipe.training.max_steps for job in runs})
+    lines = [f"plan: {len(runs)} of {total} run(s) left ({', '.join(j.name for j in runs) or 'none'}), "
+             f"{'/'.join(map(str, steps)) or '-'} optimizer steps each, {jobs} at a time"
+             + (f"; then the exit-layer decoding of {len(exits)} seed-0 run(s)" if exits else "")]  # fmt: skip
+    if est is None or not queue:
+        return lines
+    per_phase = {p: est.phase(queue[0].run.arm, p, jobs) for p in PHASES}
+    shown = ", ".join(f"{p} {s:.0f} s" for p, s in per_phase.items() if s)
+    whole = sum(est.total(job, jobs) for job in queue) / jobs
+    lines.append(
+        f"estimate per run at {jobs} at a time: {shown} (from {est.source}); all in about {whole / 60:.1f} min"
+    )
+    if budget is not None:
+        fit = fitting(queue, est, jobs, budget)
+        started = sum(job.phases != (EXITS,) for job in fit)
+        decoded = len(fit) - started
+        spending = f" ({budget / 60:.1f} min left after {spent:.0f} s of preparation and probe)" if spent >= 1 else ""
+        lines.append(
+            f"budget: {(budget + spent) / 60:.1f} min{spending}: {started} run(s) fit and start"
+            + (f", then {decoded} of {len(exits)} exit decoding(s)" if exits else "")
+            + (f"; the other {len(queue) - len(fit)} job(s) wait for the next call" if len(fit) < len(queue) else "")
+        )
+    return lines
 
 
 def _worker_init(threads: int) -> None:
@@ -145,40 +144,57 @@ def _worker_init(threads: int) -> None:
 
 
 def run_all(
-    pending: list[Job],
-    n_jobs: int,
-    budget: float | None,
-    estimate: Estimate | None,
-    on_done: Callable[[Job, dict], Estimate | None],
+    queue: list[Job], jobs: int, budget: float | None, est: Estimate | None, on_done: Callable[[Job, dict], object]
 ) -> list[Job]:
-    """Run `pending` (seed-major), at most `n_jobs` at a time; with `budget` (seconds from now) start a run only if
-    its estimate ends inside the budget. `on_done(job, record)` is called in this process as each run ends and may
-    return a better estimate. Returns the runs not started."""
-    deadline = None if budget is None else now() + budget
-    queue = list(pending)
+    """Run `queue` with at most `jobs` at once; with `budget` (seconds from now) start a job only if its estimate
+    ends inside it (runs stop at the first that does not fit; exits jobs are each tried, once their run is done).
+    Each job carries its phases' estimates and `jobs`; `on_done(job, record)` is called here as each ends and may
+    return a better estimate. Returns the jobs not started."""
+    deadline = None if budget is None else clock.now() + budget
+    queue, left, blocked = list(queue), [], set()
 
     def fits(job: Job) -> bool:
-        if deadline is None or estimate is None:
-            return True
-        return now() + estimate.of(job) <= deadline
+        return deadline is None or est is None or clock.now() + est.total(job, jobs) <= deadline
 
-    if n_jobs == 1:
-        while queue and fits(queue[0]):
-            job = queue.pop(0)
-            estimate = on_done(job, run_job(job)) or estimate
-        return queue
-    threads = max(1, (os.cpu_count() or 1) // n_jobs)
+    def ready(running_runs: set) -> Job | None:
+        """The next job to start (taken off the queue), or None: nothing can start now."""
+        i = 0
+        while i < len(queue):
+            job = queue[i]
+            exits = job.phases == (EXITS,)
+            if exits and job.run in blocked:
+                left.append(queue.pop(i))
+                continue
+            if exits and (job.run in running_runs or any(j.run == job.run for j in queue[:i])):
+                i += 1  # its run is still training or measuring
+                continue
+            queue.pop(i)
+            if fits(job):
+                return dataclasses.replace(job, estimates=est.of(job, jobs) if est else {}, jobs=jobs)
+            left.append(job)
+            if not exits:  # seed-major: the runs after it wait too, and so do their exits
+                stopped = [j for j in queue if j.phases != (EXITS,)]
+                blocked.update(j.run for j in [job, *stopped])
+                left.extend(stopped)
+                queue[:] = [j for j in queue if j.phases == (EXITS,)]
+                i = 0
+        return None
+
+    if jobs == 1:
+        while (job := ready(set())) is not None:
+            est = on_done(job, run_job(job)) or est
+        return left + queue
+    threads = max(1, (os.cpu_count() or 1) // jobs)
     context = get_context("spawn")  # a fresh interpreter per worker: no CUDA state, no process group inherited
-    with ProcessPoolExecutor(n_jobs, mp_context=context, initializer=_worker_init, initargs=(threads,)) as pool:
-        running = {}
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init, initargs=(threads,)) as pool:
+        running: dict = {}
         while queue or running:
-            while queue and len(running) < n_jobs and fits(queue[0]):
-                job = queue.pop(0)
+            while len(running) < jobs and (job := ready({j.run for j in running.values()})) is not None:
                 running[pool.submit(run_job, job)] = job
             if not running:
                 break
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 job = running.pop(future)
-                estimate = on_done(job, future.result()) or estimate  # a failed run raises here, naming itself
-    return queue
+                est = on_done(job, future.result()) or est  # a failed job raises here, naming itself
+    return left + queue

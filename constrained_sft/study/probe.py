@@ -1,0 +1,157 @@
+"""
+What a study's first plan prices each phase at, before any run has finished: a probe, one short run of the first
+pending run's recipe, every phase measured on its own and scaled to the study's sizes.
+
+- train: the time before the first step (the model, the data: its first preparation, which every later run reuses,
+  included, so an over-estimate), the mean optimizer step *after warm-up* (the first `WARMUP_STEPS` steps pay for the
+  CUDA context, the allocator and the first kernels, ~4-6x a warm step on an H100; they are timed and left out), and
+  the final evaluation and save;
+- robustness: a model load and one level at one noise seed, times the levels and seeds;
+- answers: one batch of answers at `PROBE_TOKENS` new tokens, times the batches, levels and the study's answer length
+  (an upper bound: an answer that ends early costs less);
+- exits: one prompt decoded at batch 1, plainly and drafted by every exit layer, at `PROBE_TOKENS` new tokens, times
+  the prompts and the study's length (a batch-1 decode is priced as what it is, not as a share of a batch).
+
+Nothing the probe writes is kept. Its figures are for one run alone on the device (`schedule.Estimate` scales them
+to runs sharing it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+import tempfile
+from dataclasses import dataclass
+
+from transformers import TrainerCallback
+
+from ..data import ModelSpec
+from ..evaluation.alpaca.generate import GenerateArguments
+from ..evaluation.alpaca.generate import run as generate
+from ..evaluation.exits import measure_exits
+from ..evaluation.instructions import load_instructions
+from ..evaluation.loading import reference_sigma
+from ..evaluation.measure import measure_model
+from ..noise import NoiseGrid
+from ..tasks import get_task
+from . import clock
+from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN
+from .runs import Job, auto_bf16, exits_arguments, held_out, train
+
+PROBE_STEPS, WARMUP_STEPS = 12, 4  # steps of the probe, of which the first are warm-up (timed, left out)
+PROBE_TOKENS = 32  # new tokens per probed answer and exit decode
+
+
+class StepTimer(TrainerCallback):
+    """Each optimizer step's seconds on the study's clock, and when training began and ended."""
+
+    def __init__(self) -> None:
+        self.steps: list[float] = []
+        self.begun = self.train_begin = self.train_end = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.train_begin = clock.now()
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.begun = clock.now()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps.append(clock.now() - self.begun)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.train_end = clock.now()
+
+
+@dataclass
+class ProbeTimes:
+    """The probe's measurements (seconds)."""
+
+    before_steps: float  # from the call to the first step: loading the model and the data, building the trainer
+    steps: list[float]  # every optimizer step, warm-up included
+    after_steps: float  # the final evaluation and the save
+    load: float = 0.0  # one model load for evaluation
+    level: float = 0.0  # one robustness level at one noise seed
+    answer_batch: float = 0.0  # one batch of answers at `tokens` new tokens
+    exit_prompt: float = 0.0  # one prompt, plain and at every exit layer, at `tokens` new tokens
+    tokens: int = PROBE_TOKENS
+
+    @property
+    def warm_step(self) -> float:
+        warm = self.steps[WARMUP_STEPS:] or self.steps
+        return statistics.mean(warm)
+
+    def phases(self, job: Job) -> dict[str, float]:
+        """Seconds per phase of a run of `job`'s recipe, alone on the device."""
+        e, t = job.evaluation, job.recipe.training
+        out = {TRAIN: self.before_steps + self.warm_step * t.max_steps + self.after_steps}
+        if e is None:
+            return out
+        n = len(load_instructions(e.instructions, e.max_instances))
+        out[ROBUSTNESS] = self.load + self.level * len(e.gammas) * e.noise_seeds
+        batches = math.ceil(n / e.generation_batch_size) * len(e.generation_gammas)
+        out[ANSWERS] = self.load + self.answer_batch * batches * e.max_new_tokens / self.tokens
+        if e.exit_prompts:
+            out[EXITS] = self.load + self.exit_prompt * e.exit_prompts * e.exit_new_tokens / self.tokens
+        return out
+
+    def describe(self) -> str:
+        warm = self.steps[:WARMUP_STEPS]
+        text = (f"{self.warm_step:.3g} s/step after warm-up (the first {len(warm)} steps took "
+                f"{statistics.mean(warm):.3g} s/step), {self.before_steps:.3g} s before the first step, "
+                f"{self.after_steps:.3g} s to evaluate and save")  # fmt: skip
+        if self.load:
+            text += (f"; a model load {self.load:.3g} s, a robustness level {self.level:.3g} s, a batch of answers "
+                     f"{self.answer_batch:.3g} s and one exit-decoded prompt {self.exit_prompt:.3g} s at "
+                     f"{self.tokens} new tokens")  # fmt: skip
+        return text
+
+
+def probe(job: Job) -> ProbeTimes:
+    """Measure `job`'s phases on a short run of its recipe (see the module docstring)."""
+    e = job.evaluation
+    steps = min(PROBE_STEPS, max(job.recipe.training.max_steps, WARMUP_STEPS + 2))
+    with tempfile.TemporaryDirectory() as scratch:
+        training = dataclasses.replace(job.recipe.training, max_steps=steps, save_strategy="no",
+                                       resume_from_checkpoint=None)  # fmt: skip
+        study = os.path.join(scratch, "study")
+        short = dataclasses.replace(job, study_dir=study, recipe=dataclasses.replace(job.recipe, training=training))
+        timer = StepTimer()
+        start = clock.now()
+        train(short, callbacks=[timer])
+        end = clock.now()
+        times = ProbeTimes(timer.train_begin - start, timer.steps, end - timer.train_end)
+        if e is None:
+            return times
+        folder, task = short.folder, get_task(job.task)
+        sigma = e.sigma_x if e.sigma_x is not None else reference_sigma(None, folder)[0]
+        start = clock.now()
+        model, tokenizer = task.measuring.load_model(ModelSpec("probe", folder), _dtype())
+        times.load = clock.now() - start
+        m = e.measurement(task, held_out(job), job.recipe.script, sigma)
+        m = dataclasses.replace(m, gammas=NoiseGrid(tuple(e.gammas[-1:])), seeds=1)
+        start = clock.now()
+        measure_model(m, "probe", folder, model, tokenizer)
+        times.level = clock.now() - start
+        del model, tokenizer
+        n = min(len(load_instructions(e.instructions, e.max_instances)), e.generation_batch_size)
+        start = clock.now()
+        generate(GenerateArguments(model=folder, name="probe", output_dir=os.path.join(scratch, "answers"),
+                                   instructions=e.instructions, max_instances=n, gammas=[e.generation_gammas[-1]],
+                                   sigma_x=sigma, batch_size=e.generation_batch_size,
+                                   max_new_tokens=PROBE_TOKENS))  # fmt: skip
+        times.answer_batch = max(clock.now() - start - times.load, 0.0)
+        if e.exit_prompts:
+            short_exits = dataclasses.replace(e, exit_new_tokens=PROBE_TOKENS)
+            args = exits_arguments(scratch, short_exits, [folder], ["probe"], sigma)
+            start = clock.now()
+            measure_exits(args, ModelSpec("probe", folder), load_instructions(e.instructions, 1), sigma, auto_bf16())
+            times.exit_prompt = max(clock.now() - start - times.load, 0.0)
+    return times
+
+
+def _dtype():
+    import torch
+
+    return torch.bfloat16 if auto_bf16() else torch.float32
