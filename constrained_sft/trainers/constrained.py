@@ -20,7 +20,7 @@ from ..constraints.feasibility import REPORT, bound_message, verdict_message
 from ..utils.files import write_json
 from ..utils.modules import unwrap_model
 from .callbacks import handle_nonfinite
-from .model_card import CARD, model_card
+from .model_card import CARD, card_path, model_card
 from .noise import TrainingNoise
 from .resume import TrainerOverrides, model_source, start_run, trl_eval_metrics
 from .setup import ConstrainedSetup
@@ -209,7 +209,13 @@ class ConstrainedTrainerMixin(TrainerOverrides):
             model_name or os.path.basename(os.path.normpath(self.args.output_dir)),
             [*(tags or []), *(getattr(unwrap_model(self.model), "model_tags", None) or [])],
         )
-        path = os.path.join(folder, CARD)
+        path = card_path(folder)
+        if path != os.path.join(folder, CARD) and not getattr(self, "_told_card_beside", False):
+            self._told_card_beside = True
+            logger.warning(
+                "%s is not a model card constrained-sft wrote: it is kept, and the run's card is %s beside it.",
+                os.path.join(folder, CARD), path,
+            )  # fmt: skip
         card.save(path)
         return path
 

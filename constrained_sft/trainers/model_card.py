@@ -20,6 +20,21 @@ from ..version import VERSION
 
 TEMPLATE = os.path.join(os.path.dirname(__file__), "templates", "model_card.md")
 CARD = "README.md"
+CARD_BESIDE = "MODEL_CARD.md"  # where the card goes when README.md is the user's own
+MARK = "<!-- written by constrained-sft: "  # the template's first line after the metadata: a card this library wrote
+
+
+def card_path(folder: str) -> str:
+    """Where the run's card goes in `folder`: README.md when it is absent or a card this library wrote, else
+    MODEL_CARD.md beside the user's README.md, which is never replaced."""
+    path = os.path.join(folder, CARD)
+    if not os.path.isfile(path):
+        return path
+    with open(path, encoding="utf-8", errors="replace") as f:
+        ours = MARK in f.read(1 << 16)
+    return path if ours else os.path.join(folder, CARD_BESIDE)
+
+
 CITATION = """@misc{porrasvalenzuela-constrained-unrolled-transformers,
   title  = {A Constrained Optimization Perspective of Unrolled Transformers},
   author = {Porras-Valenzuela, Javier and Hadou, Samar and Ribeiro, Alejandro},

@@ -33,6 +33,24 @@ def test_a_run_and_its_checkpoint_carry_the_card_with_the_constraint_table(make_
     assert "README.md" in marker["files"]  # written before the completion marker: part of the whole checkpoint
 
 
+def test_a_readme_of_the_users_is_kept_and_the_card_goes_beside_it(make_trainer, tmp_path, caplog):
+    """output_dir holding the user's own README.md: never replaced (byte for byte), the card is MODEL_CARD.md, said
+    once; a README.md this library wrote is its card and is rewritten."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "README.md").write_bytes(b"# My notes\n\nkeep me\n")
+    trainer = make_trainer(max_steps=2)
+    trainer.train()
+    assert (out / "README.md").read_bytes() == b"# My notes\n\nkeep me\n"
+    assert "## Constraints" in (out / "MODEL_CARD.md").read_text()
+    said = [r.getMessage() for r in caplog.records if "is not a model card constrained-sft wrote" in r.getMessage()]
+    assert len(said) == 1 and "MODEL_CARD.md" in said[0]
+    (out / "README.md").unlink()
+    (out / "MODEL_CARD.md").rename(out / "README.md")  # the library's own card as README.md: rewritten
+    trainer.create_model_card()
+    assert "## Constraints" in (out / "README.md").read_text() and not (out / "MODEL_CARD.md").exists()
+
+
 def test_an_unconstrained_twin_says_what_was_measured(make_trainer, tmp_path):
     make_trainer(max_steps=2, constraints="none").train()
     card = ModelCard.load(tmp_path / "out" / "README.md")
