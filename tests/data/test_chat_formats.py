@@ -118,7 +118,10 @@ def test_a_streamed_prompt_completion_row_without_a_completion_is_skipped_not_re
     rows = [{"prompt": f"s{i} =", "completion": f" s{i + 1}"} for i in range(4)] + [{"prompt": "a", "completion": ""}]
     with caplog.at_level(logging.WARNING, "constrained_sft.data.formats"):
         out = list(to_trl_format(IterableDataset.from_generator(lambda: iter(rows)), "auto"))
-    assert len(out) == 4 and "train row 4 (prompt_completion format, streamed): skipped: an empty completion" in caplog.text
+    assert (
+        len(out) == 4
+        and "train row 4 (prompt_completion format, streamed): skipped: an empty completion" in caplog.text
+    )
 
 
 def test_rows_with_answers_is_the_same_rule_on_raw_rows():
