@@ -24,6 +24,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
+refuse() {
+  echo "gpu_study.sh: error: $1" >&2
+  exit 2
+}
+command -v "$PY" > /dev/null 2>&1 || refuse "PY $PY: no such interpreter; give the Python that has constrained-sft"
+"$PY" -c "import constrained_sft, transformers, trl, datasets" > /dev/null 2>&1 ||
+  refuse "PY $PY cannot import constrained_sft and its dependencies (transformers, trl, datasets); install them first (docs/guides/gpu.md: install_wheelhouse.sh)"
 smoke=0
 if [[ ${1:-} == --smoke ]]; then
   smoke=1
@@ -32,8 +39,9 @@ fi
 if ((smoke)); then
   OUT=${1:?usage: gpu_study.sh --smoke OUT_DIR}
   WORK=${SMOKE_ASSETS:-$OUT.work/assets}  # the tiny model, encoder and conversations; the study beside them
-  mkdir -p "$WORK"
-  $PY - "$WORK" <<'PY'
+  smoke_assets() {  # written once every argument is checked
+    mkdir -p "$WORK"
+    $PY - "$WORK" <<'PY'
 import json, sys
 from pathlib import Path
 from constrained_sft.testing import tiny_causal_lm, tiny_encoder, tiny_tokenizer
@@ -49,6 +57,7 @@ for i in range(5, 96, 16):  # real ShareGPT: first exchanges with no answer (two
     rows[i]["conversations"][1] = {"from": "human", "value": "s1 ="} if i % 32 == 5 else {"from": "gpt", "value": " "}
 (root / "sharegpt.json").write_text(json.dumps(rows))
 PY
+  }
   MODEL=$WORK/model
   DATA=${DATA:-$WORK/sharegpt.json}
   JUDGE_MODEL=${JUDGE_MODEL:-$WORK/encoder}
@@ -71,8 +80,32 @@ else
   STUDY=(--gammas 0 0.25 0.5 0.75 1 1.5 --generation_gammas 0 1.5 --max_instances 100 --max_new_tokens 128
          --generation_batch_size 100 --exit_prompts 8 --exit_new_tokens 64 --bootstrap_samples 2000)
 fi
+number() { # NAME VALUE KIND: a number > 0 (KIND minutes) or a whole number >= 1 (KIND count)
+  if [[ $3 == minutes ]]; then
+    [[ $2 =~ ^[0-9]*[.]?[0-9]+$ ]] && awk "BEGIN { exit !($2 > 0) }" || refuse "$1 '$2': give a number of minutes > 0"
+  else
+    [[ $2 =~ ^[0-9]+$ ]] && (($2 >= 1)) || refuse "$1 '$2': give a whole number >= 1"
+  fi
+}
+number BUDGET "$BUDGET" minutes
+number GRACE "${GRACE:-0.75}" minutes
+number SEEDS "$SEEDS" count
+number JOBS "$JOBS" count
+number STEPS "${STEPS:-1}" count
+if ((!smoke)) && [[ ! -f $MODEL/config.json ]]; then
+  refuse "MODEL_DIR $MODEL is not a model folder (no config.json); give SmolLM2-135M-Instruct's folder"
+fi
+if [[ -e $OUT && ! -d $OUT ]]; then
+  refuse "OUT_DIR $OUT is a file; give a new or empty folder (or one gpu_study.sh wrote)"
+fi
+MARK="written by benchmarks/gpu_study.sh"  # device.txt's first line: OUT_DIR is this script's (no 9th file to carry)
+if [[ -d $OUT && -n $(ls -A "$OUT") && $(head -1 "$OUT/device.txt" 2> /dev/null) != "$MARK" ]]; then
+  refuse "OUT_DIR $OUT holds files gpu_study.sh did not write; give a new or empty folder (or one gpu_study.sh wrote)"
+fi
+if ((smoke)); then smoke_assets; fi
 mkdir -p "$OUT"
 {
+  echo "$MARK"
   if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; fi
   $PY -c "import torch, transformers; print('python', __import__('sys').version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__)"
   git rev-parse --short=7 HEAD 2> /dev/null || echo "not a git checkout"

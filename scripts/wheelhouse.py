@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
+import math
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from typing import NoReturn
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -35,6 +37,117 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCK = os.path.join(ROOT, "requirements", "lock-cpu.txt")
 LEFT_OUT = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*)$")  # the target's own torch and its CUDA stack stay
 PROJECT = "constrained-sft"
+PYTHONS = tuple(f"3.{minor}" for minor in range(10, 16))  # the project's requires-python (>= 3.10) to the newest
+PLATFORM = re.compile(r"(manylinux_\d+_\d+|musllinux_\d+_\d+|manylinux2014|linux)_(x86_64|aarch64)")
+MARK = ".written-by"  # in a folder a script wrote: its name; such a folder is the script's to replace
+FREEZE_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+
+
+def refuse(message: str, prog: str = "wheelhouse.py") -> NoReturn:
+    """One line `prog: error: message` on stderr, exit status 2: what every bad argument gets, before any work."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage block before it), like the `constrained-sft` commands'."""
+
+    def error(self, message: str) -> NoReturn:
+        refuse(message, self.prog.split()[0])
+
+
+def check_out(path: str, flag: str, prog: str) -> None:
+    """`path` may be written by `prog`: new, an empty folder, or a folder `prog` wrote (its MARK) which it replaces
+    whole once the new one is built; a file, a path under a file, or a folder holding anything else is refused."""
+    absolute = os.path.abspath(path)
+    parent = absolute
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent != absolute and not os.path.isdir(parent):
+        refuse(f"{flag} {path}: {parent} is a file, not a folder; give a new folder", prog)
+    if os.path.isfile(absolute) or (os.path.exists(absolute) and not os.path.isdir(absolute)):
+        refuse(f"{flag} {path} is a file; give a new or empty folder (or one {prog} wrote, which it replaces)", prog)
+    if os.path.isdir(absolute) and os.listdir(absolute) and written_by(absolute) != prog:
+        refuse(
+            f"{flag} {path} holds files {prog} did not write ({', '.join(sorted(os.listdir(absolute))[:3])}, ...); "
+            f"give a new or empty folder (or one {prog} wrote, which it replaces)",
+            prog,
+        )
+
+
+def written_by(folder: str) -> str | None:
+    path = os.path.join(folder, MARK)
+    return open(path).read().strip() if os.path.isfile(path) else None
+
+
+def publish(staging: str, out: str, prog: str) -> None:
+    """Move the finished `staging` folder to `out` (checked by `check_out`: absent, empty or `prog`'s, only then
+    removed), marked as `prog`'s."""
+    with open(os.path.join(staging, MARK), "w") as f:
+        f.write(prog + "\n")
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    os.replace(staging, out)
+
+
+def check_python(python: str, prog: str) -> None:
+    if python not in PYTHONS:
+        refuse(f"--python {python!r}: give the target's Python as one of {', '.join(PYTHONS)}", prog)
+
+
+def machine(platform: str, prog: str = "wheelhouse.py") -> str:
+    """The CPU of a Linux wheel platform tag (x86_64 or aarch64); any other tag is refused."""
+    match = PLATFORM.fullmatch(platform)
+    if match is None:
+        refuse(
+            f"--platform {platform!r}: give a Linux wheel platform tag such as manylinux_2_28_x86_64, "
+            "manylinux2014_aarch64, musllinux_1_2_x86_64 or linux_x86_64 (x86_64 or aarch64)",
+            prog,
+        )
+    return match.group(2)
+
+
+def check_part_mib(part_mib: float, prog: str) -> None:
+    if not (math.isfinite(part_mib) and part_mib >= 1):
+        refuse(f"--part-mib {part_mib}: give a finite size in MiB >= 1 (a part holds whole wheels)", prog)
+
+
+def read_freeze(path: str, prog: str = "wheelhouse.py") -> dict[str, str]:
+    """{package: version} of the target's `pip freeze` (`name==version`; `name @ url` and `-e` lines are present
+    packages of unknown version); a file in any other form (a `pip list` table) is refused naming its line."""
+    if not os.path.isfile(path):
+        refuse(f"--have {path}: no such file (write it on the target with `pip freeze > FILE`)", prog)
+    pins: dict[str, str] = {}
+    with open(path, errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            text = line.split("#")[0].strip()
+            if not text:
+                continue
+            if text.startswith("-e ") or " @ " in text:
+                pins[canonical(text.removeprefix("-e ").split(" @ ")[0].split("#egg=")[-1])] = ""
+                continue
+            match = FREEZE_LINE.fullmatch(text)
+            if match is None:
+                refuse(
+                    f"--have {path} line {n} {text[:40]!r} is not `pip freeze` output (name==version); write it on "
+                    "the target with `pip freeze > FILE`",
+                    prog,
+                )
+            pins[canonical(match.group(1))] = match.group(2).split("+")[0]
+    if not pins:
+        refuse(f"--have {path} lists no package; write it on the target with `pip freeze > FILE`", prog)
+    return pins
+
+
+def check_extras(extras: list[str], also: list[str], prog: str = "wheelhouse.py") -> None:
+    known = md.metadata(PROJECT).get_all("Provides-Extra") or []
+    if unknown := [e for e in extras if e not in known]:
+        refuse(f"--extras {','.join(unknown)}: {PROJECT} has the extras {', '.join(sorted(known))}", prog)
+    for name in also:
+        try:
+            md.distribution(name)
+        except md.PackageNotFoundError:
+            refuse(f"--also {name}: not installed here (the wheels carried are this environment's)", prog)
 
 
 def canonical(name: str) -> str:
@@ -53,18 +166,18 @@ def read_pins(path: str) -> dict[str, str]:
     return pins
 
 
-def target_environment(python: str) -> dict[str, str]:
+def target_environment(python: str, cpu: str = "x86_64") -> dict[str, str]:
     env = default_environment()
     env.update(python_version=".".join(python.split(".")[:2]), python_full_version=f"{python}.0"
                if python.count(".") == 1 else python, sys_platform="linux", platform_system="Linux",
-               platform_machine="x86_64", implementation_name="cpython", platform_python_implementation="CPython")  # fmt: skip
+               platform_machine=cpu, implementation_name="cpython", platform_python_implementation="CPython")  # fmt: skip
     return env
 
 
-def closure(extras: list[str], python: str, also: tuple[str, ...] = ()) -> dict[str, str]:
+def closure(extras: list[str], python: str, also: tuple[str, ...] = (), cpu: str = "x86_64") -> dict[str, str]:
     """{package: version} of everything `constrained-sft[extras]` (and the packages `also` names) needs on the target,
     from the installed metadata."""
-    env = target_environment(python)
+    env = target_environment(python, cpu)
     found: dict[str, str] = {}
     todo = [(PROJECT, tuple(extras)), *((name, ()) for name in also)]
     while todo:
@@ -92,13 +205,15 @@ def closure(extras: list[str], python: str, also: tuple[str, ...] = ()) -> dict[
     return found
 
 
-def download(packages: dict[str, str], out: str, python: str, platform: str) -> None:
+def download(packages: dict[str, str], out: str, python: str, platform: str, part_mib: float | None = None) -> None:
     """Binary wheels of `packages` for the target, pinned, without their dependencies (the closure has them);
-    a package with no wheel for the target is built here (pure Python) with `pip wheel`."""
-    tag = python.replace(".", "")[:3]
+    a package with no wheel for the target is built here (pure Python) with `pip wheel`. A wheel larger than a part
+    (`part_mib`) stops it at once, naming the wheel."""
+    tag = python.replace(".", "")[:4]
+    cpu = machine(platform)
     base = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "--dest", out,
             "--python-version", python, "--implementation", "cp", "--abi", f"cp{tag}", "--abi", "abi3", "--abi", "none"]  # fmt: skip
-    for tag_platform in (platform, "manylinux2014_x86_64", "manylinux_2_17_x86_64", "linux_x86_64", "any"):
+    for tag_platform in (platform, f"manylinux2014_{cpu}", f"manylinux_2_17_{cpu}", f"linux_{cpu}", "any"):
         base += ["--platform", tag_platform]
     for name, version in sorted(packages.items()):
         spec = f"{name}=={version}"
@@ -109,6 +224,11 @@ def download(packages: dict[str, str], out: str, python: str, platform: str) -> 
                 raise SystemExit(
                     f"wheelhouse: no wheel of {spec} for Python {python} / {platform}: {built.stderr[-500:]}"
                 )
+        if part_mib is not None:
+            for wheel in os.listdir(out):
+                if os.path.getsize(os.path.join(out, wheel)) > part_mib * 2**20:
+                    size = os.path.getsize(os.path.join(out, wheel)) / 2**20
+                    refuse(f"--part-mib {part_mib}: {wheel} is {size:.1f} MiB; give --part-mib >= {math.ceil(size)}")
 
 
 def project_wheel(out: str, built: str | None = None) -> None:
@@ -147,15 +267,16 @@ def split(files: list[str], out: str, part_mib: float, subfolder: str = "") -> l
     return list(sizes.items())
 
 
-def collect(staging: str, python: str, platform: str, have: str | None, extras: list[str], also=(), project=None):
+def collect(staging: str, python: str, platform: str, have: str | None, extras: list[str], also=(), project=None,
+            part_mib: float | None = None):  # fmt: skip
     """Every wheel the target needs but has (`have`), and the project's own, downloaded into `staging`; prints what
     is left out. Returns the wheel paths."""
-    needed = closure(extras, python, tuple(also))
+    needed = closure(extras, python, tuple(also), machine(platform))
     lock = read_pins(LOCK)
-    present = read_pins(have) if have else {}
+    present = read_freeze(have) if have else {}
     pinned = {name: lock.get(name, version) for name, version in needed.items() if name != canonical(PROJECT)}
     carried = {n: v for n, v in pinned.items() if not LEFT_OUT.match(n) and n not in present}
-    download(carried, staging, python, platform)
+    download(carried, staging, python, platform, part_mib)
     project_wheel(staging, project)
     left = sorted(n for n in pinned if LEFT_OUT.match(n) or n in present)
     print(f"{len(carried) + 1} wheels for Python {python} / {platform}{' [' + ','.join(extras) + ']' if extras else ''}"
@@ -171,19 +292,37 @@ def report(parts: list[tuple[str, int]]) -> None:
 
 def build(out: str, python: str, platform: str, have: str | None, extras: list[str], part_mib: float, also=(),
           project: str | None = None):  # fmt: skip
-    if os.path.exists(out):
-        shutil.rmtree(out)
-    os.makedirs(out)
-    with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(out))) as staging:
-        print(f"wheelhouse {out}: ", end="")
-        parts = split(collect(staging, python, platform, have, extras, also, project), out, part_mib)
+    """The wheelhouse built beside `out` and moved there once whole (`out` checked by `check_out` first)."""
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    house = tempfile.mkdtemp(dir=parent, prefix=".wheelhouse-")
+    try:
+        with tempfile.TemporaryDirectory(dir=parent) as staging:
+            print(f"wheelhouse {out}: ", end="")
+            parts = split(collect(staging, python, platform, have, extras, also, project, part_mib), house, part_mib)
+        publish(house, out, "wheelhouse.py")
+    except BaseException:
+        shutil.rmtree(house, ignore_errors=True)
+        raise
+    parts = [(os.path.join(out, os.path.basename(p)), size) for p, size in parts]
     report(parts)
     return parts
 
 
+def check_arguments(python: str, platform: str, have: str | None, part_mib: float, extras=(), also=(),
+                    prog: str = "wheelhouse.py") -> None:  # fmt: skip
+    """Every argument of a wheelhouse checked before anything is downloaded or written (see `refuse`)."""
+    check_python(python, prog)
+    machine(platform, prog)
+    if have is not None:
+        read_freeze(have, prog)
+    check_part_mib(part_mib, prog)
+    check_extras(list(extras), list(also), prog)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], prog="wheelhouse.py")
-    parser.add_argument("out", help="the wheelhouse folder (replaced)")
+    parser = OneLineParser(description=__doc__.split("\n\n")[0], prog="wheelhouse.py")
+    parser.add_argument("out", help="the wheelhouse folder: new, empty, or one this script wrote (then replaced)")
     parser.add_argument("--python", default=f"{sys.version_info.major}.{sys.version_info.minor}",
                         help="the target's Python, e.g. 3.12 (default: this one)")  # fmt: skip
     parser.add_argument("--platform", default="manylinux_2_28_x86_64", help="the target's wheel platform tag")
@@ -198,15 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--project", help="the project's wheel to carry (default: built from this checkout)")
     args = parser.parse_args(argv)
-    if not re.fullmatch(r"3\.\d+", args.python):
-        parser.error(f"--python must be a version like 3.12, got {args.python!r}")
-    if args.have and not os.path.isfile(args.have):
-        parser.error(f"--have {args.have}: no such file (write it on the target with `pip freeze > FILE`)")
+    extras = [e for e in args.extras.split(",") if e]
+    check_arguments(args.python, args.platform, args.have, args.part_mib, extras, args.also)
     if args.project and not (os.path.isfile(args.project) and args.project.endswith(".whl")):
         parser.error(f"--project {args.project}: not a wheel file (.whl)")
-    if args.part_mib <= 0:
-        parser.error(f"--part-mib must be > 0, got {args.part_mib}")
-    extras = [e for e in args.extras.split(",") if e]
+    check_out(args.out, "OUT", "wheelhouse.py")
     build(args.out, args.python, args.platform, args.have, extras, args.part_mib, args.also, args.project)
     return 0
 

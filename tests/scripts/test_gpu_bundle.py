@@ -36,7 +36,7 @@ def test_split_fills_parts_up_to_their_size(tmp_path):
 
 def test_a_bundle_comes_back_byte_for_byte(tmp_path, capsys):
     gguf = tmp_path / "model.gguf"
-    gguf.write_bytes(os.urandom(300_000))  # cut into pieces of a 0.1 MiB part
+    gguf.write_bytes(b"GGUF" + os.urandom(2_500_000))  # cut into pieces of a 1 MiB part
     tiny_encoder("bert", layers=2).save_pretrained(tmp_path / "encoder")
     tiny_tokenizer().save_pretrained(tmp_path / "encoder")
     rows = [{"id": str(i), "conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": f"a{i}"},
@@ -47,14 +47,14 @@ def test_a_bundle_comes_back_byte_for_byte(tmp_path, capsys):
     rows[7]["conversations"][1]["value"] = " "
     (tmp_path / "sharegpt.json").write_text(json.dumps(rows))
     out = tmp_path / "bundle"
-    argv = ["pack", str(out), "--no-wheels", "--part-mib", "0.1", "--conversations", "40", "--gguf", str(gguf),
+    argv = ["pack", str(out), "--no-wheels", "--part-mib", "1", "--conversations", "40", "--gguf", str(gguf),
             "--encoder", str(tmp_path / "encoder"), "--data", str(tmp_path / "sharegpt.json")]  # fmt: skip
     assert gpu_bundle.main(argv) == 0
     assert "conversations: 40 carried, their first exchanges; 2 of 50 left behind" in capsys.readouterr().out
     parts = sorted(out.glob("part-*"))
     assert len(parts) >= 3 and (out / "part-1" / "manifest.json").is_file()
     assert all(
-        sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and f.name != "manifest.json") <= 0.1 * 2**20
+        sum(f.stat().st_size for f in p.rglob("*") if f.is_file() and f.name != "manifest.json") <= 2**20
         for p in parts
     )
     manifest = json.loads((out / "part-1" / "manifest.json").read_text())
@@ -72,5 +72,14 @@ def test_a_bundle_comes_back_byte_for_byte(tmp_path, capsys):
     assert next(encoder.parameters()).dtype.is_floating_point and (assets / "encoder" / "tokenizer.json").is_file()
 
     next(p for p in parts if p.name != "part-1").rename(tmp_path / "left-behind")  # a part not carried
-    with pytest.raises(SystemExit, match="carry every part"):
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
         gpu_bundle.main(["unpack", str(out), str(tmp_path / "again"), "--no-dequantize"])
+    assert "carry every part" in capsys.readouterr().err and not (tmp_path / "again").exists()
+
+    # the script's own folders are its to replace: packed again into the same folder, unpacked again into its own
+    kept = (assets / "sharegpt.json").read_bytes()
+    (tmp_path / "left-behind").rename(out / "part-2")
+    assert gpu_bundle.main(argv) == 0 and sorted(out.glob("part-*")) == parts
+    assert gpu_bundle.main(["unpack", str(out), str(assets), "--no-dequantize"]) == 0
+    assert (assets / "sharegpt.json").read_bytes() == kept
