@@ -63,6 +63,11 @@ def read_recipe(path: str | None, flag: str = "--config") -> dict:
         raise ValueError(
             f"`{flag}` {path} must be a YAML mapping of field names to values (`constrained-sft recipes` lists the shipped ones), got {got}."
         )
+    if shipped.yaml_kind(recipe) == "search space":
+        raise ValueError(
+            f"`{flag}` {path} is a search space (sections {sorted(recipe)} of field ranges, what `sweep --space` "
+            "reads), not a recipe; give a recipe of field names and values (`constrained-sft recipes` lists both)."
+        )
     return recipe
 
 

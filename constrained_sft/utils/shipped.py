@@ -12,6 +12,7 @@ command in the docs runs for a user who installed the package with pip; a local 
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
@@ -110,9 +111,29 @@ def launch_configs() -> list[ShippedFile]:
 
 
 def _name(value: str, launch: bool) -> str:
-    """`recipes/a/b.yaml`, `./recipes/a/b.yaml`, `a/b.yaml` and `a/b` all name `a/b`."""
+    """`recipes/a/b.yaml`, `./recipes/a/b.yaml`, `a/b.yaml`, `a/b` and the installed file's own path (what
+    `recipes path` prints) all name `a/b`."""
+    root = LAUNCH_CONFIGS if launch else RECIPES
+    with contextlib.suppress(ValueError, OSError):
+        value = Path(value).resolve().relative_to(root.resolve()).as_posix() if os.path.isabs(value) else value
     folder = "accelerate_configs" if launch else "recipes"
     return value.replace(os.sep, "/").removeprefix("./").removeprefix(f"{folder}/").removesuffix(SUFFIX)
+
+
+RANGE_KEYS = {"low", "high", "log", "step", "choices"}  # what a search space gives each field
+
+
+def yaml_kind(data) -> str:
+    """'search space' for a mapping of sections to fields to ranges (`sweep --space`), else 'recipe' (field names to
+    values: `train --config`), so that each flag can name what it got when given the other kind."""
+
+    def is_range(value) -> bool:
+        return isinstance(value, dict) and bool(value) and set(value) <= RANGE_KEYS
+
+    sections = list(data.values()) if isinstance(data, dict) else []
+    if sections and all(isinstance(s, dict) and s and any(is_range(v) for v in s.values()) for s in sections):
+        return "search space"
+    return "recipe"
 
 
 def find_shipped(value: str, launch: bool | None = False, flag: str = "NAME", what: str | None = None) -> str:
@@ -149,7 +170,8 @@ def find(value: str, flag: str, launch: bool = False, what: str | None = None) -
 def copy(name: str, destination: str = ".") -> str:
     """
     Copy the shipped recipe, search space or accelerate config `name` to `destination` (a folder: the file keeps its
-    base name), to edit; an existing file is never overwritten. Returns the path written.
+    base name), to edit; an existing file is never overwritten, and a destination that cannot be written is refused
+    naming DEST. Returns the path written.
     """
     source = find_shipped(name, None)
     target = os.path.join(destination, os.path.basename(source)) if os.path.isdir(destination) else destination
@@ -157,6 +179,19 @@ def copy(name: str, destination: str = ".") -> str:
         raise ValueError(
             f"{target} exists, and a copy never replaces a file; give another path (constrained-sft recipes cp {name} NEW.yaml)."
         )
-    os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-    shutil.copyfile(source, target)
+    parent = os.path.dirname(os.path.abspath(target))
+    above = parent
+    while not os.path.exists(above):
+        above = os.path.dirname(above)
+    if not os.path.isdir(above):
+        raise ValueError(
+            f"`DEST` {destination}: {above} is a file, not a folder; give a file or folder path to copy to."
+        )
+    try:
+        os.makedirs(parent, exist_ok=True)
+        shutil.copyfile(source, target)
+    except OSError as error:
+        raise ValueError(
+            f"`DEST` {destination} cannot be written ({error.strerror}); give a path you can write."
+        ) from None
     return target
