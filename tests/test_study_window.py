@@ -205,3 +205,47 @@ def test_a_run_that_fails_half_way_costs_only_itself(assets, tmp_path, monkeypat
     monkeypatch.setattr(sft.SFTTraining, "train", lambda *a, **k: pytest.fail("a finished run trained again"))
     assert cli(argv) == 0
     assert set(records(out)) == {"constrained-seed0", "erm-seed0"}
+
+
+def test_a_finished_study_trusts_only_its_own_records_and_keeps_only_what_it_is_told(assets, tmp_path, capsys):  # noqa: F811
+    """On one finished study: a record of another run behind a run's file is refused in one line, every file kept; a
+    budget in which no job can finish is refused in one line; `--keep_models none` on the finished runs deletes their
+    weights and says so; a run that lost both its record and its weights trains again."""
+    from constrained_sft.cli import console
+
+    out = tmp_path / "study"
+    argv = study_argv(assets, out, *FAST, "--training_seeds", "1")
+    assert cli(argv) == 0
+    erm = out / "runs" / "erm-seed0.json"
+    kept = erm.read_bytes()
+    erm.write_bytes((out / "runs" / "constrained-seed0.json").read_bytes())
+    stamps = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    assert console(argv) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("constrained-sft: error:")]
+    assert len(err) == 1 and "erm-seed0.json is the record of 'constrained/seed0', not of 'erm/seed0'" in err[0]
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == stamps
+    erm.write_bytes(kept)
+
+    capsys.readouterr()
+    assert console(study_argv(assets, tmp_path / "short", *FAST, "--training_seeds", "1", "--time_budget", "0.001")) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("constrained-sft: error:")]
+    assert len(err) == 1 and "`--time_budget` 0.001 min: no job can finish in it" in err[0]
+    assert "give `--time_budget` >=" in err[0]
+
+    assert cli([*argv, "--keep_models", "none"]) == 0
+    assert "constrained/seed0: every phase recorded; its weights deleted (`--keep_models none`)" in capsys.readouterr().out
+    assert not list(out.glob("train/*/seed0/*.safetensors"))
+
+    erm.unlink()  # neither record nor weights: it trains again, and the study reports it
+    assert cli([*argv, "--keep_models", "none"]) == 0
+    assert "erm/seed0" in capsys.readouterr().out and erm.is_file()
+    assert set(json.loads(erm.read_text())["seconds"]) == {"train", "robustness", "answers"}
+
+    import shutil
+
+    moved = tmp_path / "moved"  # a study carried elsewhere, one record lost: its answers, written where it was, redone
+    shutil.copytree(out, moved)
+    (moved / "runs" / "erm-seed0.json").unlink()
+    assert cli(study_argv(assets, moved, *FAST, "--training_seeds", "1", "--keep_models", "none")) == 0
+    assert (moved / "runs" / "erm-seed0.json").is_file() and (moved / "study.json").is_file()

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 
 from ..config import training_level
 from ..constraints import mode_of
-from ..data import has_weights
+from ..data import delete_weights, has_weights
 from ..data.instructions import held_out_instructions
 from ..evaluation.alpaca import check_judge
 from ..evaluation.folders import check_folder, mark_folder
@@ -39,7 +40,7 @@ from .probe import probe
 from .record import EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
 from .runs import Evaluation, Job
-from .schedule import choose_jobs, estimate, plan_lines, run_all
+from .schedule import choose_jobs, estimate, fitting, plan_lines, run_all
 
 COMMAND = "study"
 
@@ -126,8 +127,15 @@ def run(
     runs = [RunKey(seed, arm) for seed in range(args.training_seeds) for arm in recipes]  # seed-major
     records = {run.name: r for run in runs if (r := read_record(args.study_dir, run, key)) is not None}
     queue = jobs_left(args, task, recipes, runs, records, evaluation)
-    if args.stage == "evaluate" and (untrained := [j.folder for j in queue if TRAIN in j.phases]):
-        raise FileNotFoundError(f"unfinished training runs {untrained}; run `--stage train` (or `all`) first.")
+    if args.stage == "evaluate" and (untrained := [j for j in queue if TRAIN in j.phases]):
+        gone = [j.folder for j in untrained if j.restart]
+        raise FileNotFoundError(
+            f"`--stage evaluate`: runs not trained {[j.folder for j in untrained if not j.restart]}"
+            + (f" and runs whose weights are gone with phases left {gone} (they train again)" if gone else "")
+            + "; run `--stage train` (or `all`) first."
+        )
+    if evaluation is not None:
+        drop_weights(args, runs, records, evaluation, queue)
 
     def on_done(job: Job, record: dict):
         records[job.run.name] = RunRecord.from_dict(record, key)
@@ -150,6 +158,13 @@ def run(
     if budget is not None:
         budget = max(budget - spent, 0.0)
     jobs = choose_jobs(queue, est, args.jobs, budget)
+    if budget is not None and queue and not fitting(queue, est, jobs, budget):
+        alone = est.total(queue[0], 1) / 60
+        raise ValueError(
+            f"`--time_budget` {args.time_budget:g} min: no job can finish in it ({queue[0].name} alone is estimated at "
+            f"{alone:.1f} min{', after ' + format(spent, '.0f') + ' s of preparation and probe' if spent >= 1 else ''}"
+            f"); give `--time_budget` >= {math.ceil(alone + spent / 60)} (the study keeps what it prepared)."
+        )
     if is_main_process() and (queue or budget is not None):
         print(
             "\n".join(plan_lines(queue, len(runs) - len({j.run for j in queue}), len(runs), est, jobs, budget, spent))
@@ -166,6 +181,21 @@ def run(
     if evaluation is None or seeds_with(records, recipes, ROBUSTNESS) == 0:
         return TrainedRuns(folders, timings, missing)
     return finish_study(args, task, recipes, records, evaluation, instructions, differences, timings, missing)
+
+
+def drop_weights(args, runs: list[RunKey], records, evaluation: Evaluation, queue: list[Job]) -> None:
+    """Weights `--keep_models` no longer keeps, of runs whose phases are all recorded (a rerun of a finished study
+    with `--keep_models none`): deleted, and said; a run with phases left keeps its weights until its last."""
+    pending = {job.run for job in queue}
+    for run in runs:
+        folder, record = run.folder(args.study_dir), records.get(run.name)
+        keeps = args.keep_models == "all" or (args.keep_models == "seed0" and run.seed == 0)
+        if keeps or run in pending or record is None or not has_weights(folder):
+            continue
+        if all(record.done(p) for p in evaluation.required(run) if p != TRAIN):
+            freed = delete_weights(folder)
+            print(f"{run.name}: every phase recorded; its weights deleted (`--keep_models {args.keep_models}`), "
+                  f"{freed / 2**20:.0f} MiB freed")  # fmt: skip
 
 
 def data_processes(recipe: Recipe, jobs: int) -> Recipe:

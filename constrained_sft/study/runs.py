@@ -139,6 +139,9 @@ def answer(job: Job, sigma: float) -> dict[str, int]:
     """The run's answers to the instructions at every generation level (`generations/<arm>-seed<s>/`); the empty
     answers per level (under heavy noise an empty answer is a result: judged a loss for the side that gave it)."""
     e = job.evaluation
+    stale = os.path.join(job.study_dir, "generations", job.run.stem)
+    if os.path.isdir(stale):  # not recorded: a killed phase's partial answers, or answers written where the study was
+        shutil.rmtree(stale)
     paths = generate(
         GenerateArguments(
             model=job.folder, name=job.run.stem, output_dir=os.path.join(job.study_dir, "generations"),
