@@ -87,9 +87,10 @@ class DataArguments:
 def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
     """(train, held-out) in TRL's format (`source_splits`)."""
     _, train, held_out = source_splits(args)
+    source = f"`dataset_name` {args.dataset_name}"
     return (
-        to_trl_format(train, args.dataset_format, args.conversation_mode, "train"),
-        to_trl_format(held_out, args.dataset_format, args.conversation_mode, "held-out"),
+        to_trl_format(train, args.dataset_format, args.conversation_mode, "train", source),
+        to_trl_format(held_out, args.dataset_format, args.conversation_mode, "held-out", source),
     )
 
 

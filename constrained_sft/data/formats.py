@@ -26,6 +26,7 @@ from collections import Counter
 from datasets import Dataset, IterableDataset
 
 from .errors import DataError
+from .splits import SOURCE_ROW
 
 logger = logging.getLogger(__name__)
 
@@ -83,19 +84,25 @@ REQUIRED = {
 }
 
 
-def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str = "train"):
-    """Validate every row and map the dataset to TRL's formats; errors name the split, row and problem. A streamed
-    dataset is mapped lazily: its first row names the columns, and each row is checked as training reads it."""
+def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str = "train", source: str | None = None):
+    """Validate every row and map the dataset to TRL's formats; errors name the source (`source`: e.g. "`dataset_name`
+    data.json"), the split, the row (and its row in the source where a shuffle or carve moved it) and the problem. A
+    streamed dataset is mapped lazily: its first row names the columns, and each row is checked as training reads
+    it."""
+    origin = f"{source}: " if source else ""
     columns, first = ds.column_names, None
     if isinstance(ds, IterableDataset) and columns is None:
         first = next(iter(ds), None)
         if first is None:
             raise DataError(f"The {split} split is empty.")
         columns = list(first)
+    columns = [c for c in columns if c != SOURCE_ROW]
     fmt = detect_format(columns) if fmt == "auto" else fmt
     missing = [c for c in REQUIRED[fmt] if c not in columns]
     if missing:
-        raise DataError(f"The {split} split has no column {missing} required by format {fmt!r}; it has {columns}.")
+        raise DataError(
+            f"{origin}The {split} split has no column {missing} required by format {fmt!r}; it has {columns}."
+        )
     convert = CONVERTERS[fmt]
     unit = "conversations" if fmt in ("sharegpt", "messages") else "rows"
     if isinstance(ds, IterableDataset):
@@ -108,7 +115,7 @@ def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str 
                     logger.warning("%s row %d (%s format, streamed): skipped: %s.", split, i, fmt, skip.reason)
                 return {SKIPPED: True}
             except DataError as e:
-                raise DataError(f"{split} row {i} ({fmt} format, streamed): {e}") from None
+                raise DataError(f"{origin}{split} row {i} ({fmt} format, streamed): {e}") from None
 
         if first is not None:
             checked(first, 0, warn=False)  # the first row, read already: its problem before any training
@@ -121,7 +128,9 @@ def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str 
         except NoAnswer as skip:
             skipped[skip.reason] += 1
         except DataError as e:
-            raise DataError(f"{split} row {i} ({fmt} format): {e}") from None
+            at = row.get(SOURCE_ROW, i)
+            moved = f"; the source split's row {at}" if at != i else ""
+            raise DataError(f"{origin}{split} row {i} ({fmt} format{moved}): {e}") from None
     if not rows and skipped:
         raise DataError(
             f"The {split} split has no row to learn from: all {len(ds):,} {unit} were skipped "

@@ -114,9 +114,32 @@ def load_pretrained(spec: ModelSpec, auto_class, dtype=None, tokenizer: bool = T
     if not os.path.exists(spec.path) and not spec.path.startswith("pkg:") and spec.path.count("/") != 1:
         raise ModelPathError(f"`{spec.flag}` {spec.path!r} (model {spec.name!r}) does not exist.")
     path = resolve_model_path(spec.path, spec.flag)
-    model, info = auto_class.from_pretrained(path, dtype=dtype, output_loading_info=True)
+    try:
+        model, info = auto_class.from_pretrained(path, dtype=dtype, output_loading_info=True)
+    except OSError as error:
+        if os.path.exists(path):
+            raise
+        raise ModelPathError(
+            f"`{spec.flag}` {spec.path!r} is not a local folder, and as a Hub id it cannot be loaded "
+            f"({str(error).splitlines()[0][:160]}); give a local model folder, or a Hub id with the Hub reachable."
+        ) from None
     refuse_new_weights(spec, path, model, info, auto_class)
     return model, load_tokenizer(path) if tokenizer else None
+
+
+def hub_id_unavailable(path: str) -> str | None:
+    """Why the Hub id `path` cannot load here (the Hub offline and the id not in the local cache), else None."""
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if path.startswith("pkg:") or os.path.exists(path) or path.count("/") != 1 or not constants.HF_HUB_OFFLINE:
+        return None
+    try:
+        cached = try_to_load_from_cache(path, "config.json")
+    except ValueError:  # not a valid repository id
+        cached = None
+    return (
+        None if isinstance(cached, str) else "the Hub is offline (HF_HUB_OFFLINE=1) and it is not in the local cache"
+    )
 
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".gguf")

@@ -12,6 +12,15 @@ from datasets import Dataset, IterableDataset
 from .errors import DataError
 from .sources import load_source
 
+SOURCE_ROW = "__source_row__"  # each map-style row's index in its source split, for errors that name the file's row
+
+
+def numbered(ds: Dataset) -> Dataset:
+    """`ds` with each row's index in it (`SOURCE_ROW`), kept through shuffles and carves (an int64 column)."""
+    import numpy as np
+
+    return ds if SOURCE_ROW in ds.column_names else ds.add_column(SOURCE_ROW, np.arange(len(ds)))
+
 
 def carve(ds: Dataset, size: float, seed: int, field: str) -> tuple[Dataset, Dataset]:
     """(rest, carved): `size` rows (a fraction in (0, 1) or a row count) split off `ds` with `seed`, reproducibly;
@@ -40,10 +49,11 @@ def source_splits(args) -> tuple[Dataset, Dataset, Dataset]:
         )
     if args.streaming:
         return _streamed_splits(args, pool, source[test_name] if test_name is not None else None)
+    pool = numbered(pool)
     if test_name is None:
         pool, held_out = carve(pool, args.eval_size, args.dataset_seed, "eval_size")
     else:
-        held_out = source[test_name]
+        held_out = numbered(source[test_name])
     train = pool
     if args.max_train_samples is not None and len(pool) > args.max_train_samples:
         train = pool.shuffle(seed=args.dataset_seed).select(range(args.max_train_samples))

@@ -91,6 +91,42 @@ def check_batch_positions(inputs: dict[str, Any], args: ConstrainedSFTConfig, po
         raise _positions_error(args, ids.shape[-1], positions)
 
 
+TRL_FIELDS = ("messages", "prompt", "input_ids")  # besides `dataset_text_field`: what TRL's preparation reads
+
+
+def checked_stream(dataset, args: ConstrainedSFTConfig, name: str = "train_dataset"):
+    """
+    A streamed dataset (`IterableDataset`, whose rows TRL reads only during training) checked row by row as it is
+    read: a row with none of the fields TRL prepares (`dataset_text_field`, `messages`, `prompt` + `completion`,
+    `input_ids`) or with an empty text (nothing to predict) is refused naming `name`, the row and the field, instead
+    of TRL's KeyError or an IndexError inside the layer losses. The first row is checked here, before training.
+    """
+    from datasets import IterableDataset
+
+    if not isinstance(dataset, IterableDataset) or (args.dataset_kwargs or {}).get("skip_prepare_dataset"):
+        return dataset
+    field = args.dataset_text_field
+
+    def check(row: dict, i: int) -> dict:
+        if not any(k in row for k in (field, *TRL_FIELDS)):
+            raise ValueError(
+                f"`{name}` row {i} (streamed) has no field TRL trains on: `{field}` (`dataset_text_field`), "
+                f"`messages`, `prompt` + `completion` or `input_ids`; it has {sorted(row)}."
+            )
+        text = row.get(field)
+        if isinstance(text, str) and not text.strip() and not any(k in row for k in TRL_FIELDS):
+            raise ValueError(
+                f"`{name}` row {i} (streamed): `{field}` is empty, so it has no token to predict; give each row a "
+                "non-empty text (or filter the stream first)."
+            )
+        return row
+
+    first = next(iter(dataset), None)
+    if first is not None:
+        check(first, 0)
+    return dataset.map(check, with_indices=True)
+
+
 def refuse_non_generative(model_id: str, args: ConstrainedSFTConfig) -> None:
     """A model given by path or id that TRL would load as its config's first architecture: refused, naming it, when
     that class cannot generate (a sequence classifier, a bare base model without LM head), before any weight loads.
@@ -148,6 +184,9 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             return ConstrainedSFTConfig(f"{name.split('/')[-1]}-ConstrainedSFT")
 
         args = constrained_args(args, ConstrainedSFTConfig, type(self).__name__, default)
+        for name in ("train_dataset", "eval_dataset"):
+            if name in kwargs:
+                kwargs[name] = checked_stream(kwargs[name], args, name)
         datasets = {name: kwargs.get(name) for name in ("train_dataset", "eval_dataset")}
         with building(self, args, model, datasets):
             if isinstance(model, str):
