@@ -51,6 +51,22 @@ class RunArguments:
             check_output_folder(self.output_dir, "output_dir", OutputDirError)
         deepspeed_without_gpu(self)
         whole_sequences(self)
+        hub_reachable(self)
+
+
+def hub_reachable(args) -> None:
+    """`push_to_hub` with the Hub declared offline (HF_HUB_OFFLINE) is refused before any work: the push would fail
+    after training. (An online Hub that cannot be reached is refused when the trainer creates the repository, also
+    before training: `ConstrainedTrainerMixin.init_hf_repo`.)"""
+    if not getattr(args, "push_to_hub", False):
+        return
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        raise ValueError(
+            "`push_to_hub` with the Hub offline (HF_HUB_OFFLINE=1): the push would fail after training; train "
+            "without `push_to_hub` and upload the folder later (`huggingface-cli upload`), or go online."
+        )
 
 
 def _integer(args, name: str, low: int) -> None:

@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 
 from ..data import ModelPathError
+from ..data.models import hub_id_unavailable
 from ..utils.folders import plain_name
 
 
@@ -112,3 +113,5 @@ def check_model_paths(paths: list[str], flag: str) -> None:
             raise ModelPathError(
                 f"`{flag}` {path!r} does not exist; allowed: a local model folder, a Hub id or a pkg: alias."
             )
+        if why := hub_id_unavailable(path):
+            raise ModelPathError(f"`{flag}` {path!r} is a Hub id that cannot load: {why}; give a local model folder.")

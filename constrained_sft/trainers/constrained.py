@@ -219,6 +219,20 @@ class ConstrainedTrainerMixin(TrainerOverrides):
         card.save(path)
         return path
 
+    def init_hf_repo(self, token: str | None = None):
+        """transformers' hook that creates the Hub repository of `push_to_hub` (in the constructor, before training):
+        a Hub that cannot be reached, or refuses the repository, is refused in one line naming `push_to_hub` instead
+        of a traceback, and nothing trains."""
+        try:
+            return super().init_hf_repo(token)
+        except Exception as error:  # the Hub client's errors vary with its HTTP library (connection, HTTP, offline)
+            repo = self.args.hub_model_id or os.path.basename(os.path.normpath(self.args.output_dir))
+            raise ValueError(
+                f"`push_to_hub`: the Hub repository {repo!r} cannot be created ({type(error).__name__}: "
+                f"{str(error).splitlines()[0][:160]}); log in (`huggingface-cli login`) and go online, or train without "
+                "`push_to_hub`."
+            ) from None
+
     def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None, **_):
         """TRL's and transformers' hook (every checkpoint save, `push_to_hub`): this run's card in `output_dir`,
         which `push_to_hub` uploads with `constraints.json`. transformers' card options (language, license, ...)

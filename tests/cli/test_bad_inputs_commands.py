@@ -35,8 +35,8 @@ class Case:
 
 
 class Ctx:
-    def __init__(self, tmp_path, models):
-        self.tmp, self.models, self.out = tmp_path, models, tmp_path / "out"
+    def __init__(self, tmp_path, models, monkeypatch=None):
+        self.tmp, self.models, self.out, self.monkeypatch = tmp_path, models, tmp_path / "out", monkeypatch
         self.lm, self.lm2, self.clf, self.base = (str(models / n) for n in ("lm", "lm2", "clf", "base"))
 
     def file(self, name: str, text: str) -> str:
@@ -118,7 +118,29 @@ class Ctx:
         (folder / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in test_rows))
         return str(folder)
 
+    def offline(self, value):
+        """`value`, with the Hub declared offline (HF_HUB_OFFLINE=1) for the case."""
+        import huggingface_hub
+
+        self.monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        self.monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+        return value
+
+    def sharegpt(self, bad_row: int) -> str:
+        rows = [{"conversations": [{"from": "human", "value": f"s{i % 24} ="}, {"from": "gpt", "value": f"s{i % 7}"}]}
+                for i in range(24)]  # fmt: skip
+        rows[bad_row] = {"conversations": "not a list"}
+        return self.jsonl("sharegpt.jsonl", rows)
+
     # --- the Python API ------------------------------------------------------------------------------------------
+    def stream_trainer(self, rows: list[dict]):
+        from datasets import IterableDataset
+
+        from constrained_sft import ConstrainedSFTTrainer
+
+        data = IterableDataset.from_generator(lambda: iter(rows))
+        return lambda: ConstrainedSFTTrainer(model=self.lm, args=self.config(max_steps=1)(), train_dataset=data)
+
     def sft_trainer(self, model: str):
         from constrained_sft import ConstrainedSFTTrainer
 
@@ -161,6 +183,7 @@ NO_DATA_TASK = (
     "task: nodata_task\noutput_type: multiple_choice\ntest_split: test\ndoc_to_text: x\ndoc_to_choice: [a]\n"
 )
 PENALTY = "constraints: penalty\npenalty_weight: 0.5\n"
+SPACE = "constrained:\n  dual_lr: {low: 0.01, high: 0.5, log: true}\n"
 STREAM = [{"prompt": f"s{i % 20} =", "completion": f" s{(i + 1) % 20}"} for i in range(24)]
 
 CASES = [
@@ -336,6 +359,16 @@ CASES = [
     Case("stream-clf-empty-text", "streaming", lambda c: c.stream(c.reviews(train_rows=[{"text": " ", "label": 0}] * 8), task="classification"), r"train row 0 \(streamed\): `text`", "non-empty string"),
     Case("stream-clf-held-out-columns", "streaming", lambda c: c.stream(c.reviews(test_rows=[{"review": "s1", "label": 0}] * 4), task="classification"), "held-out .*`text_column` 'text'", r"\['review', 'label'\]"),
     Case("stream-resume-other-run", "streaming", lambda c: (c.out.mkdir(), (c.out / "run.json").write_text(json.dumps({"id": "0", "model": c.lm, "config": {}})), (c.out / "config.json").write_text("{}"), c.stream(c.jsonl("s.jsonl", STREAM)))[-1], "`output_dir` .* holds a model of another run", "--resume_from_checkpoint true"),
+    # --- the Hub out of reach, data rows named by their source ------------------------------------------------------
+    Case("hub-harness-id-offline", "hub", lambda c: c.offline(c.harness(models=["--models", "nosuch/model"])), "`--models` 'nosuch/model' is a Hub id that cannot load", "offline .* not in the local cache"),
+    Case("hub-exits-id-offline", "hub", lambda c: c.offline(c.exits(models=["--models", "nosuch/model"])), "`--models` 'nosuch/model' is a Hub id that cannot load", "local model folder"),
+    Case("hub-generate-id-offline", "hub", lambda c: c.offline(["eval", "generate", "--model", "nosuch/model", "--output_dir", str(c.out), "--instructions", c.instructions()]), "`--model` 'nosuch/model' is a Hub id that cannot load", "local model folder"),
+    Case("hub-train-push-offline", "hub", lambda c: c.offline(c.train(c.pc(), "--push_to_hub", "true")), "`push_to_hub` with the Hub offline", "train without `push_to_hub`"),
+    Case("hub-train-push-offline-id", "hub", lambda c: c.offline(c.train(c.pc(), "--push_to_hub", "true", "--hub_model_id", "me/model")), "`push_to_hub` with the Hub offline", "upload the folder later"),
+    Case("hub-config-push-offline", "hub", lambda c: c.offline(c.config(push_to_hub=True)), "`push_to_hub` with the Hub offline", "go online"),
+    Case("data-row-of-the-source", "hub", lambda c: c.train(c.sharegpt(bad_row=9)), r"`dataset_name` .*sharegpt.jsonl: (train|held-out) row \d+ \(sharegpt format; the source split's row 9\)", "non-empty list of \\{from, value\\} turns"),
+    Case("data-api-stream-no-text", "hub", lambda c: c.stream_trainer([{"txt": "s1 s2"}] * 4), r"`train_dataset` row 0 \(streamed\) has no field TRL trains on", "`dataset_text_field`"),
+    Case("data-api-stream-empty-text", "hub", lambda c: c.stream_trainer([{"text": " "}] + [{"text": "s1 s2"}] * 4), r"`train_dataset` row 0 \(streamed\): `text` is empty", "non-empty text"),
     # --- recipes by name (`constrained-sft recipes`, and every flag that reads a recipe) ------------------------------
     Case("recipes-cp-unknown", "recipes", lambda c: ["recipes", "cp", "smollm2/sharegpt/constraned", str(c.tmp)], "`NAME` 'smollm2/sharegpt/constraned'", "Close: smollm2-135m/sharegpt/constrained"),
     Case("recipes-cp-replaces-a-file", "recipes", lambda c: ["recipes", "cp", "ddp", c.file("mine.yaml", "num_processes: 8\n")], "mine.yaml exists", "never replaces a file"),
@@ -350,6 +383,14 @@ CASES = [
     Case("recipes-study-arm-unknown", "recipes", lambda c: c.study("--arm", "penalty=smollm2-135m/sharegpt/penalti"), "`--arm penalty` 'smollm2-135m/sharegpt/penalti'", "Close: smollm2-135m/sharegpt/penalty"),
     Case("recipes-sweep-space-unknown", "recipes", lambda c: c.sweep(space="minilm/rotten-tomatoes/sweeep"), "`--space` 'minilm/rotten-tomatoes/sweeep' is neither a file nor a shipped search space", "Close: minilm/rotten-tomatoes/sweep"),
     Case("recipes-sweep-arm-unknown", "recipes", lambda c: c.sweep("--arm", "penalty=smollm2-135m/sharegpt/penalt"), "`--arm penalty` 'smollm2-135m/sharegpt/penalt'", "Close: smollm2-135m/sharegpt/penalty"),
+    Case("recipes-train-a-space", "recipes", lambda c: ["train", "--config", c.file("space.yaml", SPACE)], "`--config` .*space.yaml is a search space", "not a recipe; give a recipe"),
+    Case("recipes-study-erm-a-space", "recipes", lambda c: c.study(erm=SPACE), "`--erm_config` .*erm.yaml is a search space", "not a recipe"),
+    Case("recipes-study-arm-a-space", "recipes", lambda c: c.study("--arm", f"p={c.file('space.yaml', SPACE)}"), "`--arm p` .*space.yaml is a search space", "not a recipe"),
+    Case("recipes-sweep-space-a-recipe", "recipes", lambda c: c.sweep(space=c.recipe("r.yaml", PENALTY)), "`--space` .*r.yaml is a recipe", "sections of field ranges"),
+    Case("recipes-sweep-config-a-space", "recipes", lambda c: ["sweep", "--config", c.file("space.yaml", SPACE), "--space", c.space(), "--sweep_dir", str(c.out), "--stage", "search"], "`--config` .*space.yaml is a search space", "not a recipe"),
+    Case("recipes-robustness-a-space", "recipes", lambda c: ["eval", "robustness", "--models", c.lm, "--output_dir", str(c.out), "--recipe", c.file("space.yaml", SPACE)], "`--recipe` .*space.yaml is a search space", "not a recipe"),
+    Case("recipes-cp-under-a-file", "recipes", lambda c: ["recipes", "cp", "ddp", os.path.join(c.file("afile", "mine"), "x.yaml")], r"`DEST` .*afile/x.yaml: .*afile is a file", "file or folder path"),
+    Case("recipes-cp-unwritable", "recipes", lambda c: ["recipes", "cp", "ddp", "/proc/nope/x.yaml"], "`DEST` /proc/nope/x.yaml cannot be written", "path you can write"),
     Case("recipes-robustness-unknown", "recipes", lambda c: ["eval", "robustness", "--models", c.lm, "--output_dir", str(c.out), "--recipe", "smollm2-135m/sharegpt/constrainedd"], "`--recipe` 'smollm2-135m/sharegpt/constrainedd'", "Close: smollm2-135m/sharegpt/constrained"),
 ]  # fmt: skip
 
@@ -376,9 +417,10 @@ def snapshot(root) -> dict[str, str]:
 
 def test_each_command_added_last_has_at_least_twenty_rows():
     counts = Counter(case.command for case in CASES)
-    assert set(counts) == {"harness", "exits", "study", "sweep", "config", "streaming", "recipes"}
-    assert min(n for group, n in counts.items() if group != "recipes") >= 20, counts
-    assert counts["recipes"] >= 14, counts  # issue 53's names: every flag that reads one, and `recipes` itself
+    assert set(counts) == {"harness", "exits", "study", "sweep", "config", "streaming", "recipes", "hub"}
+    assert min(n for group, n in counts.items() if group not in ("recipes", "hub")) >= 20, counts
+    assert counts["recipes"] >= 22, counts  # issue 53's names, issue 58's recipes and spaces told apart
+    assert counts["hub"] >= 9, counts  # issue 58: the Hub out of reach, a data row named by its source
     assert len({case.id for case in CASES}) == len(CASES)
 
 
@@ -386,7 +428,7 @@ def test_each_command_added_last_has_at_least_twenty_rows():
 def test_refused_in_one_line_before_any_work_losing_nothing(case, tmp_path, models, capsys, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.setenv("CONSTRAINED_SFT_HELP_CACHE", "0")
-    ctx = Ctx(tmp_path, models)
+    ctx = Ctx(tmp_path, models, monkeypatch)
     run = case.run(ctx)  # the case's own setup (files, another command's folder) happens here
     capsys.readouterr()
     before, out_existed = {**snapshot(tmp_path), **snapshot(models)}, ctx.out.exists()

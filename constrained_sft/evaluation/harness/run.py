@@ -182,10 +182,15 @@ def run(args: HarnessArguments) -> HarnessResults:
             cell = evaluate_cell(args, loaded[1], loaded[2], task, gamma, seed, sigma, manager)
         key = {**keys[name], "task": versions_[task]}
         key.pop("tasks")
-        cell["key"] = normalized(key)
+        cell["key"], cell["sigma_x"] = normalized(key), sigma
         os.makedirs(os.path.dirname(target), exist_ok=True)
         write_json(target, cell)
         cells[(name, task, gamma, seed)] = cell
+    if sigma is None:  # every cell reused, each measured at the first model's scale: the scale they recorded
+        sigma = next((c["sigma_x"] for c in cells.values() if c.get("sigma_x") is not None), None)
+        if sigma is None:  # cells of an earlier version, which did not record it: measured again, the same way
+            sigma = embedding_sigma(load_pretrained(ModelSpec(*models[0], flag=flag), AutoModelForCausalLM)[0])
+        source = f"measured on {first}"
     metrics = {t: sorted(cells[(models[0][0], t, args.gammas[0], 0)]["scores"]) for t in tasks}
     comparisons, bands = compare_arms(args, arms, cells, metrics)
     given = {k: v for k, v in vars(args).items()}
