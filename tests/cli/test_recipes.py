@@ -58,6 +58,16 @@ def test_path_prints_where_a_launch_config_is_installed(capsys):
     assert capsys.readouterr().out.strip() == str(shipped.LAUNCH_CONFIGS / "fsdp2.yaml")
 
 
+def test_recipes_takes_its_own_output(tmp_path, capsys):
+    """What `recipes path` prints names the same file to `recipes path` and `recipes cp` (issue 58)."""
+    for name in ("fsdp2", "smollm2-135m/sharegpt/constrained", "minilm/rotten-tomatoes/sweep"):
+        assert console(["recipes", "path", name]) == 0
+        installed = capsys.readouterr().out.strip()
+        assert console(["recipes", "path", installed]) == 0 and capsys.readouterr().out.strip() == installed
+    assert console(["recipes", "cp", installed, str(tmp_path)]) == 0
+    assert (tmp_path / "sweep.yaml").read_bytes() == open(installed, "rb").read()
+
+
 @pytest.mark.parametrize(
     ("argv", "error"),
     [

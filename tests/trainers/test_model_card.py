@@ -78,6 +78,23 @@ def test_push_to_hub_uploads_the_card_and_the_report(make_trainer, tmp_path, mon
     assert "model_name: tiny-constrained" not in uploaded["README.md"]  # the output folder names the model
 
 
+def test_push_to_hub_to_a_hub_out_of_reach_is_refused_before_training(make_trainer, tmp_path, monkeypatch):
+    """The Hub online but unreachable when the trainer creates the repository: one line naming `push_to_hub`, and
+    nothing trains (the offline case is refused at config time: the bad-input matrix)."""
+    import huggingface_hub
+    import pytest
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # online, as far as the config can tell
+    monkeypatch.setattr(huggingface_hub, "create_repo", unreachable)
+    monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", unreachable)
+    with pytest.raises(ValueError, match=r"`push_to_hub`: the Hub repository 'me/tiny' cannot be created \(Connection"):
+        make_trainer(max_steps=2, push_to_hub=True, hub_model_id="me/tiny")
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
 def test_a_classifier_run_and_its_checkpoint_carry_the_card(tmp_path):
     """`ConstrainedTrainer` (transformers' Trainer writes no card of its own during training) gets the same card."""
     import transformers
