@@ -65,7 +65,7 @@ def test_recipes_takes_its_own_output(tmp_path, capsys):
         installed = capsys.readouterr().out.strip()
         assert console(["recipes", "path", installed]) == 0 and capsys.readouterr().out.strip() == installed
     assert console(["recipes", "cp", installed, str(tmp_path)]) == 0
-    assert (tmp_path / "sweep.yaml").read_bytes() == open(installed, "rb").read()
+    assert (tmp_path / "sweep.yaml").read_bytes() == Path(installed).read_bytes()
 
 
 @pytest.mark.parametrize(
