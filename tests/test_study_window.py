@@ -228,13 +228,18 @@ def test_a_finished_study_trusts_only_its_own_records_and_keeps_only_what_it_is_
     erm.write_bytes(kept)
 
     capsys.readouterr()
-    assert console(study_argv(assets, tmp_path / "short", *FAST, "--training_seeds", "1", "--time_budget", "0.001")) == 2
+    assert (
+        console(study_argv(assets, tmp_path / "short", *FAST, "--training_seeds", "1", "--time_budget", "0.001")) == 2
+    )
     err = [x for x in capsys.readouterr().err.splitlines() if x.startswith("constrained-sft: error:")]
     assert len(err) == 1 and "`--time_budget` 0.001 min: no job can finish in it" in err[0]
     assert "give `--time_budget` >=" in err[0]
 
     assert cli([*argv, "--keep_models", "none"]) == 0
-    assert "constrained/seed0: every phase recorded; its weights deleted (`--keep_models none`)" in capsys.readouterr().out
+    assert (
+        "constrained/seed0: every phase recorded; its weights deleted (`--keep_models none`)"
+        in capsys.readouterr().out
+    )
     assert not list(out.glob("train/*/seed0/*.safetensors"))
 
     erm.unlink()  # neither record nor weights: it trains again, and the study reports it

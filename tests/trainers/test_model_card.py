@@ -90,7 +90,9 @@ def test_push_to_hub_to_a_hub_out_of_reach_is_refused_before_training(make_train
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)  # online, as far as the config can tell
     monkeypatch.setattr(huggingface_hub, "create_repo", unreachable)
     monkeypatch.setattr(huggingface_hub.HfApi, "create_repo", unreachable)
-    with pytest.raises(ValueError, match=r"`push_to_hub`: the Hub repository 'me/tiny' cannot be created \(Connection"):
+    with pytest.raises(
+        ValueError, match=r"`push_to_hub`: the Hub repository 'me/tiny' cannot be created \(Connection"
+    ):
         make_trainer(max_steps=2, push_to_hub=True, hub_model_id="me/tiny")
     assert not (tmp_path / "out" / "model.safetensors").exists()
 
