@@ -1,7 +1,8 @@
 """
 The constrained optimisation problem, without any Trainer (cooper's split): the descent constraints and their
 Lagrangian terms (`lagrangian`), what the measured layers add to the loss (`objectives`: the Lagrangian, its
-augmented form or fixed early-exit weights), the multipliers (`multipliers`), the dual optimizer (`dual_optimizer`),
+augmented form or fixed early-exit weights), the multipliers (`multipliers`), the dual optimizers (`dual_optimizer`:
+the base, plain ascent and none; `dual_methods`: nuPI and the augmented Lagrangian),
 the training modes (`modes`: descent, penalty, early exit, none), the variants' settings (`settings`), the per-layer
 losses of a batch and their running statistics (`stats`), the per-run primal-dual state
 (`primal_dual`), the feasibility report (`feasibility`). The state round-trips through `state_dict()` / `load_state_dict()`; writing it
@@ -11,16 +12,8 @@ May import: `constrained_sft.utils` and cooper (its nuPI optimizer) only. Everyt
 about models, readouts, noise or trainers.
 """
 
-from .dual_optimizer import (
-    DUAL_OPTIMIZERS,
-    AdamDual,
-    AugmentedLagrangianDual,
-    DualOptimizer,
-    FixedDual,
-    NuPIDual,
-    SGDDual,
-    dual_optimizer_class,
-)
+from .dual_methods import AugmentedLagrangianDual, NuPIDual  # registered after SGD and Adam (it imports them)
+from .dual_optimizer import DUAL_OPTIMIZERS, AdamDual, DualOptimizer, FixedDual, SGDDual, dual_optimizer_class
 from .lagrangian import DescentConstraints, constraint_values, penalty
 from .modes import ERM, MODES, Mode, mode_of
 from .multipliers import Multipliers
