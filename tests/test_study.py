@@ -194,7 +194,7 @@ def test_study_refuses_recipes_that_are_not_twins(assets, tmp_path, capsys, monk
     assert "judge_model" in capsys.readouterr().err and not os.path.exists(tmp_path / "s")
     import importlib
 
-    study_run = importlib.import_module("constrained_sft.study.run")
+    study_run = importlib.import_module("constrained_sft.study.conduct")
 
     monkeypatch.setattr(study_run, "world_size", lambda: 2)  # under `accelerate launch`: training only
     assert console([*argv[:3], "--erm_config", str(assets / "none.yaml"), "--study_dir", str(tmp_path / "s")]) == 2

@@ -5,14 +5,15 @@ import json
 
 import pytest
 
-from constrained_sft.study.record import RunKey, RunRecord, read_record, write_record
+from constrained_sft.study.record import RunKey, RunRecord, read_record, record_path, write_record
 
 
 def test_a_run_key_names_its_run_folder_and_record(tmp_path):
     run = RunKey(1, "early-exit")
     assert run.name == "early-exit/seed1" and RunKey.parse(run.name) == run and run.stem == "early-exit-seed1"
     assert run.folder(str(tmp_path)) == str(tmp_path / "train" / "early-exit" / "seed1")
-    assert run.record_path(str(tmp_path)) == str(tmp_path / "runs" / "early-exit-seed1.json")
+    assert record_path(str(tmp_path), run) == str(tmp_path / "runs" / "early-exit-seed1.json")
+    assert run.folder(str(tmp_path), "final") == str(tmp_path / "final" / "early-exit" / "seed1")  # a sweep's
     assert sorted([RunKey(1, "a"), RunKey(0, "b"), RunKey(0, "a")]) == [RunKey(0, "a"), RunKey(0, "b"), RunKey(1, "a")]
     with pytest.raises(ValueError, match="not a run name"):
         RunKey.parse("erm-seed0")

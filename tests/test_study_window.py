@@ -80,7 +80,7 @@ def test_a_time_budget_plans_starts_what_fits_and_the_next_call_continues(assets
 
     from constrained_sft.study import clock, schedule
 
-    study_run = importlib.import_module("constrained_sft.study.run")  # the module (the package exports `run`)
+    study_run = importlib.import_module("constrained_sft.study.conduct")
 
     now = {"t": 0.0}
     real_run_job = schedule.run_job
@@ -135,9 +135,10 @@ class FakeClock:
 
 
 def test_the_probe_leaves_out_warm_up_steps_and_the_plan_starts_what_fits(assets, tmp_path, monkeypatch, capsys):  # noqa: F811
-    """A fake clock whose first 4 steps take 10 s and every later one 1 s: the probe prices a step at 1 s (the mean
-    of all of them, 3.25 s, would price the 12-step runs too long for the budget), the plan starts the runs that fit
-    and each run's record holds the estimate beside the measured seconds of every phase."""
+    """A fake clock whose first 4 steps take 10 s and every later one 1 s: the probe prices a step at 1 s, so both
+    runs fit in what the 3-minute budget leaves after the preparation and the probe (~70 s; the mean of all steps,
+    4 s, would price a run at ~55 s and start one), and each run's record holds the estimate beside the measured
+    seconds of every phase."""
     from constrained_sft.study import clock, probe
 
     fake = FakeClock()
@@ -150,11 +151,11 @@ def test_the_probe_leaves_out_warm_up_steps_and_the_plan_starts_what_fits(assets
 
     monkeypatch.setattr(probe.StepTimer, "on_train_begin", armed)
     out = tmp_path / "study"
-    argv = study_argv(assets, out, *FAST, "--max_steps", "12", "--training_seeds", "1", "--time_budget", "1.5")
+    argv = study_argv(assets, out, *FAST, "--max_steps", "12", "--training_seeds", "1", "--time_budget", "3")
     assert cli(argv) == 0
     printed = capsys.readouterr().out
     assert "1 s/step after warm-up (the first 4 steps took 10 s/step)" in printed, printed
-    assert "budget: 1.5 min (" in printed and "left after" in printed and ": 2 run(s) fit and start" in printed, (
+    assert "budget: 3.0 min (" in printed and "left after" in printed and ": 2 run(s) fit and start" in printed, (
         printed
     )
     for record in records(out).values():
@@ -165,8 +166,8 @@ def test_the_probe_leaves_out_warm_up_steps_and_the_plan_starts_what_fits(assets
 def test_a_budget_never_plans_zero_runs_when_one_fits():
     """Two runs at once would each take twice as long: in a budget one run alone fits and two side by side do not,
     the plan runs one at a time instead of none."""
+    from constrained_sft.study.phases import Job
     from constrained_sft.study.record import RunKey
-    from constrained_sft.study.runs import Job
     from constrained_sft.study.schedule import Estimate, choose_jobs, fitting
 
     est = Estimate([], {"train": 60.0}, "a test")
@@ -182,16 +183,16 @@ def test_a_budget_never_plans_zero_runs_when_one_fits():
 def test_a_run_that_fails_half_way_costs_only_itself(assets, tmp_path, monkeypatch):  # noqa: F811
     """The second run fails while it is measured (after it trained): the first run's record stands; the next call
     measures the second without training it again and trains only what is left."""
-    from constrained_sft.study import runs
+    from constrained_sft.study import phases
 
-    real = runs.measure
+    real = phases.measure
 
     def fail_on_erm(job, sigma):
         if job.run.arm == "erm":
             raise RuntimeError("killed while measuring erm/seed0")
         return real(job, sigma)
 
-    monkeypatch.setattr(runs, "measure", fail_on_erm)
+    monkeypatch.setattr(phases, "measure", fail_on_erm)
     out = tmp_path / "study"
     argv = study_argv(assets, out, *FAST, "--training_seeds", "1")
     with pytest.raises(RuntimeError, match="killed while measuring"):

@@ -35,6 +35,7 @@ class StudyCommand(Command):
         from ..study import StudyArguments, run
         from ..study.report import arm_label
         from ..study.results import StudyResults
+        from ..tasks.arms import RunKey
         from ..tasks.recipes import dataclass_parser, parse, read_recipe, recipe_and_task, with_shipped
 
         _, task, argv = recipe_and_task(with_shipped(argv, ("--config", "--erm_config"), "--arm"), prog)
@@ -63,7 +64,10 @@ class StudyCommand(Command):
         out = run(args, task, constrained, erm, more)
         if not isinstance(out, StudyResults):  # `--stage train`, or a time budget that ended before a whole seed
             done = [
-                p for arm, ps in out.folders.items() for s, p in enumerate(ps) if f"{arm}/seed{s}" not in out.missing
+                p
+                for arm, ps in out.folders.items()
+                for s, p in enumerate(ps)
+                if RunKey(s, arm).name not in out.missing
             ]
             print(f"trained: {', '.join(done) or 'none yet'}")
             if out.missing:

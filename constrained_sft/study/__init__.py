@@ -7,6 +7,6 @@ evaluation); only `cli` imports it.
 """
 
 from .arguments import STAGES, StudyArguments
-from .run import run
+from .conduct import run
 
 __all__ = ["STAGES", "StudyArguments", "run"]

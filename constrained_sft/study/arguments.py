@@ -13,7 +13,7 @@ from ..noise import NoiseGrid
 from ..tasks.arms import arm_recipes, recipe_identity
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
-from .runs import KEEP_MODELS
+from .phases import KEEP_MODELS
 
 STAGES = ("train", "evaluate", "all")
 HELD_OUT = "held_out"

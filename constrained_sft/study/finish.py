@@ -1,5 +1,5 @@
 """
-What a study reports, made from its runs' records alone (`runs.RunRecord`: no weights needed): the robustness
+What a study reports, made from its runs' records alone (`record.RunRecord`: no weights needed): the robustness
 comparisons over the training seeds every arm has finished, each arm's answers judged against the reference arm's,
 the seed-0 exit-layer decoding, the report and study.json.
 """
@@ -19,6 +19,7 @@ from ..evaluation.results import HeadToHead, RobustnessResults
 from ..tasks import Recipe
 from ..utils.files import write_json
 from .arguments import StudyArguments
+from .phases import Evaluation, exits_arguments
 from .record import ANSWERS, ROBUSTNESS, TRAIN, RunKey, RunRecord
 from .report import write_study_report
 from .results import (
@@ -31,7 +32,6 @@ from .results import (
     StudyTimings,
     judging_dir,
 )
-from .runs import Evaluation, exits_arguments
 
 SIGMA_TOLERANCE = 1e-2  # relative: the runs' recorded scales agree up to the precision they were measured in
 
@@ -74,7 +74,7 @@ def head_to_head(
     generations = os.path.join(args.study_dir, "generations")
 
     def rows(arm: str, seed: int, gamma: float) -> list[dict]:
-        with open(os.path.join(generations, f"{arm}-seed{seed}", f"gamma_{float(gamma)}.json")) as f:
+        with open(os.path.join(generations, RunKey(seed, arm).stem, f"gamma_{float(gamma)}.json")) as f:
             return json.load(f)
 
     pairs = {

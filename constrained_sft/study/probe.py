@@ -37,8 +37,8 @@ from ..evaluation.measure import measure_model
 from ..noise import NoiseGrid
 from ..tasks import get_task
 from . import clock
+from .phases import Job, auto_bf16, exits_arguments, held_out, train
 from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN
-from .runs import Job, auto_bf16, exits_arguments, held_out, train
 
 PROBE_STEPS, WARMUP_STEPS = 12, 4  # steps of the probe, of which the first are warm-up (timed, left out)
 PROBE_TOKENS = 32  # new tokens per probed answer and exit decode

@@ -1,6 +1,6 @@
 """
-What a study keeps of each run, phase by phase: `RunKey` (an arm at a training seed: its name, folder and record),
-the phases a run goes through, and `RunRecord`, written to `runs/<arm>-seed<s>.json` as each phase ends. A study
+What a study keeps of each run, phase by phase: where a run's record is (`record_path`; the run itself is a
+`tasks.arms.RunKey`), the phases a run goes through, and `RunRecord`, written to `runs/<arm>-seed<s>.json` as each phase ends. A study
 continues and reports from these records alone, weights deleted or not.
 
     runs/<arm>-seed<s>.json   {"run", "sigma_x", "model", "jobs": {phase: runs at once}, "seconds": {phase: measured},
@@ -15,11 +15,11 @@ and `total`, every phase at once) load as records of their phases.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..evaluation.results import ExitsModel, ModelResult
+from ..tasks.arms import RunKey
 from ..utils.files import read_json, write_json
 from ..utils.folders import child_path
 
@@ -29,33 +29,9 @@ RUNS = "runs"
 LEGACY_PHASES = {"generation": ANSWERS}  # the seconds key of records before phases were recorded one by one
 
 
-@dataclass(frozen=True, order=True)
-class RunKey:
-    """One run of a study: `arm` trained with `seed`. `name` ("arm/seedN") is how reports and plans say it."""
-
-    seed: int
-    arm: str
-
-    @property
-    def name(self) -> str:
-        return f"{self.arm}/seed{self.seed}"
-
-    @property
-    def stem(self) -> str:
-        return f"{self.arm}-seed{self.seed}"
-
-    def folder(self, study_dir: str) -> str:
-        return child_path(study_dir, "train", self.arm, f"seed{self.seed}")
-
-    def record_path(self, study_dir: str) -> str:
-        return child_path(study_dir, RUNS, f"{self.stem}.json")
-
-    @classmethod
-    def parse(cls, name: str) -> RunKey:
-        match = re.fullmatch(r"(.+)/seed(\d+)", name)
-        if match is None:
-            raise ValueError(f"{name!r} is not a run name (arm/seedN).")
-        return cls(int(match.group(2)), match.group(1))
+def record_path(study_dir: str, run: RunKey) -> str:
+    """Where `run`'s record is: `runs/<arm>-seed<s>.json`."""
+    return child_path(study_dir, RUNS, f"{run.stem}.json")
 
 
 @dataclass
@@ -98,7 +74,7 @@ class RunRecord:
 def read_record(study_dir: str, run: RunKey, key: str) -> RunRecord | None:
     """The run's record, None when it has none yet. A record of another run (its `run` is not this file's) is
     refused in one line: the study would report one run's measurements as another's."""
-    path = run.record_path(study_dir)
+    path = record_path(study_dir, run)
     if not os.path.isfile(path):
         return None
     data = read_json(path, "--study_dir")
@@ -115,5 +91,5 @@ def write_record(study_dir: str, record: RunRecord, key: str) -> dict[str, Any]:
     """Write the record whole (atomically: a kill leaves the previous version); its JSON form."""
     os.makedirs(child_path(study_dir, RUNS), exist_ok=True)
     data = record.to_dict(key)
-    write_json(RunKey.parse(record.run).record_path(study_dir), data)
+    write_json(record_path(study_dir, RunKey.parse(record.run)), data)
     return data

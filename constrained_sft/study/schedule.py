@@ -1,7 +1,7 @@
 """
 How a study spends its time: its jobs one after the other in this process, or several at once in worker processes
 sharing the device; with `--time_budget`, a plan printed before any job starts and no job started that cannot finish
-inside the budget. A job is a run's phases (`runs.Job`); runs go seed-major (every arm's seed 0, then seed 1, ...) so
+inside the budget. A job is a run's phases (`phases.Job`); runs go seed-major (every arm's seed 0, then seed 1, ...) so
 a study cut short holds comparable seeds, and the seed-0 exit-layer decodings go last, each its own job, started only
 once its run has trained and only where it still fits: the budget may leave them for the next call without losing
 the run.
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from multiprocessing import get_context
 
 from . import clock
+from .phases import Job, run_job
 from .probe import ProbeTimes
 from .record import EXITS, PHASES, RunRecord
-from .runs import Job, run_job
 
 MIN_SECONDS = 0.05  # a phase recorded faster than this did no work (a run finished before it was recorded)
 

@@ -12,16 +12,16 @@ import os
 from ..evaluation import RobustnessArguments, RobustnessResults, saved_results
 from ..evaluation import run as robustness
 from ..tasks import Arm
-from ..utils.folders import child_path
+from ..tasks.arms import RunKey
 
 
 def run_name(arm: str, seed: int) -> str:
     """A retrained model's name in the test results: '<arm>/seed<s>'."""
-    return f"{arm}/seed{seed}"
+    return RunKey(seed, arm).name
 
 
 def seed_dir(sweep_dir: str, arm: str, seed: int) -> str:
-    return child_path(sweep_dir, "final", arm, f"seed{seed}")
+    return RunKey(seed, arm).folder(sweep_dir, "final")
 
 
 def evaluate_finals(task, arms: list[Arm], settings, train_gamma: float, data_args, pairs) -> RobustnessResults:

@@ -1,17 +1,47 @@
 """
-Arms of a comparison given as recipes (`study --arm`, `sweep --arm`): `NAME=RECIPE.yaml` parsed and checked, and the
-twin check (what two recipes of one comparison may and may not differ in).
+Arms of a comparison given as recipes (`study --arm`, `sweep --arm`): `NAME=RECIPE.yaml` parsed and checked, the twin
+check (what two recipes of one comparison may and may not differ in), and `RunKey`, one arm trained with one seed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 
 from ..config import ConstraintArguments, NoiseArguments
 from ..trainers.resume import deciding
-from ..utils.folders import plain_name
+from ..utils.folders import child_path, plain_name
 from .base import Recipe
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class RunKey:
+    """One run of a comparison (a study's run, a sweep's retrained final): `arm` trained with `seed`. `name`
+    ("arm/seedN") is how results, reports and plans say it; `stem` ("arm-seedN") names its files."""
+
+    seed: int
+    arm: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}/seed{self.seed}"
+
+    @property
+    def stem(self) -> str:
+        return f"{self.arm}-seed{self.seed}"
+
+    def folder(self, root: str, kind: str = "train") -> str:
+        """Its run folder: `root/kind/arm/seedN` (a study's `train/`, a sweep's `final/`)."""
+        return child_path(root, kind, self.arm, f"seed{self.seed}")
+
+    @classmethod
+    def parse(cls, name: str) -> RunKey:
+        match = re.fullmatch(r"(.+)/seed(\d+)", name)
+        if match is None:
+            raise ValueError(f"{name!r} is not a run name (arm/seedN).")
+        return cls(int(match.group(2)), match.group(1))
+
 
 BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}
 

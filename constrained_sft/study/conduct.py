@@ -2,7 +2,7 @@
 The paper's LLM comparison (Section 6) as one resumable run: a constrained recipe and its ERM twin (and any
 `--arm`), each trained with seeds 0..N-1, seed-major, one run at a time or `--jobs` at once (`schedule`); right after
 it trains, each run is measured (token accuracy and loss against the noise level), answers the instructions at the
-generation levels and, for seed 0, decodes self-speculatively (`runs`); then, from these records alone, the arms
+generation levels and, for seed 0, decodes self-speculatively (`phases`); then, from these records alone, the arms
 compared with paired-bootstrap intervals over training seeds and held-out sequences, each arm's answers judged
 against the reference arm's in both orders, seed s against seed s, and one report (`finish`). Writes into
 `study_dir`:
@@ -36,10 +36,10 @@ from ..utils.files import write_text
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
 from .finish import compared, finish_study, judge_arguments, seeds_with
+from .phases import Evaluation, Job
 from .probe import probe
 from .record import EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
-from .runs import Evaluation, Job
 from .schedule import choose_jobs, estimate, fitting, plan_lines, run_all
 
 COMMAND = "study"
@@ -210,7 +210,7 @@ def data_processes(recipe: Recipe, jobs: int) -> Recipe:
 
 def jobs_left(args, task, recipes, runs: list[RunKey], records, evaluation: Evaluation | None) -> list[Job]:
     """Each run's phases still to do as jobs: the runs in seed-major order, then the seed-0 exit decodings. A run
-    whose weights are gone with phases left restarts (`runs.start_over`)."""
+    whose weights are gone with phases left restarts (`phases.start_over`)."""
     main, exits = [], []
     data_dir = os.path.join(args.study_dir, "data")
     for run in runs:
@@ -236,7 +236,7 @@ def unpriced(est, queue: list[Job]) -> bool:
 
 
 def evaluation_settings(args: StudyArguments, task, recipe: Recipe, instructions: str) -> Evaluation:
-    """What every run is measured with right after it trains (`runs.Evaluation`)."""
+    """What every run is measured with right after it trains (`phases.Evaluation`)."""
     train_gamma = training_level(recipe.training.noise_gamma)
     gammas = (NoiseGrid.parse(args.gammas) if args.gammas else NoiseGrid.default(train_gamma)).sorted()
     curve = sorted({gammas[0], min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]})

@@ -29,7 +29,7 @@ from ..evaluation.results import ExitsModel, ModelResult
 from ..noise import NoiseGrid
 from ..tasks import Recipe, get_task, is_finished
 from . import clock
-from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record, write_record
+from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record, record_path, write_record
 
 logger = logging.getLogger(__name__)
 KEEP_MODELS = ("all", "seed0", "none")
@@ -185,8 +185,8 @@ def start_over(job: Job) -> None:
     logger.warning("%s: its weights are gone with phases left; it trains again and its record starts over.", job.name)
     if os.path.isdir(job.folder):
         shutil.rmtree(job.folder)
-    if os.path.isfile(job.run.record_path(job.study_dir)):
-        os.remove(job.run.record_path(job.study_dir))
+    if os.path.isfile(record_path(job.study_dir, job.run)):
+        os.remove(record_path(job.study_dir, job.run))
 
 
 def run_job(job: Job) -> dict:
