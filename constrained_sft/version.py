@@ -1,4 +1,4 @@
-"""The package version, in a module of its own so that `--version`, `--help` and result files read it without
-importing torch (pyproject.toml says the same; `tests/test_layout.py` checks)."""
+"""The package version, its one written form: pyproject.toml reads it from here (`dynamic`, setuptools' `attr`,
+without importing the package), and `--version`, `--help` and result files read it without importing torch."""
 
 VERSION = "0.1.0"

@@ -22,13 +22,14 @@ import shutil
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
+from importlib.resources import files as package_files
 
 from ..utils.files import cache_root, write_text
 from ..version import VERSION
 
 # the distributions whose dataclass fields or help strings a command's help shows
 SHOWN = ("transformers", "trl", "peft", "accelerate", "datasets")
-PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = str(package_files("constrained_sft"))  # the installed package, whose sources the key hashes
 
 
 def wants_help(argv: list[str]) -> bool:

@@ -16,9 +16,10 @@ from typing import Any
 from huggingface_hub import ModelCard, ModelCardData
 
 from ..constraints.feasibility import verdict_message
+from ..utils.shipped import package_data
 from ..version import VERSION
 
-TEMPLATE = os.path.join(os.path.dirname(__file__), "templates", "model_card.md")
+TEMPLATE = str(package_data("trainers", "templates", "model_card.md"))
 CARD = "README.md"
 CARD_BESIDE = "MODEL_CARD.md"  # where the card goes when README.md is the user's own
 MARK = "<!-- written by constrained-sft: "  # the template's first line after the metadata: a card this library wrote

@@ -18,11 +18,19 @@ import os
 import re
 import shutil
 from dataclasses import dataclass
+from importlib.resources import files
 from pathlib import Path
 
 import yaml
 
-PACKAGE = Path(__file__).resolve().parents[1]
+
+def package_data(*parts: str) -> Path:
+    """A file or folder installed with the package (`importlib.resources`: wherever the package is installed; a
+    wheel installs unzipped, so it is a real path that accelerate, lm-eval and alpaca_eval can open)."""
+    return Path(str(files("constrained_sft").joinpath(*parts)))
+
+
+PACKAGE = package_data()
 RECIPES = PACKAGE / "recipes"
 LAUNCH_CONFIGS = PACKAGE / "accelerate_configs"
 SUFFIX = ".yaml"

@@ -70,11 +70,17 @@ def test_every_public_name_is_still_importable_from_the_package():
         constrained_sft.Nope  # noqa: B018
 
 
-def test_the_version_is_pyprojects():
+def test_the_version_is_written_once():
+    """pyproject.toml reads the version from constrained_sft/version.py, and the installed metadata says the same."""
+    from importlib.metadata import version
+
     from constrained_sft.version import VERSION
 
     with open(os.path.join(ROOT, "pyproject.toml")) as f:
-        assert re.search(r'^version = "([^"]+)"$', f.read(), re.M).group(1) == VERSION
+        text = f.read()
+    assert not re.search(r'^version = "', text, re.M) and 'dynamic = ["version"]' in text
+    assert 'version = { attr = "constrained_sft.version.VERSION" }' in text
+    assert version("constrained-sft") == VERSION
 
 
 def test_top_level_help_loads_no_torch():
@@ -162,3 +168,25 @@ def test_train_runs_without_the_sweep_judge_and_video_dependencies(tmp_path):
     loaded, _ = _python(body, block=OTHERS)
     assert not set(OTHERS) & set(loaded)
     assert (tmp_path / "out" / "constraints.json").is_file()
+
+
+def test_importing_the_package_changes_no_warning_filter():
+    """No module of the package installs a process-wide warnings filter when it loads (the alpaca_eval import's
+    pkg_resources warning is silenced for that import only: `judges.load_alpaca_eval`); what third-party packages
+    install when they load is imported first."""
+    body = """
+import importlib, pkgutil, warnings
+import accelerate, datasets, peft, requests, torch, transformers, trl, urllib3
+before = list(warnings.filters)
+import constrained_sft
+from constrained_sft.evaluation.alpaca.judges import load_alpaca_eval
+names = [m.name for m in pkgutil.walk_packages(constrained_sft.__path__, "constrained_sft.")
+         if not m.name.endswith(("__main__", "offline_utils"))]
+for name in names:
+    importlib.import_module(name)
+load_alpaca_eval()
+print(len(names), [str(f) for f in warnings.filters if f not in before])
+"""
+    _, out = _python(body)
+    count, added = out.strip().split(" ", 1)
+    assert int(count) > 150 and added == "[]", out

@@ -22,9 +22,19 @@ from collections.abc import Sequence
 
 import torch
 
-# alpaca_eval imports pkg_resources, which warns on every import since setuptools 80
-warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "judge_configs")
+from ...utils.shipped import package_data
+
+
+def load_alpaca_eval() -> None:
+    """Import alpaca_eval (once per process) without the deprecation warning its import of pkg_resources gives
+    since setuptools 80: the filter holds for the import only, so importing this package changes no process-wide
+    warning setting. Every use of alpaca_eval here calls this first."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+        import alpaca_eval  # noqa: F401
+
+
+HERE = str(package_data("evaluation", "alpaca", "judge_configs"))
 CONFIGS = {
     "gpt4": "weighted_alpaca_eval_gpt4_turbo",  # alpaca_eval's DEFAULT_ANNOTATOR_CONFIG for AlpacaEval 2
     "local": os.path.join(HERE, "local_hf", "configs.yaml"),
@@ -53,6 +63,7 @@ def _result(completions: list[str], seconds: float) -> dict[str, list]:
 
 def _sections(prompt: str) -> tuple[str, str, str]:
     """(instruction, output a, output b) from pairwise_prompt.txt's user message; split at the outermost headings."""
+    load_alpaca_eval()
     from alpaca_eval.utils import prompt_to_chatml
 
     user = next(m["content"] for m in prompt_to_chatml(prompt) if m["role"] == "user")
@@ -95,6 +106,7 @@ def local_chat_completions(
     prompts: Sequence[str], model_name: str, max_new_tokens: int = 16, batch_size: int = 8, dtype: str = "auto", **_
 ) -> dict[str, list]:
     """A local chat model answers each ChatML prompt through its own chat template, greedily (no log-probs)."""
+    load_alpaca_eval()
     from alpaca_eval.utils import prompt_to_chatml
 
     if dtype == "auto":
@@ -131,6 +143,8 @@ def openai_reasoning_completions(
     from concurrent.futures import ThreadPoolExecutor
 
     import openai
+
+    load_alpaca_eval()
     from alpaca_eval.utils import prompt_to_chatml
 
     client = openai.OpenAI()  # OPENAI_API_KEY, and OPENAI_BASE_URL if set
@@ -156,6 +170,7 @@ def annotator_class():
     pandas reads a cache whose preferences are all whole numbers (1, 2, or -1 for unparsed) as int64, and
     alpaca_eval then fails to mark identical answers as a draw (1.5) on the next run over that cache.
     """
+    load_alpaca_eval()
     from alpaca_eval.annotators import PairwiseAnnotator
 
     class FloatCachePairwiseAnnotator(PairwiseAnnotator):
@@ -169,6 +184,7 @@ def annotator_class():
 
 def required_credentials(config_path_or_name: str) -> list[tuple[str, ...]]:
     """The environment variables (alternatives per tuple) an alpaca_eval annotator config's decoders need."""
+    load_alpaca_eval()
     from alpaca_eval import constants, utils
 
     path = config_path_or_name

@@ -36,6 +36,7 @@ from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotation
 from .judges import (
     CONFIGS,
     GPT5,
+    load_alpaca_eval,
     local_chat_completions,
     offline_test_completions,
     openai_reasoning_completions,
@@ -147,6 +148,7 @@ def judge_setup(args: AlpacaArguments) -> tuple[str, dict[str, Any]]:
             )
         kwargs = {"model_name": args.judge_model or GPT5}
         return config, {"fn_completions": openai_reasoning_completions, "completions_kwargs": kwargs}
+    load_alpaca_eval()
     from alpaca_eval import constants
 
     known = os.path.exists(config) or os.path.isdir(os.path.join(constants.EVALUATORS_CONFIG_DIR, config))
@@ -172,6 +174,7 @@ def length_controlled(annotations: list[dict], full_set: bool) -> tuple[dict | N
             "difficulties from the Hub); these generations used another or a partial instruction set"
         )
     try:
+        load_alpaca_eval()
         from alpaca_eval.metrics import get_length_controlled_winrate
 
         lc = get_length_controlled_winrate(annotations, save_weights_dir=None)
@@ -305,8 +308,7 @@ def run(args: AlpacaArguments) -> HeadToHead:
 
 def quiet_alpaca_eval() -> None:
     """Import alpaca_eval, which sets the root logger to INFO, and set it back to WARNING so output stays readable."""
-    import alpaca_eval  # noqa: F401
-
+    load_alpaca_eval()
     logging.getLogger().setLevel(logging.WARNING)
 
 

@@ -8,11 +8,11 @@ is not reachable offline). The YAML files are in `tasks/`; their datasets are bu
 
 from __future__ import annotations
 
-import os
+from ...utils.shipped import package_data
 
 OFFLINE_TASKS = ["rt_sentiment", "offline_ifeval"]
 
 
 def task_folder() -> str:
     """The folder of the shipped task YAML files (an `--include_path` for lm-eval)."""
-    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "tasks")
+    return str(package_data("evaluation", "harness", "tasks"))

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 
 from datasets import Dataset, DatasetDict
 from lm_eval.tasks.ifeval.utils import agg_inst_level_acc, process_results
 
 from constrained_sft.data.classification import rotten_tomatoes as rotten_tomatoes_splits
+from constrained_sft.utils.shipped import package_data
 
 __all__ = ["agg_inst_level_acc", "instructions", "process_results", "rotten_tomatoes"]
 
@@ -21,7 +21,7 @@ def rotten_tomatoes(size: int = 200, **_) -> DatasetDict:
 
 def instructions(**_) -> DatasetDict:
     """The prompts of `offline_ifeval.jsonl`, in IFEval's columns (key, prompt, instruction_id_list, kwargs)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "offline_ifeval.jsonl")
+    path = package_data("evaluation", "harness", "tasks", "offline_ifeval.jsonl")
     with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     return DatasetDict({"train": Dataset.from_list(rows)})
