@@ -14,6 +14,7 @@ about models, readouts, noise or trainers.
 
 from .dual_methods import AugmentedLagrangianDual, NuPIDual  # registered after SGD and Adam (it imports them)
 from .dual_optimizer import DUAL_OPTIMIZERS, AdamDual, DualOptimizer, FixedDual, SGDDual, dual_optimizer_class
+from .feasibility import FeasibilityReport
 from .lagrangian import DescentConstraints, constraint_values, penalty
 from .modes import ERM, MODES, Mode, mode_of
 from .multipliers import Multipliers
@@ -31,6 +32,7 @@ __all__ = [
     "AugmentedLagrangianDual",
     "ConstraintStateError",
     "DescentConstraints",
+    "FeasibilityReport",
     "DualOptimizer",
     "EarlyExit",
     "FixedDual",

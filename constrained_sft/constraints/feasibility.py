@@ -12,18 +12,65 @@ resilience the strict verdict decides `feasible`; with resilience the relaxed on
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from ..utils.fields import known_keys
 from .lagrangian import DescentConstraints
 
 REPORT = "constraints.json"  # the report's file name in a run's output_dir
 SHOWN = 6  # constraints a message lists by name before "and N more"
 GAP_FLOOR = 1e-6  # nats: below this a relaxed constraint counts as met whatever the noise estimate says
+
+
+@dataclass
+class FeasibilityReport:
+    """
+    The feasibility of a run over its last optimizer steps with the constraints active (`constraints.json`, its one
+    JSON form): the layers and their descent factors, each layer's mean loss and each constraint's multiplier, mean
+    slack and relaxation (keyed by layer as a string, the epsilon bound by "epsilon"), whether each holds strictly,
+    as relaxed and by the verdict `feasible_by` names, and the run's own facts (objective, dual optimizer, step, the
+    noise it trained with and the scale sigma_x every evaluation of its models should share). Fields a run of an
+    earlier version did not record take their defaults when read.
+    """
+
+    constraints: bool = True
+    layers: list[int] = field(default_factory=list)
+    alpha: list[float] = field(default_factory=list)
+    epsilon: float | None = None
+    resilience: float = 0.0
+    window_steps: list[int] | None = None
+    layer_loss: dict[str, float] = field(default_factory=dict)
+    dual: dict[str, float] = field(default_factory=dict)
+    slack: dict[str, float] = field(default_factory=dict)
+    relaxation: dict[str, float] = field(default_factory=dict)
+    holds_strict: dict[str, bool] = field(default_factory=dict)
+    holds_relaxed: dict[str, bool] = field(default_factory=dict)
+    holds: dict[str, bool] = field(default_factory=dict)
+    feasible_by: str = "strict"
+    feasible: bool = False
+    descent_fraction: float | None = None
+    skipped_dual_steps: int = 0
+    objective: str | None = None
+    dual_optimizer: str | None = None
+    enforced: bool = True  # False: fixed weights (penalty, early exit): the constraints were measured, not enforced
+    nonfinite_steps_skipped: int = 0
+    global_step: int | None = None
+    noise_gamma: float | list[float] | None = None  # a level, or the [low, high] range each example drew from
+    noise_sigma_x: float | None = None
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FeasibilityReport:
+        return cls(**known_keys(cls, data, f"the feasibility report ({REPORT})"))
 
 
 def window_means(rows: Sequence[dict[str, Any]], key: str) -> list[float]:
@@ -54,7 +101,7 @@ def feasibility_report(
     enabled: bool,
     skipped_dual_steps: int,
     resilience: float = 0.0,
-) -> dict[str, Any]:
+) -> FeasibilityReport:
     """
     Feasibility over the recorded window `rows` (one per optimizer step with the constraints active, as
     `PrimalDual.step` records them; every step for an unconstrained run). `dual` is the current multiplier of each
@@ -67,72 +114,67 @@ def feasibility_report(
     feasible_by = "relaxed" if resilience > 0 else "strict"
     holds = relaxed if resilience > 0 else strict
     fractions = [r["descent_fraction"] for r in rows if r["descent_fraction"] is not None]
-    return {
-        "constraints": enabled,
-        "layers": list(spec.layers),
-        "alpha": list(spec.alphas),
-        "epsilon": spec.epsilon,
-        "resilience": resilience,
-        "window_steps": [rows[0]["step"], rows[-1]["step"]] if rows else None,
-        "layer_loss": dict(zip(map(str, spec.layers), layer_loss, strict=False)),
-        "dual": dict(zip(keys, dual, strict=True)),
-        "slack": dict(zip(keys, slack_mean, strict=False)),
-        "relaxation": dict(
-            zip(
-                keys,
-                torch.tensor([_relaxation(r, resilience) for r in rows]).mean(0).tolist() if rows else [],
-                strict=False,
-            )
-        ),
-        "holds_strict": dict(zip(keys, strict, strict=False)),
-        "holds_relaxed": dict(zip(keys, relaxed, strict=False)),
-        "holds": dict(zip(keys, holds, strict=False)),
-        "feasible_by": feasible_by,
-        "feasible": bool(rows) and all(holds),
-        "descent_fraction": (sum(fractions) / len(fractions)) if fractions else None,
-        "skipped_dual_steps": skipped_dual_steps,
-    }
+    relaxation = torch.tensor([_relaxation(r, resilience) for r in rows]).mean(0).tolist() if rows else []
+    return FeasibilityReport(
+        constraints=enabled,
+        layers=list(spec.layers),
+        alpha=list(spec.alphas),
+        epsilon=spec.epsilon,
+        resilience=resilience,
+        window_steps=[rows[0]["step"], rows[-1]["step"]] if rows else None,
+        layer_loss=dict(zip(map(str, spec.layers), layer_loss, strict=False)),
+        dual=dict(zip(keys, dual, strict=True)),
+        slack=dict(zip(keys, slack_mean, strict=False)),
+        relaxation=dict(zip(keys, relaxation, strict=False)),
+        holds_strict=dict(zip(keys, strict, strict=False)),
+        holds_relaxed=dict(zip(keys, relaxed, strict=False)),
+        holds=dict(zip(keys, holds, strict=False)),
+        feasible_by=feasible_by,
+        feasible=bool(rows) and all(holds),
+        descent_fraction=(sum(fractions) / len(fractions)) if fractions else None,
+        skipped_dual_steps=skipped_dual_steps,
+    )
 
 
-def verdict_message(report: dict[str, Any], dual_max: float | None = None) -> tuple[int, str] | None:
+def verdict_message(report: FeasibilityReport, dual_max: float | None = None) -> tuple[int, str] | None:
     """
     (logging level, message) about a constrained run's report, with advice that fits the case, or None when every
     constraint holds strictly. Infeasible is a warning; holding only as relaxed by resilience is information.
     """
-    if not report["constraints"]:
+    if not report.constraints:
         return None
-    steps = report["window_steps"]
+    steps = report.window_steps
     where = f"over optimizer steps {steps[0]}-{steps[1]}" if steps else "(no step with the constraints active)"
-    if not report.get("enforced", True):  # penalty / early exit: the constraints are measured, not enforced
-        held = sum(report["holds"].values())
+    if not report.enforced:  # penalty / early exit: the constraints are measured, not enforced
+        held = sum(report.holds.values())
         return logging.INFO, (
-            f"The descent constraints were measured, not enforced (objective `{report.get('objective')}` with fixed "
-            f"weights, no dual ascent): {held} of {len(report['holds'])} hold {where}."
+            f"The descent constraints were measured, not enforced (objective `{report.objective}` with fixed "
+            f"weights, no dual ascent): {held} of {len(report.holds)} hold {where}."
         )
-    if not report["feasible"]:
-        broken = [k for k, ok in report["holds"].items() if not ok]
-        if report["feasible_by"] == "strict":
+    if not report.feasible:
+        broken = [k for k, ok in report.holds.items() if not ok]
+        if report.feasible_by == "strict":
             advice = (
                 "train longer, raise `dual_lr`, lower `descent_alpha` or constrain fewer layers, or set `resilience` "
                 "> 0 to relax the constraints that cannot be met"
             )
         else:
-            capped = [k for k in broken if dual_max is not None and report["dual"][k] >= dual_max]
+            capped = [k for k in broken if dual_max is not None and report.dual[k] >= dual_max]
             advice = (
                 f"the multipliers of layers {capped} sit at `dual_max`={dual_max}: raise it or lower `resilience`"
                 if capped
                 else "the multipliers have not settled (slack still above resilience x lambda): train longer or "
                 "raise `dual_lr`"
             )
-        slacks = ", ".join(f"{k}: {report['slack'][k]:+.3g}" for k in broken[:SHOWN])
+        slacks = ", ".join(f"{k}: {report.slack[k]:+.3g}" for k in broken[:SHOWN])
         more = f" and {len(broken) - SHOWN} more" if len(broken) > SHOWN else ""
         return logging.WARNING, (
             f"Constrained training ended infeasible. Constraints that do not hold {where} (`feasible_by`: "
-            f"{report['feasible_by']}), with their mean slack (in the loss: nats for cross-entropy): layer {slacks}{more}. To change: {advice}."
+            f"{report.feasible_by}), with their mean slack (in the loss: nats for cross-entropy): layer {slacks}{more}. To change: {advice}."
         )
-    relaxed_only = [k for k, ok in report["holds_strict"].items() if not ok]
+    relaxed_only = [k for k, ok in report.holds_strict.items() if not ok]
     if relaxed_only:
-        sizes = ", ".join(f"{k}: {report['relaxation'][k]:.3g}" for k in relaxed_only)
+        sizes = ", ".join(f"{k}: {report.relaxation[k]:.3g}" for k in relaxed_only)
         return logging.INFO, (
             f"The constraints on layers {relaxed_only} hold {where} only as relaxed by resilience x lambda (mean "
             f"relaxation (in the loss): {sizes}); lower `resilience` for a stricter descent."

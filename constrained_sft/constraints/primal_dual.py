@@ -9,6 +9,7 @@ through `state_dict()` / `load_state_dict()` (a trainer's checkpoints write that
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from collections import deque
@@ -17,7 +18,7 @@ from typing import Any
 import torch
 
 from .dual_optimizer import DualOptimizer, SGDDual
-from .feasibility import feasibility_report
+from .feasibility import FeasibilityReport, feasibility_report
 from .lagrangian import DescentConstraints
 from .multipliers import Multipliers
 from .objectives import Lagrangian, LayerObjective
@@ -139,7 +140,7 @@ class PrimalDual:
             return {}
         return {f"dual/{k}": v for k, v in zip(self.spec.keys, self.multipliers.value().tolist(), strict=True)}
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> FeasibilityReport:
         """Feasibility over the recorded window (see [`feasibility_report`]) and the skipped non-finite steps."""
         report = feasibility_report(
             self.spec,
@@ -149,13 +150,13 @@ class PrimalDual:
             self.skipped_steps,
             self.dual.resilience,
         )
-        return {
-            **report,
-            "objective": self.objective.name,
-            "dual_optimizer": self.dual.name,
-            "enforced": self.dual.ascends,  # False: fixed weights (penalty, early exit), the constraints measured only
-            "nonfinite_steps_skipped": self.nonfinite_steps,
-        }
+        return dataclasses.replace(
+            report,
+            objective=self.objective.name,
+            dual_optimizer=self.dual.name,
+            enforced=self.dual.ascends,  # False: fixed weights (penalty, early exit), the constraints measured only
+            nonfinite_steps_skipped=self.nonfinite_steps,
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs (the layout, the dual optimizer's state, the feasibility window, the skip

@@ -3,23 +3,19 @@ it recorded, the layers it constrained; and the versions a result was computed w
 
 from __future__ import annotations
 
-import json
 import os
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
 
 from ..config import training_level
-from ..constraints.feasibility import REPORT
+from ..constraints.feasibility import REPORT, FeasibilityReport
+from ..utils.files import read_saved
 from ..version import VERSION
 
 
-def training_report(path: str) -> dict[str, Any]:
-    """`constraints.json` written at the end of training, if the folder has one."""
-    report = os.path.join(path, REPORT)
-    if os.path.isfile(report):
-        with open(report) as f:
-            return json.load(f)
-    return {}
+def training_report(path: str, flag: str = "--models") -> FeasibilityReport | None:
+    """The feasibility report (`constraints.json`) written at the end of training, None where the folder has none;
+    a damaged one is refused naming `flag`."""
+    return read_saved(path, REPORT, FeasibilityReport.from_dict, flag) if os.path.isdir(path) else None
 
 
 def reference_sigma(given: float | None, first_model: str) -> tuple[float | None, str | None]:
@@ -27,7 +23,8 @@ def reference_sigma(given: float | None, first_model: str) -> tuple[float | None
     (None, None) when neither says, and the caller measures the first model."""
     if given is not None:
         return given, "--sigma_x"
-    recorded = training_report(first_model).get("noise_sigma_x")
+    report = training_report(first_model)
+    recorded = report.noise_sigma_x if report is not None else None
     if recorded is not None:
         return float(recorded), f"noise_sigma_x in {os.path.join(first_model, REPORT)}"
     return None, None
@@ -38,13 +35,16 @@ def recorded_gamma(given: float | None, first_model: str, recipe: dict) -> float
     the recipe's `noise_gamma`, else 0."""
     if given is not None:
         return given
-    return training_level(training_report(first_model).get("noise_gamma", recipe.get("noise_gamma", 0.0)))
+    report = training_report(first_model)
+    recorded = report.noise_gamma if report is not None else None
+    return training_level(recorded if recorded is not None else recipe.get("noise_gamma", 0.0))
 
 
 def trained_layers(choice: str, path: str):
     """`--layers`: 'trained' (the layers the model's `constraints.json` names, else all), 'all', or indices."""
     if choice == "trained":
-        return training_report(path).get("layers", "all")
+        report = training_report(path)
+        return report.layers if report is not None else "all"
     if choice == "all":
         return "all"
     return layer_indices(choice)

@@ -120,7 +120,7 @@ def measure_model(m: Measurement, name: str, path: str, model=None, tokenizer=No
         result = ModelResult(
             path=path,
             architecture=type(model).__name__,
-            noise_sigma_x_recorded=training_report(path).get("noise_sigma_x"),  # its own training's
+            noise_sigma_x_recorded=getattr(training_report(path), "noise_sigma_x", None),  # its own training's
             layers=list(trainer.primal_dual.spec.layers),
             summary=summarize(levels, m.train_gamma, task.measuring.layer_curves),
             scores={NoiseGrid.key(lv[0].gamma): seed_sums(lv) for lv in levels},

@@ -8,6 +8,7 @@ callbacks, the checks) is `setup.py`; resume and every private `Trainer` overrid
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 import torch
 
 from ..constraints import LayerLosses, PrimalDual, stats_metrics
-from ..constraints.feasibility import REPORT, bound_message, verdict_message
+from ..constraints.feasibility import REPORT, FeasibilityReport, bound_message, verdict_message
 from ..utils.files import write_json
 from ..utils.modules import unwrap_model
 from .callbacks import handle_nonfinite
@@ -177,20 +178,21 @@ class ConstrainedTrainerMixin(TrainerOverrides):
         self.create_model_card()
         return output
 
-    def constraint_report(self) -> dict[str, Any]:
+    def constraint_report(self) -> FeasibilityReport:
         """The feasibility report of the run so far (`PrimalDual.summary`), with the step and the noise scale."""
-        summary = self.primal_dual.summary()
-        summary["global_step"] = self.state.global_step
-        summary["noise_gamma"] = self.args.noise_gamma  # the evaluation's ID / OOD boundary
-        summary["noise_sigma_x"] = self.noise_sigma  # the scale every evaluation of this run's models should share
-        return summary
+        return dataclasses.replace(
+            self.primal_dual.summary(),
+            global_step=self.state.global_step,
+            noise_gamma=self.args.noise_gamma,  # the evaluation's ID / OOD boundary
+            noise_sigma_x=self.noise_sigma,  # the scale every evaluation of this run's models should share
+        )
 
-    def write_constraint_report(self) -> dict[str, Any]:
+    def write_constraint_report(self) -> FeasibilityReport:
         """Write `constraints.json` to `output_dir`; warn when constrained training ended infeasible (see [`verdict_message`])."""
         summary = self.constraint_report()
         if self.args.should_save:
             os.makedirs(self.args.output_dir, exist_ok=True)
-            write_json(os.path.join(self.args.output_dir, REPORT), summary)
+            write_json(os.path.join(self.args.output_dir, REPORT), summary.to_dict())
         message = verdict_message(summary, self.args.dual_max)
         if message is not None and self.is_world_process_zero():
             level, text = message

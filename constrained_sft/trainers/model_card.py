@@ -15,7 +15,7 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
-from ..constraints.feasibility import verdict_message
+from ..constraints.feasibility import FeasibilityReport, verdict_message
 from ..utils.shipped import package_data
 from ..version import VERSION
 
@@ -89,55 +89,55 @@ def _data(data: dict[str, Any] | None) -> tuple[str, str | None]:
     return ", ".join(parts) or "recorded in run.json", hub
 
 
-def layer_rows(report: dict[str, Any]) -> list[dict[str, str]]:
+def layer_rows(report: FeasibilityReport) -> list[dict[str, str]]:
     """One row per constrained layer: its mean loss, its constraint, slack, multiplier and whether it holds."""
-    rows, layers, alphas = [], report["layers"], report["alpha"]
+    rows, layers, alphas = [], report.layers, report.alpha
     for i, layer in enumerate(layers):
         key = str(layer)
-        if key not in report["dual"]:
+        if key not in report.dual:
             constraint = "-"
         elif i == 0:
-            constraint = f"f_{layer} <= epsilon = {_number(report['epsilon'])}"
+            constraint = f"f_{layer} <= epsilon = {_number(report.epsilon)}"
         else:
             constraint = f"f_{layer} <= {_number(1 - alphas[i - 1])} f_{layers[i - 1]}"
-        holds = report["holds"].get(key)
+        holds = report.holds.get(key)
         rows.append(
             {
                 "layer": key,
-                "loss": _number(report["layer_loss"].get(key)),
+                "loss": _number(report.layer_loss.get(key)),
                 "constraint": constraint,
-                "slack": _number(report["slack"].get(key)) if key in report["slack"] else "-",
-                "dual": _number(report["dual"].get(key)) if key in report["dual"] else "-",
+                "slack": _number(report.slack.get(key)) if key in report.slack else "-",
+                "dual": _number(report.dual.get(key)) if key in report.dual else "-",
                 "holds": "-" if holds is None else ("yes" if holds else "**no**"),
             }
         )
     return rows
 
 
-def verdict(report: dict[str, Any]) -> str:
+def verdict(report: FeasibilityReport) -> str:
     """The feasibility verdict in one paragraph (`constraints.feasibility.verdict_message`, and the cases it leaves
     silent: every constraint holding strictly, and an unconstrained run)."""
-    held, total = sum(report["holds"].values()), len(report["holds"])
-    steps = report["window_steps"]
+    held, total = sum(report.holds.values()), len(report.holds)
+    steps = report.window_steps
     where = f"over optimizer steps {steps[0]}-{steps[1]}" if steps else "(no optimizer step recorded)"
-    if not report["constraints"]:
+    if not report.constraints:
         return f"Trained without constraints; measured: {held} of {total} descent constraints hold {where}."
     message = verdict_message(report)
     if message is None:
         return f"**Feasible**: all {total} descent constraints hold {where}."
     text = message[1].removeprefix("Constrained training ended infeasible. ")
-    return ("**Feasible**: " if report["feasible"] else "**Infeasible**: ") + text
+    return ("**Feasible**: " if report.feasible else "**Infeasible**: ") + text
 
 
 def model_card(
-    report: dict[str, Any],
+    report: FeasibilityReport,
     args: Any,
     model_source: str | None,
     data: dict[str, Any] | None,
     model_name: str,
     tags: list[str] = (),
 ) -> ModelCard:
-    """The card of a run from its feasibility report (`constraints.json`'s content) and its training arguments."""
+    """The card of a run from its feasibility report and its training arguments."""
     objective = getattr(args, "constraints", "descent")
     tag, what = OBJECTIVES.get(objective, (objective, f"with objective `{objective}`"))
     hub_model = model_source if model_source and "/" in model_source and not os.path.exists(model_source) else None
@@ -147,14 +147,14 @@ def model_card(
         else (f"`{model_source}`" if model_source else "a model built in code")
     )
     data_text, hub_data = _data(data)
-    enforced = report["constraints"] and report.get("enforced", True)
+    enforced = report.constraints and report.enforced
     dual = (
-        f"{report.get('dual_optimizer', args.dual_optimizer)}, dual_lr {args.dual_lr:g}, resilience {args.resilience:g}"
+        f"{report.dual_optimizer or args.dual_optimizer}, dual_lr {args.dual_lr:g}, resilience {args.resilience:g}"
         if enforced
         else "none (no dual ascent)"
     )
     neftune = getattr(args, "neftune_noise_alpha", None)
-    gamma, sigma = report.get("noise_gamma") or 0.0, report.get("noise_sigma_x")
+    gamma, sigma = report.noise_gamma or 0.0, report.noise_sigma_x
     if isinstance(gamma, (list, tuple)):  # a range: each example draws its level uniformly from it
         level = f"gamma uniform in [{', '.join(f'{g:g}' for g in gamma)}]"
     else:
@@ -166,13 +166,13 @@ def model_card(
         ("data", data_text),
         ("objective", f"`{objective}`" + (f" with NEFTune (alpha {neftune:g})" if neftune else "")),
         ("dual optimizer", dual),
-        ("constrained layers", ", ".join(map(str, report["layers"])) or "-"),
-        ("descent factor alpha", ", ".join(sorted({f"{a:g}" for a in report["alpha"]})) or "-"),
+        ("constrained layers", ", ".join(map(str, report.layers)) or "-"),
+        ("descent factor alpha", ", ".join(sorted({f"{a:g}" for a in report.alpha})) or "-"),
         ("training noise", noise),
-        ("optimizer steps", str(report.get("global_step", "-"))),
-        ("descent share", _number(report.get("descent_fraction"), 3)),
+        ("optimizer steps", str(report.global_step if report.global_step is not None else "-")),
+        ("descent share", _number(report.descent_fraction, 3)),
     ]
-    steps = report["window_steps"]
+    steps = report.window_steps
     card_data = ModelCardData(
         base_model=hub_model,
         datasets=[hub_data] if hub_data else None,

@@ -30,11 +30,11 @@ def test_a_binding_constraint_under_resilience_holds_relaxed_not_strict():
     primal_dual = PrimalDual(spec, dual_lr=0.1, resilience=0.5)
     _run(primal_dual, 400, lambda step: 0.8333)
     report = primal_dual.summary()
-    assert report["dual"]["2"] == pytest.approx(0.6666, abs=1e-3)
-    assert report["slack"]["2"] == pytest.approx(0.3333, abs=1e-4)
-    assert report["relaxation"]["2"] == pytest.approx(0.3333, abs=1e-3)  # resilience x lambda
-    assert report["holds_strict"] == {"2": False} and report["holds_relaxed"] == {"2": True}
-    assert report["feasible_by"] == "relaxed" and report["feasible"] and report["holds"] == {"2": True}
+    assert report.dual["2"] == pytest.approx(0.6666, abs=1e-3)
+    assert report.slack["2"] == pytest.approx(0.3333, abs=1e-4)
+    assert report.relaxation["2"] == pytest.approx(0.3333, abs=1e-3)  # resilience x lambda
+    assert report.holds_strict == {"2": False} and report.holds_relaxed == {"2": True}
+    assert report.feasible_by == "relaxed" and report.feasible and report.holds == {"2": True}
 
 
 def test_without_resilience_the_strict_verdict_decides():
@@ -42,7 +42,7 @@ def test_without_resilience_the_strict_verdict_decides():
     primal_dual = PrimalDual(spec, dual_lr=0.1)
     _run(primal_dual, 50, lambda step: 0.8333)
     report = primal_dual.summary()
-    assert report["feasible_by"] == "strict" and not report["feasible"] and report["holds_strict"] == {"2": False}
+    assert report.feasible_by == "strict" and not report.feasible and report.holds_strict == {"2": False}
 
 
 def test_warm_up_steps_are_left_out_of_the_window():
@@ -51,8 +51,8 @@ def test_warm_up_steps_are_left_out_of_the_window():
     primal_dual = PrimalDual(spec, dual_lr=0.1, warmup_steps=10, window=20)
     _run(primal_dual, 25, lambda step: 5.0 if step < 10 else 0.4)
     report = primal_dual.summary()
-    assert report["window_steps"] == [11, 25]
-    assert report["slack"]["2"] == pytest.approx(-0.1) and report["feasible"]
+    assert report.window_steps == [11, 25]
+    assert report.slack["2"] == pytest.approx(-0.1) and report.feasible
 
 
 def test_an_erm_run_still_reports_its_layers_over_the_last_steps():
@@ -60,7 +60,7 @@ def test_an_erm_run_still_reports_its_layers_over_the_last_steps():
     primal_dual = PrimalDual(spec, enabled=False, window=5)
     _run(primal_dual, 8, lambda step: 0.4)
     report = primal_dual.summary()
-    assert report["window_steps"] == [4, 8] and report["layer_loss"]["2"] == pytest.approx(0.4)
+    assert report.window_steps == [4, 8] and report.layer_loss["2"] == pytest.approx(0.4)
 
 
 def test_the_message_fits_the_case():

@@ -87,7 +87,7 @@ def test_warmup_and_disabled_never_move_multipliers():
     assert warm.multipliers.value().item() == pytest.approx(1.0)  # only step 2 ascended
     assert off.multipliers.value().item() == 0.0
     summary = warm.summary()
-    assert summary["holds"] == {"2": False} and not summary["feasible"]
+    assert summary.holds == {"2": False} and not summary.feasible
 
 
 @pytest.mark.parametrize("epsilon", [None, 5.0])

@@ -48,7 +48,7 @@ def test_early_exit_adds_the_weighted_layers_and_never_moves_the_multipliers():
     pd.train_stats.add(losses)
     stats = pd.step(0, lambda t: t)
     assert stats.slack and pd.multipliers.value().tolist() == [0.0, 0.0] and pd.dual_metrics() == {}
-    assert pd.summary()["objective"] == "early_exit" and pd.summary()["dual_optimizer"] == "fixed"
+    assert pd.summary().objective == "early_exit" and pd.summary().dual_optimizer == "fixed"
 
 
 def test_fixed_dual_is_the_penalty_method():

@@ -2,7 +2,7 @@
 
 import logging
 
-from constrained_sft.constraints.feasibility import verdict_message
+from constrained_sft.constraints.feasibility import FeasibilityReport, verdict_message
 from constrained_sft.trainers.console import CompactConsole, eval_rows, train_line
 
 TRAIN = {
@@ -45,11 +45,11 @@ def test_the_trainer_prints_compact_lines_and_logs_every_metric(make_trainer, ca
 
 
 def test_the_infeasibility_warning_names_constraints_then_slack_then_what_to_change():
-    report = {
-        "constraints": True, "feasible": False, "feasible_by": "strict", "window_steps": [81, 100],
-        "holds": {"2": True, "3": False, "4": False}, "slack": {"2": -0.1, "3": 0.25, "4": 0.5},
-        "dual": {"2": 0.0, "3": 1.0, "4": 2.0},
-    }  # fmt: skip
+    report = FeasibilityReport(
+        constraints=True, layers=[1, 2, 3, 4], feasible=False, feasible_by="strict", window_steps=[81, 100],
+        holds={"2": True, "3": False, "4": False}, slack={"2": -0.1, "3": 0.25, "4": 0.5},
+        dual={"2": 0.0, "3": 1.0, "4": 2.0},
+    )  # fmt: skip
     level, text = verdict_message(report)
     assert level == logging.WARNING
     names, slack, change = text.index("layer 3"), text.index("+0.25"), text.index("To change:")

@@ -63,7 +63,7 @@ def test_skip_policy_drops_the_nonfinite_step_and_counts_it(tmp_path):
     trainer.train()
     assert all(bool(torch.isfinite(v).all()) for v in trainer.model.state_dict().values())
     assert trainer.primal_dual.nonfinite_steps == 1  # the first batch of 4 holds the NaN row
-    assert trainer.write_constraint_report()["nonfinite_steps_skipped"] == 1
+    assert trainer.write_constraint_report().nonfinite_steps_skipped == 1
 
 
 @pytest.fixture

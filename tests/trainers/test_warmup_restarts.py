@@ -48,7 +48,7 @@ def test_warmup_epoch_then_relaxations_reset_every_epoch(tmp_path):
     # the relaxation grew during epoch 2 and was zero again when epoch 3 started
     assert record.steps[2 * STEPS_PER_EPOCH - 1][2].gt(0).any()
     assert record.epoch_starts[2].eq(0).all()
-    assert trainer.primal_dual.summary()["relaxation"]  # the report uses the explicit relaxation
+    assert trainer.primal_dual.summary().relaxation  # the report uses the explicit relaxation
 
 
 def test_resume_inside_an_epoch_with_restarts_is_bit_exact(tmp_path):
