@@ -106,6 +106,31 @@ def configuration() -> str:
             out.append(
                 f"| `{f.name}` | `{_type_name(hints.get(f.name, f.type))}` | {_cell(default)} | {allowed} | {help_text} |\n"
             )
+    return "".join(out) + variants()
+
+
+def variants() -> str:
+    """The variants' tables, from their registries: what each value of `constraints`, `dual_optimizer`, `--judge` and
+    a sweep's `--objective` does, and the fields each reads (a variant added from its own module appears here)."""
+    from constrained_sft.constraints import DUAL_OPTIMIZERS, MODES
+    from constrained_sft.evaluation.alpaca import JUDGES
+    from constrained_sft.sweep.objectives import SWEEP_OBJECTIVES
+
+    def reads(variant) -> str:
+        return ", ".join(f"`{s.field}`" for s in variant.settings.values()) or "-"
+
+    out = ["\n## Variants\n\nEach value of these fields is a class in a registry; its own text is what is shown "
+           "here, in `--help` and, for training modes, in the model card.\n"]  # fmt: skip
+    out.append(
+        "\n### `constraints`: training modes\n\n| value | what it does | model card tag | reads |\n|---|---|---|---|\n"
+    )
+    out += [f"| `{n}` | {_cell(m.help)} | `{m.card_tag}` | {reads(m)} |\n" for n, m in MODES.items()]
+    out.append("\n### `dual_optimizer`: dual optimizers\n\n| value | what it does | reads |\n|---|---|---|\n")
+    out += [f"| `{n}` | {_cell(d.help)} | {reads(d)} |\n" for n, d in DUAL_OPTIMIZERS.items()]
+    out.append("\n### `--judge`: judges of `eval alpaca` and `study`\n\n| value | what it is |\n|---|---|\n")
+    out += [f"| `{n}` | {_cell(j.help)} |\n" for n, j in JUDGES.items()]
+    out.append("\n### `--objective`: a sweep's trial score\n\n| value | what it scores |\n|---|---|\n")
+    out += [f"| `{n}` | {_cell(o.help)} |\n" for n, o in SWEEP_OBJECTIVES.items()]
     return "".join(out)
 
 

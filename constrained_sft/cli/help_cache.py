@@ -8,7 +8,10 @@ The key holds everything the text depends on: the command line, the terminal's w
 modification times of its source files (an edited checkout is a new key), the versions of the packages whose fields
 or help it shows, and the size and modification time of every file the command line names (a recipe chooses the task
 whose fields are shown). Anything else (no cache folder, a write that fails) falls back to building the help as before; the first help
-of a new install builds it (`make setup` builds every command's once). `CONSTRAINED_SFT_HELP_CACHE=0` turns it off.
+of a new install builds it (`make setup` builds every command's once). `CONSTRAINED_SFT_HELP_CACHE=0` turns it off, and
+so does a process that loaded the variants' registries before asking (a program that registers a mode or a dual
+optimizer of its own, then runs the command: its help must show them, and no key can know of them without loading
+them).
 """
 
 from __future__ import annotations
@@ -62,7 +65,7 @@ def key(argv: list[str]) -> str:
 
 def cached_help(argv: list[str], build: Callable[[], int]) -> int:
     """Print the help of `argv` from the cache, or `build` it (argparse prints it and exits 0) and keep it."""
-    if os.environ.get("CONSTRAINED_SFT_HELP_CACHE", "1") == "0":
+    if os.environ.get("CONSTRAINED_SFT_HELP_CACHE", "1") == "0" or "constrained_sft.constraints" in sys.modules:
         return build()
     path = os.path.join(cache_root(), "help", f"{key(argv)}.txt")
     with contextlib.suppress(OSError):

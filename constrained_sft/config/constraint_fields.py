@@ -35,12 +35,9 @@ class ConstraintArguments(VariantArguments):
     constraints: str = field(
         default="descent",
         metadata={
-            "help": "`'descent'`: every constrained layer must reduce the loss of the previous one (primal-dual "
-            "training). `'penalty'`: the same descent terms with a fixed weight `penalty_weight` and no dual ascent "
-            "(the penalty method). `'early_exit'`: f_L plus fixed per-layer weights on the layers below "
-            "(`early_exit_scale`, `early_exit_weight`; LayerSkip's / torchtune's early-exit loss). `'none'`: the ERM "
-            "baseline, trained exactly like `SFTTrainer`. Every constrained layer is measured, logged and reported in "
-            "every mode, so all runs share one instrument.",
+            "help": " ".join(f"`'{mode.name}'`: {mode.help}" for mode in MODES.values())
+            + " Every constrained layer is measured, logged and reported in every mode, so all runs share one "
+            "instrument.",
             "choices": list(CONSTRAINT_MODES),
         },
     )
@@ -81,11 +78,7 @@ class ConstraintArguments(VariantArguments):
     dual_optimizer: str = field(
         default="sgd",
         metadata={
-            "help": "`'sgd'`: projected gradient ascent, lambda <- max(0, lambda + dual_lr (slack - resilience "
-            "lambda)). `'adam'`: Adam on the same ascent direction, then the same projection (the paper's choice). "
-            "`'nupi'`: a PI controller on the same direction (cooper's nuPI; gains `nupi_kp`, `nupi_ki`, "
-            "`nupi_ema`). `'augmented_lagrangian'`: SGD's ascent plus the quadratic term of the augmented Lagrangian "
-            "in the loss (`alm_penalty`, `alm_growth`, `alm_tolerance`).",
+            "help": " ".join(f"`'{name}'`: {cls.help}" for name, cls in DUAL_OPTIMIZER_CLASSES.items()),
             "choices": list(DUAL_OPTIMIZERS),
         },
     )

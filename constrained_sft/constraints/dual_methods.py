@@ -30,6 +30,7 @@ class NuPIDual(DualOptimizer):
     """
 
     name = "nupi"
+    help = "a PI controller on the same direction (cooper's nuPI; gains `nupi_kp`, `nupi_ki`, `nupi_ema`)."
     settings = {
         "kp": Setting(
             "nupi_kp", float, 1.0,
@@ -89,6 +90,10 @@ class AugmentedLagrangianDual(SGDDual):
     """
 
     name = "augmented_lagrangian"
+    help = (
+        "SGD's ascent plus the quadratic term of the augmented Lagrangian in the loss (`alm_penalty`, `alm_growth`, "
+        "`alm_tolerance`)."
+    )
     settings = {
         "penalty": Setting(
             "alm_penalty", float | None, None,

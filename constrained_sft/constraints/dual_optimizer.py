@@ -55,6 +55,7 @@ class DualOptimizer(ABC):
     """
 
     name: ClassVar[str]
+    help: ClassVar[str] = ""  # what `dual_optimizer: <name>` does: the field's help and the reference's table
     settings: ClassVar[dict[str, Setting]] = {}
     ascends: ClassVar[bool] = True  # the multipliers move with the slack (False: fixed weights, measured only)
 
@@ -192,6 +193,7 @@ class SGDDual(DualOptimizer):
     """Projected gradient ascent: `lambda <- max(0, lambda + lr * direction)`."""
 
     name = "sgd"
+    help = "projected gradient ascent, lambda <- max(0, lambda + dual_lr (slack - resilience lambda))."
 
     def make_optimizer(self, weight, lr):
         return torch.optim.SGD([weight], lr=lr, maximize=True)
@@ -208,6 +210,7 @@ class AdamDual(DualOptimizer):
     """Adam on the same ascent direction, then the same projection (the paper's choice)."""
 
     name = "adam"
+    help = "Adam on the same ascent direction, then the same projection (the paper's choice)."
 
     def make_optimizer(self, weight, lr):
         return torch.optim.Adam([weight], lr=lr, maximize=True)
@@ -221,6 +224,7 @@ class FixedDual(DualOptimizer):
     """
 
     name = "fixed"
+    help = "no dual ascent: the multipliers keep their start (the penalty and early-exit modes' choice)."
     ascends = False  # penalty / early exit: the constraints are measured, not enforced
 
     def make_optimizer(self, weight, lr):

@@ -1,7 +1,8 @@
 """
 What a run does with the measured layers (the config's `constraints`), one class per mode, registered in `MODES`
 (`@MODES.register`): the settings it reads (`settings`), its behaviour flags, and the `PrimalDual` settings it builds from a
-config. Nothing outside this registry compares mode names: code asks the flags.
+config, and how it is described (`help`: the `constraints` field's text; `card_tag`, `card_text`: the model card's).
+Nothing outside this registry compares or describes mode names: code asks the flags and the descriptions.
 
 - `descent`: primal-dual training, the descent terms weighted by multipliers that ascend on their slack;
 - `penalty`: the same terms with every multiplier fixed at `penalty_weight` (the penalty method, no dual ascent);
@@ -32,6 +33,9 @@ class Mode(ABC):
     """
 
     name: ClassVar[str]
+    help: ClassVar[str]  # what `constraints: <name>` does, in the field's help (`--help`, the reference pages)
+    card_tag: ClassVar[str]  # the model card's tag of a run in this mode
+    card_text: ClassVar[str]  # the model card's "trained ..." clause
     settings: ClassVar[dict[str, Setting]] = {}
     trains_layers: ClassVar[bool] = True
     ascends: ClassVar[bool] = False
@@ -63,6 +67,13 @@ class Descent(Mode):
 
     name = "descent"
     ascends = True
+    help = "every constrained layer must reduce the loss of the previous one (primal-dual training)."
+    card_tag = "descent-constraints"
+    card_text = (
+        "with descent constraints: trained by primal-dual learning so that every constrained layer's readout loss "
+        "falls below (1 - alpha) times the one before it, f_l <= (1 - alpha) f_(l-1), as the steps of a descent "
+        "algorithm do"
+    )
 
     @classmethod
     def primal_dual_settings(cls, config, spec, num_layers):
@@ -76,6 +87,9 @@ class Penalty(Mode):
 
     name = "penalty"
     fixed_weights = True
+    help = "the same descent terms with a fixed weight `penalty_weight` and no dual ascent (the penalty method)."
+    card_tag = "descent-penalty"
+    card_text = "with the descent terms as a fixed-weight penalty (no dual ascent): the constraints were measured, not enforced"
     settings = {
         "weight": Setting(
             "penalty_weight", float, 1.0,
@@ -103,6 +117,15 @@ class EarlyExitLoss(Mode):
     name = "early_exit"
     fixed_weights = True
     descent_terms = False
+    help = (
+        "f_L plus fixed per-layer weights on the layers below (`early_exit_scale`, `early_exit_weight`; LayerSkip's / "
+        "torchtune's early-exit loss)."
+    )
+    card_tag = "early-exit"
+    card_text = (
+        "with an early-exit objective (the final loss plus a fixed weight on each constrained layer's loss): the "
+        "descent constraints were measured, not enforced"
+    )
     settings = {
         "scale": Setting(
             "early_exit_scale", str, "uniform",
@@ -132,6 +155,12 @@ class Unconstrained(Mode):
     name = "none"
     trains_layers = False
     descent_terms = False
+    help = "the ERM baseline, trained exactly like `SFTTrainer`."
+    card_tag = "erm"
+    card_text = (
+        "without constraints (ERM, the twin a constrained run is compared with): the layer losses below were "
+        "measured, not trained"
+    )
 
     @classmethod
     def primal_dual_settings(cls, config, spec, num_layers):

@@ -8,6 +8,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from ..evaluation.alpaca.judge_kinds import judges_help
 from ..evaluation.instructions import ALPACA_EVAL
 from ..noise import NoiseGrid
 from ..tasks.arms import arm_recipes, recipe_identity
@@ -73,15 +74,7 @@ class StudyArguments:
     max_instances: int | None = field(default=None, metadata={"help": "Answer only the first N instructions."})
     max_new_tokens: int = field(default=256, metadata={"help": "Longest answer, in tokens (greedy decoding)."})
     generation_batch_size: int = field(default=8, metadata={"help": "Instructions per generate() call."})
-    judge: str = field(
-        default="proxy",
-        metadata={
-            "help": "'proxy' (offline stand-in, no quality judge: prefers the answer closer to the reference answer "
-            "in MiniLM sentence embeddings), 'local' (a chat model from --judge_model, on the GPU when there is one), "
-            "'gpt5' (the paper's judge) or 'gpt4' (both need OPENAI_API_KEY), 'test', or an alpaca_eval annotator "
-            "config. Every pair is judged in both orders."
-        },
-    )
+    judge: str = field(default="proxy", metadata={"help": judges_help()})
     judge_model: str | None = field(
         default=None,
         metadata={"help": "local: a chat model (folder, Hub id, pkg: alias); proxy: the encoder; gpt5: the model."},

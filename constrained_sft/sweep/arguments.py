@@ -10,6 +10,7 @@ from ..noise import NoiseGrid
 from ..tasks.arms import arm_recipes, recipe_identity
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
+from .objectives import objectives_help
 from .search import OBJECTIVES, Objective, open_study
 
 STAGES = ("search", "compare", "all")
@@ -22,16 +23,7 @@ class SweepArguments:
         default=None, metadata={"help": "Where the sweep writes (default: <output_dir>-sweep)."}
     )
     n_trials: int = field(default=20, metadata={"help": "Finished (complete or pruned) trials per arm."})
-    objective: str = field(
-        default="auc",
-        metadata={
-            "help": "Validation score of a trial: 'auc' (the headline - token accuracy, accuracy or RMSE - over the "
-            "gamma grid), 'ood' (its mean above the training level), 'id_with_ood_floor' (ID accuracy among trials "
-            "whose OOD accuracy >= ood_floor; accuracy tasks) or 'loss' (held-out loss, mean over the grid). "
-            "Accuracy is maximised; RMSE and loss are minimised.",
-            "choices": list(OBJECTIVES),
-        },
-    )
+    objective: str = field(default="auc", metadata={"help": objectives_help(), "choices": list(OBJECTIVES)})
     ood_floor: float = field(default=0.0, metadata={"help": "OOD accuracy floor of 'id_with_ood_floor'."})
     validation_size: float = field(
         default=0.15, metadata={"help": "Validation rows carved off the training split: a fraction or a count."}

@@ -35,6 +35,7 @@ from ..utils.files import atomic_path, read_json, write_json
 from ..utils.folders import OutputDirError, child_path
 from .arguments import SweepArguments
 from .compare import evaluate_finals, seed_dir
+from .objectives import SWEEP_OBJECTIVES
 from .results import ArmTrials, SweepResults
 from .search import Objective, best_params, run_trial, search, trial_args
 from .space import arm_spaces, check_ranges, load_space
@@ -70,10 +71,11 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
     training = recipe.training
     if not mode_of(training.constraints).trains_layers:
         raise ValueError("The recipe has `constraints: none`; sweep the constrained recipe (its ERM twin is an arm).")
-    if settings.objective == "id_with_ood_floor" and not task.headline.higher_is_better:
+    if SWEEP_OBJECTIVES[settings.objective].floors_accuracy and not task.headline.higher_is_better:
+        usable = [name for name, kind in SWEEP_OBJECTIVES.items() if not kind.floors_accuracy]
         raise ValueError(
-            f"`objective: id_with_ood_floor` floors an accuracy; `task: {task.name}` reports {task.headline.key} "
-            "(lower is better): use 'auc', 'ood' or 'loss'."
+            f"`objective: {settings.objective}` floors an accuracy; `task: {task.name}` reports {task.headline.key} "
+            f"(lower is better): use one of {usable}."
         )
     spaces = load_space(settings.space, type(training), sections=tuple(more))  # read and checked before any write
     searched, not_searched = arm_spaces(spaces, arms, training)

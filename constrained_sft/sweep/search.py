@@ -30,11 +30,12 @@ from ..constraints import ERM
 from ..evaluation import evaluate_level, summarize
 from ..evaluation.results import ModelSummary
 from ..tasks import Arm, Headline
+from .objectives import SWEEP_OBJECTIVES
 from .space import SearchSpace
 
 FINISHED = ("COMPLETE", "PRUNED")
 GRACE_BEATS = 3  # a trial is stale after this many heartbeat intervals without a beat
-OBJECTIVES = ("auc", "ood", "id_with_ood_floor", "loss")
+OBJECTIVES = tuple(SWEEP_OBJECTIVES)
 
 
 class Surplus(Exception):
@@ -45,7 +46,7 @@ class Surplus(Exception):
 class Objective:
     """What a trial is scored by, on the validation rows over the gamma grid (one noise seed per level)."""
 
-    name: str  # one of OBJECTIVES
+    name: str  # one of OBJECTIVES (`objectives.SWEEP_OBJECTIVES`)
     gammas: list[float]
     train_gamma: float
     headline: Headline
@@ -54,17 +55,10 @@ class Objective:
     @property
     def maximize(self) -> bool:
         """The held-out loss is minimised; the headline's own statistics go its way (accuracy up, RMSE down)."""
-        return self.name != "loss" and self.headline.higher_is_better
+        return not SWEEP_OBJECTIVES[self.name].minimized and self.headline.higher_is_better
 
     def __call__(self, summary: ModelSummary) -> float:
-        if self.name == "auc":
-            return summary.auc
-        if self.name == "ood":
-            return summary.ood_metric
-        if self.name == "loss":
-            return summary.loss
-        # ID accuracy among trials whose OOD accuracy reaches the floor; below it, a value under every feasible one
-        return summary.id_metric if summary.ood_metric >= self.ood_floor else summary.ood_metric - 1.0
+        return SWEEP_OBJECTIVES[self.name].score(summary, self.ood_floor)
 
 
 def validation_summary(task, trainer, objective: Objective) -> ModelSummary:

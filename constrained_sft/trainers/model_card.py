@@ -15,6 +15,7 @@ from typing import Any
 
 from huggingface_hub import ModelCard, ModelCardData
 
+from ..constraints import MODES
 from ..constraints.feasibility import FeasibilityReport, verdict_message
 from ..utils.shipped import package_data
 from ..version import VERSION
@@ -41,28 +42,6 @@ CITATION = """@misc{porrasvalenzuela-constrained-unrolled-transformers,
   author = {Porras-Valenzuela, Javier and Hadou, Samar and Ribeiro, Alejandro},
   note   = {University of Pennsylvania}
 }"""
-OBJECTIVES = {  # `constraints` -> (tag, what the training did)
-    "descent": (
-        "descent-constraints",
-        "with descent constraints: trained by primal-dual learning so that every constrained layer's readout loss "
-        "falls below (1 - alpha) times the one before it, f_l <= (1 - alpha) f_(l-1), as the steps of a descent "
-        "algorithm do",
-    ),
-    "penalty": (
-        "descent-penalty",
-        "with the descent terms as a fixed-weight penalty (no dual ascent): the constraints were measured, not enforced",
-    ),
-    "early_exit": (
-        "early-exit",
-        "with an early-exit objective (the final loss plus a fixed weight on each constrained layer's loss): the "
-        "descent constraints were measured, not enforced",
-    ),
-    "none": (
-        "erm",
-        "without constraints (ERM, the twin a constrained run is compared with): the layer losses below were "
-        "measured, not trained",
-    ),
-}
 VERSIONS = ("transformers", "trl", "torch", "datasets")
 
 
@@ -139,7 +118,8 @@ def model_card(
 ) -> ModelCard:
     """The card of a run from its feasibility report and its training arguments."""
     objective = getattr(args, "constraints", "descent")
-    tag, what = OBJECTIVES.get(objective, (objective, f"with objective `{objective}`"))
+    mode = MODES.get(objective)
+    tag, what = (mode.card_tag, mode.card_text) if mode else (objective, f"with objective `{objective}`")
     hub_model = model_source if model_source and "/" in model_source and not os.path.exists(model_source) else None
     base = (
         f"[{hub_model}](https://huggingface.co/{hub_model})"

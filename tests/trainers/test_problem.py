@@ -115,3 +115,76 @@ def test_a_new_dual_optimizer_is_one_class_in_one_file(tmp_path):
     ]
     report = json.loads((tmp_path / "out" / "constraints.json").read_text())
     assert report["dual_optimizer"] == "momentum" and report["enforced"] and report["global_step"] == 2
+
+
+HALF_PENALTY = '''
+"""A training mode of one's own, in one file: the class, its description, its setting, its registration."""
+from constrained_sft.constraints import MODES, FixedDual, Setting
+from constrained_sft.constraints.modes import Mode
+from constrained_sft.constraints.variants import finite_at_least
+
+
+@MODES.register
+class HalfPenalty(Mode):
+    name = "half_penalty"
+    help = "the penalty method at half of `half_weight` (a test's mode)."
+    card_tag = "half-penalty"
+    card_text = "with the descent terms at half a fixed weight (a mode registered from its own module)"
+    fixed_weights = True
+    settings = {"weight": Setting("half_weight", float, 1.0, "`constraints: half_penalty`: twice the weight.",
+                                  finite_at_least(0.0), "must be a finite number >= 0")}
+
+    @classmethod
+    def primal_dual_settings(cls, config, spec, num_layers):
+        return {"dual_optimizer": FixedDual, "dual_init": config.half_weight / 2}
+'''
+
+USE_THE_MODE = """
+import contextlib, io, json, sys
+import half_penalty  # the user's module, imported before the configs are built
+from constrained_sft.cli import main
+from constrained_sft import ConstrainedSFTConfig
+refused = []
+for fields in ({"constraints": "half_penalty", "half_weight": -1.0}, {"half_weight": 0.4}, {"constraints": "halfpenalty"}):
+    try:
+        ConstrainedSFTConfig(output_dir=sys.argv[1] + "/x", bf16=False, use_cpu=True, report_to="none", **fields)
+    except ValueError as error:
+        refused.append(str(error))
+shown = io.StringIO()
+with contextlib.redirect_stdout(shown), contextlib.suppress(SystemExit):
+    main(["train", "--help"])
+assert main(sys.argv[2:]) == 0
+print(json.dumps({"refused": refused, "help": shown.getvalue()}))
+"""
+
+
+def test_a_new_mode_is_one_class_in_one_file(tmp_path):
+    """Registered from its own module, a training mode is a `constraints` value with its description in `--help`,
+    its setting a validated field refused beside another mode, its text and tag in the model card, and it trains."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "half_penalty.py").write_text(HALF_PENALTY)
+    tiny_causal_lm("llama").save_pretrained(tmp_path / "model")
+    tiny_tokenizer().save_pretrained(tmp_path / "model")
+    data = tmp_path / "data.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in successor_dataset(16)))
+    argv = ["train", "--model_name_or_path", str(tmp_path / "model"), "--dataset_name", str(data), "--output_dir",
+            str(tmp_path / "out"), "--max_steps", "2", "--per_device_train_batch_size", "4", "--bf16", "false",
+            "--use_cpu", "true", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
+            "--constraints", "half_penalty", "--half_weight", "0.6"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-c", USE_THE_MODE, str(tmp_path), *argv], capture_output=True,
+                          text=True, env=env, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["refused"][0] == "`half_weight` must be a finite number >= 0, got -1.0."
+    assert "`half_weight` (0.4) is read only by `constraints: half_penalty`" in out["refused"][1]
+    assert "half_penalty" in out["refused"][2] and "'descent'" in out["refused"][2]
+    assert "`'half_penalty'`: the penalty method at half of `half_weight`" in " ".join(out["help"].split())
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "half-penalty" in card and "at half a fixed weight (a mode registered from its own module)" in card
+    report = json.loads((tmp_path / "out" / "constraints.json").read_text())
+    assert set(report["dual"].values()) == {0.3} and not report["enforced"]

@@ -4,6 +4,7 @@ AlpacaEval, the paper's generation benchmark (Section 6), as its own product: no
 judging and win rates (`judging`, `constrained-sft eval alpaca`) and their part of the report folder (`report`).
 """
 
+from .judge_kinds import JUDGES, JudgeKind
 from .judging import (
     AlpacaArguments,
     JudgeError,
@@ -18,7 +19,9 @@ from .judging import (
 )
 
 __all__ = [
+    "JUDGES",
     "AlpacaArguments",
+    "JudgeKind",
     "JudgeError",
     "build_judge",
     "check_judge",

@@ -33,23 +33,11 @@ from ..instructions import GenerationError
 from ..results import HeadToHead, WinRateLevel
 from .generate import output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
-from .judges import (
-    CONFIGS,
-    GPT5,
-    load_alpaca_eval,
-    local_chat_completions,
-    offline_test_completions,
-    openai_reasoning_completions,
-    required_credentials,
-)
-from .proxy import PROXY_ENCODER, ReferenceProxyJudge
+from .judge_kinds import JudgeError, judge_kind, judges_help
+from .judges import load_alpaca_eval
 from .report import write_alpaca
 
 COMMAND = "eval alpaca"
-
-
-class JudgeError(ValueError):
-    """A judge that cannot run as configured (unknown name, missing credential or judge model)."""
 
 
 @dataclass
@@ -58,16 +46,7 @@ class AlpacaArguments:
     output_dir: str = field(default=None, metadata={"help": "Report folder (e.g. the robustness report's)."})
     model: str = field(default="constrained", metadata={"help": "Generator folder judged as the model."})
     reference: str = field(default="erm", metadata={"help": "Generator folder used as the reference."})
-    judge: str = field(
-        default="gpt4",
-        metadata={
-            "help": "'gpt4' (alpaca_eval's AlpacaEval 2 annotator, weighted GPT-4-turbo), 'gpt5' (the paper's judge: "
-            "GPT-5, or the OpenAI reasoning model --judge_model names), both needing OPENAI_API_KEY; 'local' (a chat "
-            "model from --judge_model), 'proxy' (offline stand-in, no quality judge: the answer closer to the "
-            "reference answer in MiniLM embeddings), 'test' (deterministic, offline), or an alpaca_eval annotator "
-            "config name/path. Every pair is judged in both orders."
-        },
-    )
+    judge: str = field(default="gpt4", metadata={"help": judges_help()})
     judge_model: str | None = field(
         default=None,
         metadata={
@@ -131,39 +110,9 @@ def load_pair(args: AlpacaArguments, gamma: float) -> tuple[list[dict], list[dic
 
 
 def judge_setup(args: AlpacaArguments) -> tuple[str, dict[str, Any]]:
-    """(annotator config for alpaca_eval, extra annotator kwargs); fails early on a missing credential."""
-    config = CONFIGS.get(args.judge, args.judge)
-    if args.judge == "local":
-        if not args.judge_model:
-            raise JudgeError("`--judge local` needs `--judge_model` (a local chat model folder, Hub id or alias).")
-        kwargs = {"model_name": args.judge_model, "batch_size": args.judge_batch_size}
-        return config, {"fn_completions": local_chat_completions, "completions_kwargs": kwargs}
-    if args.judge == "test":
-        return config, {"fn_completions": offline_test_completions}
-    if args.judge == "gpt5":
-        if not os.environ.get("OPENAI_API_KEY"):
-            raise JudgeError(
-                "judge 'gpt5' calls the OpenAI API and needs OPENAI_API_KEY in the environment; set it, or use "
-                "--judge local / --judge test."
-            )
-        kwargs = {"model_name": args.judge_model or GPT5}
-        return config, {"fn_completions": openai_reasoning_completions, "completions_kwargs": kwargs}
-    load_alpaca_eval()
-    from alpaca_eval import constants
-
-    known = os.path.exists(config) or os.path.isdir(os.path.join(constants.EVALUATORS_CONFIG_DIR, config))
-    if not known:
-        raise JudgeError(
-            f"`--judge` {args.judge!r}: allowed are gpt5, gpt4, local, proxy, test, an alpaca_eval annotator config name "
-            f"(a folder of {constants.EVALUATORS_CONFIG_DIR}) or a path to a configs.yaml."
-        )
-    for names in required_credentials(config):
-        if not any(os.environ.get(n) for n in names):
-            raise JudgeError(
-                f"judge {args.judge!r} ({os.path.basename(str(config))}) calls an API and needs "
-                f"{' or '.join(names)} in the environment; set it, or use --judge local / --judge test."
-            )
-    return config, {}
+    """(annotator config for alpaca_eval, extra annotator kwargs) of a judge that runs through alpaca_eval's
+    annotator; fails early on a missing credential (`judge_kinds`)."""
+    return judge_kind(args.judge).setup(args)
 
 
 def length_controlled(annotations: list[dict], full_set: bool) -> tuple[dict | None, str | None]:
@@ -185,24 +134,12 @@ def length_controlled(annotations: list[dict], full_set: bool) -> tuple[dict | N
 
 def check_judge(args: AlpacaArguments) -> None:
     """What a judge needs, checked before any work: credentials and judge model, or the proxy's encoder."""
-    if args.judge == "proxy":
-        from ...data import resolve_model_path
-
-        resolve_model_path(args.judge_model or PROXY_ENCODER, "judge_model")
-    else:
-        judge_setup(args)
+    judge_kind(args.judge).check(args)
 
 
 def build_judge(args: AlpacaArguments, caching_path: str | None) -> Judge:
     """The judge `args` names, checked (credentials, judge model) before any pair is judged."""
-    if args.judge == "proxy":
-        return ReferenceProxyJudge(args.judge_model, args.judge_batch_size)
-    config, judge_kwargs = judge_setup(args)
-    if caching_path:
-        os.makedirs(os.path.dirname(caching_path), exist_ok=True)
-    model = judge_kwargs.get("completions_kwargs", {}).get("model_name")
-    name = os.path.basename(os.path.dirname(config)) if os.path.exists(config) else config
-    return AlpacaEvalJudge(config, judge_kwargs, caching_path, name + (f" ({model})" if model else ""))
+    return judge_kind(args.judge).build(args, caching_path)
 
 
 def judge_level(
@@ -252,7 +189,7 @@ def judge_levels(
         judge=args.judge,
         judge_config=judge.name,
         judge_is_proxy=judge.proxy,
-        judge_model=args.judge_model or (GPT5 if args.judge == "gpt5" else None),
+        judge_model=args.judge_model or judge_kind(args.judge).default_model,
         levels=levels,
         bootstrap_samples=args.bootstrap_samples,
         lc_missing_reason=reason,

@@ -1,0 +1,163 @@
+"""
+The judges a head-to-head can use (`--judge`), one class per kind, registered in `JUDGES` (`@JUDGES.register`) like
+the training modes and dual optimizers: each says what it is (`help`, the flag's text), what it needs before any
+work (`check`: a credential, a judge model, an encoder) and how it is built (`build`). Any other `--judge` value is an
+alpaca_eval annotator config, by name or path (`AnnotatorConfig`). Nothing outside this registry compares judge names.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+from ...constraints.variants import Registry
+from .headtohead import AlpacaEvalJudge, Judge
+from .judges import (
+    CONFIGS,
+    GPT5,
+    load_alpaca_eval,
+    local_chat_completions,
+    offline_test_completions,
+    openai_reasoning_completions,
+    required_credentials,
+)
+from .proxy import PROXY_ENCODER, ReferenceProxyJudge
+
+JUDGES: Registry = Registry()  # the `--judge` names, in the order they are registered (and listed)
+
+
+class JudgeError(ValueError):
+    """A judge that cannot run as configured (unknown name, missing credential or judge model)."""
+
+
+class JudgeKind:
+    """One `--judge` value. `args`: the judging arguments (`judge`, `judge_model`, `judge_batch_size`)."""
+
+    name: ClassVar[str]
+    help: ClassVar[str]
+    default_model: ClassVar[str | None] = None  # the judge model when --judge_model names none (reported)
+
+    @classmethod
+    def check(cls, args) -> None:
+        """What the judge needs, checked before any work (raises `JudgeError` naming what is missing)."""
+
+    @classmethod
+    def build(cls, args, caching_path: str | None) -> Judge:
+        raise NotImplementedError
+
+
+class AnnotatorConfig(JudgeKind):
+    """An alpaca_eval annotator config, by name (a folder of alpaca_eval's evaluator configs) or path to a
+    configs.yaml; its decoders' credentials are checked first. The base of every judge that runs through
+    alpaca_eval's annotator (`setup`: the config and the annotator's extra keyword arguments)."""
+
+    name = "<alpaca_eval config>"
+    help = "an alpaca_eval annotator config name or a path to a configs.yaml"
+
+    @classmethod
+    def setup(cls, args) -> tuple[str, dict[str, Any]]:
+        config = CONFIGS.get(args.judge, args.judge)
+        load_alpaca_eval()
+        from alpaca_eval import constants
+
+        if not (os.path.exists(config) or os.path.isdir(os.path.join(constants.EVALUATORS_CONFIG_DIR, config))):
+            raise JudgeError(
+                f"`--judge` {args.judge!r}: allowed are {', '.join(JUDGES)}, an alpaca_eval annotator config name (a "
+                f"folder of {constants.EVALUATORS_CONFIG_DIR}) or a path to a configs.yaml."
+            )
+        for names in required_credentials(config):
+            if not any(os.environ.get(n) for n in names):
+                raise JudgeError(
+                    f"judge {args.judge!r} ({os.path.basename(str(config))}) calls an API and needs "
+                    f"{' or '.join(names)} in the environment; set it, or use --judge local / --judge test."
+                )
+        return config, {}
+
+    @classmethod
+    def check(cls, args) -> None:
+        cls.setup(args)
+
+    @classmethod
+    def build(cls, args, caching_path: str | None) -> Judge:
+        config, judge_kwargs = cls.setup(args)
+        if caching_path:
+            os.makedirs(os.path.dirname(caching_path), exist_ok=True)
+        model = judge_kwargs.get("completions_kwargs", {}).get("model_name")
+        name = os.path.basename(os.path.dirname(config)) if os.path.exists(config) else config
+        return AlpacaEvalJudge(config, judge_kwargs, caching_path, name + (f" ({model})" if model else ""))
+
+
+@JUDGES.register
+class GPT5Judge(AnnotatorConfig):
+    name = "gpt5"
+    help = "the paper's judge, GPT-5 (or the OpenAI reasoning model --judge_model names; needs OPENAI_API_KEY)"
+    default_model = GPT5
+
+    @classmethod
+    def setup(cls, args):
+        if not os.environ.get("OPENAI_API_KEY"):
+            raise JudgeError(
+                "judge 'gpt5' calls the OpenAI API and needs OPENAI_API_KEY in the environment; set it, or use "
+                "--judge local / --judge test."
+            )
+        kwargs = {"model_name": args.judge_model or cls.default_model}
+        return CONFIGS[cls.name], {"fn_completions": openai_reasoning_completions, "completions_kwargs": kwargs}
+
+
+@JUDGES.register
+class GPT4Judge(AnnotatorConfig):
+    name = "gpt4"
+    help = "alpaca_eval's AlpacaEval 2 annotator, weighted GPT-4-turbo (needs OPENAI_API_KEY)"
+
+
+@JUDGES.register
+class LocalJudge(AnnotatorConfig):
+    name = "local"
+    help = "a chat model from --judge_model, on the GPU when there is one"
+
+    @classmethod
+    def setup(cls, args):
+        if not args.judge_model:
+            raise JudgeError("`--judge local` needs `--judge_model` (a local chat model folder, Hub id or alias).")
+        kwargs = {"model_name": args.judge_model, "batch_size": args.judge_batch_size}
+        return CONFIGS[cls.name], {"fn_completions": local_chat_completions, "completions_kwargs": kwargs}
+
+
+@JUDGES.register
+class ProxyJudge(JudgeKind):
+    name = "proxy"
+    help = (
+        "offline stand-in, no quality judge: prefers the answer closer to the reference answer in MiniLM sentence "
+        "embeddings (--judge_model: another encoder)"
+    )
+
+    @classmethod
+    def check(cls, args) -> None:
+        from ...data import resolve_model_path
+
+        resolve_model_path(args.judge_model or PROXY_ENCODER, "judge_model")
+
+    @classmethod
+    def build(cls, args, caching_path: str | None) -> Judge:
+        return ReferenceProxyJudge(args.judge_model, args.judge_batch_size)
+
+
+@JUDGES.register
+class TestJudge(AnnotatorConfig):
+    name = "test"
+    help = "deterministic and offline, for tests"
+
+    @classmethod
+    def setup(cls, args):
+        return CONFIGS[cls.name], {"fn_completions": offline_test_completions}
+
+
+def judge_kind(name: str) -> type[JudgeKind]:
+    """The kind of `--judge` `name`: a registered judge, else an alpaca_eval annotator config."""
+    return JUDGES.get(name, AnnotatorConfig)
+
+
+def judges_help() -> str:
+    """`--judge`'s help, from the registry."""
+    kinds = "; ".join(f"'{name}': {kind.help}" for name, kind in JUDGES.items())
+    return f"{kinds}; or {AnnotatorConfig.help}. Every pair is judged in both orders."
