@@ -2,6 +2,12 @@
 The package's layering: each folder (or top-level module) imports only from the floors below it, every folder says
 in its docstring what it owns and may import, and the architecture guide's folder map
 (docs/guides/architecture.md) lists exactly these folders and rules.
+
+Why a test and not import-linter's contracts: the floors and the side-by-side units could be import-linter `layers`
+and `independence` contracts, but the same table is also what every folder's docstring and the architecture guide
+must say (checked here), and import circles inside a folder and a sub-package's floors are checked too; contracts in
+pyproject.toml would be a second copy of the table to keep in step, and a dependency, for a subset of the checks.
+The table stays here, once, with a test that each check catches what it forbids.
 """
 
 import ast
