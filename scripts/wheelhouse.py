@@ -7,14 +7,13 @@ own torch (a lent GPU machine: its CUDA torch stays).
                                  [--extras offline] [--also gguf] [--part-mib 56]
     bash scripts/install_wheelhouse.sh OUT            # on the target: pip install --no-index from every part
 
-`make wheelhouse` runs the first with the variables of the same names. The dependency closure is read from this
-environment's installed metadata (the lock's releases: `make setup` installed them), its markers evaluated for the
-target Python; `--have` (the target's `pip freeze`) leaves out what the target already has, so what is carried is
-what is missing. The wheels go into `part-1/`, `part-2/`, ... of at most `--part-mib` MiB each (a part per transfer
-where a transfer is capped); the size of each part and of the whole is printed.
-
-Written by hand because pip has no command for it: `pip download` of the package would resolve torch (and its
-CUDA wheels) with the rest, and has no per-target marker evaluation without a resolver run on that target.
+`make wheelhouse` runs the first with the variables of the same names. The dependency closure is uv's resolution
+(`uv pip compile --python-version --python-platform`) for the target, with the lock's pins as constraints and torch
+overridden out (the target keeps its own, and its CUDA stack is never resolved); `--have` (the target's `pip freeze`)
+leaves out what the target already has, so what is carried is what is missing. pip downloads each pinned wheel for
+the target (`pip download --platform --python-version --no-deps`). The wheels go into `part-1/`, `part-2/`, ... of at
+most `--part-mib` MiB each (a part per transfer where a transfer is capped); the size of each part and of the whole
+is printed. What is written here by hand is only that: no tool carries wheels through a 64 MiB keyhole.
 """
 
 from __future__ import annotations
@@ -30,15 +29,13 @@ import sys
 import tempfile
 from typing import NoReturn
 
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCK = os.path.join(ROOT, "requirements", "lock-cpu.txt")
 LEFT_OUT = re.compile(r"^(torch|triton|nvidia-.*|cuda-.*)$")  # the target's own torch and its CUDA stack stay
 PROJECT = "constrained-sft"
 PYTHONS = tuple(f"3.{minor}" for minor in range(10, 16))  # the project's requires-python (>= 3.10) to the newest
 PLATFORM = re.compile(r"(manylinux_\d+_\d+|musllinux_\d+_\d+|manylinux2014|linux)_(x86_64|aarch64)")
+UV_GLIBCS = ("2_17", "2_28", *(f"2_{minor}" for minor in range(31, 41)))  # the manylinux tags uv resolves for
 MARK = ".written-by"  # in a folder a script wrote: its name; such a folder is the script's to replace
 FREEZE_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
 
@@ -166,43 +163,34 @@ def read_pins(path: str) -> dict[str, str]:
     return pins
 
 
-def target_environment(python: str, cpu: str = "x86_64") -> dict[str, str]:
-    env = default_environment()
-    env.update(python_version=".".join(python.split(".")[:2]), python_full_version=f"{python}.0"
-               if python.count(".") == 1 else python, sys_platform="linux", platform_system="Linux",
-               platform_machine=cpu, implementation_name="cpython", platform_python_implementation="CPython")  # fmt: skip
-    return env
+def uv_platform(platform: str, prog: str = "wheelhouse.py") -> str:
+    """uv's name of a Linux wheel platform tag (`uv pip compile --python-platform`); another tag is refused."""
+    cpu = machine(platform, prog)
+    family = PLATFORM.fullmatch(platform).group(1)  # manylinux_2_28, musllinux_1_2, manylinux2014 or linux
+    if family.startswith("manylinux_"):
+        if (glibc := family.removeprefix("manylinux_")) not in UV_GLIBCS:
+            refuse(f"--platform {platform!r}: give manylinux_X_Y with X_Y one of {', '.join(UV_GLIBCS)}", prog)
+        return f"{cpu}-manylinux_{glibc}"
+    names = {"musllinux": "unknown-linux-musl", "manylinux2014": "manylinux2014", "linux": "unknown-linux-gnu"}
+    return f"{cpu}-{names[family.split('_')[0]]}"
 
 
-def closure(extras: list[str], python: str, also: tuple[str, ...] = (), cpu: str = "x86_64") -> dict[str, str]:
-    """{package: version} of everything `constrained-sft[extras]` (and the packages `also` names) needs on the target,
-    from the installed metadata."""
-    env = target_environment(python, cpu)
-    found: dict[str, str] = {}
-    todo = [(PROJECT, tuple(extras)), *((name, ()) for name in also)]
-    while todo:
-        name, wanted = todo.pop()
-        key = canonical(name)
-        if key in found and not wanted:
-            continue
-        try:
-            dist = md.distribution(name)
-        except md.PackageNotFoundError:
-            raise SystemExit(
-                f"wheelhouse: {name} is needed on the target but not installed here; run `make setup`."
-            ) from None
-        found[key] = dist.version.split("+")[0]
-        if LEFT_OUT.match(key):  # the target's torch comes with its own dependencies
-            continue
-        for text in dist.requires or []:
-            req = Requirement(text)
-            if req.marker is not None and not any(
-                req.marker.evaluate({**env, "extra": extra}) for extra in (*wanted, "")
-            ):
-                continue
-            if canonical(req.name) not in found or req.extras:
-                todo.append((req.name, tuple(req.extras)))
-    return found
+def closure(extras: list[str], python: str, also: tuple[str, ...] = (), platform: str = "manylinux_2_28_x86_64"):
+    """{package: version} of everything `constrained-sft[extras]` (and `also`) needs on the target: uv's resolution
+    for its Python and platform, the lock's pins as constraints, torch overridden out (no environment matches it)."""
+    from uv import find_uv_bin  # a dev dependency (make setup)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        override, wanted, out = (os.path.join(scratch, n) for n in ("override.txt", "also.in", "resolved.txt"))
+        with open(override, "w") as f, open(wanted, "w") as g:
+            f.write('torch; python_version < "0"\n')  # never installed: the target's torch stays
+            g.write("".join(f"{name}\n" for name in also))
+        command = [find_uv_bin(), "pip", "compile", "--quiet", "--python-version", python, "--python-platform",
+                   uv_platform(platform), "-c", LOCK, "--override", override, os.path.join(ROOT, "pyproject.toml"),
+                   wanted, "-o", out, *(f"--extra={extra}" for extra in extras)]  # fmt: skip
+        if (done := subprocess.run(command, capture_output=True, text=True)).returncode != 0:
+            raise SystemExit(f"wheelhouse.py: uv could not resolve the target's dependencies: {done.stderr[-800:]}")
+        return read_pins(out)
 
 
 def download(packages: dict[str, str], out: str, python: str, platform: str, part_mib: float | None = None) -> None:
@@ -271,14 +259,14 @@ def collect(staging: str, python: str, platform: str, have: str | None, extras: 
             part_mib: float | None = None):  # fmt: skip
     """Every wheel the target needs but has (`have`), and the project's own, downloaded into `staging`; prints what
     is left out. Returns the wheel paths."""
-    needed = closure(extras, python, tuple(also), machine(platform))
+    needed = closure(extras, python, tuple(also), platform)
     lock = read_pins(LOCK)
     present = read_freeze(have) if have else {}
     pinned = {name: lock.get(name, version) for name, version in needed.items() if name != canonical(PROJECT)}
     carried = {n: v for n, v in pinned.items() if not LEFT_OUT.match(n) and n not in present}
     download(carried, staging, python, platform, part_mib)
     project_wheel(staging, project)
-    left = sorted(n for n in pinned if LEFT_OUT.match(n) or n in present)
+    left = ["torch and its CUDA stack", *sorted(n for n in pinned if LEFT_OUT.match(n) or n in present)]
     print(f"{len(carried) + 1} wheels for Python {python} / {platform}{' [' + ','.join(extras) + ']' if extras else ''}"
           f"; left out (the target's own): {', '.join(left)}")  # fmt: skip
     return [os.path.join(staging, f) for f in os.listdir(staging) if f.endswith(".whl")]
@@ -313,7 +301,7 @@ def check_arguments(python: str, platform: str, have: str | None, part_mib: floa
                     prog: str = "wheelhouse.py") -> None:  # fmt: skip
     """Every argument of a wheelhouse checked before anything is downloaded or written (see `refuse`)."""
     check_python(python, prog)
-    machine(platform, prog)
+    uv_platform(platform, prog)
     if have is not None:
         read_freeze(have, prog)
     check_part_mib(part_mib, prog)
