@@ -51,7 +51,7 @@ class SweepCommand(Command):
             best = info.best
             print(
                 f"{arm}: {len(info.trials)} trials; best "
-                + ("none" if best is None else f"{best['value']:.4f} (trial {best['trial']})")
+                + ("none" if best is None else f"{best.value:.4f} (trial {best.trial})")
                 + f". {searched_line(info)}"
             )
         if out.compared:

@@ -16,21 +16,55 @@ from .arguments import SweepArguments
 COMPARISON_JSON = "comparison.json"
 
 
+@dataclass(frozen=True)
+class Trial:
+    """One trial of an arm's search: its number, Optuna's state, its objective value (None unless complete), the
+    values of the arm's searched fields and what it recorded (the validation scores, the worker). Its JSON and CSV
+    form is one flat row, `trial`, `state`, `value`, then the fields, then the records."""
+
+    trial: int
+    state: str
+    value: float | None
+    params: dict[str, float | int | str | bool]
+    records: dict[str, float | int | str | bool | None] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        return {"trial": self.trial, "state": self.state, "value": self.value, **self.params, **self.records}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], searched: list[str]) -> Trial:
+        fixed = ("trial", "state", "value")
+        params = {k: v for k, v in row.items() if k in searched}
+        records = {k: v for k, v in row.items() if k not in fixed and k not in searched}
+        return cls(row["trial"], row["state"], row["value"], params, records)
+
+
 @dataclass
 class ArmTrials:
-    """One arm's search: every trial as a row (number, state, value, its parameters and recorded attributes: a row's
-    keys are the arm's searched fields, so rows stay mappings), the best complete trial (None before one), Optuna's
-    plots, the fields searched and those of the fallback section left out because the arm never reads them."""
+    """One arm's search: every trial, the best complete trial (None before one), Optuna's plots, the fields searched
+    and those of the fallback section left out because the arm never reads them."""
 
-    trials: list[dict[str, Any]]
-    best: dict[str, Any] | None
+    trials: list[Trial]
+    best: Trial | None
     plots: dict[str, str]
     searched: list[str]
     not_searched: list[str]
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"trials": [t.row() for t in self.trials], "best": None if self.best is None else self.best.row(),
+                "plots": self.plots, "searched": self.searched, "not_searched": self.not_searched}  # fmt: skip
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ArmTrials:
-        return cls(**known_keys(cls, data, "sweep arm"))
+        data = known_keys(cls, data, "sweep arm")
+        best = data["best"]
+        return cls(
+            trials=[Trial.from_row(r, data["searched"]) for r in data["trials"]],
+            best=None if best is None else Trial.from_row(best, data["searched"]),
+            plots=data["plots"],
+            searched=data["searched"],
+            not_searched=data["not_searched"],
+        )
 
 
 @dataclass
@@ -51,7 +85,7 @@ class SweepResults:
 
     def to_dict(self) -> dict[str, Any]:
         out = {"settings": dataclasses.asdict(self.settings),
-               "arms": {name: dataclasses.asdict(a) for name, a in self.arms.items()}}  # fmt: skip
+               "arms": {name: a.to_dict() for name, a in self.arms.items()}}  # fmt: skip
         if self.comparisons is not None:
             out["comparison"] = {name: c.to_dict() for name, c in self.comparisons.items()}
             out["test_report"], out["arm_plot"] = self.test_report, self.arm_plot

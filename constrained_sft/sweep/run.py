@@ -36,7 +36,7 @@ from ..utils.folders import OutputDirError, child_path
 from .arguments import SweepArguments
 from .compare import evaluate_finals, seed_dir
 from .objectives import SWEEP_OBJECTIVES
-from .results import ArmTrials, SweepResults
+from .results import ArmTrials, SweepResults, Trial
 from .search import Objective, best_params, run_trial, search, trial_args
 from .space import arm_spaces, check_ranges, load_space
 
@@ -197,18 +197,18 @@ def trials_summary(
     """Trials as rows (also `trials-<arm>.csv`), the best trial, and Optuna's history / importance plots."""
     import csv
 
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        rows.append({"trial": t.number, "state": t.state.name, "value": t.value, **t.params, **t.user_attrs})
+    trials = [Trial(t.number, t.state.name, t.value, dict(t.params), dict(t.user_attrs))
+              for t in study.get_trials(deepcopy=False)]  # fmt: skip
+    rows = [t.row() for t in trials]
     keys = list(dict.fromkeys(k for r in rows for k in r))
     os.makedirs(sweep_dir, exist_ok=True)
     with atomic_path(os.path.join(sweep_dir, f"trials-{arm.name}.csv")) as tmp, open(tmp, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
-    complete = [r for r in rows if r["state"] == "COMPLETE"]
-    best = (max if maximize else min)(complete, key=lambda r: r["value"]) if complete else None
-    return ArmTrials(rows, best, optuna_plots(study, arm.name, sweep_dir), searched, not_searched)
+    complete = [t for t in trials if t.state == "COMPLETE"]
+    best = (max if maximize else min)(complete, key=lambda t: t.value) if complete else None
+    return ArmTrials(trials, best, optuna_plots(study, arm.name, sweep_dir), searched, not_searched)
 
 
 def optuna_plots(study, arm: str, sweep_dir: str) -> dict[str, str]:
@@ -245,7 +245,7 @@ def write_report(out: SweepResults, sweep_dir: str) -> str:
     for arm, info in out.arms.items():
         blocks += [Heading(arm), Text(searched_line(info)), trial_table(info.trials)]
         if info.best:
-            blocks.append(Text(f"Best trial {info.best['trial']}: value {info.best['value']:.4f}"))
+            blocks.append(Text(f"Best trial {info.best.trial}: value {info.best.value:.4f}"))
         blocks += [Image(p, kind) for kind, p in info.plots.items()]
     if out.compared:
         n_boot = out.settings.bootstrap_samples
@@ -262,8 +262,9 @@ def searched_line(info: ArmTrials) -> str:
     return line
 
 
-def trial_table(rows: list[dict[str, Any]]) -> Block:
-    if not rows:
+def trial_table(trials: list[Trial]) -> Block:
+    if not trials:
         return Text("(no trials)")
+    rows = [t.row() for t in trials]
     keys = list(dict.fromkeys(k for r in rows for k in r))
     return Table(keys, [[r.get(k) for k in keys] for r in rows], number=".4g")

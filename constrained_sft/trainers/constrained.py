@@ -202,12 +202,12 @@ class ConstrainedTrainerMixin(TrainerOverrides):
     def write_model_card(self, folder: str, model_name: str | None = None, tags: list[str] | None = None) -> str:
         """The run's model card (`model_card.model_card`: the constraint table of the report so far) as `folder`'s
         README.md; the output folder's at every save and at the end, each checkpoint's as it is saved."""
-        identity = getattr(self, "run_identity", None) or {}
+        identity = getattr(self, "run_identity", None)
         card = model_card(
             self.constraint_report(),
             self.args,
-            identity.get("model") or model_source(self.model),
-            identity.get("data"),
+            (identity.model if identity else None) or model_source(self.model),
+            identity.data if identity else None,
             model_name or os.path.basename(os.path.normpath(self.args.output_dir)),
             [*(tags or []), *(getattr(unwrap_model(self.model), "model_tags", None) or [])],
         )

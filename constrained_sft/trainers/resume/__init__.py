@@ -8,6 +8,7 @@ from .files import ConstraintStateError, load_state, read_state, save_state
 from .overrides import TrainerOverrides, prepare_inputs, trl_eval_metrics
 from .run_folder import (
     OutputDirError,
+    RunIdentity,
     check_output_dir,
     deciding,
     model_source,
@@ -30,6 +31,7 @@ __all__ = [
     "read_state",
     "refusal_leaves_nothing",
     "resolve_resume",
+    "RunIdentity",
     "run_identity",
     "save_state",
     "start_run",

@@ -21,6 +21,7 @@ import logging
 import os
 import shutil
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ...utils.files import write_json
@@ -56,20 +57,61 @@ def model_source(model: Any) -> str | None:
     return source or None
 
 
-def run_identity(args: Any, model: Any, data: dict[str, Any] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunIdentity:
     """
-    {"id", "model", "config"} (and "data"): the fields that decide the trained weights and a short hash of them, the
-    model's source, and what the run trains on where the caller knows it (the command line's data fields and local
-    files: a run resumed on other data is another run, as one with another seed is); the model and the data are
-    compared only where both runs know them (a model built in code has no source, a trainer built from Python no
-    data description).
+    What makes a run this run (`run.json`, its one JSON form): the fields that decide the trained weights (`config`)
+    and a short hash of them (`id`), the model's source, and what the run trains on where the caller knows it
+    (`data`: the command line's data fields and local files, so a run resumed on other data is another run, as one
+    with another seed is). The model and the data are compared only where both runs know them (a model built in code
+    has no source, a trainer built from Python no data description).
     """
+
+    id: str | None
+    model: str | None
+    config: dict[str, Any]
+    data: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"id": self.id, "model": self.model, "config": self.config}
+        return out if self.data is None else {**out, "data": self.data}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunIdentity:
+        """A run.json as any version wrote it (missing keys: unknown)."""
+        return cls(data.get("id"), data.get("model"), data.get("config") or {}, data.get("data"))
+
+    def same_run(self, saved: RunIdentity | None) -> bool:
+        """Whether `saved` (a folder's run.json) is this run: same configuration, and the same model and data where
+        both name them. A run.json written when a setting that is bookkeeping now still counted (`host_allocator`
+        before it did) is compared on what decides the weights."""
+        if saved is None:
+            return False
+        if saved.id != self.id and deciding(saved.config) != self.config:
+            return False
+        if saved.data is not None and self.data is not None and saved.data != self.data:
+            return False
+        return not (saved.model and self.model) or saved.model == self.model
+
+    def changes_from(self, saved: RunIdentity) -> str:
+        """The fields `saved` differs in, for a refusal (at most six named)."""
+        keys = sorted(set(saved.config) | set(self.config))
+        diffs = [k for k in keys if saved.config.get(k) != self.config.get(k)]
+        if saved.model != self.model:
+            diffs.insert(0, "model")
+        if saved.data is not None and self.data is not None:
+            data = sorted(set(saved.data) | set(self.data))
+            diffs[:0] = [f"data.{k}" for k in data if saved.data.get(k) != self.data.get(k)]
+        shown = ", ".join(f"`{k}`" for k in diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
+        return shown or "none of the fields (a run.json of another format)"
+
+
+def run_identity(args: Any, model: Any, data: dict[str, Any] | None = None) -> RunIdentity:
+    """The identity (`RunIdentity`) of a run of `args` from `model`, training on `data` where the caller knows it."""
     config = json.loads(json.dumps(deciding(args.to_dict()), default=str))
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    identity = {"id": digest, "model": model_source(model), "config": config}
-    if data is not None:
-        identity["data"] = json.loads(json.dumps(data, default=str))
-    return identity
+    known = None if data is None else json.loads(json.dumps(data, default=str))
+    return RunIdentity(digest, model_source(model), config, known)
 
 
 def deciding(settings: dict[str, Any]) -> dict[str, Any]:
@@ -79,19 +121,6 @@ def deciding(settings: dict[str, Any]) -> dict[str, Any]:
         for k, v in settings.items()
         if k not in BOOKKEEPING and not k.startswith(BOOKKEEPING_PREFIXES) and not k.endswith("_token")
     }
-
-
-def same_run(saved: dict[str, Any] | None, identity: dict[str, Any]) -> bool:
-    """Whether a folder's `run.json` is this run's: same configuration, and the same model where both name one. A
-    `run.json` written when a setting that is bookkeeping now still counted (`host_allocator` before it did) is
-    compared on what decides the weights."""
-    if saved is None:
-        return False
-    if saved.get("id") != identity["id"] and deciding(saved.get("config") or {}) != identity["config"]:
-        return False
-    if saved.get("data") is not None and identity.get("data") is not None and saved["data"] != identity["data"]:
-        return False
-    return not (saved.get("model") and identity["model"]) or saved["model"] == identity["model"]
 
 
 def _relation(output_dir: str, model_dir: str) -> str | None:
@@ -105,21 +134,7 @@ def _relation(output_dir: str, model_dir: str) -> str | None:
     return None
 
 
-def _changed(saved: dict[str, Any], current: dict[str, Any]) -> str:
-    keys = sorted(set(saved.get("config", {})) | set(current["config"]))
-    diffs = [k for k in keys if saved.get("config", {}).get(k) != current["config"].get(k)]
-    if saved.get("model") != current["model"]:
-        diffs.insert(0, "model")
-    if saved.get("data") is not None and current.get("data") is not None:
-        data = sorted(set(saved["data"]) | set(current["data"]))
-        diffs[:0] = [f"data.{k}" for k in data if saved["data"].get(k) != current["data"].get(k)]
-    shown = ", ".join(f"`{k}`" for k in diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
-    return shown or "none of the fields (a run.json of another format)"
-
-
-def check_output_dir(
-    args: Any, model: Any, resume: Any = None, identity: dict[str, Any] | None = None
-) -> dict[str, Any]:
+def check_output_dir(args: Any, model: Any, resume: Any = None, identity: RunIdentity | None = None) -> RunIdentity:
     """
     Refuse an `output_dir` this run must not write to (see the module docstring); return the run's identity (given
     as `identity`, else computed from `args` and `model`). `model` is a path, a loaded model, or None (built in code);
@@ -141,7 +156,7 @@ def check_output_dir(
     saved = _read_run_json(out)
     found = [p for _, p in checkpoints(out)]
     holds_model = any(os.path.exists(os.path.join(out, name)) for name in MODEL_FILES)
-    if same_run(saved, identity):
+    if identity.same_run(saved):
         if found and resume is False and not args.overwrite_output_dir:
             raise OutputDirError(
                 f"`output_dir` {out} holds checkpoints of this same run and `resume_from_checkpoint` is false: "
@@ -152,7 +167,7 @@ def check_output_dir(
     if not (found or holds_model or saved is not None):
         return identity  # other files only (logs, notes): nothing of a run to protect
     what = "another run" if saved is not None else "a run without run.json (another run, or an older version's)"
-    changed = f" (it differs in {_changed(saved, identity)})" if saved is not None else ""
+    changed = f" (it differs in {identity.changes_from(saved)})" if saved is not None else ""
     if resume not in (None, False):
         logger.warning("Resuming %s in %s with other settings%s.", what, out, changed)
         return identity
@@ -166,7 +181,7 @@ def check_output_dir(
     )
 
 
-def prepare_output_dir(args: Any, identity: dict[str, Any], resume: Any = None) -> None:
+def prepare_output_dir(args: Any, identity: RunIdentity, resume: Any = None) -> None:
     """At the start of training, on the main process: with `overwrite_output_dir` (and no resume), remove the
     folder's checkpoints unless they are this run's and resumed; then record this run's identity in `run.json`."""
     out = args.output_dir
@@ -175,20 +190,20 @@ def prepare_output_dir(args: Any, identity: dict[str, Any], resume: Any = None) 
             shutil.rmtree(path)
             logger.warning("Removed %s (`overwrite_output_dir`).", path)
     os.makedirs(out, exist_ok=True)
-    write_json(os.path.join(out, RUN_JSON), identity)
+    write_json(os.path.join(out, RUN_JSON), identity.to_dict())
 
 
-def auto_resume(args: Any, identity: dict[str, Any], given: Any) -> str | bool | None:
+def auto_resume(args: Any, identity: RunIdentity, given: Any) -> str | bool | None:
     """`resume_from_checkpoint` as given; unset in the same run's folder with a complete checkpoint: True."""
     if given is not None or args.overwrite_output_dir or not os.path.isdir(args.output_dir):
         return given
-    same = same_run(_read_run_json(args.output_dir), identity)
+    same = identity.same_run(_read_run_json(args.output_dir))
     if same and any(checkpoint_problem(p) is None for _, p in checkpoints(args.output_dir)):
         return True
     return given
 
 
-def _read_run_json(folder: str) -> dict[str, Any] | None:
+def _read_run_json(folder: str) -> RunIdentity | None:
     path = os.path.join(folder, RUN_JSON)
     if not os.path.isfile(path):
         return None
@@ -199,7 +214,7 @@ def _read_run_json(folder: str) -> dict[str, Any] | None:
         raise CheckpointError(
             f"{path} is damaged ({error}); remove it, or pass `--overwrite_output_dir true`."
         ) from None
-    return value if isinstance(value, dict) else {}
+    return RunIdentity.from_dict(value if isinstance(value, dict) else {})
 
 
 @contextlib.contextmanager
