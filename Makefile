@@ -47,6 +47,11 @@ $(OFFLINE): $(STAMP)
 # The main job, offline: constrained fine-tuning of SmolLM2-135M-Instruct on ShareGPT (about 4 minutes on 2 cores).
 demo: $(OFFLINE)
 	$(BIN)/constrained-sft train --config recipes/smollm2-135m/sharegpt/constrained.yaml
+	@echo "What the demo shows: 40 steps on 2 CPU cores are enough to watch the constraints act (the middle layers' held-out"
+	@echo "losses fall by several nats, the descent share rises), not for them to settle: some can end infeasible, and the last"
+	@echo "layer gives up some of the gain ERM makes in the same steps (make demo-erm)."
+	@echo "What a longer run gives: at 600 steps on an H100 this recipe's constraints all held, with clean token accuracy within"
+	@echo "0.2 points of ERM's (one seed, docs/guides/gpu.md); make demo-study compares the twins with intervals."
 
 # Its ERM twin, for comparison (the same recipe without constraints).
 demo-erm: $(OFFLINE)
