@@ -86,26 +86,34 @@ print(json.dumps(refused))
 """
 
 
-def test_a_new_dual_optimizer_is_one_class_in_one_file(tmp_path):
-    """Registered from its own module, a dual optimizer's setting becomes a config field, a flag and a recipe key,
-    validated by its `Setting` and refused beside another dual optimizer; the command trains with it."""
+def train_with_a_module(tmp_path, module: str, source: str, program: str, *extra: str):
+    """`program` run in a fresh interpreter that can import the user's `module` (`source`), with the argv of a
+    2-step `train` on a tiny model plus `extra` after its own argument (tmp_path)."""
     import json
     import os
     import subprocess
     import sys
 
-    (tmp_path / "momentum_dual.py").write_text(MOMENTUM)
+    (tmp_path / module).write_text(source)
     tiny_causal_lm("llama").save_pretrained(tmp_path / "model")
     tiny_tokenizer().save_pretrained(tmp_path / "model")
     data = tmp_path / "data.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in successor_dataset(16)))
     argv = ["train", "--model_name_or_path", str(tmp_path / "model"), "--dataset_name", str(data), "--output_dir",
             str(tmp_path / "out"), "--max_steps", "2", "--per_device_train_batch_size", "4", "--bf16", "false",
-            "--use_cpu", "true", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
-            "--dual_optimizer", "momentum", "--dual_momentum", "0.9", "--dual_lr", "0.5"]  # fmt: skip
+            "--use_cpu", "true", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", *extra]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, "-c", USE_IT, str(tmp_path), *argv], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", program, str(tmp_path), *argv], capture_output=True, text=True,
                           env=env, timeout=300)  # fmt: skip
+
+
+def test_a_new_dual_optimizer_is_one_class_in_one_file(tmp_path):
+    """Registered from its own module, a dual optimizer's setting becomes a config field, a flag and a recipe key,
+    validated by its `Setting` and refused beside another dual optimizer; the command trains with it."""
+    import json
+
+    argv = "--dual_optimizer", "momentum", "--dual_momentum", "0.9", "--dual_lr", "0.5"
+    done = train_with_a_module(tmp_path, "momentum_dual.py", MOMENTUM, USE_IT, *argv)
     assert done.returncode == 0, done.stderr[-3000:]
     refused = json.loads(done.stdout.strip().splitlines()[-1])
     assert refused == [
@@ -162,22 +170,9 @@ def test_a_new_mode_is_one_class_in_one_file(tmp_path):
     """Registered from its own module, a training mode is a `constraints` value with its description in `--help`,
     its setting a validated field refused beside another mode, its text and tag in the model card, and it trains."""
     import json
-    import os
-    import subprocess
-    import sys
 
-    (tmp_path / "half_penalty.py").write_text(HALF_PENALTY)
-    tiny_causal_lm("llama").save_pretrained(tmp_path / "model")
-    tiny_tokenizer().save_pretrained(tmp_path / "model")
-    data = tmp_path / "data.jsonl"
-    data.write_text("".join(json.dumps(r) + "\n" for r in successor_dataset(16)))
-    argv = ["train", "--model_name_or_path", str(tmp_path / "model"), "--dataset_name", str(data), "--output_dir",
-            str(tmp_path / "out"), "--max_steps", "2", "--per_device_train_batch_size", "4", "--bf16", "false",
-            "--use_cpu", "true", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true",
-            "--constraints", "half_penalty", "--half_weight", "0.6"]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    done = subprocess.run([sys.executable, "-c", USE_THE_MODE, str(tmp_path), *argv], capture_output=True,
-                          text=True, env=env, timeout=300)  # fmt: skip
+    argv = "--constraints", "half_penalty", "--half_weight", "0.6"
+    done = train_with_a_module(tmp_path, "half_penalty.py", HALF_PENALTY, USE_THE_MODE, *argv)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["refused"][0] == "`half_weight` must be a finite number >= 0, got -1.0."
