@@ -9,9 +9,7 @@ modification times of its source files (an edited checkout is a new key), the ve
 or help it shows, and the size and modification time of every file the command line names (a recipe chooses the task
 whose fields are shown). Anything else (no cache folder, a write that fails) falls back to building the help as before; the first help
 of a new install builds it (`make setup` builds every command's once). `CONSTRAINED_SFT_HELP_CACHE=0` turns it off, and
-so does a process that loaded the variants' registries before asking (a program that registers a mode or a dual
-optimizer of its own, then runs the command: its help must show them, and no key can know of them without loading
-them).
+so does a variant registered from outside the package before the command runs (`foreign_variants`).
 """
 
 from __future__ import annotations
@@ -63,9 +61,28 @@ def key(argv: list[str]) -> str:
     return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:32]
 
 
+REGISTRIES = {  # module -> its registries of variants, whose names and help a command's help shows
+    "constrained_sft.constraints": ("MODES", "DUAL_OPTIMIZERS"),
+    "constrained_sft.evaluation.alpaca.judge_kinds": ("JUDGES",),
+    "constrained_sft.sweep.objectives": ("SWEEP_OBJECTIVES",),
+}
+
+
+def foreign_variants() -> bool:
+    """Whether a registry already loaded in this process holds a variant from outside the package (a program that
+    registered a mode, dual optimizer, judge or objective of its own before running a command): its help must show
+    it, and no key can know of it without loading the registries, so such a help is built, not read."""
+    for module, names in REGISTRIES.items():
+        loaded = sys.modules.get(module)
+        for name in names if loaded is not None else ():
+            if any(not cls.__module__.startswith("constrained_sft.") for cls in getattr(loaded, name).values()):
+                return True
+    return False
+
+
 def cached_help(argv: list[str], build: Callable[[], int]) -> int:
     """Print the help of `argv` from the cache, or `build` it (argparse prints it and exits 0) and keep it."""
-    if os.environ.get("CONSTRAINED_SFT_HELP_CACHE", "1") == "0" or "constrained_sft.constraints" in sys.modules:
+    if os.environ.get("CONSTRAINED_SFT_HELP_CACHE", "1") == "0" or foreign_variants():
         return build()
     path = os.path.join(cache_root(), "help", f"{key(argv)}.txt")
     with contextlib.suppress(OSError):

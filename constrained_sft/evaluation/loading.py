@@ -44,7 +44,7 @@ def trained_layers(choice: str, path: str):
     """`--layers`: 'trained' (the layers the model's `constraints.json` names, else all), 'all', or indices."""
     if choice == "trained":
         report = training_report(path)
-        return report.layers if report is not None else "all"
+        return report.layers if report is not None and report.layers else "all"  # a report without its layers: all
     if choice == "all":
         return "all"
     return layer_indices(choice)
