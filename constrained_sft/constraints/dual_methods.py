@@ -7,7 +7,6 @@ in `objectives`). Their settings are config fields through `settings` (`variants
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from cooper.optim import nuPI
@@ -15,7 +14,7 @@ from cooper.optim import nuPI
 from .dual_optimizer import DUAL_OPTIMIZERS, DualOptimizer, SGDDual
 from .multipliers import Multipliers
 from .objectives import AugmentedLagrangian, LayerObjective
-from .variants import Setting, finite_at_least, is_number
+from .variants import Setting, SettingValues, finite_at_least, is_number
 
 
 @DUAL_OPTIMIZERS.register
@@ -52,7 +51,7 @@ class NuPIDual(DualOptimizer):
     }  # fmt: skip
 
     @classmethod
-    def settings_problem(cls, values: dict[str, Any]) -> str | None:
+    def settings_problem(cls, values: SettingValues) -> str | None:
         if not values["kp"] + values["ki"] > 0:
             return "`nupi_kp` and `nupi_ki` are both 0: nuPI would never move the multipliers; set one > 0."
         return None

@@ -19,7 +19,7 @@ import torch
 
 from .multipliers import Multipliers
 from .objectives import LayerObjective
-from .variants import Registry, Setting
+from .variants import Registry, Setting, SettingValues
 
 # the config's `dual_optimizer` values and their classes, in the order they are registered
 DUAL_OPTIMIZERS: Registry = Registry()
@@ -60,12 +60,12 @@ class DualOptimizer(ABC):
     ascends: ClassVar[bool] = True  # the multipliers move with the slack (False: fixed weights, measured only)
 
     @classmethod
-    def settings_problem(cls, values: dict[str, Any]) -> str | None:
+    def settings_problem(cls, values: SettingValues) -> str | None:
         """A refusal that needs several settings at once (`values`: keyword argument -> value); None: allowed."""
         return None
 
     @classmethod
-    def read_settings(cls, config: Any) -> dict[str, Any]:
+    def read_settings(cls, config: Any) -> SettingValues:
         """The keyword arguments of `__init__` its settings take from a config's fields."""
         return {key: getattr(config, setting.field) for key, setting in cls.settings.items()}
 

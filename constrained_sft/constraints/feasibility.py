@@ -17,7 +17,6 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -73,22 +72,47 @@ class FeasibilityReport:
         return cls(**known_keys(cls, data, f"the feasibility report ({REPORT})"))
 
 
-def window_means(rows: Sequence[dict[str, Any]], key: str) -> list[float]:
-    """Mean of the per-step vectors `row[key]` over the window, elementwise; empty without rows."""
-    return torch.tensor([r[key] for r in rows], dtype=torch.float64).mean(0).tolist() if rows else []
+@dataclass
+class WindowStep:
+    """
+    One optimizer step of the feasibility window as `PrimalDual.step` records it: the step (1-based), each layer's
+    sampled loss, each constraint's slack, multiplier and relaxation u (None in windows saved before the relaxation
+    was recorded: rho * lambda then), the step's descent share and whether the dual step ran. Saved with a checkpoint
+    in its `to_dict` form.
+    """
+
+    step: int
+    layer_loss: list[float]
+    slack: list[float]
+    dual: list[float]
+    relaxation: list[float] | None = None
+    descent_fraction: float | None = None
+    dual_updated: bool = True
+
+    def relaxation_at(self, resilience: float) -> list[float]:
+        """u per constraint: the recorded relaxation, else rho * lambda."""
+        return self.relaxation if self.relaxation is not None else [resilience * d for d in self.dual]
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> WindowStep:
+        return cls(**known_keys(cls, data, "the feasibility window of a checkpoint"))
 
 
-def _relaxation(row: dict[str, Any], resilience: float) -> list[float]:
-    return row["relaxation"] if "relaxation" in row else [resilience * d for d in row["dual"]]
+def window_means(vectors: Sequence[list[float]]) -> list[float]:
+    """Elementwise mean of per-step vectors ([steps, n] -> [n]); empty without steps."""
+    return torch.tensor(vectors, dtype=torch.float64).mean(0).tolist() if vectors else []
 
 
-def relaxed_holds(rows: Sequence[dict[str, Any]], resilience: float) -> list[bool]:
+def relaxed_holds(rows: Sequence[WindowStep], resilience: float) -> list[bool]:
     """Per constraint: is the mean of g_t - u_t over the window not above zero (2 standard errors)? u_t is the
-    recorded relaxation (rho * lambda_t in the weight-decay form; older histories have none: rho * lambda_t)."""
+    recorded relaxation (rho * lambda_t in the weight-decay form; older windows have none: rho * lambda_t)."""
     if not rows:
         return []
-    gap = torch.tensor([r["slack"] for r in rows], dtype=torch.float64) - torch.tensor(
-        [_relaxation(r, resilience) for r in rows], dtype=torch.float64
+    gap = torch.tensor([r.slack for r in rows], dtype=torch.float64) - torch.tensor(
+        [r.relaxation_at(resilience) for r in rows], dtype=torch.float64
     )  # [steps, C]
     error = gap.std(0) / math.sqrt(len(rows)) if len(rows) > 1 else torch.zeros(gap.size(1), dtype=torch.float64)
     return (gap.mean(0) <= (2 * error).clamp(min=GAP_FLOOR)).tolist()
@@ -96,7 +120,7 @@ def relaxed_holds(rows: Sequence[dict[str, Any]], resilience: float) -> list[boo
 
 def feasibility_report(
     spec: DescentConstraints,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[WindowStep],
     dual: list[float],
     enabled: bool,
     skipped_dual_steps: int,
@@ -108,20 +132,20 @@ def feasibility_report(
     constraint.
     """
     keys = list(map(str, spec.keys))
-    layer_loss, slack_mean = window_means(rows, "layer_loss"), window_means(rows, "slack")
+    layer_loss, slack_mean = window_means([r.layer_loss for r in rows]), window_means([r.slack for r in rows])
     strict = [s <= 0 for s in slack_mean]
     relaxed = relaxed_holds(rows, resilience)
     feasible_by = "relaxed" if resilience > 0 else "strict"
     holds = relaxed if resilience > 0 else strict
-    fractions = [r["descent_fraction"] for r in rows if r["descent_fraction"] is not None]
-    relaxation = torch.tensor([_relaxation(r, resilience) for r in rows]).mean(0).tolist() if rows else []
+    fractions = [r.descent_fraction for r in rows if r.descent_fraction is not None]
+    relaxation = window_means([r.relaxation_at(resilience) for r in rows])
     return FeasibilityReport(
         constraints=enabled,
         layers=list(spec.layers),
         alpha=list(spec.alphas),
         epsilon=spec.epsilon,
         resilience=resilience,
-        window_steps=[rows[0]["step"], rows[-1]["step"]] if rows else None,
+        window_steps=[rows[0].step, rows[-1].step] if rows else None,
         layer_loss=dict(zip(map(str, spec.layers), layer_loss, strict=False)),
         dual=dict(zip(keys, dual, strict=True)),
         slack=dict(zip(keys, slack_mean, strict=False)),

@@ -17,12 +17,14 @@ from typing import Any
 
 import torch
 
+from ..utils.types import JSONObject
 from .dual_optimizer import DualOptimizer, SGDDual
-from .feasibility import FeasibilityReport, feasibility_report
+from .feasibility import FeasibilityReport, WindowStep, feasibility_report
 from .lagrangian import DescentConstraints
 from .multipliers import Multipliers
 from .objectives import Lagrangian, LayerObjective
 from .stats import LayerLosses, LayerStats, LayerTotals, Reduce, StepStats, step_stats
+from .variants import SettingValues
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +55,7 @@ class PrimalDual:
         window: int = 20,
         explicit_relaxation: bool = False,
         objective: LayerObjective | None = None,
-        dual_settings: dict[str, Any] | None = None,
+        dual_settings: SettingValues | None = None,
     ) -> None:
         self.spec = spec
         self.enabled = enabled
@@ -68,7 +70,7 @@ class PrimalDual:
             )
         self.objective = objective or needed or Lagrangian()
         self.train_stats = LayerStats(len(spec.layers))
-        self.history: deque[dict[str, Any]] = deque(maxlen=window)
+        self.history: deque[WindowStep] = deque(maxlen=window)
         self.skipped_steps = 0
         self.nonfinite_steps = 0  # optimizer steps skipped because the objective or gradient was not finite
         self.last_step_finite = True
@@ -122,15 +124,15 @@ class PrimalDual:
         if self.enabled and not self.active(global_step):
             return stats  # warm-up: logged, but not part of the feasibility window
         self.history.append(
-            {
-                "step": global_step + 1,
-                "layer_loss": list(stats.layer_loss),
-                "slack": list(stats.slack),
-                "dual": self.multipliers.weight.tolist(),
-                "relaxation": self.dual.relaxation_values(),
-                "descent_fraction": stats.descent_fraction,
-                "dual_updated": updated,
-            }
+            WindowStep(
+                step=global_step + 1,
+                layer_loss=list(stats.layer_loss),
+                slack=list(stats.slack),
+                dual=self.multipliers.weight.tolist(),
+                relaxation=self.dual.relaxation_values(),
+                descent_fraction=stats.descent_fraction,
+                dual_updated=updated,
+            )
         )
         return stats
 
@@ -164,12 +166,12 @@ class PrimalDual:
         return {
             "spec": {"layers": list(self.spec.layers), "alpha": list(self.spec.alphas), "epsilon": self.spec.epsilon},
             "dual_optimizer": self.dual.state_dict(),
-            "history": [dict(row) for row in self.history],
+            "history": [row.to_dict() for row in self.history],
             "skipped_steps": self.skipped_steps,
             "nonfinite_steps": self.nonfinite_steps,
         }
 
-    def check_saved_spec(self, saved: dict[str, Any]) -> None:
+    def check_saved_spec(self, saved: JSONObject) -> None:
         """Refuse a saved constraint layout (`state_dict()["spec"]`) other than this run's."""
         if saved["layers"] != list(self.spec.layers) or saved["epsilon"] != self.spec.epsilon:
             raise ValueError(
@@ -183,6 +185,6 @@ class PrimalDual:
         self.check_saved_spec(state["spec"])
         self.dual.load_state_dict(state["dual_optimizer"])
         self.history.clear()
-        self.history.extend(state.get("history", []))
+        self.history.extend(WindowStep.from_dict(row) for row in state.get("history", []))
         self.skipped_steps = int(state.get("skipped_steps", 0))
         self.nonfinite_steps = int(state.get("nonfinite_steps", 0))

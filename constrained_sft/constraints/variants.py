@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 T = TypeVar("T")
+# a variant's settings as its `__init__` takes them: keyword argument -> the value of the config field carrying it
+SettingValues: TypeAlias = "dict[str, float | int | bool | str | None]"
 
 
 def is_number(value: object) -> bool:

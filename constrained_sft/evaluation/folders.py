@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any
 
 from ..data import model_fingerprint
 from ..utils.files import json_safe
 from ..utils.folders import OutputDirError
+from ..utils.types import JSONObject
 from ..version import VERSION
 
 MARKER = "written_by.json"
@@ -30,13 +30,13 @@ MARKER = "written_by.json"
 SHARED = {"eval alpaca": {"eval robustness"}, "eval robustness": {"eval alpaca"}}
 
 
-def normalized(settings: dict[str, Any]) -> dict[str, Any]:
+def normalized(settings: JSONObject) -> JSONObject:
     """`settings` as they read back from JSON (tuples as lists, keys as strings), so that a saved and a new set compare
     equal when they are."""
     return json.loads(json.dumps(json_safe(settings), sort_keys=True, default=str))
 
 
-def read_marker(path: str, flag: str) -> dict[str, Any] | None:
+def read_marker(path: str, flag: str) -> JSONObject | None:
     """The folder's marker ({command: {"settings", "version"}}), None where it has none."""
     marker = os.path.join(path, MARKER)
     if not os.path.isfile(marker):
@@ -54,7 +54,7 @@ def read_marker(path: str, flag: str) -> dict[str, Any] | None:
     return commands
 
 
-def flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flat(settings: JSONObject, prefix: str = "") -> JSONObject:
     """Nested settings as {'a.b.c': value}, so that a difference is named down to the field."""
     out = {}
     for key, value in settings.items():
@@ -65,14 +65,14 @@ def flat(settings: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def differences(saved: dict[str, Any], current: dict[str, Any], limit: int = 4) -> str:
+def differences(saved: JSONObject, current: JSONObject, limit: int = 4) -> str:
     """'key old -> new' for the settings that differ, down to the nested field (the first `limit`)."""
     a, b = flat(saved), flat(current)
     # a value changed first, then a setting one side lacks (an older version's marker)
     keys = sorted((k not in a or k not in b, k) for k in set(a) | set(b) if a.get(k) != b.get(k))
     keys = [k for _, k in keys]
 
-    def short(key: str, side: dict[str, Any]) -> str:
+    def short(key: str, side: JSONObject) -> str:
         text = json.dumps(side[key]) if key in side else "(unset)"
         return text if len(text) <= 60 else text[:57] + "..."
 
@@ -80,7 +80,7 @@ def differences(saved: dict[str, Any], current: dict[str, Any], limit: int = 4) 
     return "; ".join(shown) + (f"; and {len(keys) - limit} more" if len(keys) > limit else "")
 
 
-def check_folder(path: str | None, command: str, settings: dict[str, Any], flag: str = "--output_dir") -> None:
+def check_folder(path: str | None, command: str, settings: JSONObject, flag: str = "--output_dir") -> None:
     """Refuse, before any work, to write `command`'s results with `settings` into `path` (see the module docstring);
     reads only. A missing or empty folder is always fine."""
     found = (
@@ -113,7 +113,7 @@ def check_folder(path: str | None, command: str, settings: dict[str, Any], flag:
             )
 
 
-def mark_folder(path: str, command: str, settings: dict[str, Any]) -> None:
+def mark_folder(path: str, command: str, settings: JSONObject) -> None:
     """Record `command` and its `settings` in the folder's marker (created with the folder if missing); called once
     `check_folder` has passed, as the command starts writing. Workers of one sweep may mark one folder at once: the
     marker is written only when it changes, through a temporary file of this process's own."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..utils.types import Batch
 from .embedding import EmbeddingNoiseError
 
 
@@ -88,7 +89,7 @@ class EmbeddingNoiseCollator:
 
     def __init__(
         self,
-        base: Callable[[list[dict[str, Any]]], dict[str, Any]],
+        base: Callable[[list[dict[str, Any]]], Batch],
         gamma: float | None = None,
         gamma_range: Sequence[float] | None = None,
         gamma_levels: Sequence[float] | None = None,
@@ -111,7 +112,7 @@ class EmbeddingNoiseCollator:
     def sample(self, n: int) -> torch.Tensor:
         return self.levels.sample(n, self._rng())
 
-    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+    def __call__(self, examples: list[dict[str, Any]]) -> Batch:
         batch = self.base(examples)
         batch["noise_gamma"] = self.sample(len(examples))
         return batch

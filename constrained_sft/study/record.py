@@ -22,6 +22,7 @@ from ..evaluation.results import ExitsModel, ModelResult
 from ..tasks.arms import RunKey
 from ..utils.files import read_json, write_json
 from ..utils.folders import child_path
+from ..utils.types import JSONObject
 
 TRAIN, ROBUSTNESS, ANSWERS, EXITS = "train", "robustness", "answers", "exits"
 PHASES = (TRAIN, ROBUSTNESS, ANSWERS, EXITS)
@@ -51,7 +52,7 @@ class RunRecord:
     def done(self, phase: str) -> bool:
         return phase in self.seconds
 
-    def to_dict(self, key: str) -> dict[str, Any]:
+    def to_dict(self, key: str) -> JSONObject:
         return {"run": self.run, "sigma_x": self.sigma_x, "model": self.model, "jobs": self.jobs,
                 "seconds": self.seconds, "estimates": self.estimates,
                 "robustness": None if self.robustness is None else self.robustness.to_dict(key),
@@ -87,7 +88,7 @@ def read_record(study_dir: str, run: RunKey, key: str) -> RunRecord | None:
     return RunRecord.from_dict(data, key)
 
 
-def write_record(study_dir: str, record: RunRecord, key: str) -> dict[str, Any]:
+def write_record(study_dir: str, record: RunRecord, key: str) -> JSONObject:
     """Write the record whole (atomically: a kill leaves the previous version); its JSON form."""
     os.makedirs(child_path(study_dir, RUNS), exist_ok=True)
     data = record.to_dict(key)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 
 from ..evaluation.report import (
     Block,
@@ -23,6 +22,7 @@ from ..evaluation.report import (
 )
 from ..evaluation.report.exits import exits_blocks
 from ..evaluation.report.headtohead import judge_label, level_table, plot_win_rates
+from ..utils.types import JSONObject
 from .results import StudyResults, StudyTimings, judging_dir
 
 PLOTS = ("differences", "layers", "ratios", "descent")  # robustness report files shown after the headline's plot
@@ -48,7 +48,7 @@ def arm_label(name: str) -> str:
     return "ERM" if name == "erm" else name
 
 
-def verdict_text(row: dict[str, Any], model: str = "constrained", reference: str = "erm") -> str:
+def verdict_text(row: JSONObject, model: str = "constrained", reference: str = "erm") -> str:
     a, b = arm_label(model), arm_label(reference)
     words = {1.0: a, 0.0: b, 0.5: "draw", None: "unparsed"}
     return f"{a} shown first: {words[row['model_first']]}; {b} shown first: {words[row['model_second']]}"

@@ -13,12 +13,14 @@ from ..evaluation.results import (
     ExitsResults,
     HeadToHead,
     ModelSummary,
+    ReportFiles,
     RobustnessResults,
     RobustnessSettings,
 )
 from ..tasks import Headline
 from ..utils.fields import known_keys
 from ..utils.files import read_saved, write_json
+from ..utils.types import JSONObject
 from .arguments import StudyArguments
 
 STUDY_JSON = "study.json"
@@ -42,7 +44,7 @@ class StudyRobustness:
     headline: Headline
     arms: dict[str, list[str]]
     comparisons: dict[str, Comparison]
-    files: dict[str, Any]
+    files: ReportFiles
     summaries: dict[str, ModelSummary]
 
     @classmethod
@@ -118,7 +120,7 @@ class StudySettings:
     from it, the instructions and the budget."""
 
     study: StudyArguments
-    constrained_recipe: dict[str, Any]  # TrainingArguments.to_dict() of the constrained recipe
+    constrained_recipe: JSONObject  # TrainingArguments.to_dict() of the constrained recipe
     twin_differences: list[str]
     instructions: InstructionSet
     budget: StudyBudget

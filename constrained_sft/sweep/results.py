@@ -8,9 +8,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..evaluation.results import Comparison
+from ..evaluation.results import Comparison, ReportFiles
 from ..utils.fields import known_keys
 from ..utils.files import read_saved, write_json
+from ..utils.types import JSONObject
 from .arguments import SweepArguments
 
 COMPARISON_JSON = "comparison.json"
@@ -28,11 +29,11 @@ class Trial:
     params: dict[str, float | int | str | bool]
     records: dict[str, float | int | str | bool | None] = field(default_factory=dict)
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> JSONObject:
         return {"trial": self.trial, "state": self.state, "value": self.value, **self.params, **self.records}
 
     @classmethod
-    def from_row(cls, row: dict[str, Any], searched: list[str]) -> Trial:
+    def from_row(cls, row: JSONObject, searched: list[str]) -> Trial:
         fixed = ("trial", "state", "value")
         params = {k: v for k, v in row.items() if k in searched}
         records = {k: v for k, v in row.items() if k not in fixed and k not in searched}
@@ -76,7 +77,7 @@ class SweepResults:
     settings: SweepArguments
     arms: dict[str, ArmTrials]
     comparisons: dict[str, Comparison] | None = None
-    test_report: dict[str, Any] = field(default_factory=dict)
+    test_report: ReportFiles = field(default_factory=dict)
     arm_plot: str | None = None
 
     @property

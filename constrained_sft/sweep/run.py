@@ -11,7 +11,6 @@ import dataclasses
 import json
 import os
 import warnings
-from typing import Any
 
 from ..config import training_level
 from ..constraints import mode_of
@@ -38,7 +37,7 @@ from .compare import evaluate_finals, seed_dir
 from .objectives import SWEEP_OBJECTIVES
 from .results import ArmTrials, SweepResults, Trial
 from .search import Objective, best_params, run_trial, search, trial_args
-from .space import arm_spaces, check_ranges, load_space
+from .space import Params, arm_spaces, check_ranges, load_space
 
 
 def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> SweepResults:
@@ -161,7 +160,7 @@ COMMAND = "sweep"
 FINAL_PARAMS = "params.json"  # final/<arm>/params.json: the configuration its retrained models were trained with
 
 
-def check_final(sweep_dir: str, arm: str, params: dict[str, Any]) -> None:
+def check_final(sweep_dir: str, arm: str, params: Params) -> None:
     """The arm's retrained models, if any, are of its current best configuration: a search continued since may have
     found another, and mixing their seeds (or comparing a stale one) would be silent. Refused, naming both."""
     path = child_path(sweep_dir, "final", arm, FINAL_PARAMS)
@@ -176,7 +175,7 @@ def check_final(sweep_dir: str, arm: str, params: dict[str, Any]) -> None:
         )
 
 
-def retrain(task, arm: Arm, params: dict[str, Any], settings: SweepArguments, data, base) -> None:
+def retrain(task, arm: Arm, params: Params, settings: SweepArguments, data, base) -> None:
     """The arm's best configuration with seeds 0..S-1 (a seed the search chose is replaced), each saved; a seed
     whose model is already saved is kept, so a killed comparison resumes (`check_final`: of the same
     configuration)."""

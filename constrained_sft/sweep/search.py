@@ -22,7 +22,6 @@ import socket
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 from transformers import TrainerCallback
 
@@ -31,7 +30,7 @@ from ..evaluation import evaluate_level, summarize
 from ..evaluation.results import ModelSummary
 from ..tasks import Arm, Headline
 from .objectives import SWEEP_OBJECTIVES
-from .space import SearchSpace
+from .space import Params, SearchSpace
 
 FINISHED = ("COMPLETE", "PRUNED")
 GRACE_BEATS = 3  # a trial is stale after this many heartbeat intervals without a beat
@@ -88,7 +87,7 @@ class _Report(TrainerCallback):
         return control
 
 
-def trial_args(base, arm: Arm, params: dict[str, Any], output_dir: str):
+def trial_args(base, arm: Arm, params: Params, output_dir: str):
     """The recipe's trainer config with the trial's values, the arm's constraints, and no checkpoints."""
     return dataclasses.replace(
         base,
@@ -302,7 +301,7 @@ class _QuietSurplus(logging.Filter):
         return True
 
 
-def best_params(study, maximize: bool) -> dict[str, Any]:
+def best_params(study, maximize: bool) -> Params:
     complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
     if not complete:
         raise RuntimeError(f"Study {study.study_name!r} has no complete trial: every trial failed or was pruned.")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..config import ConstrainedConfig, ConstraintArguments, unread_fields
 from ..constraints import ERM, mode_of
@@ -29,6 +29,9 @@ from ..utils.files import read_yaml
 
 SECTIONS = ("constrained", "erm")
 KEYS = ("low", "high", "log", "int", "choices")
+# one trial's searched values: config field -> value (Optuna's kinds: a float, an int or a choice)
+ParamValue: TypeAlias = "float | int | str | bool | None"
+Params: TypeAlias = "dict[str, ParamValue]"
 DEFAULT_ERM = {"learning_rate": {"low": 1.0e-5, "high": 1.0e-4, "log": True}, "seed": {"choices": [0, 1, 2, 3, 4]}}
 
 
@@ -45,7 +48,7 @@ class Param:
     int: bool = False
     choices: tuple | None = None
 
-    def suggest(self, trial) -> Any:
+    def suggest(self, trial) -> ParamValue:
         if self.choices is not None:
             return trial.suggest_categorical(self.name, list(self.choices))
         if self.int:
@@ -83,7 +86,7 @@ def _param(section: str, name: str, spec: Any, config_class: type) -> Param:
 class SearchSpace:
     params: tuple[Param, ...]
 
-    def suggest(self, trial) -> dict[str, Any]:
+    def suggest(self, trial) -> Params:
         return {p.name: p.suggest(trial) for p in self.params}
 
     @property

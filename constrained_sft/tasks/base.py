@@ -29,6 +29,7 @@ import torch
 
 from ..constraints import ERM
 from ..trainers import BatchScore
+from ..utils.types import Batch
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class Measuring(ABC):
     def measuring_trainer(self, model, tokenizer, data: Any, measure: Measure):
         """A trainer that only measures `model` on the held-out data through the training code path."""
 
-    def score(self, trainer, batch: dict[str, Any]) -> BatchScore:
+    def score(self, trainer, batch: Batch) -> BatchScore:
         """One held-out batch: per-example scores (`BatchScore.examples`) and the measured layers' losses."""
         return trainer.score_batch(batch)
 

@@ -11,6 +11,8 @@ import re
 import time
 from typing import Any
 
+from ..utils.types import Logs
+
 EVAL_COLUMNS = ("loss", "accuracy", "f_L", "descent", "feasible")
 _EVAL_PREFIX = re.compile(r"^(eval|before|test)(?:_gamma_([^_]+))?_(.+)$")
 
@@ -19,12 +21,12 @@ def _num(value: Any, spec: str = ".4g") -> str:
     return format(value, spec) if isinstance(value, (int, float)) else "-"
 
 
-def _last_layer(logs: dict[str, Any], prefix: str = "") -> Any:
+def _last_layer(logs: Logs, prefix: str = "") -> float | None:
     layers = [int(k.rsplit("/", 1)[1]) for k in logs if k.startswith(f"{prefix}layer_loss/")]
     return logs[f"{prefix}layer_loss/{max(layers)}"] if layers else None
 
 
-def train_line(logs: dict[str, Any], step: int, max_steps: int, seconds_per_step: float | None) -> str:
+def train_line(logs: Logs, step: int, max_steps: int, seconds_per_step: float | None) -> str:
     """One line for a training log: `logs` as `Trainer.log` receives it (loss, layer_loss/*, dual/*, ...)."""
     parts = [f"step {step}/{max_steps}", f"loss {_num(logs.get('loss'))}", f"f_L {_num(_last_layer(logs))}"]
     if "feasible_fraction" in logs:
@@ -42,9 +44,9 @@ def train_line(logs: dict[str, Any], step: int, max_steps: int, seconds_per_step
     return " | ".join(parts)
 
 
-def eval_rows(logs: dict[str, Any]) -> list[tuple[str, str, list[str]]]:
+def eval_rows(logs: Logs) -> list[tuple[str, str, list[str]]]:
     """(prefix, level label, cells in `EVAL_COLUMNS` order) for each evaluation prefix in `logs`."""
-    groups: dict[tuple[str, str | None], dict[str, Any]] = {}
+    groups: dict[tuple[str, str | None], Logs] = {}
     for key, value in logs.items():
         match = _EVAL_PREFIX.match(key)
         if match:
@@ -66,7 +68,7 @@ def eval_row(label: str, cells: list[str]) -> str:
     return f"  {label}".ljust(22) + "".join(c.rjust(10) for c in cells)
 
 
-def end_line(logs: dict[str, Any], step: int) -> str:
+def end_line(logs: Logs, step: int) -> str:
     runtime = logs.get("train_runtime")
     return (
         f"training done: {step} steps in {_num(runtime, '.1f')} s, mean training loss {_num(logs.get('train_loss'))}"
@@ -79,7 +81,7 @@ class CompactConsole:
     def __init__(self) -> None:
         self._last: tuple[int, float] | None = None
 
-    def lines(self, logs: dict[str, Any], step: int, max_steps: int) -> list[str]:
+    def lines(self, logs: Logs, step: int, max_steps: int) -> list[str]:
         if "train_runtime" in logs:
             return [end_line(logs, step)]
         if "loss" in logs:

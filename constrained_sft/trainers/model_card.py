@@ -18,6 +18,7 @@ from huggingface_hub import ModelCard, ModelCardData
 from ..constraints import MODES
 from ..constraints.feasibility import FeasibilityReport, verdict_message
 from ..utils.shipped import package_data
+from ..utils.types import JSONObject
 from ..version import VERSION
 
 TEMPLATE = str(package_data("trainers", "templates", "model_card.md"))
@@ -57,7 +58,7 @@ def _versions() -> list[tuple[str, str]]:
     return found
 
 
-def _data(data: dict[str, Any] | None) -> tuple[str, str | None]:
+def _data(data: JSONObject | None) -> tuple[str, str | None]:
     """(what the run trained on, a Hub dataset id for the card's metadata) from the run's identity."""
     if not data:
         return "not recorded (a trainer built in Python is given rows, not a dataset name)", None
@@ -112,7 +113,7 @@ def model_card(
     report: FeasibilityReport,
     args: Any,
     model_source: str | None,
-    data: dict[str, Any] | None,
+    data: JSONObject | None,
     model_name: str,
     tags: list[str] = (),
 ) -> ModelCard:

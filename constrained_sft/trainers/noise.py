@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_sigma, noise_stream, noisy
+from ..utils.types import Batch
 
 
 def reference_sigma(args: Any, model: Any) -> float | None:
@@ -77,7 +78,7 @@ class TrainingNoise:
         seed = zlib.crc32(f"{purpose}/{self.args.seed}/{self.step()}".encode())
         return seed, (micro * self.args.world_size + self.args.process_index) * rows
 
-    def for_forward(self, model: Any, inputs: dict[str, Any], training: bool) -> contextlib.AbstractContextManager:
+    def for_forward(self, model: Any, inputs: Batch, training: bool) -> contextlib.AbstractContextManager:
         """
         Embedding noise for one forward: per-example levels from a collator's `noise_gamma` (popped: it never
         reaches the model), else in training (`training`: the trainer's model is in train mode) the config's
@@ -91,7 +92,7 @@ class TrainingNoise:
         generator = self.generator("noise", gamma.device)
         return noisy(model, gamma, generator, mean=self.args.noise_mean, sigma=self.sigma)
 
-    def training_levels(self, inputs: dict[str, Any], training: bool) -> torch.Tensor | None:
+    def training_levels(self, inputs: Batch, training: bool) -> torch.Tensor | None:
         """
         `[n]` levels for a training micro-batch: one per row, or one per document of a padding-free row (documents
         start where `position_ids` restart at 0); None in evaluation or without training noise.

@@ -24,6 +24,7 @@ from ..config import ConstrainedConfig
 from ..constraints import LayerLosses, PrimalDual
 from ..readout import ClassifierReadout, FunctionLoss, ReadoutError, ReadoutLoss, readout_loss
 from ..utils.modules import unwrap_model
+from ..utils.types import Batch
 from .constrained import BatchScore, ConstrainedTrainerMixin
 from .resume import prepare_inputs
 from .setup import ConstrainedSetup, building, constrained_args
@@ -161,7 +162,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         self._verified = True
 
     @torch.no_grad()
-    def score_batch(self, inputs: dict[str, Any]) -> BatchScore:
+    def score_batch(self, inputs: Batch) -> BatchScore:
         """
         One held-out batch through the training code path: per example the final layer's loss (`loss`, this trainer's
         per-example loss), `count` = 1 and, where the loss reports accuracy, the top-1 hit (`correct`); every

@@ -14,6 +14,7 @@ from ..config import ConstrainedSFTConfig
 from ..constraints import LayerLosses, PrimalDual
 from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
 from ..utils.modules import unwrap_model
+from ..utils.types import Batch
 from .constrained import BatchScore, ConstrainedTrainerMixin
 from .resume import prepare_inputs
 from .setup import ConstrainedSetup, building, constrained_args
@@ -84,7 +85,7 @@ def check_positions(dataset, args: ConstrainedSFTConfig, positions: int | None) 
         raise _positions_error(args, longest, positions)
 
 
-def check_batch_positions(inputs: dict[str, Any], args: ConstrainedSFTConfig, positions: int | None) -> None:
+def check_batch_positions(inputs: Batch, args: ConstrainedSFTConfig, positions: int | None) -> None:
     """`check_positions` for one batch (`input_ids` `[B, T]`: T is its longest sequence), before its forward."""
     ids = inputs.get("input_ids")
     if positions is not None and ids is not None and ids.shape[-1] > positions:
@@ -236,7 +237,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         return (loss, outputs) if return_outputs else loss
 
     @torch.no_grad()
-    def score_batch(self, inputs: dict[str, Any]) -> BatchScore:
+    def score_batch(self, inputs: Batch) -> BatchScore:
         """
         One held-out batch through the training code path (readout, probe, and any active embedding noise): per
         sequence (row) the final layer's correct top-1 tokens, supervised tokens and summed NLL, and every measured
@@ -286,7 +287,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         head = self.readout.head_shape
         return auto_tokens_per_sequence(config, head, readouts, batch_shape, sequences, self.args.readout_budget)
 
-    def _probe_request(self, inputs: dict[str, Any]) -> ProbeRequest | None:
+    def _probe_request(self, inputs: Batch) -> ProbeRequest | None:
         labels = inputs.get("labels")
         if labels is None:
             return None

@@ -8,6 +8,8 @@ import types
 import typing
 from typing import Any
 
+from .types import JSONObject
+
 
 def check_fields(instance: Any, owner: type | tuple[type, ...] | None = None) -> None:
     """
@@ -69,7 +71,7 @@ def _describe(hint: Any) -> str:
     return names.get(hint, "a string" if hint is str else getattr(hint, "__name__", str(hint)))
 
 
-def known_keys(cls: type, data: dict[str, Any], what: str) -> dict[str, Any]:
+def known_keys(cls: type, data: JSONObject, what: str) -> JSONObject:
     """`data` unchanged once every key names a field of the dataclass `cls`: a saved result read back with a key this
     version does not know is an error naming it (`what`), not a number silently dropped."""
     names = {f.name for f in dataclasses.fields(cls)}

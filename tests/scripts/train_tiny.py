@@ -149,7 +149,7 @@ def main(out_path: str, overrides: str) -> None:
     if setup.get("_sharded_head"):
         trainer.probe.sharded = True  # what the trainer sets under DeepSpeed / FSDP, whose heads gather per call
     trainer.train()
-    trajectory = [trainer.primal_dual.history[i]["dual"] for i in range(len(trainer.primal_dual.history))]
+    trajectory = [trainer.primal_dual.history[i].dual for i in range(len(trainer.primal_dual.history))]
     head = trainer.readout.lm_head.weight
     with open(f"{out_path}.rank{args.process_index}.json", "w") as f:
         json.dump(

@@ -31,7 +31,7 @@ def test_a_hand_built_primal_dual_is_the_one_trained(tmp_path):
     trainer.train()
     assert trainer.primal_dual is mine and type(mine.dual) is AdamDual  # not the config's SGD at dual_lr 0.5
     assert mine.dual.optimizer.state_dict()["state"]  # Adam's moments: its steps ran
-    assert [row["step"] for row in mine.history] == [1, 2, 3] and len(mine.history[0]["dual"]) == len(spec)
+    assert [row.step for row in mine.history] == [1, 2, 3] and len(mine.history[0].dual) == len(spec)
     assert {f"dual/{k}" for k in spec.keys} <= set(trainer.state.log_history[0])
 
 

@@ -8,7 +8,7 @@ import os
 from collections.abc import Sequence
 
 from ...utils.files import atomic_path
-from ..results import RESULTS_JSON, RobustnessResults
+from ..results import RESULTS_JSON, ReportFiles, RobustnessResults
 from .document import Block, Document, Heading, Image, Preformatted, Table, Text
 from .html import write_html
 from .plots import plot_descent, plot_differences, plot_layers, plot_metric, plot_ratios
@@ -71,14 +71,17 @@ def write_report(
     output_dir: str,
     figures: dict[str, str] | None = None,
     more_sections: Sequence[Block] = (),
-) -> dict[str, str]:
+) -> ReportFiles:
     """Every output file; returns their paths (also set as `results.files`). `figures`: a task's extra figures (kept
     when the page is rewritten); `more_sections`: blocks other parts of the folder contribute (the AlpacaEval
     head-to-head, `report.headtohead.folder_sections`), placed before the settings."""
     os.makedirs(output_dir, exist_ok=True)
     key = results.headline.key
     figures = figures if figures is not None else results.files.get("figures", {})
-    paths = {"json": os.path.join(output_dir, RESULTS_JSON), "csv": os.path.join(output_dir, "results.csv")}
+    paths: ReportFiles = {
+        "json": os.path.join(output_dir, RESULTS_JSON),
+        "csv": os.path.join(output_dir, "results.csv"),
+    }
     plots = {key: plot_metric(results, os.path.join(output_dir, f"{key}_vs_gamma.png"))}
     if results.comparisons:
         plots["differences"] = plot_differences(results, os.path.join(output_dir, "difference_vs_gamma.png"))

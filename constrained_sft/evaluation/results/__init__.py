@@ -9,7 +9,15 @@ from .comparisons import Band, Comparison, Difference, StatisticRow
 from .exits import EXITS_JSON, ExitsModel, ExitSpeedup, ExitsResults, ExitsSettings, LayerReadout, PromptMeasurements
 from .harness import HARNESS_JSON, HarnessResults, HarnessSettings
 from .headtohead import ALPACA_JSON, HeadToHead, WinRateLevel
-from .robustness import RESULTS_JSON, LevelSummary, ModelResult, ModelSummary, RobustnessResults, RobustnessSettings
+from .robustness import (
+    RESULTS_JSON,
+    LevelSummary,
+    ModelResult,
+    ModelSummary,
+    ReportFiles,
+    RobustnessResults,
+    RobustnessSettings,
+)
 
 __all__ = [
     "ALPACA_JSON",
@@ -31,6 +39,7 @@ __all__ = [
     "ModelResult",
     "ModelSummary",
     "PromptMeasurements",
+    "ReportFiles",
     "RobustnessResults",
     "RobustnessSettings",
     "StatisticRow",

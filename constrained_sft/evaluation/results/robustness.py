@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from ...noise import NoiseGrid
 from ...tasks import Headline
 from ...utils.fields import known_keys
 from ...utils.files import read_saved, write_json
+from ...utils.types import JSONObject
 from .comparisons import Band, Comparison
 
 RESULTS_JSON = "results.json"
+# a report's files: name -> path ("json", "csv", "html", each plot), and "figures": a task's extra figures, name -> path
+ReportFiles: TypeAlias = "dict[str, str | dict[str, str]]"
 
 
 @dataclass
@@ -29,7 +32,7 @@ class RobustnessSettings:
 
     description: str
     task: str
-    dataset: dict[str, Any]  # the data fields the held-out rows were read with, as given
+    dataset: JSONObject  # the data fields the held-out rows were read with, as given
     gammas: NoiseGrid
     curve_gammas: list[float]
     seeds: int
@@ -169,7 +172,7 @@ class RobustnessResults:
     models: dict[str, ModelResult] = field(default_factory=dict)
     bands: dict[str, Band] = field(default_factory=dict)
     comparisons: dict[str, Comparison] = field(default_factory=dict)
-    files: dict[str, Any] = field(default_factory=dict)
+    files: ReportFiles = field(default_factory=dict)
 
     @property
     def gammas(self) -> NoiseGrid:

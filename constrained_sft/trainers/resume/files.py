@@ -20,6 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from ...constraints import ConstraintStateError, PrimalDual
 from ...utils.files import atomic_path, write_json
+from ...utils.types import JSONObject
 
 STATE_TENSORS = "constraint_state.safetensors"
 STATE_JSON = "constraint_state.json"
@@ -29,7 +30,7 @@ MARKER = "checkpoint_complete.json"
 TRAINER_STATE = "trainer_state.json"
 
 
-def to_files(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def to_files(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], JSONObject]:
     """
     `PrimalDual.state_dict()` as the checkpoint's two parts: tensors for safetensors (`multipliers`, `relaxation`,
     `optimizer.<name>` for the torch optimizer's per-parameter tensors, `extra.<name>` for the dual optimizer's own) and the rest for JSON (format version 1).
@@ -50,7 +51,7 @@ def to_files(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, 
     return tensors, {**state, "dual_optimizer": meta}
 
 
-def from_files(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> dict[str, Any]:
+def from_files(tensors: dict[str, torch.Tensor], meta: JSONObject) -> dict[str, Any]:
     """The inverse of `to_files`: a state for `PrimalDual.load_state_dict`."""
     saved = meta["dual_optimizer"]
     per_param = {k.removeprefix("optimizer."): v for k, v in tensors.items() if k.startswith("optimizer.")}
@@ -79,7 +80,7 @@ def save_state(primal_dual: PrimalDual, directory: str) -> None:
     write_json(os.path.join(directory, STATE_JSON), {"format_version": FORMAT_VERSION, **meta})
 
 
-def read_state(directory: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def read_state(directory: str) -> tuple[dict[str, torch.Tensor], JSONObject]:
     """
     The tensors and settings saved in `directory`, checked for what a reader can check without a run: both files
     present, whole and of a format this version reads. Raises [`ConstraintStateError`] naming the file otherwise.

@@ -18,6 +18,7 @@ from typing import Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from ...utils.types import Batch
 from .files import load_state, mark_complete, remove_if_incomplete, save_state, write_training_args
 from .select import load_or_refuse
 
@@ -30,7 +31,7 @@ def trl_eval_metrics(trainer: Any) -> dict[str, list[float]] | None:
     return getattr(trainer, "_metrics", {}).get("eval")
 
 
-def prepare_inputs(trainer: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+def prepare_inputs(trainer: Any, inputs: Batch) -> Batch:
     """`Trainer._prepare_inputs`: a batch moved to the trainer's device, as its training and evaluation steps see it."""
     return trainer._prepare_inputs(inputs)
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from ...utils.files import write_json
 from ...utils.folders import OutputDirError, check_output_folder
+from ...utils.types import JSONObject
 from .files import TRAINER_STATE
 from .select import CheckpointError, check_fits, checkpoint_problem, checkpoints, resolve_resume, resume_value
 
@@ -69,15 +70,15 @@ class RunIdentity:
 
     id: str | None
     model: str | None
-    config: dict[str, Any]
-    data: dict[str, Any] | None = None
+    config: JSONObject
+    data: JSONObject | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = {"id": self.id, "model": self.model, "config": self.config}
         return out if self.data is None else {**out, "data": self.data}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RunIdentity:
+    def from_dict(cls, data: JSONObject) -> RunIdentity:
         """A run.json as any version wrote it (missing keys: unknown)."""
         return cls(data.get("id"), data.get("model"), data.get("config") or {}, data.get("data"))
 
@@ -106,7 +107,7 @@ class RunIdentity:
         return shown or "none of the fields (a run.json of another format)"
 
 
-def run_identity(args: Any, model: Any, data: dict[str, Any] | None = None) -> RunIdentity:
+def run_identity(args: Any, model: Any, data: JSONObject | None = None) -> RunIdentity:
     """The identity (`RunIdentity`) of a run of `args` from `model`, training on `data` where the caller knows it."""
     config = json.loads(json.dumps(deciding(args.to_dict()), default=str))
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
@@ -114,7 +115,7 @@ def run_identity(args: Any, model: Any, data: dict[str, Any] | None = None) -> R
     return RunIdentity(digest, model_source(model), config, known)
 
 
-def deciding(settings: dict[str, Any]) -> dict[str, Any]:
+def deciding(settings: JSONObject) -> JSONObject:
     """The settings that decide the trained weights: all but bookkeeping (paths, logging, evaluation, speed)."""
     return {
         k: v

@@ -1,0 +1,24 @@
+"""
+The shapes of the plain dicts that cross the library's seams, named once so a signature says what it carries:
+
+- `Batch`: a collated model batch, name -> tensor (`input_ids` [B, T], `attention_mask` [B, T], `labels` [B, T],
+  `pixel_values` [B, C, T, H, W], ...), as the Trainer hands it to `compute_loss` and `prediction_step`.
+- `Logs`: what `Trainer.log` receives and the console prints: metric name -> number.
+- `JSONValue` / `JSONObject`: what a JSON (or YAML) file holds: a folder's marker, a run's identity, a data row, the
+  settings a command recorded. Values are checked by a type checker, unlike `Any`.
+
+`dict[str, Any]` stays where the values really are anything: keyword arguments handed on to a library we do not own
+(`from_pretrained`, alpaca_eval's judges) and torch-style `state_dict()`s (tensors beside numbers and lists).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeAlias
+
+if TYPE_CHECKING:  # torch is not imported when the package is
+    import torch
+
+Batch: TypeAlias = "dict[str, torch.Tensor]"
+Logs: TypeAlias = "dict[str, float]"
+JSONValue: TypeAlias = "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
+JSONObject: TypeAlias = "dict[str, JSONValue]"
