@@ -30,6 +30,7 @@ import tempfile
 from typing import NoReturn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import script_inputs  # noqa: E402
 import wheelhouse  # noqa: E402
 
 MANIFEST = "manifest.json"
@@ -106,7 +107,7 @@ def first_exchanges(source: str | None, target: str, n: int) -> None:
 
 
 def refuse(message: str) -> NoReturn:
-    wheelhouse.refuse(message, "gpu_bundle.py")
+    script_inputs.refuse(message, "gpu_bundle.py")
 
 
 def fp16_encoder(source: str, target: str) -> None:
@@ -131,11 +132,11 @@ def default_assets() -> dict[str, str]:
 
 def check_pack(args) -> tuple[str, str, str | None]:
     """(gguf, encoder, data) of `pack`, every argument checked before anything is read or written."""
-    wheelhouse.check_part_mib(args.part_mib, "gpu_bundle.py")
+    script_inputs.check_part_mib(args.part_mib, "gpu_bundle.py")
     if args.conversations < 1:
         refuse(f"--conversations {args.conversations}: give a number of conversations >= 1")
     if not args.no_wheels:
-        wheelhouse.check_arguments(
+        script_inputs.check_arguments(
             args.python, args.platform, args.have, args.part_mib, (), ("gguf",), "gpu_bundle.py"
         )
     assets = default_assets() if not (args.gguf and args.encoder and args.data) else {}
@@ -149,7 +150,7 @@ def check_pack(args) -> tuple[str, str, str | None]:
         refuse(f"--encoder {encoder}: not a model folder (no config.json); give the judge encoder's folder")
     if args.data is not None and not os.path.isfile(args.data):
         refuse(f"--data {args.data}: no such file; give ShareGPT conversations as JSON or JSON lines")
-    wheelhouse.check_out(args.out, "OUT", "gpu_bundle.py")
+    script_inputs.check_out(args.out, "OUT", "gpu_bundle.py")
     return gguf, encoder, args.data
 
 
@@ -160,7 +161,7 @@ def pack(args) -> dict:
     bundle = tempfile.mkdtemp(dir=parent, prefix=".gpu-bundle-")
     try:
         manifest, parts = build(args, gguf, encoder, data, bundle)
-        wheelhouse.publish(bundle, args.out, "gpu_bundle.py")
+        script_inputs.publish(bundle, args.out, "gpu_bundle.py")
     except BaseException:
         shutil.rmtree(bundle, ignore_errors=True)
         raise
@@ -212,7 +213,7 @@ def find_manifest(bundle: str) -> str | None:
 def unpack(args) -> None:
     if not os.path.isdir(args.bundle) or find_manifest(args.bundle) is None:
         refuse(f"BUNDLE {args.bundle} has no part-*/{MANIFEST}: carry part-1 (it holds the manifest) first")
-    wheelhouse.check_out(args.dest, "DEST", "gpu_bundle.py")
+    script_inputs.check_out(args.dest, "DEST", "gpu_bundle.py")
     with open(find_manifest(args.bundle)) as f:
         manifest = json.load(f)
     where = {}
@@ -250,15 +251,17 @@ def unpack(args) -> None:
                 from constrained_sft.data.assets import dequantize_gguf
 
                 dequantize_gguf(staging, "model.gguf", os.path.join(dest, "smollm2"))
-        wheelhouse.publish(dest, args.dest, "gpu_bundle.py")
+        script_inputs.publish(dest, args.dest, "gpu_bundle.py")
     except BaseException:
         shutil.rmtree(dest, ignore_errors=True)
         raise
-    print(f"unpacked into {args.dest}: " + ", ".join(sorted(n for n in os.listdir(args.dest) if n != wheelhouse.MARK)))
+    print(
+        f"unpacked into {args.dest}: " + ", ".join(sorted(n for n in os.listdir(args.dest) if n != script_inputs.MARK))
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = wheelhouse.OneLineParser(prog="gpu_bundle.py", description=__doc__.split("\n\n")[0])
+    parser = script_inputs.OneLineParser(prog="gpu_bundle.py", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("pack", help="build the bundle here")
     p.add_argument("out", help="the bundle folder: new, empty, or one this script wrote (then replaced)")

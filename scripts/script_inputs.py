@@ -1,0 +1,158 @@
+"""
+What the scripts beside it share about their inputs and outputs (`wheelhouse.py`, `gpu_bundle.py`): every argument
+checked before any download or write, refused in one line `prog: error: ...` with exit status 2 (`refuse`,
+`OneLineParser`), and the output-folder rule: a script writes only a new or empty folder or one it wrote itself (its
+`MARK`), builds beside it and moves the finished folder in whole (`check_out`, `publish`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import math
+import os
+import re
+import shutil
+import sys
+from typing import NoReturn
+
+PROJECT = "constrained-sft"
+PYTHONS = tuple(f"3.{minor}" for minor in range(10, 16))  # the project's requires-python (>= 3.10) to the newest
+PLATFORM = re.compile(r"(manylinux_\d+_\d+|musllinux_\d+_\d+|manylinux2014|linux)_(x86_64|aarch64)")
+UV_GLIBCS = ("2_17", "2_28", *(f"2_{minor}" for minor in range(31, 41)))  # the manylinux tags uv resolves for
+MARK = ".written-by"  # in a folder a script wrote: its name; such a folder is the script's to replace
+FREEZE_LINE = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)")
+
+
+def refuse(message: str, prog: str = "wheelhouse.py") -> NoReturn:
+    """One line `prog: error: message` on stderr, exit status 2: what every bad argument gets, before any work."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (no usage block before it), like the `constrained-sft` commands'."""
+
+    def error(self, message: str) -> NoReturn:
+        refuse(message, self.prog.split()[0])
+
+
+def check_out(path: str, flag: str, prog: str) -> None:
+    """`path` may be written by `prog`: new, an empty folder, or a folder `prog` wrote (its MARK) which it replaces
+    whole once the new one is built; a file, a path under a file, or a folder holding anything else is refused."""
+    absolute = os.path.abspath(path)
+    parent = absolute
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if parent != absolute and not os.path.isdir(parent):
+        refuse(f"{flag} {path}: {parent} is a file, not a folder; give a new folder", prog)
+    if os.path.isfile(absolute) or (os.path.exists(absolute) and not os.path.isdir(absolute)):
+        refuse(f"{flag} {path} is a file; give a new or empty folder (or one {prog} wrote, which it replaces)", prog)
+    if os.path.isdir(absolute) and os.listdir(absolute) and written_by(absolute) != prog:
+        refuse(
+            f"{flag} {path} holds files {prog} did not write ({', '.join(sorted(os.listdir(absolute))[:3])}, ...); "
+            f"give a new or empty folder (or one {prog} wrote, which it replaces)",
+            prog,
+        )
+
+
+def written_by(folder: str) -> str | None:
+    path = os.path.join(folder, MARK)
+    return open(path).read().strip() if os.path.isfile(path) else None
+
+
+def publish(staging: str, out: str, prog: str) -> None:
+    """Move the finished `staging` folder to `out` (checked by `check_out`: absent, empty or `prog`'s, only then
+    removed), marked as `prog`'s."""
+    with open(os.path.join(staging, MARK), "w") as f:
+        f.write(prog + "\n")
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    os.replace(staging, out)
+
+
+def check_python(python: str, prog: str) -> None:
+    if python not in PYTHONS:
+        refuse(f"--python {python!r}: give the target's Python as one of {', '.join(PYTHONS)}", prog)
+
+
+def machine(platform: str, prog: str = "wheelhouse.py") -> str:
+    """The CPU of a Linux wheel platform tag (x86_64 or aarch64); any other tag is refused."""
+    match = PLATFORM.fullmatch(platform)
+    if match is None:
+        refuse(
+            f"--platform {platform!r}: give a Linux wheel platform tag such as manylinux_2_28_x86_64, "
+            "manylinux2014_aarch64, musllinux_1_2_x86_64 or linux_x86_64 (x86_64 or aarch64)",
+            prog,
+        )
+    return match.group(2)
+
+
+def check_part_mib(part_mib: float, prog: str) -> None:
+    if not (math.isfinite(part_mib) and part_mib >= 1):
+        refuse(f"--part-mib {part_mib}: give a finite size in MiB >= 1 (a part holds whole wheels)", prog)
+
+
+def read_freeze(path: str, prog: str = "wheelhouse.py") -> dict[str, str]:
+    """{package: version} of the target's `pip freeze` (`name==version`; `name @ url` and `-e` lines are present
+    packages of unknown version); a file in any other form (a `pip list` table) is refused naming its line."""
+    if not os.path.isfile(path):
+        refuse(f"--have {path}: no such file (write it on the target with `pip freeze > FILE`)", prog)
+    pins: dict[str, str] = {}
+    with open(path, errors="replace") as f:
+        for n, line in enumerate(f, 1):
+            text = line.split("#")[0].strip()
+            if not text:
+                continue
+            if text.startswith("-e ") or " @ " in text:
+                pins[canonical(text.removeprefix("-e ").split(" @ ")[0].split("#egg=")[-1])] = ""
+                continue
+            match = FREEZE_LINE.fullmatch(text)
+            if match is None:
+                refuse(
+                    f"--have {path} line {n} {text[:40]!r} is not `pip freeze` output (name==version); write it on "
+                    "the target with `pip freeze > FILE`",
+                    prog,
+                )
+            pins[canonical(match.group(1))] = match.group(2).split("+")[0]
+    if not pins:
+        refuse(f"--have {path} lists no package; write it on the target with `pip freeze > FILE`", prog)
+    return pins
+
+
+def check_extras(extras: list[str], also: list[str], prog: str = "wheelhouse.py") -> None:
+    known = md.metadata(PROJECT).get_all("Provides-Extra") or []
+    if unknown := [e for e in extras if e not in known]:
+        refuse(f"--extras {','.join(unknown)}: {PROJECT} has the extras {', '.join(sorted(known))}", prog)
+    for name in also:
+        try:
+            md.distribution(name)
+        except md.PackageNotFoundError:
+            refuse(f"--also {name}: not installed here (the wheels carried are this environment's)", prog)
+
+
+def canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def uv_platform(platform: str, prog: str = "wheelhouse.py") -> str:
+    """uv's name of a Linux wheel platform tag (`uv pip compile --python-platform`); another tag is refused."""
+    cpu = machine(platform, prog)
+    family = PLATFORM.fullmatch(platform).group(1)  # manylinux_2_28, musllinux_1_2, manylinux2014 or linux
+    if family.startswith("manylinux_"):
+        if (glibc := family.removeprefix("manylinux_")) not in UV_GLIBCS:
+            refuse(f"--platform {platform!r}: give manylinux_X_Y with X_Y one of {', '.join(UV_GLIBCS)}", prog)
+        return f"{cpu}-manylinux_{glibc}"
+    names = {"musllinux": "unknown-linux-musl", "manylinux2014": "manylinux2014", "linux": "unknown-linux-gnu"}
+    return f"{cpu}-{names[family.split('_')[0]]}"
+
+
+def check_arguments(python: str, platform: str, have: str | None, part_mib: float, extras=(), also=(),
+                    prog: str = "wheelhouse.py") -> None:  # fmt: skip
+    """Every argument of a wheelhouse checked before anything is downloaded or written (see `refuse`)."""
+    check_python(python, prog)
+    uv_platform(platform, prog)
+    if have is not None:
+        read_freeze(have, prog)
+    check_part_mib(part_mib, prog)
+    check_extras(list(extras), list(also), prog)
