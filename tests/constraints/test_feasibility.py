@@ -99,3 +99,22 @@ def test_the_bound_on_the_last_layer_flags_an_infeasible_chain():
     assert bound_message(gentle, losses) is None
     free = DescentConstraints.resolve(4, "all", 0.5, None)  # without epsilon: from the measured first layer
     assert "f_1 8 x (1 - 0.5)^3 = 1 nats" in bound_message(free, {1: 8.0, 2: 9.0, 3: 10.0, 4: 11.0})
+
+
+def test_a_window_saved_before_relaxations_were_recorded_reads_them_as_rho_lambda():
+    """A checkpoint's window rows without `relaxation` (saved before it was recorded) load as `WindowStep`s, and
+    the report reads u = rho * lambda for them, as it did when the rows were plain dicts."""
+    spec = DescentConstraints(layers=(1, 2), alphas=(0.5,))
+    primal_dual = PrimalDual(spec, dual_lr=0.1, resilience=0.5)
+    _run(primal_dual, 400, lambda step: 0.8333)
+    state = primal_dual.state_dict()
+    for row in state["history"]:
+        del row["relaxation"]
+    again = PrimalDual(spec, dual_lr=0.1, resilience=0.5)
+    again.load_state_dict(state)
+    assert all(row.relaxation is None for row in again.history)
+    rho_lambda = [0.5 * row.dual[0] for row in again.history]
+    assert again.summary().relaxation["2"] == pytest.approx(sum(rho_lambda) / len(rho_lambda), rel=1e-6)
+    state["history"][0]["gap"] = 1.0  # a key this version does not know: named, not dropped
+    with pytest.raises(ValueError, match=r"feasibility window of a checkpoint: unknown key\(s\) \['gap'\]"):
+        PrimalDual(spec, dual_lr=0.1, resilience=0.5).load_state_dict(state)
