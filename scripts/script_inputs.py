@@ -2,18 +2,21 @@
 What the scripts beside it share about their inputs and outputs (`wheelhouse.py`, `gpu_bundle.py`): every argument
 checked before any download or write, refused in one line `prog: error: ...` with exit status 2 (`refuse`,
 `OneLineParser`), and the output-folder rule: a script writes only a new or empty folder or one it wrote itself (its
-`MARK`), builds beside it and moves the finished folder in whole (`check_out`, `publish`).
+`MARK`), builds beside it and moves the finished folder in whole (`check_out`, `built_beside`).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.metadata as md
 import math
 import os
 import re
 import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
 from typing import NoReturn
 
 PROJECT = "constrained-sft"
@@ -61,14 +64,24 @@ def written_by(folder: str) -> str | None:
     return open(path).read().strip() if os.path.isfile(path) else None
 
 
-def publish(staging: str, out: str, prog: str) -> None:
-    """Move the finished `staging` folder to `out` (checked by `check_out`: absent, empty or `prog`'s, only then
-    removed), marked as `prog`'s."""
-    with open(os.path.join(staging, MARK), "w") as f:
-        f.write(prog + "\n")
-    if os.path.isdir(out):
-        shutil.rmtree(out)
-    os.replace(staging, out)
+@contextlib.contextmanager
+def built_beside(out: str, prog: str) -> Iterator[str]:
+    """A new folder beside `out` (checked by `check_out`) to build in: when the block ends, marked as `prog`'s and
+    moved to `out` whole (`out`, absent, empty or `prog`'s, is removed only then); removed if the block raises, so a
+    failed or interrupted build leaves `out` as it was."""
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    folder = tempfile.mkdtemp(dir=parent, prefix=f".{prog.removesuffix('.py')}-")
+    try:
+        yield folder
+        with open(os.path.join(folder, MARK), "w") as f:
+            f.write(prog + "\n")
+        if os.path.isdir(out):
+            shutil.rmtree(out)
+        os.replace(folder, out)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
 
 
 def check_python(python: str, prog: str) -> None:

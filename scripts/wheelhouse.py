@@ -31,11 +31,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from script_inputs import (  # noqa: E402
     PROJECT,
     OneLineParser,
+    built_beside,
     canonical,
     check_arguments,
     check_out,
     machine,
-    publish,
     read_freeze,
     refuse,
     uv_platform,
@@ -164,17 +164,12 @@ def report(parts: list[tuple[str, int]]) -> None:
 def build(out: str, python: str, platform: str, have: str | None, extras: list[str], part_mib: float, also=(),
           project: str | None = None):  # fmt: skip
     """The wheelhouse built beside `out` and moved there once whole (`out` checked by `check_out` first)."""
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    house = tempfile.mkdtemp(dir=parent, prefix=".wheelhouse-")
-    try:
-        with tempfile.TemporaryDirectory(dir=parent) as staging:
-            print(f"wheelhouse {out}: ", end="")
-            parts = split(collect(staging, python, platform, have, extras, also, project, part_mib), house, part_mib)
-        publish(house, out, "wheelhouse.py")
-    except BaseException:
-        shutil.rmtree(house, ignore_errors=True)
-        raise
+    with (
+        built_beside(out, "wheelhouse.py") as house,
+        tempfile.TemporaryDirectory(dir=os.path.dirname(house)) as staging,
+    ):
+        print(f"wheelhouse {out}: ", end="")
+        parts = split(collect(staging, python, platform, have, extras, also, project, part_mib), house, part_mib)
     parts = [(os.path.join(out, os.path.basename(p)), size) for p, size in parts]
     report(parts)
     return parts

@@ -83,3 +83,11 @@ def test_a_bundle_comes_back_byte_for_byte(tmp_path, capsys):
     assert gpu_bundle.main(argv) == 0 and sorted(out.glob("part-*")) == parts
     assert gpu_bundle.main(["unpack", str(out), str(assets), "--no-dequantize"]) == 0
     assert (assets / "sharegpt.json").read_bytes() == kept
+
+    # a build that fails half way (a piece damaged in transit) leaves neither the folder nor its half-built twin
+    piece = next((out / "part-2" / "assets").iterdir())
+    piece.write_bytes(b"x" + piece.read_bytes()[1:])
+    with pytest.raises(SystemExit, match="does not match its SHA-256"):
+        gpu_bundle.main(["unpack", str(out), str(tmp_path / "damaged"), "--no-dequantize"])
+    assert not (tmp_path / "damaged").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert (assets / "sharegpt.json").read_bytes() == kept
