@@ -73,10 +73,11 @@ def foreign_variants() -> bool:
     registered a mode, dual optimizer, judge or objective of its own before running a command): its help must show
     it, and no key can know of it without loading the registries, so such a help is built, not read."""
     for module, names in REGISTRIES.items():
-        loaded = sys.modules.get(module)
-        for name in names if loaded is not None else ():
-            if any(not cls.__module__.startswith("constrained_sft.") for cls in getattr(loaded, name).values()):
-                return True
+        if (loaded := sys.modules.get(module)) is None:
+            continue  # not loaded: nothing can have registered with it
+        variants = (cls for name in names for cls in getattr(loaded, name).values())
+        if any(not cls.__module__.startswith("constrained_sft.") for cls in variants):
+            return True
     return False
 
 

@@ -13,6 +13,7 @@ from ..utils.fields import known_keys
 from ..utils.files import read_saved, write_json
 from ..utils.types import JSONObject
 from .arguments import SweepArguments
+from .space import Params, ParamValue
 
 COMPARISON_JSON = "comparison.json"
 
@@ -26,8 +27,8 @@ class Trial:
     trial: int
     state: str
     value: float | None
-    params: dict[str, float | int | str | bool]
-    records: dict[str, float | int | str | bool | None] = field(default_factory=dict)
+    params: Params
+    records: dict[str, ParamValue] = field(default_factory=dict)  # Optuna's user attributes: numbers and names
 
     def row(self) -> JSONObject:
         return {"trial": self.trial, "state": self.state, "value": self.value, **self.params, **self.records}
