@@ -183,16 +183,16 @@ def test_a_budget_never_plans_zero_runs_when_one_fits():
 def test_a_run_that_fails_half_way_costs_only_itself(assets, tmp_path, monkeypatch):  # noqa: F811
     """The second run fails while it is measured (after it trained): the first run's record stands; the next call
     measures the second without training it again and trains only what is left."""
-    from constrained_sft.study import phases
+    from constrained_sft.evaluation.after_training import Evaluation
 
-    real = phases.measure
+    real = Evaluation.robustness
 
-    def fail_on_erm(job, sigma):
-        if job.run.arm == "erm":
+    def fail_on_erm(self, *args, **kwargs):
+        if "erm/seed0" in args:  # the run's name
             raise RuntimeError("killed while measuring erm/seed0")
-        return real(job, sigma)
+        return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(phases, "measure", fail_on_erm)
+    monkeypatch.setattr(Evaluation, "robustness", fail_on_erm)
     out = tmp_path / "study"
     argv = study_argv(assets, out, *FAST, "--training_seeds", "1")
     with pytest.raises(RuntimeError, match="killed while measuring"):

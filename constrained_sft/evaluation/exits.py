@@ -37,7 +37,7 @@ from .bootstrap import Statistic, bootstrap_interval
 from .exits_arguments import ExitsArguments, check_depths, default_exits
 from .folders import check_folder, differences, mark_folder, model_identities, normalized
 from .instructions import GenerationError, fingerprint, load_instructions, prompts_for
-from .loading import reference_sigma, versions
+from .loading import auto_bf16, reference_sigma, versions
 from .report import Document, write_html
 from .report.exits import exits_report, plot_layer_accuracy, plot_speedups
 from .results import EXITS_JSON, ExitsModel, ExitSpeedup, ExitsResults, ExitsSettings, LayerReadout, PromptMeasurements
@@ -202,7 +202,7 @@ def run(args: ExitsArguments) -> ExitsResults:
     rows = load_instructions(args.instructions, args.max_instances)
     specs = [ModelSpec(n, p, args.base_model) for n, p in zip(args.model_names(), args.models, strict=True)]
     check_depths(args, specs)
-    bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     settings = {
         k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples", "models", "names")

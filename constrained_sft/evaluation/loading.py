@@ -12,6 +12,14 @@ from ..utils.files import read_saved
 from ..version import VERSION
 
 
+def auto_bf16() -> bool:
+    """bf16 weights where the device has them, what every evaluation command takes when `--bf16` is not given (fp32 on
+    CPU)."""
+    import torch
+
+    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+
+
 def training_report(path: str, flag: str = "--models") -> FeasibilityReport | None:
     """The feasibility report (`constraints.json`) written at the end of training, None where the folder has none;
     a damaged one is refused naming `flag`."""

@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 
 from ..data import ModelSpec
 from ..noise import NoiseGrid, embedding_sigma
@@ -22,7 +21,7 @@ from ..utils.folders import check_output_folder
 from .arms import ArmArguments
 from .compare import check_pairs, compare
 from .folders import check_folder, mark_folder, model_identities, read_marker
-from .loading import layer_indices, recorded_gamma, reference_sigma
+from .loading import auto_bf16, layer_indices, recorded_gamma, reference_sigma
 from .measure import Measurement, finish, measure_model
 from .results import RobustnessResults
 
@@ -147,7 +146,7 @@ def run(
     if claim:
         check_folder(args.output_dir, COMMAND, settings)
     data = task.measuring.evaluation_data(data_args)
-    bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
     sigma, source = reference_sigma(args.sigma_x, first)
     m = Measurement(task, data, data_args, gammas, curve, train_gamma, args.seeds, args.noise_mean, sigma, source,
                     args.layers, args.batch_size, args.max_length, bf16, args.base_model,

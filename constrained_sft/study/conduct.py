@@ -26,6 +26,7 @@ from ..config import training_level
 from ..constraints import mode_of
 from ..data import delete_weights, has_weights
 from ..data.instructions import held_out_instructions
+from ..evaluation.after_training import Evaluation
 from ..evaluation.alpaca import check_judge
 from ..evaluation.folders import check_folder, mark_folder
 from ..evaluation.instructions import ALPACA_EVAL, ALPACA_EVAL_SIZE, load_instructions
@@ -36,9 +37,9 @@ from ..utils.files import write_text
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
 from .finish import compared, finish_study, judge_arguments, seeds_with
-from .phases import Evaluation, Job
+from .phases import Job, required
 from .probe import probe
-from .record import EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record
+from .record import DATA_DIR, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
 from .schedule import choose_jobs, estimate, fitting, plan_lines, run_all
 
@@ -192,7 +193,7 @@ def drop_weights(args, runs: list[RunKey], records, evaluation: Evaluation, queu
         keeps = args.keep_models == "all" or (args.keep_models == "seed0" and run.seed == 0)
         if keeps or run in pending or record is None or not has_weights(folder):
             continue
-        if all(record.done(p) for p in evaluation.required(run) if p != TRAIN):
+        if all(record.done(p) for p in required(evaluation, run) if p != TRAIN):
             freed = delete_weights(folder)
             print(f"{run.name}: every phase recorded; its weights deleted (`--keep_models {args.keep_models}`), "
                   f"{freed / 2**20:.0f} MiB freed")  # fmt: skip
@@ -212,14 +213,14 @@ def jobs_left(args, task, recipes, runs: list[RunKey], records, evaluation: Eval
     """Each run's phases still to do as jobs: the runs in seed-major order, then the seed-0 exit decodings. A run
     whose weights are gone with phases left restarts (`phases.start_over`)."""
     main, exits = [], []
-    data_dir = os.path.join(args.study_dir, "data")
+    data_dir = os.path.join(args.study_dir, DATA_DIR)
     for run in runs:
-        required = evaluation.required(run) if evaluation is not None else (TRAIN,)
+        phases = required(evaluation, run)
         record, folder = records.get(run.name), run.folder(args.study_dir)
-        left = [p for p in required if not (record and record.done(p)) and not (p == TRAIN and is_finished(folder))]
+        left = [p for p in phases if not (record and record.done(p)) and not (p == TRAIN and is_finished(folder))]
         restart = any(p != TRAIN for p in left) and is_finished(folder) and not has_weights(folder)
         if restart:
-            left = list(required)
+            left = list(phases)
             records.pop(run.name, None)
         job = Job(args.study_dir, task.name, run, recipes[run.arm], evaluation, keep=args.keep_models,
                   data_dir=data_dir)  # fmt: skip

@@ -10,17 +10,17 @@ import json
 import os
 import time
 
+from ..evaluation.after_training import Evaluation, held_out
 from ..evaluation.alpaca import AlpacaArguments, build_judge, judge_levels
 from ..evaluation.exits import write_exits
-from ..evaluation.instructions import load_instructions
 from ..evaluation.loading import versions
 from ..evaluation.measure import finish
 from ..evaluation.results import HeadToHead, RobustnessResults
 from ..tasks import Recipe
 from ..utils.files import write_json
 from .arguments import StudyArguments
-from .phases import Evaluation, exits_arguments
-from .record import ANSWERS, ROBUSTNESS, TRAIN, RunKey, RunRecord
+from .phases import required
+from .record import ANSWERS, DATA_DIR, EXITS_DIR, GENERATIONS, ROBUSTNESS, TRAIN, RunKey, RunRecord
 from .report import write_study_report
 from .results import (
     STUDY_JSON,
@@ -71,7 +71,7 @@ def head_to_head(
 ) -> HeadToHead:
     """`model` seed s vs `reference` seed s (s < `seeds`) at each generation level, both orders, win rate with its
     interval. The first pair judges into `judging/`, every other into `judging/<model>-vs-<reference>/`."""
-    generations = os.path.join(args.study_dir, "generations")
+    generations = os.path.join(args.study_dir, GENERATIONS)
 
     def rows(arm: str, seed: int, gamma: float) -> list[dict]:
         with open(os.path.join(generations, RunKey(seed, arm).stem, f"gamma_{float(gamma)}.json")) as f:
@@ -126,7 +126,7 @@ def phases_missing(
         for arm in recipes:
             run = RunKey(seed, arm)
             record = records.get(run.name)
-            left = [p for p in e.required(run) if not (record and record.done(p)) and p != TRAIN]
+            left = [p for p in required(e, run) if not (record and record.done(p)) and p != TRAIN]
             if left:
                 out.append(run.name if record is None or not record.seconds else f"{run.name}: {', '.join(left)}")
     return sorted(set(out), key=lambda name: (name not in not_started, name))
@@ -152,7 +152,7 @@ def finish_study(
     kept = {name: records[name] for names in arms.values() for name in names}
     sigma = one_scale(kept)
     e = evaluation
-    data = task.measuring.evaluation_data(constrained.script, os.path.join(args.study_dir, "data"))
+    data = held_out(task, constrained.script, os.path.join(args.study_dir, DATA_DIR))  # the rows the runs measured
     m = e.measurement(
         task, data, constrained.script, sigma, "the runs' recorded noise_sigma_x (their starting model's)"
     )
@@ -171,10 +171,9 @@ def finish_study(
     decoded = [arm for arm in recipes if (r := records.get(RunKey(0, arm).name)) is not None and r.exits is not None]
     if e.exit_prompts and decoded:
         folders = [RunKey(0, arm).folder(args.study_dir) for arm in decoded]
-        exit_args = exits_arguments(args.study_dir, e, folders, decoded, sigma)
-        rows = load_instructions(e.instructions, e.exit_prompts)
+        exit_args = e.exits_arguments(os.path.join(args.study_dir, EXITS_DIR), folders, decoded, sigma)
         models = {arm: records[RunKey(0, arm).name].exits for arm in decoded}
-        exits = write_exits(exit_args, models, rows, sigma, "cuda" if _cuda() else "cpu")
+        exits = write_exits(exit_args, models, e.exit_rows(), sigma, "cuda" if _cuda() else "cpu")
     missing = phases_missing(records, recipes, e, args.training_seeds, not_started)
     study = StudyResults(
         settings=StudySettings(

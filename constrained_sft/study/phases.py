@@ -11,63 +11,41 @@ weights are not mixed into one run).
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
 
-from ..data import ModelSpec, delete_weights, has_weights, model_fingerprint
-from ..evaluation.alpaca.generate import GenerateArguments
-from ..evaluation.alpaca.generate import run as generate
-from ..evaluation.exits import ExitsArguments, measure_exits
-from ..evaluation.instructions import load_instructions
+from ..data import delete_weights, has_weights, model_fingerprint
+from ..evaluation.after_training import Evaluation
 from ..evaluation.loading import reference_sigma
-from ..evaluation.measure import Measurement, measure_model
-from ..evaluation.results import ExitsModel, ModelResult
-from ..noise import NoiseGrid
 from ..tasks import Recipe, get_task, is_finished
 from . import clock
-from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record, record_path, write_record
+from .record import (
+    ANSWERS,
+    EXITS,
+    EXITS_DIR,
+    GENERATIONS,
+    ROBUSTNESS,
+    TRAIN,
+    RunKey,
+    RunRecord,
+    read_record,
+    record_path,
+    write_record,
+)
 
 logger = logging.getLogger(__name__)
 KEEP_MODELS = ("all", "seed0", "none")
 
 
-@dataclass(frozen=True)
-class Evaluation:
-    """What every run is measured with after it trains (fixed for the study): the robustness grid and its noise
-    seeds, the instructions and how they are answered, the exit-layer decoding of seed 0 (`exit_prompts` 0: none).
-    `sigma_x`: None takes each run's recorded scale (every run records its starting model's, the same base model;
-    `finish` checks they agree)."""
-
-    gammas: list[float]
-    curve_gammas: list[float]
-    train_gamma: float
-    noise_seeds: int
-    batch_size: int
-    max_length: int
-    instructions: str
-    max_instances: int | None
-    generation_gammas: list[float]
-    generation_batch_size: int
-    max_new_tokens: int
-    exit_prompts: int
-    exit_layers: list[int] | None
-    exit_new_tokens: int
-    bootstrap_samples: int
-    sigma_x: float | None = None
-
-    def measurement(self, task, data, data_args, sigma: float | None, source: str | None = None) -> Measurement:
-        """The robustness measurement of every run (and of the study's comparison) on `data`."""
-        return Measurement(task, data, data_args, NoiseGrid(tuple(self.gammas)), self.curve_gammas, self.train_gamma,
-                           self.noise_seeds, 0.0, sigma, source, "trained", self.batch_size, self.max_length,
-                           auto_bf16())  # fmt: skip
-
-    def required(self, run: RunKey) -> tuple[str, ...]:
-        """The phases `run` goes through: exits for seed 0 only, and only with `exit_prompts`."""
-        return (TRAIN, ROBUSTNESS, ANSWERS) + ((EXITS,) if self.exit_prompts and run.seed == 0 else ())
+def required(evaluation: Evaluation | None, run: RunKey) -> tuple[str, ...]:
+    """The phases `run` goes through: training alone under `--stage train` (no `evaluation`); exits for seed 0 only,
+    and only with `exit_prompts`."""
+    if evaluation is None:
+        return (TRAIN,)
+    return (TRAIN, ROBUSTNESS, ANSWERS) + ((EXITS,) if evaluation.exit_prompts and run.seed == 0 else ())
 
 
 @dataclass(frozen=True)
@@ -99,8 +77,7 @@ class Job:
     @property
     def last(self) -> bool:
         """Whether this job ends the run (its weights may then go)."""
-        required = self.evaluation.required(self.run) if self.evaluation else (TRAIN,)
-        return required[-1] in self.phases
+        return required(self.evaluation, self.run)[-1] in self.phases
 
 
 def train(job: Job, callbacks=()) -> float:
@@ -116,68 +93,6 @@ def train(job: Job, callbacks=()) -> float:
     recipe = Recipe(job.recipe.script, job.recipe.model, training)
     get_task(job.task).training.train(recipe, more_runs=True, data_dir=job.data_dir, callbacks=callbacks)
     return time.perf_counter() - start
-
-
-_DATA: dict[str, object] = {}  # the held-out data, loaded once per process (a worker runs several jobs)
-
-
-def held_out(job: Job):
-    key = repr(job.recipe.script)
-    if key not in _DATA:
-        _DATA.clear()
-        _DATA[key] = get_task(job.task).measuring.evaluation_data(job.recipe.script, job.data_dir)
-    return _DATA[key]
-
-
-def measure(job: Job, sigma: float) -> ModelResult:
-    """The run's robustness at every level and noise seed of the study's grid."""
-    m = job.evaluation.measurement(get_task(job.task), held_out(job), job.recipe.script, sigma)
-    return measure_model(m, job.run.name, job.folder).result
-
-
-def answer(job: Job, sigma: float) -> dict[str, int]:
-    """The run's answers to the instructions at every generation level (`generations/<arm>-seed<s>/`); the empty
-    answers per level (under heavy noise an empty answer is a result: judged a loss for the side that gave it)."""
-    e = job.evaluation
-    stale = os.path.join(job.study_dir, "generations", job.run.stem)
-    if os.path.isdir(stale):  # not recorded: a killed phase's partial answers, or answers written where the study was
-        shutil.rmtree(stale)
-    paths = generate(
-        GenerateArguments(
-            model=job.folder, name=job.run.stem, output_dir=os.path.join(job.study_dir, "generations"),
-            instructions=e.instructions, max_instances=e.max_instances, gammas=e.generation_gammas, sigma_x=sigma,
-            batch_size=e.generation_batch_size, max_new_tokens=e.max_new_tokens,
-        )
-    )  # fmt: skip
-    empty = {}
-    for gamma, path in paths.items():
-        with open(path) as f:
-            empty[str(float(gamma))] = sum(not r["output"].strip() for r in json.load(f))
-    return empty
-
-
-def exits_arguments(study_dir: str, e: Evaluation, models: list[str], names: list[str], sigma: float | None):
-    """The study's `eval exits` settings: each arm's seed-0 model on the first `exit_prompts` instructions."""
-    return ExitsArguments(
-        models=models, names=names, output_dir=os.path.join(study_dir, "exits"), exit_layers=e.exit_layers,
-        instructions=e.instructions, max_instances=e.exit_prompts, max_new_tokens=e.exit_new_tokens,
-        gammas=sorted(set(e.generation_gammas)), sigma_x=sigma, bootstrap_samples=e.bootstrap_samples,
-    )  # fmt: skip
-
-
-def decode(job: Job, sigma: float) -> ExitsModel:
-    """Seed 0's self-speculative decoding per exit layer and each layer's readout of the reference answers."""
-    e = job.evaluation
-    args = exits_arguments(job.study_dir, e, [job.folder], [job.run.arm], sigma)
-    rows = load_instructions(e.instructions, e.exit_prompts)
-    return measure_exits(args, ModelSpec(job.run.arm, job.folder), rows, sigma, auto_bf16())[0]
-
-
-def auto_bf16() -> bool:
-    """bf16 weights where the device has them, as the evaluation commands default (fp32 on CPU)."""
-    import torch
-
-    return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
 def start_over(job: Job) -> None:
@@ -210,13 +125,13 @@ def run_job(job: Job) -> dict:
         done(TRAIN, started)
     if job.evaluation is None:
         return record.to_dict(key)
-    e = job.evaluation
+    e, task = job.evaluation, get_task(job.task)
     sigma = e.sigma_x if e.sigma_x is not None else reference_sigma(None, job.folder)[0]
     record.sigma_x, record.model = sigma, model_fingerprint(job.folder)
-    phases = {
-        ROBUSTNESS: lambda: measure(job, sigma),
-        ANSWERS: lambda: answer(job, sigma),
-        EXITS: lambda: decode(job, sigma),
+    phases = {  # each the evaluation's own measurement of the run's folder, written where the study keeps it
+        ROBUSTNESS: lambda: e.robustness(task, job.recipe.script, job.data_dir, job.folder, job.run.name, sigma),
+        ANSWERS: lambda: e.answer(job.folder, job.run.stem, os.path.join(job.study_dir, GENERATIONS), sigma),
+        EXITS: lambda: e.decode(job.folder, job.run.arm, os.path.join(job.study_dir, EXITS_DIR), sigma),
     }
     kept = {ROBUSTNESS: "robustness", ANSWERS: "empty_answers", EXITS: "exits"}
     for phase in (p for p in (ROBUSTNESS, ANSWERS, EXITS) if p in job.phases):

@@ -28,16 +28,10 @@ from dataclasses import dataclass
 from transformers import TrainerCallback
 
 from ..data import ModelSpec
-from ..evaluation.alpaca.generate import GenerateArguments
-from ..evaluation.alpaca.generate import run as generate
-from ..evaluation.exits import measure_exits
-from ..evaluation.instructions import load_instructions
-from ..evaluation.loading import reference_sigma
-from ..evaluation.measure import measure_model
-from ..noise import NoiseGrid
+from ..evaluation.loading import auto_bf16, reference_sigma
 from ..tasks import get_task
 from . import clock
-from .phases import Job, auto_bf16, exits_arguments, held_out, train
+from .phases import Job, train
 from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN
 
 PROBE_STEPS, WARMUP_STEPS = 12, 4  # steps of the probe, of which the first are warm-up (timed, left out)
@@ -88,7 +82,7 @@ class ProbeTimes:
         out = {TRAIN: self.before_steps + self.warm_step * t.max_steps + self.after_steps}
         if e is None:
             return out
-        n = len(load_instructions(e.instructions, e.max_instances))
+        n = e.instruction_count
         out[ROBUSTNESS] = self.load + self.level * len(e.gammas) * e.noise_seeds
         batches = math.ceil(n / e.generation_batch_size) * len(e.generation_gammas)
         out[ANSWERS] = self.load + self.answer_batch * batches * e.max_new_tokens / self.tokens
@@ -129,24 +123,20 @@ def probe(job: Job) -> ProbeTimes:
         start = clock.now()
         model, tokenizer = task.measuring.load_model(ModelSpec("probe", folder), _dtype())
         times.load = clock.now() - start
-        m = e.measurement(task, held_out(job), job.recipe.script, sigma)
-        m = dataclasses.replace(m, gammas=NoiseGrid(tuple(e.gammas[-1:])), seeds=1)
+        one_level = dataclasses.replace(e, gammas=e.gammas[-1:], noise_seeds=1)
         start = clock.now()
-        measure_model(m, "probe", folder, model, tokenizer)
+        one_level.robustness(task, job.recipe.script, job.data_dir, folder, "probe", sigma, model, tokenizer)
         times.level = clock.now() - start
         del model, tokenizer
-        n = min(len(load_instructions(e.instructions, e.max_instances)), e.generation_batch_size)
+        one_batch = dataclasses.replace(e, max_instances=min(e.instruction_count, e.generation_batch_size),
+                                        generation_gammas=e.generation_gammas[-1:], max_new_tokens=PROBE_TOKENS)  # fmt: skip
         start = clock.now()
-        generate(GenerateArguments(model=folder, name="probe", output_dir=os.path.join(scratch, "answers"),
-                                   instructions=e.instructions, max_instances=n, gammas=[e.generation_gammas[-1]],
-                                   sigma_x=sigma, batch_size=e.generation_batch_size,
-                                   max_new_tokens=PROBE_TOKENS))  # fmt: skip
+        one_batch.answer(folder, "probe", os.path.join(scratch, "answers"), sigma)
         times.answer_batch = max(clock.now() - start - times.load, 0.0)
         if e.exit_prompts:
-            short_exits = dataclasses.replace(e, exit_new_tokens=PROBE_TOKENS)
-            args = exits_arguments(scratch, short_exits, [folder], ["probe"], sigma)
+            one_prompt = dataclasses.replace(e, exit_prompts=1, exit_new_tokens=PROBE_TOKENS)
             start = clock.now()
-            measure_exits(args, ModelSpec("probe", folder), load_instructions(e.instructions, 1), sigma, auto_bf16())
+            one_prompt.decode(folder, "probe", os.path.join(scratch, "exits"), sigma)
             times.exit_prompt = max(clock.now() - start - times.load, 0.0)
     return times
 

@@ -27,6 +27,9 @@ from ..utils.types import JSONObject
 TRAIN, ROBUSTNESS, ANSWERS, EXITS = "train", "robustness", "answers", "exits"
 PHASES = (TRAIN, ROBUSTNESS, ANSWERS, EXITS)
 RUNS = "runs"
+# the study folder's other parts the runs write: every run's answers, the seed-0 models' exit-layer decoding, the data
+# prepared once for every run
+GENERATIONS, EXITS_DIR, DATA_DIR = "generations", "exits", "data"
 LEGACY_PHASES = {"generation": ANSWERS}  # the seconds key of records before phases were recorded one by one
 
 

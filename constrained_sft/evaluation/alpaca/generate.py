@@ -30,7 +30,7 @@ from ...utils.folders import check_output_folder, child_path, plain_name
 from ..arms import check_model_paths, folder_name
 from ..folders import check_folder, mark_folder
 from ..instructions import ALPACA_EVAL, ALPACA_EVAL_SIZE, GenerationError, fingerprint, load_instructions, prompts_for
-from ..loading import reference_sigma
+from ..loading import auto_bf16, reference_sigma
 
 
 @dataclass
@@ -180,7 +180,7 @@ def run(args: GenerateArguments) -> dict[float, str]:
     folder = child_path(args.output_dir, name)
     later = ("sigma_x",) if args.sigma_x is None else ()
     _check_resume(os.path.join(folder, "settings.json"), _settings(args, rows, name), later)
-    bf16 = args.bf16 if args.bf16 is not None else bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
+    bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
     spec = ModelSpec(name, args.model, args.base_model, "--model")
     model, tokenizer = get_task(SFTTask.name).measuring.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
     if args.sigma_x is None:
