@@ -21,6 +21,7 @@ import sys
 import time
 
 import torch
+from host_memory import peak_rss_mib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from constrained_sft.noise.embedding import table_std  # noqa: E402
@@ -30,11 +31,6 @@ METHODS = {
     "per micro-batch (before)": lambda w: w.float().std(unbiased=False).item(),
     "chunked, once per run (now)": table_std,
 }
-
-
-def peak_rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM")) / 1024
 
 
 def one(table: str, method: str, repeats: int) -> dict[str, float]:

@@ -24,6 +24,7 @@ import sys
 import time
 
 import torch
+from host_memory import peak_rss_mib
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -111,13 +112,6 @@ def timings(args) -> dict:
     return rows
 
 
-def peak_rss_kib() -> int:
-    """This process's peak resident set (VmHWM, KiB). Not `ru_maxrss`: Linux keeps it across `exec`, so a child
-    started by a large parent would report the parent's peak."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-
-
 def peak_of(args, name: str) -> float:
     """MiB above the process's peak before the kernel (CPU: a fresh process per kernel; CUDA: this one)."""
     if args.device == "cuda":
@@ -148,9 +142,9 @@ def main() -> None:
     if args.peak_of:  # child: one kernel, one shape, print the peak resident set it added (MiB)
         args.tokens = args.tokens[0]
         x, w, t = inputs(args)
-        before = peak_rss_kib()
+        before = peak_rss_mib()
         run(kernels("cpu")[args.peak_of], x, w, t)
-        print((peak_rss_kib() - before) / 1024)
+        print(peak_rss_mib() - before)
         return
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     results = {}

@@ -26,22 +26,15 @@ weights; on CPU with the system allocator, whose RSS follows what the step holds
 the timing processes' default, freed blocks stay in the heap and the peak RSS depends on how it fragments). With
 `--noise-gamma`, each setting gets its own model (the noise hooks of several trainers would stack on one embedding).
 
-FLOPs. "FLOP x" estimates a step's FLOPs relative to plain SFT: TRL's `compute_flops_per_token` (6 x params x
-tokens plus attention; 4 x with LoRA's frozen base) and each extra readout as 6 x D x V per token read (forward 2,
-backward 4; 4 with a frozen head), plus 2 x D x V where the kernel recomputes logits in its backward, or 2 x D x V
-when only measured. "TFLOP/s" divides each setting's estimated FLOPs by its measured time: a setting whose extra
-FLOPs run at the base's rate has the same TFLOP/s as plain SFT; a lower figure is time that is not arithmetic (host
-work, syncs, memory traffic), a higher one means the base runs below the readout's GEMM efficiency.
+FLOPs: see `step_flops.py` ("FLOP x" and "TFLOP/s" in the rows).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -55,14 +48,14 @@ if os.environ.get("STEP_TIME_CODE"):  # a `--baseline-code` child: that checkout
 
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
+from host_memory import peak_rss_mib, reset_peak_rss  # noqa: E402
+from step_flops import flop_estimate, sft_flops  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
-from trl.trainer.utils import compute_flops_per_token  # noqa: E402
 
 import constrained_sft  # noqa: E402
 from constrained_sft import ConstrainedSFTConfig, ConstrainedSFTTrainer  # noqa: E402
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer  # noqa: E402
-from constrained_sft.trainers import auto_tokens_per_sequence  # noqa: E402
 
 try:
     from constrained_sft.trainers.host_allocator import reuse_freed_host_memory  # noqa: E402
@@ -175,22 +168,6 @@ def build(settings: list[str], args: argparse.Namespace) -> dict[str, tuple]:
     return built
 
 
-def peak_rss_mib() -> float:
-    """This process's peak RSS since the last `reset_peak_rss` (VmHWM; not `ru_maxrss`, which Linux carries from
-    the parent across exec and never resets)."""
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1024 if sys.platform != "darwin" else 2**20)
-
-
-def reset_peak_rss() -> None:
-    """Linux >= 4.0: writing 5 to clear_refs resets VmHWM to the current RSS (the built model stays counted)."""
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
-        f.write("5")
-
-
 def time_settings(settings: list[str], args: argparse.Namespace) -> dict:
     """Every setting round-robin, step by step, in this (fresh) process: {setting: [step seconds]} and facts."""
     built = build(settings, args)
@@ -262,44 +239,6 @@ def interval(values: list[float]) -> tuple[float, float]:
     mean, sem = statistics.fmean(values), statistics.stdev(values) / len(values) ** 0.5
     half = stats.t.ppf(0.975, len(values) - 1) * sem
     return mean - half, mean + half
-
-
-def sft_flops(config, args) -> float:
-    """A plain SFT step's FLOPs: TRL's per-token estimate (forward + backward) x tokens, 4/6 of it with LoRA (frozen
-    base and head: no weight gradients, backward = 2 x forward)."""
-    return compute_flops_per_token(config, args.seq) * args.batch * args.seq * (4 / 6 if args.lora else 1)
-
-
-def flop_estimate(config, args, setting: str) -> tuple[float, float]:
-    """
-    Estimated step FLOPs relative to plain SFT: (lower bound, with the kernel's recomputation). Each token read
-    costs 6 x D x V per layer at least (forward 2, backward dx 2 and dW 2; 4 with a frozen head); a kernel that
-    recomputes the logits in the backward instead of keeping `[K, V]` probabilities (all GPU kernels, and the CPU
-    one above `KEEP_ELEMENTS`) adds another 2 x D x V.
-    """
-    from constrained_sft.readout.linear_nll import KEEP_ELEMENTS
-
-    if setting == "sft":
-        return 1.0, 1.0
-    base = sft_flops(config, args)
-    readouts = config.num_hidden_layers - 1
-    per_token = (4 if args.lora else 6) * config.hidden_size * config.vocab_size  # per token read and layer
-    if setting in ("none", "auto"):  # the trainer's own rule: `readout_budget` 0.1, k tokens per sequence
-        k = auto_tokens_per_sequence(
-            config, (config.vocab_size, config.hidden_size), readouts, (args.batch, args.seq), args.batch, 0.1
-        )
-    else:
-        k = args.seq if setting == "all" else int(setting)
-    # 'all' reads the T - 1 supervised next-token positions of a sequence (every one is, in this random batch); a
-    # sample of k >= T - 1 reads the layers whole, all T positions (the last one a weight-0 row)
-    per_sequence = args.seq - 1 if setting == "all" else (k if k < args.seq - 1 else args.seq)
-    read = per_sequence * args.batch
-    if setting == "none":  # measured without grad: forward only, nothing recomputed
-        return (base + readouts * per_token / 3 * read) / base, (base + readouts * per_token / 3 * read) / base
-    rows = readouts * read  # every layer below the last, stacked into one readout call
-    recompute = args.device != "cpu" or rows * config.vocab_size > KEEP_ELEMENTS
-    extra = 2 * config.hidden_size * config.vocab_size if recompute else 0
-    return (base + rows * per_token) / base, (base + rows * (per_token + extra)) / base
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

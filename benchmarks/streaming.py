@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+from host_memory import reset_peak_rss, status_mib
+
 ROWS, LENGTH = 1_000_000, 64
 
 
@@ -55,26 +57,18 @@ def construct(folder: str) -> dict:
         output_dir=tempfile.mkdtemp(prefix="streaming-bench-"), report_to="none", bf16=False, use_cpu=True, max_steps=1,
         dataset_kwargs={"skip_prepare_dataset": True}, max_length=None,
     )  # fmt: skip
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # VmHWM := VmRSS: the peak below is the construction's own
-    before = memory_mib("VmRSS")
+    reset_peak_rss()  # VmHWM := VmRSS: the peak below is the construction's own
+    before = status_mib("VmRSS")
     start = time.perf_counter()
     ConstrainedSFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
     seconds = time.perf_counter() - start
-    peak = memory_mib("VmHWM")
+    peak = status_mib("VmHWM")
     import constrained_sft
 
     return {
         "seconds": seconds, "rss_before_mib": before, "peak_rss_mib": peak, "peak_above_before_mib": peak - before,
         "package": constrained_sft.__file__,
     }  # fmt: skip
-
-
-def memory_mib(field: str) -> float:
-    """A memory line of /proc/self/status (VmRSS: resident now; VmHWM: its high-water mark), in MiB."""
-    with open("/proc/self/status") as f:
-        line = next(line for line in f if line.startswith(field + ":"))
-    return int(line.split()[1]) / 1024
 
 
 def step_times(steps: int, repeats: int) -> dict:

@@ -71,16 +71,16 @@ def test_flop_estimate_counts_only_the_positions_the_trainer_reads():
 
     from constrained_sft.testing import tiny_causal_lm
 
-    spec = importlib.util.spec_from_file_location("step_time", SCRIPT)
-    step_time = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(step_time)
+    spec = importlib.util.spec_from_file_location("step_flops", os.path.join(os.path.dirname(SCRIPT), "step_flops.py"))
+    step_flops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_flops)
     config = tiny_causal_lm("llama", num_layers=4, hidden=32, vocab=32).config
     args = argparse.Namespace(batch=4, seq=256, lora=False, device="cpu")
-    every = step_time.flop_estimate(config, args, "auto")
-    assert every == step_time.flop_estimate(config, args, "1000") == step_time.flop_estimate(config, args, "255")
-    supervised = step_time.flop_estimate(config, args, "all")
+    every = step_flops.flop_estimate(config, args, "auto")
+    assert every == step_flops.flop_estimate(config, args, "1000") == step_flops.flop_estimate(config, args, "255")
+    supervised = step_flops.flop_estimate(config, args, "all")
     assert (every[0] - 1) / (supervised[0] - 1) == pytest.approx(256 / 255)
-    assert 1.0 < step_time.flop_estimate(config, args, "8")[1] < every[1]
+    assert 1.0 < step_flops.flop_estimate(config, args, "8")[1] < every[1]
 
 
 def test_readout_overhead_compares_the_library_path_with_a_fused_reference_that_agrees(tmp_path):
@@ -100,11 +100,12 @@ def test_readout_overhead_compares_the_library_path_with_a_fused_reference_that_
     assert json.loads(out.read_text())["shape"]["layers"] == 3
 
 
-def test_results_name_a_commit_only_for_a_package_the_repository_tracks(tmp_path):
+def test_results_name_a_commit_only_for_a_package_the_repository_tracks(tmp_path, monkeypatch):
     """A source copy inside another repository (untracked there) has no commit of its own: the results name the
     version alone; once that repository tracks it, its commit."""
     import importlib.util
 
+    monkeypatch.syspath_prepend(os.path.dirname(SCRIPT))  # step_time imports its siblings, as when run as a script
     spec = importlib.util.spec_from_file_location("step_time", SCRIPT)
     step_time = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(step_time)
