@@ -20,7 +20,6 @@ import argparse
 import cProfile
 import io
 import json
-import math
 import os
 import platform
 import pstats
@@ -40,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     import torch
-    from scipy import stats
+    from intervals import ratio_interval
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from constrained_sft.data.assets import smollm2_path
@@ -92,14 +91,12 @@ def main(argv: list[str] | None = None) -> int:
             seconds[name].append(time.perf_counter() - start)
     rows_out = {}
     for name in names:
-        ratios = [math.log(s / p) for s, p in zip(seconds[name], seconds["plain"], strict=True)]
-        mean, sd = statistics.mean(ratios), statistics.stdev(ratios) if len(ratios) > 1 else 0.0
-        half = stats.t.ppf(0.975, len(ratios) - 1) * sd / math.sqrt(len(ratios)) if len(ratios) > 1 else 0.0
+        ratio, (low, high) = ratio_interval([s / p for s, p in zip(seconds[name], seconds["plain"], strict=True)])
         rows_out[name] = {
             "tokens_per_second": round(tokens[name] / statistics.median(seconds[name]), 1),
             "seconds_median": round(statistics.median(seconds[name]), 3),
-            "time_vs_plain": round(math.exp(mean), 3),
-            "time_vs_plain_ci95": [round(math.exp(mean - half), 3), round(math.exp(mean + half), 3)],
+            "time_vs_plain": round(ratio, 3),
+            "time_vs_plain_ci95": [round(low, 3), round(high, 3)],
         }
         print(f"{name}: {rows_out[name]['tokens_per_second']} new tokens/s, time x{rows_out[name]['time_vs_plain']} "
               f"of plain {rows_out[name]['time_vs_plain_ci95']}")  # fmt: skip

@@ -49,6 +49,8 @@ if os.environ.get("STEP_TIME_CODE"):  # a `--baseline-code` child: that checkout
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from host_memory import peak_rss_mib, reset_peak_rss  # noqa: E402
+from intervals import t_interval  # noqa: E402
+from provenance import source_commit  # noqa: E402
 from step_flops import flop_estimate, sft_flops  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
@@ -195,28 +197,6 @@ def time_settings(settings: list[str], args: argparse.Namespace) -> dict:
     }
 
 
-def source_commit(folder: str) -> str | None:
-    """The git commit of the checkout whose tracked files include the package in `folder` (`+dirty` with uncommitted
-    changes to tracked files), or None: results name the code they measured, where a worktree's path says nothing
-    once it is gone. A source copy (a tarball, an rsync) that lies inside another repository without being tracked
-    there has no commit of its own: it gets None, and the row names the package version alone."""
-    package = os.path.join(folder, "__init__.py")
-    try:
-        tracked, head, status = (
-            subprocess.run(["git", "-C", folder, *command], capture_output=True, text=True, timeout=30)
-            for command in (
-                ["ls-files", "--error-unmatch", package],
-                ["rev-parse", "--short=7", "HEAD"],
-                ["status", "--porcelain", "--untracked-files=no"],
-            )
-        )
-        if tracked.returncode != 0 or head.returncode != 0:
-            return None
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return head.stdout.strip() + ("+dirty" if status.stdout.strip() else "")
-
-
 def measure_memory(setting: str, args: argparse.Namespace) -> float:
     """Peak memory in MiB of `--warmup + 2` steps of one setting, in this (fresh) process, weights included."""
     trainer, batch = build([setting], args)[setting]
@@ -228,17 +208,6 @@ def measure_memory(setting: str, args: argparse.Namespace) -> float:
         train_step(trainer, batch)
     sync(args.device)
     return torch.cuda.max_memory_allocated() / 2**20 if args.device.startswith("cuda") else peak_rss_mib()
-
-
-def interval(values: list[float]) -> tuple[float, float]:
-    """95% t-interval of the mean (one value: that value)."""
-    from scipy import stats
-
-    if len(values) < 2:
-        return values[0], values[0]
-    mean, sem = statistics.fmean(values), statistics.stdev(values) / len(values) ** 0.5
-    half = stats.t.ppf(0.975, len(values) - 1) * sem
-    return mean - half, mean + half
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -310,7 +279,7 @@ def summarise(args: argparse.Namespace, runs: list[dict], memory: dict[str, floa
             row["flop_ratio_estimate"] = estimate
             row["flop_ratio_lower_bound"] = lower
             row["tflops"] = mine[0]["sft_flops"] * estimate / median / 1e12
-            row.update(time_ratio=statistics.median(ratios), time_ratio_ci95=interval(ratios), process_ratios=ratios)
+            row.update(time_ratio=statistics.median(ratios), time_ratio_ci95=t_interval(ratios), process_ratios=ratios)
             row["peak_mib"] = memory.get(s) if not label else None
             row["memory_ratio"] = memory[s] / memory["sft"] if s in memory and "sft" in memory and not label else None
             rows.append(row)

@@ -25,6 +25,8 @@ import tempfile
 import time
 
 from host_memory import reset_peak_rss, status_mib
+from intervals import ratio_interval
+from provenance import source_commit
 
 ROWS, LENGTH = 1_000_000, 64
 
@@ -112,19 +114,13 @@ def step_times(steps: int, repeats: int) -> dict:
             medians[name] = statistics.median(clock.times[1:])
         ratios.append(medians["streamed"] / medians["map-style"])
     result = {name: {"median_step_s": statistics.median(t), "steps": len(t)} for name, t in out.items()}
-    return {**result, "streamed_over_map_style_per_repeat": ratios, "streamed_over_map_style": ratio_interval(ratios)}
+    return {**result, "streamed_over_map_style_per_repeat": ratios, "streamed_over_map_style": geometric(ratios)}
 
 
-def ratio_interval(ratios: list[float]) -> dict:
-    """The geometric mean of per-repeat ratios and its 95% t-interval (on log ratios: a ratio's noise is
-    multiplicative)."""
-    import math
-
-    from scipy import stats
-
-    logs = [math.log(r) for r in ratios]
-    low, high = stats.ttest_1samp(logs, 0.0).confidence_interval(0.95)
-    return {"geometric_mean": math.exp(statistics.fmean(logs)), "ci95": [math.exp(low), math.exp(high)]}
+def geometric(ratios: list[float]) -> dict:
+    """The per-repeat ratios' geometric mean and its 95% t-interval (`intervals.ratio_interval`) as the JSON keeps them."""
+    mean, (low, high) = ratio_interval(ratios)
+    return {"geometric_mean": mean, "ci95": [low, high]}
 
 
 def child(flag: str, code: str | None, args: argparse.Namespace) -> dict:
@@ -161,8 +157,8 @@ def main() -> None:
     tokenized_rows(args.rows, LENGTH).save_to_disk(args.data)
     result["construction"] = {"this checkout": child("--construct", None, args)}
     if args.baseline_code:
-        head = subprocess.run(["git", "-C", args.baseline_code, "rev-parse", "--short", "HEAD"], capture_output=True)
-        name = f"baseline {head.stdout.decode().strip() or args.baseline_code}"  # its commit, where it is a checkout
+        commit = source_commit(os.path.join(args.baseline_code, "constrained_sft"))
+        name = f"baseline {commit or args.baseline_code}"  # its commit, where it is a checkout
         result["construction"][name] = child("--construct", args.baseline_code, args)
     result["step_time"] = child("--steps-only", None, args)
     print(json.dumps(result, indent=2))
