@@ -107,7 +107,8 @@ def start_over(job: Job) -> None:
 def run_job(job: Job) -> dict:
     """The job's phases in order, each written to the run's record as it ends; returns the record as written. Runs
     in the study's process or in a worker of `--jobs`."""
-    key = get_task(job.task).headline.key
+    task = get_task(job.task)
+    key = task.headline.key
     if job.restart:
         start_over(job)
     record = read_record(job.study_dir, job.run, key) or RunRecord(job.run.name)
@@ -125,8 +126,8 @@ def run_job(job: Job) -> dict:
         done(TRAIN, started)
     if job.evaluation is None:
         return record.to_dict(key)
-    e, task = job.evaluation, get_task(job.task)
-    sigma = e.sigma_x if e.sigma_x is not None else reference_sigma(None, job.folder)[0]
+    e = job.evaluation
+    sigma = reference_sigma(e.sigma_x, job.folder)[0]  # the study's, else the one the run recorded
     record.sigma_x, record.model = sigma, model_fingerprint(job.folder)
     phases = {  # each the evaluation's own measurement of the run's folder, written where the study keeps it
         ROBUSTNESS: lambda: e.robustness(task, job.recipe.script, job.data_dir, job.folder, job.run.name, sigma),

@@ -119,7 +119,7 @@ def probe(job: Job) -> ProbeTimes:
         if e is None:
             return times
         folder, task = short.folder, get_task(job.task)
-        sigma = e.sigma_x if e.sigma_x is not None else reference_sigma(None, folder)[0]
+        sigma = reference_sigma(e.sigma_x, folder)[0]  # the study's, else the one the short run recorded
         start = clock.now()
         model, tokenizer = task.measuring.load_model(ModelSpec("probe", folder), _dtype())
         times.load = clock.now() - start
