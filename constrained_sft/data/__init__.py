@@ -10,7 +10,6 @@ May import: `constrained_sft.utils` only. Trainers never need it; `tasks` and th
 from .chat import DataArguments, load_chat_train_validation, load_train_eval
 from .classification import ClassificationDataArguments, load_classification, load_train_validation
 from .errors import DataError
-from .local_files import source_fingerprint
 from .models import (
     ModelPathError,
     ModelSpec,
@@ -46,5 +45,4 @@ __all__ = [
     "load_train_eval",
     "model_fingerprint",
     "resolve_model_path",
-    "source_fingerprint",
 ]

@@ -6,7 +6,6 @@ holds one object instead of rows.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -125,23 +124,3 @@ def streamed_jsonl(paths: list[str]) -> IterableDataset:
                     raise DataError(f"`dataset_name` {path}: not UTF-8 text ({error.reason}).") from None
 
     return IterableDataset.from_generator(rows, gen_kwargs={"paths": list(paths)})
-
-
-def source_fingerprint(path: str) -> str:
-    """A short hash that changes when a local data source does: a file's size and its first and last MiB; a folder's
-    files' relative names and sizes (cheap for folders of many frames). Independent of where the source lies."""
-    digest = hashlib.sha256()
-    if os.path.isfile(path):
-        size = os.path.getsize(path)
-        digest.update(str(size).encode())
-        with open(path, "rb") as f:
-            digest.update(f.read(1 << 20))
-            if size > 1 << 20:
-                f.seek(max(size - (1 << 20), 1 << 20))
-                digest.update(f.read())
-    else:
-        for root, _, files in sorted(os.walk(path)):
-            for name in sorted(files):
-                full = os.path.join(root, name)
-                digest.update(f"{os.path.relpath(full, path)}:{os.path.getsize(full)}".encode())
-    return digest.hexdigest()[:16]

@@ -8,9 +8,10 @@ import gc
 import os
 
 from ..constraints.feasibility import REPORT
-from ..data import DataError, source_fingerprint
+from ..data import DataError
 from ..trainers import check_output_dir
 from ..trainers.resume import run_identity
+from ..utils.content import content_id
 from .base import TrainedModel
 
 DONE = "training_args.json"  # Trainer.save_model writes it last: a run folder holding it is finished
@@ -20,10 +21,10 @@ DATA_BOOKKEEPING = ("evaluate_before_training",)
 
 def data_identity(script) -> dict:
     """What a run trains on, for its identity (`trainers.resume.run_identity`): the recipe's data fields, and for a
-    local file or folder its fingerprint (`data.source_fingerprint`), so that a run resumed on other data, the same
-    path with other contents included, is another run, as one with another seed is."""
+    local file or folder its content id (`utils.content`), so that a run resumed on other data, the same path with
+    other contents included, is another run, as one with another seed is."""
     fields = {k: v for k, v in dataclasses.asdict(script).items() if k not in DATA_BOOKKEEPING}
-    files = {k: source_fingerprint(v) for k, v in fields.items() if isinstance(v, str) and os.path.exists(v)}
+    files = {k: content_id(v) for k, v in fields.items() if isinstance(v, str) and os.path.exists(v)}
     return {**fields, **({"files": files} if files else {})}
 
 

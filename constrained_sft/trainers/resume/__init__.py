@@ -7,6 +7,7 @@ whether it fits (`select`), the run folder's identity and the refusal of a folde
 from .files import ConstraintStateError, load_state, read_state, save_state
 from .overrides import TrainerOverrides, prepare_inputs, trl_eval_metrics
 from .run_folder import (
+    RUN_JSON,
     OutputDirError,
     RunIdentity,
     check_output_dir,
@@ -19,6 +20,7 @@ from .run_folder import (
 from .select import CheckpointError, resolve_resume
 
 __all__ = [
+    "RUN_JSON",
     "CheckpointError",
     "ConstraintStateError",
     "OutputDirError",

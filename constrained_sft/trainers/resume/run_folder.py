@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ...utils.content import same_source
 from ...utils.files import write_json
 from ...utils.folders import OutputDirError, check_output_folder
 from ...utils.types import JSONObject
@@ -90,9 +91,21 @@ class RunIdentity:
             return False
         if saved.id != self.id and deciding(saved.config) != self.config:
             return False
-        if saved.data is not None and self.data is not None and saved.data != self.data:
+        if saved.data is not None and self.data is not None and self.data_changes(saved):
             return False
         return not (saved.model and self.model) or saved.model == self.model
+
+    def data_changes(self, saved: RunIdentity) -> list[str]:
+        """The data fields `saved` differs in, as `data.<field>` (a local source's content as `data.files.<field>`).
+        A source an earlier version fingerprinted (`utils.content.legacy_fingerprint`) is compared through that
+        fingerprint: all its record can tell."""
+        old, new = saved.data or {}, self.data or {}
+        diffs = [f"data.{k}" for k in sorted(set(old) | set(new)) if k != "files" and old.get(k) != new.get(k)]
+        recorded, current = old.get("files") or {}, new.get("files") or {}
+        for k in sorted(set(recorded) | set(current)):
+            if recorded.get(k) != current.get(k) and not same_source(recorded.get(k), new.get(k)):
+                diffs.append(f"data.files.{k}")
+        return diffs
 
     def changes_from(self, saved: RunIdentity) -> str:
         """The fields `saved` differs in, for a refusal (at most six named)."""
@@ -101,8 +114,7 @@ class RunIdentity:
         if saved.model != self.model:
             diffs.insert(0, "model")
         if saved.data is not None and self.data is not None:
-            data = sorted(set(saved.data) | set(self.data))
-            diffs[:0] = [f"data.{k}" for k in data if saved.data.get(k) != self.data.get(k)]
+            diffs[:0] = self.data_changes(saved)
         shown = ", ".join(f"`{k}`" for k in diffs[:6]) + (f" and {len(diffs) - 6} more" if len(diffs) > 6 else "")
         return shown or "none of the fields (a run.json of another format)"
 

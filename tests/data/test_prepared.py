@@ -1,0 +1,105 @@
+"""What a data source holds decides its prepared rows (`utils.content`, `data.prepared`): a same-size edit anywhere in
+a file or a folder is other data, an id is kept only for the bytes it was computed from, and a prepared folder that
+a kill, a full disk or a hand damaged is prepared again with a line saying what was wrong."""
+
+import json
+import logging
+import os
+import shutil
+
+import pytest
+
+from constrained_sft.data import DataArguments, DataError
+from constrained_sft.data.prepared import ROWS, data_key, prepared_splits
+from constrained_sft.testing import successor_dataset
+from constrained_sft.utils.content import content_id, legacy_fingerprint, same_source
+
+
+def edit_in_place(path, offset: int) -> None:
+    """One byte changed at `offset`, the size and the modification time kept (as `touch -r` would restore it)."""
+    stat = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        byte = f.read(1)
+        f.seek(offset)
+        f.write(b"9" if byte != b"9" else b"8")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert os.path.getsize(path) == stat.st_size and os.stat(path).st_mtime_ns == stat.st_mtime_ns
+
+
+def test_a_same_size_edit_in_the_middle_of_a_large_file_is_other_data(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONSTRAINED_SFT_CACHE", str(tmp_path / "cache"))
+    rows = tmp_path / "rows.jsonl"
+    line = json.dumps({"prompt": "s1 s2 =", "completion": " s3 s4"}) + "\n"
+    rows.write_text(line * (3 * 2**20 // len(line) + 1))  # > 3 MiB
+    args = DataArguments(dataset_name=str(rows))
+    key, cid, legacy = data_key(args), content_id(str(rows)), legacy_fingerprint(str(rows))
+    assert content_id(str(rows)) == cid and list((tmp_path / "cache" / "content").iterdir())  # kept, then read back
+    edit_in_place(rows, rows.stat().st_size // 2 + 3)
+    assert content_id(str(rows)) != cid and data_key(args) != key
+    assert legacy_fingerprint(str(rows)) == legacy  # what earlier versions keyed on: blind to it
+    assert not same_source(cid, str(rows)) and same_source(content_id(str(rows)), str(rows))
+    assert same_source(legacy, str(rows))  # an earlier record compared as it can be: through its own fingerprint
+
+    folder = tmp_path / "folder"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "train.jsonl").write_text(line * 10)
+    (folder / "sub" / "frames.bin").write_bytes(b"\0" * 4096)
+    before = content_id(str(folder))
+    edit_in_place(folder / "sub" / "frames.bin", 100)
+    assert content_id(str(folder)) != before
+    shutil.copytree(folder, tmp_path / "moved")
+    assert content_id(str(tmp_path / "moved")) == content_id(str(folder))  # where it lies decides nothing
+
+
+@pytest.fixture
+def source(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONSTRAINED_SFT_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "pc.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in successor_dataset(40)))
+    return DataArguments(dataset_name=str(path), eval_size=8)
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        (lambda w: os.truncate(next(w.glob("train/data-*.arrow")), 64), r"train/data-00000-of-00001.arrow is not the file written"),
+        (lambda w: (w / ROWS).write_text('{"train": 3'), f"{ROWS} cannot be read"),
+        (lambda w: shutil.rmtree(w / "held_out"), r"held_out/\S+ is missing"),
+        (lambda w: (w / ROWS).unlink(), f"left half-written, no {ROWS}"),
+    ],
+    ids=["arrow-truncated", "rows-json-truncated", "split-missing", "rows-json-missing"],
+)  # fmt: skip
+def test_a_damaged_prepared_folder_is_prepared_again(source, tmp_path, caplog, damage, said):
+    import re
+
+    first = prepared_splits(source, str(tmp_path / "data"))
+    rows = (first.train.to_list(), first.held_out.to_list())
+    damage(tmp_path / "data" / os.path.basename(first.folder))
+    with caplog.at_level(logging.WARNING):
+        again = prepared_splits(source, str(tmp_path / "data"))
+    assert re.search(f"damaged \\({said}\\); preparing them again", caplog.text), caplog.text
+    assert (again.train.to_list(), again.held_out.to_list()) == rows
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        prepared_splits(source, str(tmp_path / "data"))
+    assert "reusing the 32 training and 8 held-out rows" in caplog.text and "are damaged" not in caplog.text
+
+
+def test_an_earlier_versions_prepared_folder_is_checked_by_loading_it(source, tmp_path, caplog):
+    first = prepared_splits(source, str(tmp_path / "data"))
+    rows_json = os.path.join(first.folder, ROWS)
+    with open(rows_json) as f:
+        earlier = {k: v for k, v in json.load(f).items() if k != "files"}  # what it wrote: no hashes
+    with open(rows_json, "w") as f:
+        json.dump(earlier, f)
+    with caplog.at_level(logging.WARNING):
+        prepared_splits(source, str(tmp_path / "data"))
+    assert "reusing" in caplog.text and "are damaged" not in caplog.text
+
+
+def test_a_prepared_data_folder_that_is_a_file_is_refused(source, tmp_path):
+    (tmp_path / "data").write_text("mine")
+    with pytest.raises(DataError, match=r"The prepared-data folder \S+data is a file; move it away"):
+        prepared_splits(source, str(tmp_path / "data"))
+    assert (tmp_path / "data").read_text() == "mine"
