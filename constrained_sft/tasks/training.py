@@ -10,6 +10,7 @@ import os
 from ..constraints.feasibility import REPORT
 from ..data import DataError
 from ..trainers import check_output_dir
+from ..trainers.model_card import check_card_path
 from ..trainers.resume import run_identity
 from ..utils.content import content_id
 from .base import TrainedModel
@@ -30,8 +31,8 @@ def data_identity(script) -> dict:
 
 def check_run(recipe, model_source) -> dict:
     """Everything a training run checks before any work, returning its identity: a stream needs `max_steps` (it has
-    no length to count epochs in), and the output folder must be this run's or free (`trainers.check_output_dir`,
-    the data part of the identity included)."""
+    no length to count epochs in), the output folder must be this run's or free (`trainers.check_output_dir`, the
+    data part of the identity included) and have room for the model card (`trainers.model_card.check_card_path`)."""
     if getattr(recipe.script, "streaming", False) and recipe.training.max_steps < 1:
         raise DataError(
             "`streaming` reads the data as a stream, which has no length to count epochs in: set `max_steps` (the "
@@ -39,6 +40,7 @@ def check_run(recipe, model_source) -> dict:
         )
     identity = run_identity(recipe.training, model_source, data_identity(recipe.script))
     check_output_dir(recipe.training, model_source, recipe.training.resume_from_checkpoint, identity)
+    check_card_path(recipe.training.output_dir)  # room for the model card beside the user's files
     return identity
 
 

@@ -21,7 +21,7 @@ from ..constraints.feasibility import REPORT, FeasibilityReport, bound_message, 
 from ..utils.files import write_json
 from ..utils.modules import unwrap_model
 from .callbacks import handle_nonfinite
-from .model_card import CARD, card_path, model_card
+from .model_card import CARD, check_card_path, model_card, save_card
 from .noise import TrainingNoise
 from .resume import TrainerOverrides, model_source, start_run, trl_eval_metrics
 from .setup import ConstrainedSetup
@@ -172,6 +172,8 @@ class ConstrainedTrainerMixin(TrainerOverrides):
         the newest *complete* checkpoint, unset it resumes the same run's own folder, and the checkpoint must fit this
         run; then the feasibility report (`write_constraint_report`).
         """
+        if self.is_world_process_zero():
+            check_card_path(self.args.output_dir)  # room for the model card, before any step
         checkpoint = start_run(self, resume_from_checkpoint)
         output = super().train(checkpoint, *args, **kwargs)
         self.write_constraint_report()
@@ -211,14 +213,14 @@ class ConstrainedTrainerMixin(TrainerOverrides):
             model_name or os.path.basename(os.path.normpath(self.args.output_dir)),
             [*(tags or []), *(getattr(unwrap_model(self.model), "model_tags", None) or [])],
         )
-        path = card_path(folder)
+        output = os.path.normpath(folder) == os.path.normpath(self.args.output_dir)  # else a checkpoint's, new
+        path = save_card(card, folder, record=output)
         if path != os.path.join(folder, CARD) and not getattr(self, "_told_card_beside", False):
             self._told_card_beside = True
             logger.warning(
-                "%s is not a model card constrained-sft wrote: it is kept, and the run's card is %s beside it.",
-                os.path.join(folder, CARD), path,
+                "%s is not the model card constrained-sft wrote there (a file of yours, or the card edited since): it "
+                "is kept, and the run's card is %s beside it.", os.path.join(folder, CARD), path,
             )  # fmt: skip
-        card.save(path)
         return path
 
     def init_hf_repo(self, token: str | None = None):

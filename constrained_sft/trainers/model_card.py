@@ -17,25 +17,83 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from ..constraints import MODES
 from ..constraints.feasibility import FeasibilityReport, verdict_message
+from ..utils.files import write_text
 from ..utils.shipped import package_data
 from ..utils.types import JSONObject
+from ..utils.written import plain_file, read_record, record_written, sha256
 from ..version import VERSION
 
 TEMPLATE = str(package_data("trainers", "templates", "model_card.md"))
 CARD = "README.md"
 CARD_BESIDE = "MODEL_CARD.md"  # where the card goes when README.md is the user's own
-MARK = "<!-- written by constrained-sft: "  # the template's first line after the metadata: a card this library wrote
+CARD_NAMES = (CARD, CARD_BESIDE)
+WRITER = "constrained-sft"  # the model card's writer in the output folder's record (`utils.written`)
+MARK = "<!-- written by constrained-sft: "  # the template's first line after the metadata
+# the intro of every card, earlier versions' included: with the citation, what an earlier version's card holds
+LEGACY_TEXT = ("Trained with constrained-sft", "A Constrained Optimization Perspective of Unrolled Transformers")
+
+
+class CardPathError(ValueError):
+    """No place for the run's model card: both names hold the user's files."""
 
 
 def card_path(folder: str) -> str:
-    """Where the run's card goes in `folder`: README.md when it is absent or a card this library wrote, else
-    MODEL_CARD.md beside the user's README.md, which is never replaced."""
-    path = os.path.join(folder, CARD)
-    if not os.path.isfile(path):
-        return path
-    with open(path, encoding="utf-8", errors="replace") as f:
-        ours = MARK in f.read(1 << 16)
-    return path if ours else os.path.join(folder, CARD_BESIDE)
+    """
+    Where the run's card goes in the output folder `folder`: the first of README.md and MODEL_CARD.md that is absent,
+    a card this library wrote there and nobody edited since (the folder's record, `utils.written`), or an earlier
+    version's card that is still as written (`earlier_card`). Anything else at a name (the user's README, a card the
+    user edited, a symlink, a folder) is the user's and never replaced: the card goes beside it, and where both names
+    are the user's, `CardPathError` (raised before training: `check_card_path`).
+    """
+    for name in CARD_NAMES:
+        path = os.path.join(folder, name)
+        if not os.path.lexists(path) or ours(folder, name) or earlier_card(folder, name):
+            return path
+    raise CardPathError(
+        f"`output_dir` {folder} holds a {CARD} and a {CARD_BESIDE} this library did not write (or that were edited "
+        "since it did, or are links or folders): the run's model card would replace one of them. Move one away, or "
+        "choose another `output_dir`."
+    )
+
+
+def ours(folder: str, name: str) -> bool:
+    """`folder`/`name` is a plain file with the bytes of a card this library wrote into `folder` (under either name: a
+    card renamed by hand is still the card)."""
+    writer, files = read_record(folder)
+    if writer != WRITER or not plain_file(folder, name):
+        return False
+    return sha256(os.path.join(folder, name)) in {files.get(n) for n in CARD_NAMES}
+
+
+def earlier_card(folder: str, name: str) -> bool:
+    """Whether `folder`/`name` is a card an earlier version wrote (no record lists it) and nobody edited: a plain
+    file with the card's text, equal to the card that version wrote into one of the run's checkpoints at the same
+    save (TRL writes the output folder's card as it saves a checkpoint, and the checkpoint's is never edited)."""
+    path = os.path.join(folder, name)
+    if os.path.islink(path) or not os.path.isfile(path) or read_record(folder)[1].get(name):
+        return False
+    with open(path, "rb") as f:
+        text = f.read()
+    if not all(part.encode() in text for part in LEGACY_TEXT):
+        return False
+    copies = [os.path.join(folder, c, CARD) for c in os.listdir(folder) if c.startswith("checkpoint-")]
+    return any(os.path.isfile(c) and not os.path.islink(c) and open(c, "rb").read() == text for c in copies)
+
+
+def check_card_path(folder: str) -> None:
+    """`card_path`'s refusal, before any work: the folder must have room for the run's card."""
+    if os.path.isdir(folder):
+        card_path(folder)
+
+
+def save_card(card: ModelCard, folder: str, record: bool) -> str:
+    """Write `card` where `card_path` says (`record`: in an output folder, noted in its record so that a later
+    save recognises it, and an edit of the user's since); its path."""
+    path = card_path(folder) if record else os.path.join(folder, CARD)
+    write_text(path, str(card))
+    if record:
+        record_written(folder, WRITER, [os.path.basename(path)])
+    return path
 
 
 CITATION = """@misc{porrasvalenzuela-constrained-unrolled-transformers,

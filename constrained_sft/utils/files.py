@@ -52,7 +52,7 @@ def atomic_path(path: str) -> Iterator[str]:
 
 def write_text(path: str, text: str) -> None:
     """Write `text` to `path` atomically (see [`atomic_path`])."""
-    with atomic_path(path) as tmp, open(tmp, "w") as f:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
 
 

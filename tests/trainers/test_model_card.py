@@ -43,12 +43,54 @@ def test_a_readme_of_the_users_is_kept_and_the_card_goes_beside_it(make_trainer,
     trainer.train()
     assert (out / "README.md").read_bytes() == b"# My notes\n\nkeep me\n"
     assert "## Constraints" in (out / "MODEL_CARD.md").read_text()
-    said = [r.getMessage() for r in caplog.records if "is not a model card constrained-sft wrote" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "is not the model card constrained-sft wrote" in r.getMessage()]
     assert len(said) == 1 and "MODEL_CARD.md" in said[0]
     (out / "README.md").unlink()
     (out / "MODEL_CARD.md").rename(out / "README.md")  # the library's own card as README.md: rewritten
     trainer.create_model_card()
     assert "## Constraints" in (out / "README.md").read_text() and not (out / "MODEL_CARD.md").exists()
+
+
+def test_the_card_never_replaces_what_the_library_did_not_write(make_trainer, tmp_path, caplog):
+    """What the output folder's record (`.written-by.json`) lists with its bytes is the card; anything else at its
+    names is the user's and kept byte for byte: a card the user edited (its first line kept), a README.md linked to
+    another run's card (not followed), a folder; with both names the user's, training is refused before any step."""
+    import pytest
+
+    from constrained_sft.trainers.model_card import CardPathError
+
+    out = tmp_path / "out"
+    make_trainer(max_steps=2).train()
+    record = json.loads((out / ".written-by.json").read_text())
+    assert record["by"] == "constrained-sft" and list(record["files"]) == ["README.md"]
+    edited = (out / "README.md").read_text() + "\n## My evaluation\n\nkept.\n"  # the mark on its first lines kept
+    (out / "README.md").write_text(edited)
+    trainer = make_trainer(max_steps=2)
+    trainer.create_model_card()
+    assert (out / "README.md").read_text() == edited and "## Constraints" in (out / "MODEL_CARD.md").read_text()
+    trainer.create_model_card()  # MODEL_CARD.md is the library's now: rewritten, README.md still kept
+    assert (out / "README.md").read_text() == edited
+
+    other = tmp_path / "other-run-card.md"
+    other.write_text("another run's card\n")
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "README.md").symlink_to(other)
+    make_trainer(max_steps=1, output_dir=linked).train()
+    assert other.read_text() == "another run's card\n" and (linked / "README.md").is_symlink()
+    assert "## Constraints" in (linked / "MODEL_CARD.md").read_text()
+
+    blocked = tmp_path / "blocked"
+    (blocked / "README.md").mkdir(parents=True)
+    make_trainer(max_steps=1, output_dir=blocked).train()  # README.md a folder: the card beside it
+    assert (blocked / "README.md").is_dir() and "## Constraints" in (blocked / "MODEL_CARD.md").read_text()
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "README.md").write_text("mine\n")
+    (theirs / "MODEL_CARD.md").write_text("mine too\n")
+    with pytest.raises(CardPathError, match=r"holds a README.md and a MODEL_CARD.md this library did not write"):
+        make_trainer(max_steps=1, output_dir=theirs).train()
+    assert sorted(p.name for p in theirs.iterdir()) == ["MODEL_CARD.md", "README.md"]  # nothing trained or written
 
 
 def test_an_unconstrained_twin_says_what_was_measured(make_trainer, tmp_path):
