@@ -31,10 +31,29 @@ def test_a_record_of_an_earlier_version_loads_as_its_phases(tmp_path):
     """Records written whole (every phase at once) had `generation` and `total` seconds and no estimates."""
     (tmp_path / "runs").mkdir()
     old = {"run": "erm/seed1", "sigma_x": 0.5, "model": "abc", "robustness": None, "exits": None,
-           "seconds": {"train": 10.0, "robustness": 2.0, "generation": 3.0, "total": 15.0}}  # fmt: skip
+           "seconds": {"train": 10.0, "generation": 3.0, "total": 15.0}}  # fmt: skip
     (tmp_path / "runs" / "erm-seed1.json").write_text(json.dumps(old))
     record = read_record(str(tmp_path), RunKey(1, "erm"), "accuracy")
-    assert record.seconds == {"train": 10.0, "robustness": 2.0, "answers": 3.0} and record.estimates == {}
+    assert record.seconds == {"train": 10.0, "answers": 3.0} and record.estimates == {}
+
+
+@pytest.mark.parametrize(
+    "change, said",
+    [
+        ({"sigma_x": "0.5"}, "`sigma_x` must be a number or null, got '0.5'"),
+        ({"seconds": {"train": "ten"}}, r"`seconds` must be \{phase: seconds\}"),
+        ({"seconds": {"train": 1.0, "exits": 2.0}}, "the phase `exits` is recorded as done but `exits` is null"),
+        ({"empty_answers": [0]}, r"`empty_answers` must be \{gamma: count\} or null"),
+        ({"run": None}, r"`run` must be a run name \(arm/seedN\), got None"),
+    ],
+)
+def test_a_record_is_checked_before_it_is_trusted(tmp_path, change, said):
+    from constrained_sft.study.record import RecordError
+
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "erm-seed0.json").write_text(json.dumps({"run": "erm/seed0", "seconds": {}, **change}))
+    with pytest.raises(RecordError, match=r"erm-seed0.json: " + said):
+        read_record(str(tmp_path), RunKey(0, "erm"), "accuracy")
 
 
 def test_a_record_of_another_run_is_refused_naming_both(tmp_path):

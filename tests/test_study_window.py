@@ -255,3 +255,53 @@ def test_a_finished_study_trusts_only_its_own_records_and_keeps_only_what_it_is_
     (moved / "runs" / "erm-seed0.json").unlink()
     assert cli(study_argv(assets, moved, *FAST, "--training_seeds", "1", "--keep_models", "none")) == 0
     assert (moved / "runs" / "erm-seed0.json").is_file() and (moved / "study.json").is_file()
+
+
+def test_the_probes_figures_are_kept_for_the_next_call_on_the_device(assets, tmp_path, monkeypatch, capsys):  # noqa: F811
+    """A budget too short for any run is refused after the probe; the probe's figures are kept (timings.json, with
+    the device), so the next call on that device plans from them instead of spending its budget probing again."""
+    from constrained_sft.study import clock, probe
+
+    fake = FakeClock()
+    monkeypatch.setattr(clock, "now", fake.now)
+    out = tmp_path / "study"
+    argv = study_argv(assets, out, *FAST, "--training_seeds", "1")
+    with pytest.raises(ValueError, match="no job can finish in it"):
+        cli([*argv, "--time_budget", "0.2"])
+    kept = json.loads((out / "timings.json").read_text())["probe"]
+    assert kept["device"] == probe.device_name() and kept["times"]["steps"]
+
+    def no_probe(job):
+        raise AssertionError("probed again")
+
+    monkeypatch.setattr(probe, "probe", no_probe)
+    assert cli([*argv, "--time_budget", "60"]) == 0
+    assert "-step probe (" in capsys.readouterr().out
+    assert set(records(out)) == {"constrained-seed0", "erm-seed0"}
+
+
+def test_the_workers_end_with_a_study_killed_with_sigkill(assets, tmp_path):  # noqa: F811
+    """`--jobs 2`: the study killed with SIGKILL (no clean-up runs) while its two workers train; within seconds no
+    worker is left writing into its folder (`schedule.follow_parent`)."""
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    out = tmp_path / "study"
+    argv = study_argv(assets, out, *FAST, "--jobs", "2", "--training_seeds", "1", "--max_steps", "2000")
+    program = "import sys; from constrained_sft.cli import console; sys.exit(console(sys.argv[1:]))"
+    study = subprocess.Popen([sys.executable, "-c", program, *argv], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline, workers = time.monotonic() + 240, []
+    while time.monotonic() < deadline and study.poll() is None:
+        workers = [p for p in psutil.Process(study.pid).children() if "spawn_main" in " ".join(p.cmdline())]
+        if len(workers) == 2 and len(list(out.glob("train/*/seed0"))) == 2:
+            break
+        time.sleep(0.2)
+    assert len(workers) == 2 and study.poll() is None, "the two runs did not start"
+    study.kill()
+    study.wait()
+    _, alive = psutil.wait_procs(workers, timeout=15)
+    assert not alive, f"workers outlived the study: {[p.pid for p in alive]}"

@@ -28,18 +28,18 @@ from ..data import delete_weights, has_weights
 from ..data.instructions import held_out_instructions
 from ..evaluation.after_training import Evaluation
 from ..evaluation.alpaca import check_judge
-from ..evaluation.folders import check_folder, mark_folder
+from ..evaluation.folders import check_folder, mark_folder, migrated_line, saved_settings
 from ..evaluation.instructions import ALPACA_EVAL, ALPACA_EVAL_SIZE, load_instructions
 from ..noise import NoiseGrid
 from ..tasks import Recipe, is_finished
-from ..tasks.arms import twin_differences
+from ..tasks.arms import check_same_data, twin_differences
 from ..utils.files import write_text
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
 from .finish import compared, finish_study, judge_arguments, seeds_with
 from .phases import Job, required
-from .probe import probe
-from .record import DATA_DIR, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record
+from .probe import probed as probe_times
+from .record import DATA_DIR, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, check_parts, read_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
 from .schedule import choose_jobs, estimate, fitting, plan_lines, run_all
 
@@ -115,18 +115,25 @@ def run(
         )  # credentials, judge model or encoder: before hours of training
     args.study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
     settings = args.folder_settings(recipes)
-    check_folder(args.study_dir, COMMAND, settings, "--study_dir")  # a folder of another study: before any run
+    check_parts(args.study_dir)
+    saved = saved_settings(args.study_dir, COMMAND, "--study_dir")
+    check_same_data(saved, recipes, args.study_dir, "--study_dir")  # before the settings: the clearer refusal
+    # a folder of another study: before any run; an earlier version's data fields are vouched for by check_same_data
+    migrated = check_folder(args.study_dir, COMMAND, settings, "--study_dir", vouch=lambda key: ".data.files." in key)
+    key = task.headline.key
+    runs = [RunKey(seed, arm) for seed in range(args.training_seeds) for arm in recipes]  # seed-major
+    # the records and timings are checked before anything is written: a refused record leaves the folder as it was
+    records = {run.name: r for run in runs if (r := read_record(args.study_dir, run, key)) is not None}
+    timings = StudyTimings.load(args.study_dir)
+    if migrated and is_main_process():
+        print(migrated_line("--study_dir", args.study_dir, saved, migrated))
     if is_main_process():  # one writer
         mark_folder(args.study_dir, COMMAND, settings)
-    timings = StudyTimings.load(args.study_dir)
     evaluation, instructions = None, None
     if args.stage != "train":
         path, instructions = instruction_set(args, constrained)
         evaluation = evaluation_settings(args, task, constrained, path)
     recipes = {arm: data_processes(recipe, args.jobs) for arm, recipe in recipes.items()}
-    key = task.headline.key
-    runs = [RunKey(seed, arm) for seed in range(args.training_seeds) for arm in recipes]  # seed-major
-    records = {run.name: r for run in runs if (r := read_record(args.study_dir, run, key)) is not None}
     queue = jobs_left(args, task, recipes, runs, records, evaluation)
     if args.stage == "evaluate" and (untrained := [j for j in queue if TRAIN in j.phases]):
         gone = [j.folder for j in untrained if j.restart]
@@ -153,7 +160,9 @@ def run(
     probed = None
     est = estimate(records, None, None)
     if budget is not None and queue and unpriced(est, queue):
-        probed = probe(queue[0])
+        probed, timings.probe = probe_times(queue[0], timings.probe)
+        if is_main_process():
+            timings.save(args.study_dir)
         est = estimate(records, probed, queue[0])
     spent = clock.now() - started
     if budget is not None:

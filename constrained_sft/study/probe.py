@@ -12,8 +12,9 @@ pending run's recipe, every phase measured on its own and scaled to the study's 
 - exits: one prompt decoded at batch 1, plainly and drafted by every exit layer, at `PROBE_TOKENS` new tokens, times
   the prompts and the study's length (a batch-1 decode is priced as what it is, not as a share of a batch).
 
-Nothing the probe writes is kept. Its figures are for one run alone on the device (`schedule.Estimate` scales them
-to runs sharing it).
+Nothing the probe writes is kept but its figures (`timings.json`, with the device they were measured on: a later call
+on the same device plans from them instead of probing again, which would spend its budget on what it knows). Its
+figures are for one run alone on the device (`schedule.Estimate` scales them to runs sharing it).
 """
 
 from __future__ import annotations
@@ -100,6 +101,29 @@ class ProbeTimes:
                      f"{self.answer_batch:.3g} s and one exit-decoded prompt {self.exit_prompt:.3g} s at "
                      f"{self.tokens} new tokens")  # fmt: skip
         return text
+
+
+def device_name() -> str:
+    """The device the probe times: the GPU's name, else the CPU with its cores."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name(0)
+    return f"cpu x{os.cpu_count()}"
+
+
+def probed(job: Job, kept: dict | None) -> tuple[ProbeTimes, dict]:
+    """The probe's figures for `job`: `kept` (an earlier call's, `timings.json`) where they were measured on this
+    device (the study's settings are the same in every call: its folder refuses others), else a new probe; with
+    their kept form."""
+    here = {"device": device_name()}
+    if kept and {k: kept.get(k) for k in here} == here:
+        try:
+            return ProbeTimes(**kept["times"]), kept
+        except (KeyError, TypeError):
+            pass  # an unreadable entry: probe again
+    times = probe(job)
+    return times, {**here, "times": dataclasses.asdict(times)}
 
 
 def probe(job: Job) -> ProbeTimes:

@@ -18,6 +18,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..data import has_weights, model_fingerprint
 from ..evaluation.results import ExitsModel, ModelResult
 from ..tasks.arms import RunKey
 from ..utils.files import read_json, write_json
@@ -30,7 +31,29 @@ RUNS = "runs"
 # the study folder's other parts the runs write: every run's answers, the seed-0 models' exit-layer decoding, the data
 # prepared once for every run
 GENERATIONS, EXITS_DIR, DATA_DIR = "generations", "exits", "data"
+# the parts of a study folder: the folders the runs and the finish write into, and the files they write whole
+FOLDER_PARTS = (TRAIN, RUNS, GENERATIONS, EXITS_DIR, DATA_DIR, "robustness", "judging")
+FILE_PARTS = ("study.json", "timings.json", "instructions.jsonl", "report.html", "report.md", "written_by.json")
 LEGACY_PHASES = {"generation": ANSWERS}  # the seconds key of records before phases were recorded one by one
+
+
+def check_parts(study_dir: str) -> None:
+    """Refuse, before any work, a study folder whose parts are in the way: a file where the study writes a folder
+    (`data`, `runs`, ...) or a folder or link where it writes a file (`study.json`, ...), named with what to do."""
+    for name in FOLDER_PARTS:
+        path = os.path.join(study_dir, name)
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise ValueError(
+                f"`--study_dir` {path} is a file where the study keeps its `{name}` folder; move it away (or give "
+                "another --study_dir)."
+            )
+    for name in FILE_PARTS:
+        path = os.path.join(study_dir, name)
+        if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
+            raise ValueError(
+                f"`--study_dir` {path} is a {'link' if os.path.islink(path) else 'folder'} where the study writes its "
+                f"{name}; move it away (or give another --study_dir)."
+            )
 
 
 def record_path(study_dir: str, run: RunKey) -> str:
@@ -63,32 +86,97 @@ class RunRecord:
                 "exits": None if self.exits is None else self.exits.to_dict()}  # fmt: skip
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], key: str) -> RunRecord:
+    def from_dict(cls, data: dict[str, Any], key: str, where: str = "the record") -> RunRecord:
+        """A record as any version wrote it, checked first (`check_record`: refused naming `where` and the field)."""
+        check_record(data, where)
         seconds = {LEGACY_PHASES.get(k, k): v for k, v in data.get("seconds", {}).items() if k != "total"}
-        robustness, exits = data.get("robustness"), data.get("exits")
-        jobs = data.get("jobs", {})
+        results = {}
+        for name, parse, what in (("robustness", lambda v: ModelResult.from_dict(v, key), "a measurement"),
+                                  ("exits", ExitsModel.from_dict, "an exit-layer result")):  # fmt: skip
+            try:
+                results[name] = None if data.get(name) is None else parse(data[name])
+            except (KeyError, TypeError, AttributeError, ValueError) as error:
+                raise RecordError(f"{where}: `{name}` is not {what} this version reads ({error!r:.80}).") from None
         return cls(
-            run=data["run"], sigma_x=data.get("sigma_x"), model=data.get("model"), jobs=dict(jobs),
-            seconds=seconds, estimates=data.get("estimates", {}),
-            robustness=None if robustness is None else ModelResult.from_dict(robustness, key),
-            empty_answers=data.get("empty_answers"), exits=None if exits is None else ExitsModel.from_dict(exits),
+            run=data["run"], sigma_x=data.get("sigma_x"), model=data.get("model"), jobs=dict(data.get("jobs", {})),
+            seconds=seconds, estimates=data.get("estimates", {}), robustness=results["robustness"],
+            empty_answers=data.get("empty_answers"), exits=results["exits"],
         )  # fmt: skip
 
 
+class RecordError(ValueError):
+    """A run record this version cannot trust: the message names the file, the field and what it must hold."""
+
+
+NUMBER = (int, float)
+# field -> (what it may hold, in words; the check)
+SHAPES = {
+    "run": ("a run name (arm/seedN)", lambda v: isinstance(v, str)),
+    "sigma_x": ("a number or null", lambda v: v is None or (isinstance(v, NUMBER) and not isinstance(v, bool))),
+    "model": ("a model fingerprint (text) or null", lambda v: v is None or isinstance(v, str)),
+    "jobs": ("{phase: runs at once}", lambda v: isinstance(v, dict) and all(isinstance(n, int) for n in v.values())),
+    "seconds": (
+        f"{{phase: seconds}} with phases of {list(PHASES)}",
+        lambda v: (
+            isinstance(v, dict)
+            and all(LEGACY_PHASES.get(k, k) in (*PHASES, "total") and isinstance(n, NUMBER) for k, n in v.items())
+        ),
+    ),
+    "estimates": (
+        "{phase: seconds}",
+        lambda v: isinstance(v, dict) and all(isinstance(n, NUMBER) for n in v.values()),
+    ),
+    "robustness": ("a measurement or null", lambda v: v is None or isinstance(v, dict)),
+    "empty_answers": (
+        "{gamma: count} or null",
+        lambda v: v is None or (isinstance(v, dict) and all(isinstance(n, int) for n in v.values())),
+    ),
+    "exits": ("an exit-layer result or null", lambda v: v is None or isinstance(v, dict)),
+}
+# a phase recorded as done and the field that holds what it measured
+PHASE_FIELDS = {ROBUSTNESS: "robustness", EXITS: "exits"}
+
+
+def check_record(data: Any, where: str) -> None:
+    """Refuse a record whose fields are of the wrong kind, or that says a phase is done without what it measured,
+    in one line naming `where` and the field (`RecordError`)."""
+    if not isinstance(data, dict):
+        raise RecordError(f"{where} holds a {type(data).__name__}, not a run record (a JSON object).")
+    for name, (allowed, ok) in SHAPES.items():
+        if (name in data or name == "run") and not ok(data.get(name)):
+            raise RecordError(f"{where}: `{name}` must be {allowed}, got {data.get(name)!r:.60}.")
+    seconds = {LEGACY_PHASES.get(k, k) for k in data.get("seconds", {})}
+    for phase, name in PHASE_FIELDS.items():
+        if phase in seconds and data.get(name) is None:
+            raise RecordError(
+                f"{where}: the phase `{phase}` is recorded as done but `{name}` is null; delete the record (the run's "
+                "phases are then done again)."
+            )
+
+
 def read_record(study_dir: str, run: RunKey, key: str) -> RunRecord | None:
-    """The run's record, None when it has none yet. A record of another run (its `run` is not this file's) is
-    refused in one line: the study would report one run's measurements as another's."""
+    """The run's record, None when it has none yet, checked before it is trusted (`RecordError` naming the file and
+    the field): its fields' kinds and phases (`check_record`), its run (not another run's file), and the weights it
+    measured (its `model` fingerprint) against the run folder's where they are kept: the study would otherwise
+    report one run's measurements, or another study's, as this run's."""
     path = record_path(study_dir, run)
     if not os.path.isfile(path):
         return None
     data = read_json(path, "--study_dir")
-    if not isinstance(data, dict) or data.get("run") != run.name:
-        found = data.get("run") if isinstance(data, dict) else type(data).__name__
-        raise ValueError(
-            f"`--study_dir` {path} is the record of {found!r}, not of {run.name!r}: a file moved or copied by hand; "
-            "put it back or delete it (the run is then done again)."
+    where = f"`--study_dir` {path}"
+    if isinstance(data, dict) and isinstance(data.get("run"), str) and data["run"] != run.name:
+        raise RecordError(
+            f"{where} is the record of {data['run']!r}, not of {run.name!r}: a file moved or copied by hand; put it "
+            "back or delete it (the run is then done again)."
         )
-    return RunRecord.from_dict(data, key)
+    record = RunRecord.from_dict(data, key, where)
+    folder = run.folder(study_dir)
+    if record.model is not None and has_weights(folder) and (found := model_fingerprint(folder)) != record.model:
+        raise RecordError(
+            f"{where}: `model` {record.model} is not the fingerprint of the weights in {folder} ({found}): a record of "
+            "another study's run, or of weights trained since; delete the record (the run is then measured again)."
+        )
+    return record
 
 
 def write_record(study_dir: str, record: RunRecord, key: str) -> JSONObject:

@@ -148,20 +148,24 @@ class StudySettings:
 @dataclass
 class StudyTimings:
     """Wall seconds: each training run (as timed when it ran), each stage (summed over the invocations that did its
-    work) and, per run and phase, what the plan estimated beside what it measured (`timings.json`; this class is its
-    one writer)."""
+    work), per run and phase what the plan estimated beside what it measured, and the probe's figures with the device
+    they were measured on (`probe`: a later call on that device plans from them instead of probing again)
+    (`timings.json`; this class is its one writer)."""
 
     train: dict[str, float]
     stages: dict[str, float]
     runs: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
+    probe: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"train": self.train, **self.stages, **({"runs": self.runs} if self.runs else {})}
+        return {"train": self.train, **self.stages, **({"runs": self.runs} if self.runs else {}),
+                **({"probe": self.probe} if self.probe else {})}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StudyTimings:
-        stages = {k: v for k, v in data.items() if k not in ("train", "runs")}
-        return cls(dict(data.get("train", {})), stages, dict(data.get("runs", {})))
+        stages = {k: v for k, v in data.items() if k not in ("train", "runs", "probe")}
+        probe = data.get("probe") if isinstance(data.get("probe"), dict) else None
+        return cls(dict(data.get("train", {})), stages, dict(data.get("runs", {})), probe)
 
     def add_phase(self, run: str, phase: str, measured: float, estimate: float | None) -> None:
         """One finished phase of `run`: its seconds beside the plan's estimate (None: planned without one)."""

@@ -137,10 +137,27 @@ def plan_lines(
     return lines
 
 
-def _worker_init(threads: int) -> None:
+def _worker_init(threads: int, parent: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+    follow_parent(parent)
+
+
+def follow_parent(parent: int, every: float = 1.0) -> None:
+    """End this worker within `every` seconds of the study that started it (`parent`, its process id) ending, however
+    it ends: a study killed with SIGKILL runs no clean-up, and a worker left training would go on writing into its
+    folder while the next call starts the same run. A daemon thread polls the parent (written by hand: the pool
+    stops its workers only when the study exits normally)."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)  # the records written so far are whole (atomic writes); the phase in flight is done again
+
+    threading.Thread(target=watch, name="follow-study", daemon=True).start()
 
 
 def run_all(
@@ -186,7 +203,8 @@ def run_all(
         return left + queue
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = get_context("spawn")  # a fresh interpreter per worker: no CUDA state, no process group inherited
-    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init, initargs=(threads,)) as pool:
+    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init, initargs=(threads, os.getpid()))
+    with pool:
         running: dict = {}
         while queue or running:
             while len(running) < jobs and (job := ready({j.run for j in running.values()})) is not None:

@@ -15,7 +15,7 @@ import warnings
 from ..config import training_level
 from ..constraints import mode_of
 from ..data.splits import refuse_streamed_selection
-from ..evaluation.folders import check_folder, mark_folder, normalized
+from ..evaluation.folders import check_folder, mark_folder, migrated_line, normalized, saved_settings
 from ..evaluation.report import (
     Block,
     Document,
@@ -29,7 +29,7 @@ from ..evaluation.report import (
 )
 from ..noise import NoiseGrid
 from ..tasks import Arm, Recipe, is_finished
-from ..tasks.arms import twin_differences
+from ..tasks.arms import check_same_data, twin_differences
 from ..utils.files import atomic_path, read_json, write_json
 from ..utils.folders import OutputDirError, child_path
 from .arguments import SweepArguments
@@ -89,7 +89,12 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
         .to_list()
     )
     folder = settings.folder_settings({"recipe": recipe, **more}, spaces, given_storage)
-    check_folder(settings.sweep_dir, COMMAND, folder, "--sweep_dir")  # another sweep's folder: before any trial
+    saved = saved_settings(settings.sweep_dir, COMMAND, "--sweep_dir")
+    check_same_data(saved, {"recipe": recipe, **more}, settings.sweep_dir, "--sweep_dir")
+    # another sweep's folder: before any trial; an earlier version's data fields are vouched for by check_same_data
+    migrated = check_folder(settings.sweep_dir, COMMAND, folder, "--sweep_dir", vouch=lambda k: ".data.files." in k)
+    if migrated:
+        print(migrated_line("--sweep_dir", settings.sweep_dir, saved, migrated))
     mark_folder(settings.sweep_dir, COMMAND, folder)
     objective = Objective(settings.objective, settings.gammas, train_gamma, task.headline, settings.ood_floor)
     data = task.searching.sweep_data(recipe, settings.validation_size)

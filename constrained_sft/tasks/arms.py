@@ -6,13 +6,17 @@ check (what two recipes of one comparison may and may not differ in), and `RunKe
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 
 from ..config import ConstraintArguments, NoiseArguments
-from ..trainers.resume import deciding
-from ..utils.folders import child_path, plain_name
+from ..trainers.resume import RUN_JSON, deciding
+from ..utils.content import same_source
+from ..utils.folders import OutputDirError, child_path, plain_name
+from ..utils.types import JSONObject
 from .base import Recipe
+from .training import data_identity
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -74,11 +78,63 @@ def twin_differences(constrained: Recipe, erm: Recipe, same_noise: bool = True) 
 
 def recipe_identity(recipe: Recipe) -> dict:
     """What decides an arm's trained weights, but for the seed (the runs of one arm differ in it): its training
-    fields (`trainers.resume.deciding`: all but paths, logging and speed), data fields and model. A study or a sweep
-    continues a folder only with the same, so no run of one recipe is mixed with runs of a changed one."""
+    fields (`trainers.resume.deciding`: all but paths, logging and speed), data fields with what a local source holds
+    (`training.data_identity`: its content id) and model. A study or a sweep continues a folder only with the same, so
+    no run of one recipe is mixed with runs of a changed one, or with runs of the same file before an edit."""
     training = {k: v for k, v in deciding(recipe.training.to_dict()).items() if k != "seed"}
     model = dataclasses.asdict(recipe.model) if recipe.model is not None else None
-    return {"training": training, "data": dataclasses.asdict(recipe.script), "model": model}
+    return {"training": training, "data": data_identity(recipe.script), "model": model}
+
+
+def check_same_data(saved: JSONObject | None, recipes: dict[str, Recipe], root: str, flag: str) -> None:
+    """Refuse in one line, before any work, to continue a comparison folder (`root`, a study's or a sweep's) whose
+    data has changed since its runs trained: against the content ids its marker's settings (`saved`) recorded, and
+    against those its runs recorded (`run.json`; an earlier version's marker records none, its runs a fingerprint of
+    their own: `utils.content.same_source`)."""
+    if not saved:
+        return
+    for arm, recipe in recipes.items():
+        current = data_identity(recipe.script)
+        recorded = ((saved.get("arms") or {}).get(arm) or {}).get("data") or {}
+        for field, value in (recorded.get("files") or {}).items():
+            if (current.get("files") or {}).get(field) != value:
+                raise data_changed(root, flag, current.get(field), value, (current.get("files") or {}).get(field))
+    current = data_identity(next(iter(recipes.values())).script)  # every arm trains on the same data (the twin check)
+    for path in run_files(root):
+        try:
+            with open(path, encoding="utf-8") as f:
+                files = (json.load(f).get("data") or {}).get("files") or {}
+        except (OSError, ValueError, AttributeError):
+            continue  # a damaged run.json is the run's own refusal, when it resumes
+        for field, value in files.items():
+            if field in current and not same_source(value, current[field]):
+                now = (current.get("files") or {}).get(field)
+                raise data_changed(root, flag, current[field], value, now, os.path.dirname(path))
+
+
+def data_changed(root: str, flag: str, source, recorded: str, now: str | None, run: str | None = None):
+    """The refusal of a comparison folder whose data changed (see `check_same_data`)."""
+    who = f"its run {os.path.relpath(run, root)}" if run else "it"
+    kind = "content" if str(recorded).startswith("sha256:") else "an earlier version's fingerprint"
+    return OutputDirError(
+        f"`{flag}` {root}: {who} trained on {source!r} as it was then ({kind} {recorded}); it holds other data now "
+        f"({now or 'gone'}), so the runs left would train on other rows than the ones recorded. Give a new `{flag}` "
+        f"for the changed data, or move {root} away to start over."
+    )
+
+
+def run_files(root: str, depth: int = 4) -> list[str]:
+    """The `run.json` of every trained run below `root` (a study's `train/<arm>/seed<s>/`, a sweep's trials and
+    finals), `depth` folders down at most."""
+    found = []
+    base = root.rstrip(os.sep).count(os.sep)
+    for folder, dirs, files in os.walk(root):
+        if folder.count(os.sep) - base >= depth:
+            dirs[:] = []
+        dirs[:] = [d for d in dirs if not d.startswith("checkpoint-")]
+        if RUN_JSON in files:
+            found.append(os.path.join(folder, RUN_JSON))
+    return sorted(found)
 
 
 def arm_recipes(texts: list[str] | None, taken: tuple[str, ...]) -> dict[str, str]:

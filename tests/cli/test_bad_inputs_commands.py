@@ -281,6 +281,16 @@ CASES = [
     Case("study-time-budget-negative", "study", lambda c: c.study("--time_budget", "-5"), "`--time_budget`", "minutes > 0"),
     Case("study-folder-of-another-command", "study", lambda c: (c.folder_of("eval harness"), c.study("--judge", "test"))[1], "`--study_dir` .* holds the results of `constrained-sft eval harness`", "give another folder"),
     Case("study-folder-other-study", "study", lambda c: (c.folder_of("study", {"judge": "proxy"}), c.study("--judge", "test"))[1], r"`--study_dir` .* holds `study` results made with other settings \(.*judge \"proxy\" -> \"test\"", "same settings to continue"),
+    # --- what the output folders hold: the card, a study's data and parts (issue 64) --------------------------------
+    Case("card-both-names-the-users", "outputs", lambda c: (c.file("out/README.md", "mine"), c.file("out/MODEL_CARD.md", "mine too"), c.train(c.pc()))[2], r"`output_dir` \S+out holds a README.md and a MODEL_CARD.md this library did not write", "Move one away"),
+    Case("card-both-names-folders", "outputs", lambda c: ((c.out / "README.md").mkdir(parents=True), (c.out / "MODEL_CARD.md").mkdir(), c.train(c.pc()))[2], r"holds a README.md and a MODEL_CARD.md .*folders", "choose another `output_dir`"),
+    Case("card-readme-the-users-card-beside-a-link", "outputs", lambda c: (c.file("out/README.md", "mine"), os.symlink(c.file("elsewhere.md", "x"), c.out / "MODEL_CARD.md"), c.train(c.pc()))[2], r"holds a README.md and a MODEL_CARD.md .*links", "Move one away"),
+    Case("study-data-changed", "outputs", lambda c: (c.folder_of("study", {"arms": {"constrained": {"data": {"files": {"dataset_name": "sha256:0000000000000000"}}}}}), c.study("--judge", "test"))[1], r"`--study_dir` \S+out: it trained on '\S+pc.jsonl' as it was then \(content sha256:0000000000000000\); it holds other data now \(sha256:", r"Give a new `--study_dir` for the changed data, or move \S+ away to start over"),
+    Case("study-data-changed-earlier-version", "outputs", lambda c: (c.folder_of("study", {"judge": "proxy"}), c.file("out/train/erm/seed0/run.json", json.dumps({"data": {"files": {"dataset_name": "0123456789abcdef"}}})), c.study("--judge", "test"))[2], r"its run train/erm/seed0 trained on '\S+pc.jsonl' as it was then \(an earlier version's fingerprint 0123456789abcdef\)", "Give a new `--study_dir`"),
+    Case("sweep-data-changed", "outputs", lambda c: (c.folder_of("sweep", {"arms": {"recipe": {"data": {"files": {"dataset_name": "sha256:0000000000000000"}}}}}), c.sweep())[1], r"`--sweep_dir` \S+out: it trained on '\S+pc.jsonl' as it was then", "Give a new `--sweep_dir`"),
+    Case("study-data-a-file", "outputs", lambda c: (c.folder_of("study", {"judge": "proxy"}, extra="data"), c.study("--judge", "test"))[1], r"`--study_dir` \S+out/data is a file where the study keeps its `data` folder", "move it away"),
+    Case("study-generations-a-file", "outputs", lambda c: (c.folder_of("study", {"judge": "proxy"}, extra="generations"), c.study("--judge", "test"))[1], r"`--study_dir` \S+out/generations is a file where the study keeps its `generations` folder", "another --study_dir"),
+    Case("study-report-a-link", "outputs", lambda c: (c.folder_of("study", {"judge": "proxy"}), os.symlink(c.file("mine.md", "x"), c.out / "report.md"), c.study("--judge", "test"))[2], r"`--study_dir` \S+out/report.md is a link where the study writes its report.md", "move it away"),
     Case("study-unmarked-folder", "study", lambda c: (c.unmarked(), c.study("--judge", "test"))[1], "`--study_dir` .* holds files that no constrained-sft command marked", "empty or new folder"),
     # --- sweep (and its arms) ----------------------------------------------------------------------------------------
     Case("sweep-no-space", "sweep", lambda c: [a for a in c.sweep() if a not in ("--space", str(c.tmp / "space.yaml"))], "`space` is required", "search-space YAML"),
@@ -417,8 +427,9 @@ def snapshot(root) -> dict[str, str]:
 
 def test_each_command_added_last_has_at_least_twenty_rows():
     counts = Counter(case.command for case in CASES)
-    assert set(counts) == {"harness", "exits", "study", "sweep", "config", "streaming", "recipes", "hub"}
-    assert min(n for group, n in counts.items() if group not in ("recipes", "hub")) >= 20, counts
+    assert set(counts) == {"harness", "exits", "study", "sweep", "config", "streaming", "recipes", "hub", "outputs"}
+    assert min(n for group, n in counts.items() if group not in ("recipes", "hub", "outputs")) >= 20, counts
+    assert counts["outputs"] >= 9, counts  # issue 64: the card's names, a study's data and parts
     assert counts["recipes"] >= 22, counts  # issue 53's names, issue 58's recipes and spaces told apart
     assert counts["hub"] >= 9, counts  # issue 58: the Hub out of reach, a data row named by its source
     assert len({case.id for case in CASES}) == len(CASES)
