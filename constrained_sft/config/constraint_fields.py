@@ -15,8 +15,8 @@ from ..constraints.variants import is_number
 from ..utils.fields import check_fields
 from .variant_fields import VariantArguments, read_only_by, refuse_unread_fields
 
-CONSTRAINT_MODES = tuple(MODES)  # the registries' names, the config's choices
-DUAL_OPTIMIZERS = tuple(DUAL_OPTIMIZER_CLASSES)
+CONSTRAINT_MODES = MODES  # the registry itself, the config's choices: a mode registered later is one too
+DUAL_OPTIMIZERS = DUAL_OPTIMIZER_CLASSES  # the registry itself, like CONSTRAINT_MODES
 EARLY_EXIT_SCALES = tuple(SCALES)
 CONSOLE_FORMATS = ("compact", "full")
 
@@ -38,7 +38,7 @@ class ConstraintArguments(VariantArguments):
             "help": " ".join(f"`'{mode.name}'`: {mode.help}" for mode in MODES.values())
             + " Every constrained layer is measured, logged and reported in every mode, so all runs share one "
             "instrument.",
-            "choices": list(CONSTRAINT_MODES),
+            "choices": CONSTRAINT_MODES,
         },
     )
     # Union-with-list fields take their default through `default_factory`: HfArgumentParser ignores a plain default
@@ -79,7 +79,7 @@ class ConstraintArguments(VariantArguments):
         default="sgd",
         metadata={
             "help": " ".join(f"`'{name}'`: {cls.help}" for name, cls in DUAL_OPTIMIZER_CLASSES.items()),
-            "choices": list(DUAL_OPTIMIZERS),
+            "choices": DUAL_OPTIMIZERS,
         },
     )
     dual_init: float = field(default=0.0, metadata={"help": "Initial value of every multiplier (>= 0)."})

@@ -21,9 +21,6 @@ from .multipliers import Multipliers
 from .objectives import LayerObjective
 from .variants import Registry, Setting, SettingValues
 
-# the config's `dual_optimizer` values and their classes, in the order they are registered
-DUAL_OPTIMIZERS: Registry = Registry()
-
 
 def _jsonable(value: Any) -> bool:
     """A param-group setting a checkpoint's JSON can hold (numbers, strings, flags, tuples of numbers)."""
@@ -186,6 +183,10 @@ class DualOptimizer(ABC):
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.load_extra_state(state.get("extra", {}))
+
+
+# the config's `dual_optimizer` values and their classes, in the order they are registered
+DUAL_OPTIMIZERS: Registry = Registry("dual optimizer", DualOptimizer, overrides=("make_optimizer",))
 
 
 @DUAL_OPTIMIZERS.register

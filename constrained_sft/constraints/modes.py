@@ -20,9 +20,6 @@ from .lagrangian import DescentConstraints
 from .objectives import EARLY_EXIT_SCALES, EarlyExit
 from .variants import Registry, Setting, finite_at_least
 
-# the config's `constraints` values and their classes, in the order they are registered
-MODES: Registry = Registry()
-
 
 class Mode(ABC):
     """
@@ -51,6 +48,12 @@ class Mode(ABC):
     def config_problem(cls, config: Any) -> str | None:
         """A refusal that needs other config fields beside the mode's own (None: allowed)."""
         return None
+
+
+# the config's `constraints` values and their classes, in the order they are registered
+MODES: Registry = Registry(
+    "training mode", Mode, needs=("name", "help", "card_tag", "card_text"), overrides=("primal_dual_settings",)
+)
 
 
 def mode_of(name: str) -> type[Mode]:

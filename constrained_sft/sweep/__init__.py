@@ -8,15 +8,16 @@ May import: utils, config, constraints, readout, noise, data, models, trainers, 
 """
 
 from .arguments import SweepArguments
+from .objectives import SWEEP_OBJECTIVES
 from .run import run
-from .search import OBJECTIVES, Objective
+from .search import Objective
 from .space import SearchSpace, SearchSpaceError, check_ranges, load_space, parse_space
 
 __all__ = [
-    "OBJECTIVES",
     "Objective",
     "SearchSpace",
     "SearchSpaceError",
+    "SWEEP_OBJECTIVES",
     "SweepArguments",
     "check_ranges",
     "load_space",

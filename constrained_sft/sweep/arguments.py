@@ -10,8 +10,8 @@ from ..noise import NoiseGrid
 from ..tasks.arms import arm_recipes, recipe_identity
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
-from .objectives import objectives_help
-from .search import OBJECTIVES, Objective, open_study
+from .objectives import SWEEP_OBJECTIVES, objectives_help
+from .search import Objective, open_study
 
 STAGES = ("search", "compare", "all")
 
@@ -23,7 +23,8 @@ class SweepArguments:
         default=None, metadata={"help": "Where the sweep writes (default: <output_dir>-sweep)."}
     )
     n_trials: int = field(default=20, metadata={"help": "Finished (complete or pruned) trials per arm."})
-    objective: str = field(default="auc", metadata={"help": objectives_help(), "choices": list(OBJECTIVES)})
+    # the registry itself as the choices: an objective registered after this module is imported is one too
+    objective: str = field(default="auc", metadata={"help": objectives_help(), "choices": SWEEP_OBJECTIVES})
     ood_floor: float = field(default=0.0, metadata={"help": "OOD accuracy floor of 'id_with_ood_floor'."})
     validation_size: float = field(
         default=0.15, metadata={"help": "Validation rows carved off the training split: a fraction or a count."}
@@ -86,7 +87,7 @@ class SweepArguments:
         check_output_folder(self.sweep_dir, "--sweep_dir")
 
     def validate(self) -> None:
-        for name, allowed in (("objective", OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):
+        for name, allowed in (("objective", SWEEP_OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
         if self.baseline not in ("none", "erm"):

@@ -12,8 +12,6 @@ from typing import ClassVar
 from ..constraints.variants import Registry
 from ..evaluation.results import ModelSummary
 
-SWEEP_OBJECTIVES: Registry = Registry()  # the `--objective` names, in the order they are registered
-
 
 class SweepObjective:
     """One `--objective`. `minimized`: lower is better whatever the task's headline (a loss); `floors_accuracy`: it
@@ -27,6 +25,10 @@ class SweepObjective:
     @staticmethod
     def score(summary: ModelSummary, ood_floor: float) -> float:
         raise NotImplementedError
+
+
+# the `--objective` names, in the order they are registered
+SWEEP_OBJECTIVES: Registry = Registry("sweep objective", SweepObjective, needs=("name", "help"), overrides=("score",))
 
 
 @SWEEP_OBJECTIVES.register

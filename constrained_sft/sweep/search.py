@@ -34,7 +34,6 @@ from .space import Params, SearchSpace
 
 FINISHED = ("COMPLETE", "PRUNED")
 GRACE_BEATS = 3  # a trial is stale after this many heartbeat intervals without a beat
-OBJECTIVES = tuple(SWEEP_OBJECTIVES)
 
 
 class Surplus(Exception):
@@ -45,7 +44,7 @@ class Surplus(Exception):
 class Objective:
     """What a trial is scored by, on the validation rows over the gamma grid (one noise seed per level)."""
 
-    name: str  # one of OBJECTIVES (`objectives.SWEEP_OBJECTIVES`)
+    name: str  # one of `objectives.SWEEP_OBJECTIVES`
     gammas: list[float]
     train_gamma: float
     headline: Headline

@@ -23,8 +23,6 @@ from .judges import (
 )
 from .proxy import PROXY_ENCODER, ReferenceProxyJudge
 
-JUDGES: Registry = Registry()  # the `--judge` names, in the order they are registered (and listed)
-
 
 class JudgeError(ValueError):
     """A judge that cannot run as configured (unknown name, missing credential or judge model)."""
@@ -85,6 +83,10 @@ class AnnotatorConfig(JudgeKind):
         model = judge_kwargs.get("completions_kwargs", {}).get("model_name")
         name = os.path.basename(os.path.dirname(config)) if os.path.exists(config) else config
         return AlpacaEvalJudge(config, judge_kwargs, caching_path, name + (f" ({model})" if model else ""))
+
+
+# the `--judge` names, in the order they are registered (and listed)
+JUDGES: Registry = Registry("judge", JudgeKind, needs=("name", "help"), overrides=("build",))
 
 
 @JUDGES.register

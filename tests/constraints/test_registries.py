@@ -1,0 +1,140 @@
+"""Every variant registry (training modes, dual optimizers, judges, sweep objectives) checks a class when it registers:
+a name already taken is refused unless the registration says it replaces it, and a class missing what its kind needs
+is refused naming the attribute, so no user variant fails after training; a user's variant is a choice at once."""
+
+import json
+import os
+import subprocess
+import sys
+from typing import ClassVar
+
+import pytest
+
+from constrained_sft.constraints.variants import Registry, VariantError
+
+
+class Kind:
+    name: ClassVar[str]
+    help: ClassVar[str]
+
+    @classmethod
+    def build(cls):
+        raise NotImplementedError
+
+
+def registry():
+    things = Registry("thing", Kind, needs=("name", "help"), overrides=("build",))
+
+    @things.register
+    class Builtin(Kind):
+        name, help = "builtin", "the built-in"
+
+        @classmethod
+        def build(cls):
+            return 1
+
+    return things, Builtin
+
+
+def test_a_class_missing_what_its_kind_needs_is_refused_naming_it():
+    things, _ = registry()
+
+    class NoHelp(Kind):
+        name = "nohelp"
+
+        @classmethod
+        def build(cls):
+            return 2
+
+    class NoBuild(Kind):
+        name, help = "nobuild", "x"
+
+    with pytest.raises(VariantError, match=r"NoHelp cannot be registered as a thing: it does not define `help`"):
+        things.register(NoHelp)
+    with pytest.raises(VariantError, match=r"NoBuild cannot be registered as a thing: it does not define `build`"):
+        things.register(NoBuild)
+    with pytest.raises(VariantError, match=r"str cannot be registered as a thing: it must be a subclass of Kind"):
+        things.register(str)
+    blank = type("Blank", (NoHelp,), {"name": " ", "help": "x"})
+    with pytest.raises(VariantError, match=r"its `name` must be a word, got ' '"):
+        things.register(blank)
+    assert list(things) == ["builtin"]
+
+
+def test_a_taken_name_is_refused_unless_replaced_on_purpose():
+    things, builtin = registry()
+
+    class Mine(builtin):
+        help = "mine"
+
+    with pytest.raises(VariantError, match=r"Mine cannot be registered as thing 'builtin': the name is taken by "
+                                           r"test_registries.registry.<locals>.Builtin; choose another name, or "
+                                           r"replace it on purpose with `register\(replace=True\)`"):  # fmt: skip
+        things.register(Mine)
+    assert things["builtin"] is builtin
+    assert things.register(replace=True)(Mine) is Mine and things["builtin"] is Mine
+
+
+USER_MODULE = """
+from constrained_sft.constraints import MODES
+from constrained_sft.constraints.modes import Mode
+
+
+class MyDescent(Mode):
+    name = "descent"
+    help = card_tag = card_text = "mine"
+
+    @classmethod
+    def primal_dual_settings(cls, config, spec, num_layers):
+        return {}
+
+
+MODES.register(MyDescent)
+"""
+
+USER_OBJECTIVE = """
+import json
+from transformers import HfArgumentParser
+import constrained_sft.sweep  # the sweep's module first: its choices are the registry, not a copy of it
+from constrained_sft.sweep import SWEEP_OBJECTIVES, SweepArguments
+from constrained_sft.sweep.objectives import SweepObjective
+
+
+@SWEEP_OBJECTIVES.register
+class WorstLevel(SweepObjective):
+    name = "worst_level"
+    help = "the headline at the worst level"
+
+    @staticmethod
+    def score(summary, ood_floor):
+        return min(summary.by_level.values())
+
+
+(parsed,) = HfArgumentParser(SweepArguments).parse_args_into_dataclasses(
+    ["--objective", "worst_level", "--space", "s.yaml", "--stage", "search"]
+)
+parsed.validate()
+print(json.dumps(parsed.objective))
+"""
+
+
+def run_fresh(tmp_path, program: str):
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=tmp_path)  # fmt: skip
+
+
+def test_a_users_mode_with_a_builtins_name_fails_when_its_module_is_imported(tmp_path):
+    """In a fresh interpreter, as a user's module registers (a registration is an import-time side effect)."""
+    (tmp_path / "my_modes.py").write_text(USER_MODULE)
+    done = run_fresh(tmp_path, "import my_modes")
+    assert done.returncode == 1
+    assert ("VariantError: MyDescent cannot be registered as training mode 'descent': the name is taken by "
+            "constrained_sft.constraints.modes.Descent") in done.stderr  # fmt: skip
+
+
+def test_a_users_sweep_objective_is_a_choice(tmp_path):
+    (tmp_path / "s.yaml").write_text("constrained:\n  dual_lr: {low: 0.01, high: 0.5}\n")
+    done = run_fresh(tmp_path, USER_OBJECTIVE)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == "worst_level"
