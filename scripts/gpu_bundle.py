@@ -21,7 +21,6 @@ encoder folder and the conversations. Written by hand because no tool carries a 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import shutil
@@ -33,16 +32,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import script_inputs  # noqa: E402
 import wheelhouse  # noqa: E402
 
+from constrained_sft.utils.written import sha256  # noqa: E402
+
 MANIFEST = "manifest.json"
 CONVERSATIONS = 12400  # 600 steps x 16 x 1.2 for the training pool (12,000 rows) + 300 held out + a margin
-
-
-def sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(2**20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def cut(path: str, piece_bytes: int) -> list[str]:
@@ -58,9 +51,15 @@ def cut(path: str, piece_bytes: int) -> list[str]:
 
 
 def read_conversations(source: str) -> list[dict]:
-    """ShareGPT conversations of a JSON file (a list, the releases' form) or a JSON lines file (one per line)."""
-    with open(source, errors="replace") as f:
-        text = f.read()
+    """ShareGPT conversations of a JSON file (a list, the releases' form) or a JSON lines file (one per line), UTF-8
+    as `train` reads it (other bytes are refused naming the place, never read as U+FFFD)."""
+    with open(source, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        refuse(f"--data {source} line {line}: not UTF-8 text ({error.reason} at byte {error.start}); give UTF-8 JSON")
     try:
         rows = json.loads(text)
     except json.JSONDecodeError:
@@ -150,7 +149,9 @@ def check_pack(args) -> tuple[str, str, str | None]:
         refuse(f"--encoder {encoder}: not a model folder (no config.json); give the judge encoder's folder")
     if args.data is not None and not os.path.isfile(args.data):
         refuse(f"--data {args.data}: no such file; give ShareGPT conversations as JSON or JSON lines")
-    script_inputs.check_out(args.out, "OUT", "gpu_bundle.py")
+    inputs = {"--gguf": gguf, "--encoder": encoder, **({"--data": args.data} if args.data else {})}
+    inputs.update({"--have": args.have} if args.have else {})
+    args.out = script_inputs.check_out(args.out, "OUT", "gpu_bundle.py", inputs)
     return gguf, encoder, args.data
 
 
@@ -203,12 +204,34 @@ def find_manifest(bundle: str) -> str | None:
     return next((path for path in found if os.path.isfile(path)), None)
 
 
+NEEDED = ("encoder.tar.gz", "sharegpt.json.gz", "model.gguf")  # what unpack writes the assets from
+
+
+def read_manifest(bundle: str) -> dict:
+    """The bundle's manifest, every entry checked (`files`: {name: {sha256, bytes, pieces}} naming the files unpack
+    needs); a truncated or foreign one is refused in one line naming it."""
+    path = find_manifest(bundle)
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as error:
+        refuse(f"BUNDLE {path} is damaged ({str(error)[:80]}): carry part-1 again")
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    ok = isinstance(files, dict) and all(
+        isinstance(e, dict) and isinstance(e.get("sha256"), str) and isinstance(e.get("pieces"), list)
+        and all(isinstance(p, str) and script_inputs.plain(p) for p in e["pieces"]) and script_inputs.plain(n)
+        for n, e in files.items()
+    )  # fmt: skip
+    if not ok or any(name not in files for name in NEEDED):
+        refuse(f"BUNDLE {path} is not a bundle manifest (it must list {', '.join(NEEDED)}): carry part-1 again")
+    return manifest
+
+
 def unpack(args) -> None:
     if not os.path.isdir(args.bundle) or find_manifest(args.bundle) is None:
         refuse(f"BUNDLE {args.bundle} has no part-*/{MANIFEST}: carry part-1 (it holds the manifest) first")
-    script_inputs.check_out(args.dest, "DEST", "gpu_bundle.py")
-    with open(find_manifest(args.bundle)) as f:
-        manifest = json.load(f)
+    args.dest = script_inputs.check_out(args.dest, "DEST", "gpu_bundle.py", {"BUNDLE": args.bundle})
+    manifest = read_manifest(args.bundle)
     where = {}
     for part in sorted(p for p in os.listdir(args.bundle) if p.startswith("part-")):
         folder = os.path.join(args.bundle, part, "assets")
@@ -244,7 +267,8 @@ def unpack(args) -> None:
 
             dequantize_gguf(staging, "model.gguf", os.path.join(dest, "smollm2"))
     print(
-        f"unpacked into {args.dest}: " + ", ".join(sorted(n for n in os.listdir(args.dest) if n != script_inputs.MARK))
+        f"unpacked into {args.dest}: "
+        + ", ".join(sorted(n for n in os.listdir(args.dest) if n not in script_inputs.MARKS))
     )
 
 

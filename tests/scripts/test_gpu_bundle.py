@@ -91,3 +91,42 @@ def test_a_bundle_comes_back_byte_for_byte(tmp_path, capsys):
         gpu_bundle.main(["unpack", str(out), str(tmp_path / "damaged"), "--no-dequantize"])
     assert not (tmp_path / "damaged").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
     assert (assets / "sharegpt.json").read_bytes() == kept
+
+
+def test_the_scripts_replace_only_their_own_folders(tmp_path, capsys):
+    """What a script wrote is told by its record (`.written-by.json`: names and SHA-256): an earlier version's folder
+    (its `.written-by` mark, the script's own layout) is replaced; a symlinked OUT is resolved and built at its
+    target, the link kept; a folder the record covers is replaced once another file appears in it no more."""
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + b"\0" * 64)
+    tiny_encoder("bert", layers=2).save_pretrained(tmp_path / "encoder")
+    tiny_tokenizer().save_pretrained(tmp_path / "encoder")
+    (tmp_path / "sharegpt.json").write_text(json.dumps([{"conversations": [{"from": "human", "value": "q"},
+                                                                           {"from": "gpt", "value": "a"}]}]))  # fmt: skip
+
+    def pack(out):
+        return gpu_bundle.main(["pack", str(out), "--no-wheels", "--gguf", str(gguf), "--encoder",
+                                str(tmp_path / "encoder"), "--data", str(tmp_path / "sharegpt.json")])  # fmt: skip
+
+    earlier = tmp_path / "earlier"
+    (earlier / "part-1" / "assets").mkdir(parents=True)
+    (earlier / ".written-by").write_text("gpu_bundle.py\n")
+    (earlier / "part-1" / "manifest.json").write_text("{}")
+    (earlier / "part-1" / "assets" / "model.gguf").write_bytes(b"old")
+    assert pack(earlier) == 0
+    record = json.loads((earlier / ".written-by.json").read_text())
+    assert record["by"] == "gpu_bundle.py" and "part-1/manifest.json" in record["files"]
+    assert not (earlier / ".written-by").exists()
+
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    assert pack(tmp_path / "link") == 0
+    assert (tmp_path / "link").is_symlink() and (target / "part-1" / "manifest.json").is_file()
+
+    (target / "notes.md").write_text("mine")
+    with pytest.raises(SystemExit):
+        pack(tmp_path / "link")
+    assert "(notes.md)" in capsys.readouterr().err and (target / "notes.md").read_text() == "mine"
+    (target / "notes.md").unlink()
+    assert pack(tmp_path / "link") == 0
