@@ -186,7 +186,7 @@ class DualOptimizer(ABC):
 
 
 # the config's `dual_optimizer` values and their classes, in the order they are registered
-DUAL_OPTIMIZERS: Registry = Registry("dual optimizer", DualOptimizer, overrides=("make_optimizer",))
+DUAL_OPTIMIZERS: Registry = Registry("dual optimizer", DualOptimizer)
 
 
 @DUAL_OPTIMIZERS.register

@@ -58,15 +58,15 @@ class Setting:
 class Registry(dict):
     """
     Variants by name (`cls.name`), in the order they were registered: what a config field chooses from. A registry
-    knows its `kind` (words for messages), the `base` class its variants extend, the class attributes each must
-    define (`needs`) and the base methods each must override (`overrides`, beside the base's abstract ones): a class
-    lacking one is refused when it registers, naming the attribute, so no variant fails after training. A name
-    already taken is refused too, unless the registration says it replaces it (`register(cls, replace=True)`).
+    knows its `kind` (words for messages), the `base` class its variants extend (an ABC: what a variant must
+    implement is abstract there) and the class attributes each must define (`needs`): a class lacking one is refused
+    when it registers, naming the attribute, so no variant fails after training. A name already taken is refused
+    too, unless the registration says it replaces it (`register(cls, replace=True)`).
     """
 
-    def __init__(self, kind: str, base: type, needs: tuple[str, ...] = ("name",), overrides: tuple[str, ...] = ()):
+    def __init__(self, kind: str, base: type, needs: tuple[str, ...] = ("name",)):
         super().__init__()
-        self.kind, self.base, self.needs, self.overrides = kind, base, needs, overrides
+        self.kind, self.base, self.needs = kind, base, needs
 
     def register(self, cls: type[T] | None = None, *, replace: bool = False):
         """Register `cls` under its `name` (a class decorator: `@REGISTRY.register`, or
@@ -86,10 +86,8 @@ class Registry(dict):
                 f"{what} cannot be registered as a {self.kind}: it must be a subclass of {self.base.__name__}."
             )
         missing = [name for name in self.needs if not hasattr(cls, name)]
-        owner = lambda attribute: next((k for k in cls.__mro__ if attribute in vars(k)), None)  # noqa: E731
-        missing += [m for m in self.overrides if owner(m) in (None, self.base)]
         missing += sorted(getattr(cls, "__abstractmethods__", ()))
-        if missing := list(dict.fromkeys(missing)):
+        if missing:
             raise VariantError(
                 f"{what} cannot be registered as a {self.kind}: it does not define {', '.join(f'`{m}`' for m in missing)}"
                 f", which every {self.kind} defines (see {self.base.__name__})."

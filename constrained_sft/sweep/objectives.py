@@ -7,13 +7,14 @@ compares objective names.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import ClassVar
 
 from ..constraints.variants import Registry
 from ..evaluation.results import ModelSummary
 
 
-class SweepObjective:
+class SweepObjective(ABC):
     """One `--objective`. `minimized`: lower is better whatever the task's headline (a loss); `floors_accuracy`: it
     needs a headline where higher is better (an accuracy)."""
 
@@ -23,12 +24,13 @@ class SweepObjective:
     floors_accuracy: ClassVar[bool] = False
 
     @staticmethod
+    @abstractmethod
     def score(summary: ModelSummary, ood_floor: float) -> float:
-        raise NotImplementedError
+        """The trial's score from its summary over the gamma grid."""
 
 
 # the `--objective` names, in the order they are registered
-SWEEP_OBJECTIVES: Registry = Registry("sweep objective", SweepObjective, needs=("name", "help"), overrides=("score",))
+SWEEP_OBJECTIVES: Registry = Registry("sweep objective", SweepObjective, needs=("name", "help"))
 
 
 @SWEEP_OBJECTIVES.register

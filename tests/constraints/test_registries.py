@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import pytest
@@ -13,17 +14,18 @@ import pytest
 from constrained_sft.constraints.variants import Registry, VariantError
 
 
-class Kind:
+class Kind(ABC):
     name: ClassVar[str]
     help: ClassVar[str]
 
     @classmethod
+    @abstractmethod
     def build(cls):
-        raise NotImplementedError
+        """What a thing builds."""
 
 
 def registry():
-    things = Registry("thing", Kind, needs=("name", "help"), overrides=("build",))
+    things = Registry("thing", Kind, needs=("name", "help"))
 
     @things.register
     class Builtin(Kind):

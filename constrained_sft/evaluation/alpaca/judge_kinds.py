@@ -8,6 +8,7 @@ alpaca_eval annotator config, by name or path (`AnnotatorConfig`). Nothing outsi
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from ...constraints.variants import Registry
@@ -28,20 +29,21 @@ class JudgeError(ValueError):
     """A judge that cannot run as configured (unknown name, missing credential or judge model)."""
 
 
-class JudgeKind:
+class JudgeKind(ABC):
     """One `--judge` value. `args`: the judging arguments (`judge`, `judge_model`, `judge_batch_size`)."""
 
     name: ClassVar[str]
     help: ClassVar[str]
     default_model: ClassVar[str | None] = None  # the judge model when --judge_model names none (reported)
 
-    @classmethod
+    @classmethod  # noqa: B027 (an optional hook: a judge that needs nothing checks nothing)
     def check(cls, args) -> None:
         """What the judge needs, checked before any work (raises `JudgeError` naming what is missing)."""
 
     @classmethod
+    @abstractmethod
     def build(cls, args, caching_path: str | None) -> Judge:
-        raise NotImplementedError
+        """The judge, ready to compare two answer sets."""
 
 
 class AnnotatorConfig(JudgeKind):
@@ -86,7 +88,7 @@ class AnnotatorConfig(JudgeKind):
 
 
 # the `--judge` names, in the order they are registered (and listed)
-JUDGES: Registry = Registry("judge", JudgeKind, needs=("name", "help"), overrides=("build",))
+JUDGES: Registry = Registry("judge", JudgeKind, needs=("name", "help"))
 
 
 @JUDGES.register
