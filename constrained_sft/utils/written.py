@@ -48,16 +48,6 @@ def read_record(folder: str) -> tuple[str | None, dict[str, str]]:
     return None, {}
 
 
-def is_ours(folder: str, name: str, by: str | None = None) -> bool:
-    """Whether `folder`/`name` is a plain file (no symlink on the way) the record lists with its current bytes (and,
-    given `by`, written by `by`)."""
-    writer, files = read_record(folder)
-    path = os.path.join(folder, name)
-    if (by is not None and writer != by) or name not in files or not plain_file(folder, name):
-        return False
-    return sha256(path) == files[name]
-
-
 def plain_file(folder: str, name: str) -> bool:
     """`folder`/`name` is a regular file reached through no symlink below `folder`."""
     parts = os.path.normpath(name).split(os.sep)
@@ -72,8 +62,8 @@ def record_written(folder: str, by: str, names: list[str] | None = None) -> None
     (None) every file below `folder`, replacing the record (a folder built whole). Written atomically."""
     from .files import write_json
 
-    if names is None:
-        files = {name: sha256(os.path.join(folder, name)) for name in walk(folder)}
+    if names is None:  # what a script built: its plain files (it writes no links or empty folders)
+        files = {name: sha256(os.path.join(folder, name)) for name in walk(folder) if plain_file(folder, name)}
     else:
         writer, files = read_record(folder)
         files = dict(files) if writer in (None, by) else {}
