@@ -207,3 +207,28 @@ def test_dual_optimizer_study_summary_on_a_tiny_study(tmp_path):
         assert low <= row["accuracy_minus_erm"][0] <= high and row["total_variation"] >= 0
     assert "accuracy_minus_sgd" in rows[1] and "accuracy_minus_sgd" not in rows[0]
     assert "| nupi |" in result.stdout
+
+
+def test_padding_waste_counts_the_slots_the_device_computes_on():
+    """benchmarks/padding_waste.py's summary from one pass's per-step counts: shares over the whole pass, means per
+    step (two padded steps of 16 x 40 and 16 x 20 slots holding 500 and 300 real tokens)."""
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    from padding_waste import summary
+
+    way = {"rows": 40, "documents": 32, "slots": [640, 320], "real": [500, 300], "supervised": [200, 100]}
+    row = summary({**way, "steps": 2}, 16)
+    assert row["padding_share"] == round(1 - 800 / 960, 4) and row["supervised_share_of_slots"] == round(300 / 960, 4)
+    assert row["real_tokens_per_step"] == 400.0 and row["steps_per_pass"] == 2 and row["documents_seen"] == 32
+
+
+@pytest.mark.slow
+def test_padding_waste_end_to_end(tmp_path):
+    """The real data path on a small pool: packed steps hold no padding, and both ways train on the same supervised
+    tokens (packing changes the batches, not what is learned from)."""
+    out = tmp_path / "waste.json"
+    script = os.path.join(os.path.dirname(SCRIPT), "padding_waste.py")
+    subprocess.run([sys.executable, script, "--rows", "200", "--out", str(out)], check=True, capture_output=True)
+    report = json.loads(out.read_text())
+    assert report["packed"]["padding_share"] == 0.0 < report["padded"]["padding_share"]
+    assert report["packed"]["supervised_tokens_per_pass"] == report["padded"]["supervised_tokens_per_pass"]
+    assert report["packed"]["steps_per_pass"] <= report["padded"]["steps_per_pass"]
