@@ -20,12 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+
+from provenance import machine, write_report
 
 
 def one_run(model: str, data_dir: str | None, rows: int, num_proc: int | None) -> float:
@@ -93,11 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     ratio = results["fresh"]["mean_of_runs_2_to_n"] / results["prepared"]["mean_of_runs_2_to_n"]
     print(f"a run's data preparation, fresh / prepared (runs 2..{args.runs}): {ratio:.1f}x")
     report = {"rows": args.rows, "runs": args.runs, "dataset_num_proc": args.num_proc, **results,
-              "ratio_fresh_over_prepared": round(ratio, 1), "machine": f"{os.cpu_count()} cores, {platform.machine()}"}  # fmt: skip
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+              "ratio_fresh_over_prepared": round(ratio, 1), "machine": machine()}  # fmt: skip
+    write_report(args.out, report)
     return 0
 
 

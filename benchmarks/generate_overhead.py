@@ -19,14 +19,14 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
-import json
 import os
-import platform
 import pstats
 import statistics
 import sys
 import tempfile
 import time
+
+from provenance import machine, write_report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,11 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         profiles[name] = text.getvalue().splitlines()[-20:]
     report = {"model": "SmolLM2-135M-Instruct (fp32, CPU)", "batch": args.batch, "new_tokens": args.new_tokens,
               "repeats": args.repeats, "threads": args.threads, "ways": rows_out, "profiles_top_own_time": profiles,
-              "machine": f"{os.cpu_count()} cores, {platform.machine()}"}  # fmt: skip
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+              "machine": machine()}  # fmt: skip
+    write_report(args.out, report)
     return 0
 
 

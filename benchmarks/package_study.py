@@ -23,7 +23,7 @@ import sys
 import tarfile
 import tempfile
 
-from constrained_sft.utils.written import sha256
+from constrained_sft.utils.content import sha256
 
 MARK = "written by benchmarks/gpu_study.sh"  # device.txt's first line
 DEVICE = "device.txt"

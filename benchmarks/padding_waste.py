@@ -19,15 +19,13 @@ depend on it.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
 
 from data_preparation import tiny_smollm2
-from provenance import source_commit
+from provenance import machine, source_commit, write_report
 
 
 def one_pass(model: str, data_dir: str, packed: bool, rows: int, batch: int, max_length: int) -> dict:
@@ -117,13 +115,10 @@ def main(argv: list[str] | None = None) -> int:
             },  # fmt: skip
             "steps_padded_over_packed": round(ratio, 3),
             "source_commit": source_commit(os.path.dirname(constrained_sft.__file__)),
-            "machine": f"{os.cpu_count()} cores, {platform.machine()}",
+            "machine": machine(),
         }
     )
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
+    write_report(args.out, report)
     return 0
 
 

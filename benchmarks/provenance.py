@@ -1,13 +1,16 @@
 """
-Which code a benchmark measured: the commit of the checkout that holds the package, so a result names its code
-where a worktree's path says nothing once it is gone.
+Which code and machine a benchmark measured, and where its result goes: the commit of the checkout that holds the
+package, so a result names its code where a worktree's path says nothing once it is gone; the machine in words; the
+JSON result written.
 
 Shared by the benchmarks (imported as a sibling module: each runs as `python benchmarks/<name>.py`).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import subprocess
 
 
@@ -31,3 +34,16 @@ def source_commit(folder: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return head.stdout.strip() + ("+dirty" if status.stdout.strip() else "")
+
+
+def machine() -> str:
+    """The machine a result was measured on, in words: its cores and architecture."""
+    return f"{os.cpu_count()} cores, {platform.machine()}"
+
+
+def write_report(path: str | None, report: dict) -> None:
+    """The benchmark's JSON result at `path` (its folder created); nothing where no `--out` was given."""
+    if path:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1)

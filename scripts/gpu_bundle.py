@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import script_inputs  # noqa: E402
 import wheelhouse  # noqa: E402
 
-from constrained_sft.utils.written import sha256  # noqa: E402
+from constrained_sft.utils.content import sha256  # noqa: E402
 
 MANIFEST = "manifest.json"
 CONVERSATIONS = 12400  # 600 steps x 16 x 1.2 for the training pool (12,000 rows) + 300 held out + a margin

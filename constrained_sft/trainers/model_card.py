@@ -17,10 +17,11 @@ from huggingface_hub import ModelCard, ModelCardData
 
 from ..constraints import MODES
 from ..constraints.feasibility import FeasibilityReport, verdict_message
+from ..utils.content import sha256
 from ..utils.files import write_text
 from ..utils.shipped import package_data
 from ..utils.types import JSONObject
-from ..utils.written import plain_file, read_record, record_written, sha256
+from ..utils.written import plain_file, read_record, record_written
 from ..version import VERSION
 
 TEMPLATE = str(package_data("trainers", "templates", "model_card.md"))

@@ -53,11 +53,7 @@ def file_digest(path: str) -> str:
             kept = json.load(f)
         if kept.get("path") == real and kept.get("stat") == facts and isinstance(kept.get("sha256"), str):
             return kept["sha256"]
-    digest = hashlib.sha256()
-    with open(real, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    value = digest.hexdigest()
+    value = sha256(real)
     if stat_facts(real) == facts:  # not written to while it was read
         with contextlib.suppress(OSError):
             os.makedirs(os.path.dirname(entry), exist_ok=True)
@@ -66,6 +62,15 @@ def file_digest(path: str) -> str:
                 json.dump({"path": real, "stat": facts, "sha256": value}, f)
             os.replace(tmp, entry)  # concurrent runs each write whole entries of their own
     return value
+
+
+def sha256(path: str) -> str:
+    """The SHA-256 (hex) of a file's bytes, read in 4 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def stat_facts(path: str) -> list[int]:

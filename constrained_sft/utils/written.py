@@ -14,21 +14,14 @@ read through the script's own layout (`legacy`, a test of relative paths the scr
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable
 
+from .content import sha256
+
 RECORD = ".written-by.json"
 LEGACY_MARK = ".written-by"  # earlier versions' mark of a script's folder: the script's name
-
-
-def sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_record(folder: str) -> tuple[str | None, dict[str, str]]:
