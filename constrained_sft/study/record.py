@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..data import has_weights, model_fingerprint
+from ..evaluation.folders import MARKER
 from ..evaluation.results import ExitsModel, ModelResult
 from ..tasks.arms import RunKey
 from ..utils.files import read_json, write_json
@@ -33,7 +34,7 @@ RUNS = "runs"
 GENERATIONS, EXITS_DIR, DATA_DIR = "generations", "exits", "data"
 # the parts of a study folder: the folders the runs and the finish write into, and the files they write whole
 FOLDER_PARTS = (TRAIN, RUNS, GENERATIONS, EXITS_DIR, DATA_DIR, "robustness", "judging")
-FILE_PARTS = ("study.json", "timings.json", "instructions.jsonl", "report.html", "report.md", "written_by.json")
+FILE_PARTS = ("study.json", "timings.json", "instructions.jsonl", "report.html", "report.md", MARKER)
 LEGACY_PHASES = {"generation": ANSWERS}  # the seconds key of records before phases were recorded one by one
 
 
