@@ -16,6 +16,7 @@ from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, s
 from ..utils.modules import unwrap_model
 from ..utils.types import Batch
 from .constrained import BatchScore, ConstrainedTrainerMixin
+from .packing import check_isolation, prepare_packed, prepare_rows
 from .resume import prepare_inputs
 from .setup import ConstrainedSetup, building, constrained_args
 
@@ -198,7 +199,10 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
                     "head (no `generation_config`). Load it with AutoModelForCausalLM, or train a classifier with "
                     "ConstrainedTrainer."
                 )
+            if not isinstance(model, str):
+                check_isolation(model, args)
             super().__init__(model, args, *rest, **kwargs)
+            check_isolation(self.model, args)  # a model TRL loaded from its name
             base = unwrap_model(self.model)
             text_config = base.config.get_text_config()
             self._positions = model_positions(text_config)
@@ -216,6 +220,14 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             # the model may outlive this trainer (or be handed to another): its forward is restored when the trainer
             # goes, or at `detach_probe()`
             self._detach_probe = weakref.finalize(self, self.probe.detach, base)
+
+    def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
+        """TRL's preparation, saying which rows it leaves out; packed, the documents unpacked training trains on."""
+        if not packing:
+            return prepare_rows(
+                super()._prepare_dataset, dataset, processing_class, args, formatting_func, dataset_name
+            )
+        return prepare_packed(super()._prepare_dataset, dataset, processing_class, args, formatting_func, dataset_name)
 
     def detach_probe(self) -> None:
         """Give the model back its own forward (idempotent); the trainer cannot train or evaluate afterwards."""
