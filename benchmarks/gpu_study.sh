@@ -32,6 +32,10 @@ refuse() {
 command -v "$PY" > /dev/null 2>&1 || refuse "PY $PY: no such interpreter; give the Python that has constrained-sft"
 "$PY" -c "import constrained_sft, transformers, trl, datasets" > /dev/null 2>&1 ||
   refuse "PY $PY cannot import constrained_sft and its dependencies (transformers, trl, datasets); install them first (docs/guides/gpu.md: install_wheelhouse.sh)"
+# packed batches (TRL's bfd packing, padding-free: the documents of a step side by side, the answerless ones left
+# out); one pass over the training rows unless STEPS names the optimizer steps
+if [[ -n ${STEPS:-} ]]; then STEPS_ARGS=(--max_steps "$STEPS"); else STEPS_ARGS=(--max_steps -1 --num_train_epochs 1); fi
+STEPS_ARGS+=(--packing true --packing_strategy bfd)
 smoke=0
 if [[ ${1:-} == --smoke ]]; then
   smoke=1
@@ -64,7 +68,7 @@ PY
   JUDGE_MODEL=${JUDGE_MODEL:-$WORK/encoder}
   STUDY_DIR=${STUDY_DIR:-$OUT.work/study}
   SEEDS=${SEEDS:-2} JOBS=${JOBS:-2} BUDGET=${BUDGET:-1.5}
-  SIZE=(--bf16 false --use_cpu true --max_steps "${STEPS:-3}" --per_device_train_batch_size 8 --max_length 32
+  SIZE=(--bf16 false --use_cpu true "${STEPS_ARGS[@]}" --per_device_train_batch_size 8 --max_length 32
         --eval_size 16 --max_train_samples 80 --per_device_eval_batch_size 16 --logging_steps 1)
   STUDY=(--gammas 0 0.5 1.5 --generation_gammas 0 1.5 --max_instances 4 --max_new_tokens 4 --exit_prompts 2
          --exit_new_tokens 4 --bootstrap_samples 200)
@@ -75,7 +79,7 @@ else
   JUDGE_MODEL=${JUDGE_MODEL:-pkg:all-minilm-l6-v2}
   STUDY_DIR=${STUDY_DIR:-outputs/gpu-study}
   SEEDS=${SEEDS:-2} JOBS=${JOBS:-2} BUDGET=${BUDGET:-8.5}
-  SIZE=(--bf16 true --use_cpu false --max_steps "${STEPS:-600}" --per_device_train_batch_size 16 --max_length 512
+  SIZE=(--bf16 true --use_cpu false "${STEPS_ARGS[@]}" --per_device_train_batch_size 16 --max_length 512
         --eval_size 300 --max_train_samples 12000 --per_device_eval_batch_size 32 --logging_steps 50)
   # every answer of a level in one batch (100 prompts of <= 512 + 128 tokens: ~1.5 GB of KV cache for SmolLM2-135M)
   STUDY=(--gammas 0 0.25 0.5 0.75 1 1.5 --generation_gammas 0 1.5 --max_instances 100 --max_new_tokens 128

@@ -20,6 +20,7 @@ from ..tasks import Recipe
 from ..utils.files import write_json
 from .arguments import StudyArguments
 from .phases import required
+from .probe import optimizer_steps
 from .record import ANSWERS, DATA_DIR, EXITS_DIR, GENERATIONS, ROBUSTNESS, TRAIN, RunKey, RunRecord
 from .report import write_study_report
 from .results import (
@@ -89,14 +90,16 @@ def head_to_head(
 
 
 def budget(
-    recipe: Recipe, args: StudyArguments, results: RobustnessResults, seeds: int, judged: int, missing
+    recipe: Recipe, args: StudyArguments, results: RobustnessResults, seeds: int, judged: int, missing, timings=None
 ) -> StudyBudget:
     """What the study spent: the numbers that bound what it can resolve (`seeds`: the training seeds every arm has
-    measured; `judged`: those every arm has answered; `missing`: the runs, or runs' phases, still to do)."""
+    measured; `judged`: those every arm has answered; `missing`: the runs, or runs' phases, still to do; `timings`:
+    the probe's count of a pass's steps, for a recipe that trains by passes)."""
     t = recipe.training
+    epoch_steps = ((timings.probe if timings is not None else None) or {}).get("times", {}).get("epoch_steps", 0)
     return StudyBudget(
         training_seeds_per_arm=seeds,
-        max_steps=t.max_steps,
+        max_steps=optimizer_steps(t, epoch_steps or 0) or t.max_steps,
         batch=t.per_device_train_batch_size * t.gradient_accumulation_steps,
         max_length=t.max_length,
         held_out_sequences=results.settings.held_out_rows,
@@ -181,7 +184,7 @@ def finish_study(
             constrained_recipe=constrained.training.to_dict(),
             twin_differences=differences,
             instructions=instructions,
-            budget=budget(constrained, args, results, seeds, judged, missing),
+            budget=budget(constrained, args, results, seeds, judged, missing, timings),
         ),
         versions=versions("torch", "transformers", "trl", "alpaca_eval"),
         robustness=StudyRobustness.of(results),

@@ -4,8 +4,10 @@ pending run's recipe, every phase measured on its own and scaled to the study's 
 
 - train: the time before the first step (the model, the data: its first preparation, which every later run reuses,
   included, so an over-estimate), the mean optimizer step *after warm-up* (the first `WARMUP_STEPS` steps pay for the
-  CUDA context, the allocator and the first kernels, ~4-6x a warm step on an H100; they are timed and left out), and
-  the final evaluation and save;
+  CUDA context, the allocator and the first kernels, ~4-6x a warm step on an H100; they are timed and left out) times
+  the run's steps, and the final evaluation and save. A recipe that trains by passes over its data (`max_steps` -1,
+  `num_train_epochs`) has its steps derived from the data: the probe's trainer counts one pass's optimizer steps
+  (its dataloader's batches over `gradient_accumulation_steps`, as `Trainer` does; packed rows are counted packed);
 - robustness: a model load and one level at one noise seed, times the levels and seeds;
 - answers: one batch of answers at `PROBE_TOKENS` new tokens, times the batches, levels and the study's answer length
   (an upper bound: an answer that ends early costs less);
@@ -45,9 +47,13 @@ class StepTimer(TrainerCallback):
     def __init__(self) -> None:
         self.steps: list[float] = []
         self.begun = self.train_begin = self.train_end = None
+        self.epoch_steps = 0  # optimizer steps of one pass over the training rows
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.train_begin = clock.now()
+        loader = kwargs.get("train_dataloader")
+        if loader is not None and hasattr(loader, "__len__"):
+            self.epoch_steps = math.ceil(len(loader) / args.gradient_accumulation_steps)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.begun = clock.now()
@@ -71,6 +77,7 @@ class ProbeTimes:
     answer_batch: float = 0.0  # one batch of answers at `tokens` new tokens
     exit_prompt: float = 0.0  # one prompt, plain and at every exit layer, at `tokens` new tokens
     tokens: int = PROBE_TOKENS
+    epoch_steps: int = 0  # optimizer steps of one pass over the training rows (0: not counted)
 
     @property
     def warm_step(self) -> float:
@@ -80,7 +87,9 @@ class ProbeTimes:
     def phases(self, job: Job) -> dict[str, float]:
         """Seconds per phase of a run of `job`'s recipe, alone on the device."""
         e, t = job.evaluation, job.recipe.training
-        out = {TRAIN: self.before_steps + self.warm_step * t.max_steps + self.after_steps}
+        out = {
+            TRAIN: self.before_steps + self.warm_step * (optimizer_steps(t, self.epoch_steps) or 0) + self.after_steps
+        }
         if e is None:
             return out
         n = e.instruction_count
@@ -103,6 +112,14 @@ class ProbeTimes:
         return text
 
 
+def optimizer_steps(training, epoch_steps: int) -> int | None:
+    """A run's optimizer steps: `max_steps`, or with `max_steps` <= 0 `num_train_epochs` passes of `epoch_steps`
+    (None while the steps of a pass are not counted)."""
+    if training.max_steps > 0:
+        return training.max_steps
+    return math.ceil(training.num_train_epochs * epoch_steps) if epoch_steps else None
+
+
 def device_name() -> str:
     """The device the probe times: the GPU's name, else the CPU with its cores."""
     import torch
@@ -119,9 +136,11 @@ def probed(job: Job, kept: dict | None) -> tuple[ProbeTimes, dict]:
     here = {"device": device_name()}
     if kept and {k: kept.get(k) for k in here} == here:
         try:
-            return ProbeTimes(**kept["times"]), kept
+            times = ProbeTimes(**kept["times"])
+            if optimizer_steps(job.recipe.training, times.epoch_steps) is not None:
+                return times, kept
         except (KeyError, TypeError):
-            pass  # an unreadable entry: probe again
+            pass  # an unreadable entry, or one without the steps of a pass this recipe needs: probe again
     times = probe(job)
     return times, {**here, "times": dataclasses.asdict(times)}
 
@@ -129,7 +148,8 @@ def probed(job: Job, kept: dict | None) -> tuple[ProbeTimes, dict]:
 def probe(job: Job) -> ProbeTimes:
     """Measure `job`'s phases on a short run of its recipe (see the module docstring)."""
     e = job.evaluation
-    steps = min(PROBE_STEPS, max(job.recipe.training.max_steps, WARMUP_STEPS + 2))
+    planned = job.recipe.training.max_steps
+    steps = min(PROBE_STEPS, max(planned, WARMUP_STEPS + 2)) if planned > 0 else PROBE_STEPS
     with tempfile.TemporaryDirectory() as scratch:
         training = dataclasses.replace(job.recipe.training, max_steps=steps, save_strategy="no",
                                        resume_from_checkpoint=None)  # fmt: skip
@@ -139,7 +159,9 @@ def probe(job: Job) -> ProbeTimes:
         start = clock.now()
         train(short, callbacks=[timer])
         end = clock.now()
-        times = ProbeTimes(timer.train_begin - start, timer.steps, end - timer.train_end)
+        times = ProbeTimes(
+            timer.train_begin - start, timer.steps, end - timer.train_end, epoch_steps=timer.epoch_steps
+        )
         if e is None:
             return times
         folder, task = short.folder, get_task(job.task)

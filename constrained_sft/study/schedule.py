@@ -26,7 +26,7 @@ from multiprocessing import get_context
 
 from . import clock
 from .phases import Job, run_job
-from .probe import ProbeTimes
+from .probe import ProbeTimes, optimizer_steps
 from .record import EXITS, PHASES, RunRecord
 
 MIN_SECONDS = 0.05  # a phase recorded faster than this did no work (a run finished before it was recorded)
@@ -40,6 +40,7 @@ class Estimate:
     observed: list[tuple[str, str, float, int]]
     probed: dict[str, float]
     source: str
+    epoch_steps: int = 0  # optimizer steps of one pass over the training rows, where the probe counted them
 
     def phase(self, arm: str, phase: str, jobs: int) -> float:
         def at(seconds: float, measured_with: int) -> float:
@@ -74,7 +75,7 @@ def estimate(records: dict[str, RunRecord], probed: ProbeTimes | None, first: Jo
     sources = ([f"the phases of {finished} run(s) this study has recorded"] if observed else []) + (
         [f"a {len(probed.steps)}-step probe ({probed.describe()})"] if probed is not None else []
     )
-    return Estimate(observed, figures, "; ".join(sources))
+    return Estimate(observed, figures, "; ".join(sources), probed.epoch_steps if probed is not None else 0)
 
 
 def fitting(queue: list[Job], est: Estimate, jobs: int, budget: float) -> list[Job]:
@@ -105,6 +106,20 @@ def choose_jobs(queue: list[Job], est: Estimate | None, most: int, budget: float
     return max(range(1, most + 1), key=lambda n: (len(fitting(queue, est, n, budget)), n))
 
 
+def steps_text(training, epoch_steps: int) -> str:
+    """A run's optimizer steps as the plan prints them: `max_steps`, or the passes over the data they come from."""
+    if training.max_steps > 0:
+        return f"{training.max_steps} optimizer steps"
+    n = training.num_train_epochs
+    passes = f"{n:g} pass{'' if n == 1 else 'es'} over the training rows"
+    rows = training.per_device_train_batch_size * training.gradient_accumulation_steps
+    per_step = f"{rows}{' packed' if training.packing else ''} rows per step"
+    steps = optimizer_steps(training, epoch_steps)
+    if steps is None:
+        return f"{passes} ({per_step}; the steps are counted as the first run starts)"
+    return f"{steps} optimizer steps ({passes}: {epoch_steps} steps of {per_step})"
+
+
 def plan_lines(
     queue: list[Job], done: int, total: int, est: Estimate | None, jobs: int, budget: float | None, spent: float = 0.0
 ) -> list[str]:
@@ -112,9 +127,9 @@ def plan_lines(
     (`budget`: the seconds left of it once `spent` went on preparing the data and the probe)."""
     runs = [job for job in queue if job.phases != (EXITS,)]
     exits = [job for job in queue if job.phases == (EXITS,)]
-    steps = sorted({job.recipe.training.max_steps for job in runs})
+    steps = sorted({steps_text(job.recipe.training, est.epoch_steps if est else 0) for job in runs})
     lines = [f"plan: {len(runs)} of {total} run(s) left ({', '.join(j.name for j in runs) or 'none'}), "
-             f"{'/'.join(map(str, steps)) or '-'} optimizer steps each, {jobs} at a time"
+             f"{' / '.join(steps) or 'no optimizer steps'} each, {jobs} at a time"
              + (f"; then the exit-layer decoding of {len(exits)} seed-0 run(s)" if exits else "")]  # fmt: skip
     if est is None or not queue:
         return lines
