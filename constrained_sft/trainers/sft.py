@@ -89,8 +89,13 @@ def check_positions(dataset, args: ConstrainedSFTConfig, positions: int | None) 
 def check_batch_positions(inputs: Batch, args: ConstrainedSFTConfig, positions: int | None) -> None:
     """`check_positions` for one batch (`input_ids` `[B, T]`: T is its longest sequence), before its forward."""
     ids = inputs.get("input_ids")
-    if positions is not None and ids is not None and ids.shape[-1] > positions:
-        raise _positions_error(args, ids.shape[-1], positions)
+    if positions is None or ids is None:
+        return
+    longest = ids.shape[-1]
+    if "position_ids" in inputs and ids.shape[0] == 1:  # padding-free: documents side by side in one row
+        longest = inputs.get("max_length_q") or int(inputs["position_ids"].max()) + 1
+    if longest > positions:
+        raise _positions_error(args, longest, positions)
 
 
 TRL_FIELDS = ("messages", "prompt", "input_ids")  # besides `dataset_text_field`: what TRL's preparation reads
