@@ -33,5 +33,8 @@ command -v "$py" > /dev/null 2>&1 || refuse "PYTHON $py: no such interpreter; gi
 "$py" -c "import torch" > /dev/null 2>&1 ||
   refuse "PYTHON $py has no torch; install the machine's torch first (the wheelhouse leaves it out)"
 "$py" -c "import torch; print('keeping torch', torch.__version__)"
-"$py" -m pip install --no-index "${links[@]}" "constrained-sft${extras:+[$extras]}"
+# every carried wheel by its file, so its version (the lock's) replaces an older one the machine has; pip resolves
+# the rest from the parts and what the machine has
+mapfile -t carried < <(find "$house"/part-*/ -maxdepth 1 -name '*.whl' ! -name 'constrained_sft-*' | sort)
+"$py" -m pip install --no-index "${links[@]}" "constrained-sft${extras:+[$extras]}" "${carried[@]}"
 "$py" -m pip check

@@ -138,6 +138,20 @@ def split(files: list[str], out: str, part_mib: float, subfolder: str = "") -> l
     return list(sizes.items())
 
 
+def older_than(present: str | None, pinned: str) -> bool:
+    """Whether the target's version of a package is older than the lock's: the lock's wheel is carried and replaces
+    it (a lent H100 had transformers 5.17, which this package cannot import with: the versions CI tested go). A
+    version of unknown form (an `@ url` install) is kept."""
+    from packaging.version import InvalidVersion, Version
+
+    if not present:
+        return False
+    try:
+        return Version(present) < Version(pinned)
+    except InvalidVersion:
+        return False
+
+
 def collect(staging: str, python: str, platform: str, have: str | None, extras: list[str], also=(), project=None,
             part_mib: float | None = None):  # fmt: skip
     """Every wheel the target needs but has (`have`), and the project's own, downloaded into `staging`; prints what
@@ -146,12 +160,18 @@ def collect(staging: str, python: str, platform: str, have: str | None, extras: 
     lock = read_pins(LOCK)
     present = read_freeze(have) if have else {}
     pinned = {name: lock.get(name, version) for name, version in needed.items() if name != canonical(PROJECT)}
-    carried = {n: v for n, v in pinned.items() if not LEFT_OUT.match(n) and n not in present}
+    older = {n for n, v in pinned.items() if older_than(present.get(n), v)}
+    carried = {n: v for n, v in pinned.items() if not LEFT_OUT.match(n) and (n not in present or n in older)}
     download(carried, staging, python, platform, part_mib)
     project_wheel(staging, project)
-    left = ["torch and its CUDA stack", *sorted(n for n in pinned if LEFT_OUT.match(n) or n in present)]
+    left = [
+        "torch and its CUDA stack",
+        *sorted(n for n in pinned if LEFT_OUT.match(n) or n in present and n not in older),
+    ]
     print(f"{len(carried) + 1} wheels for Python {python} / {platform}{' [' + ','.join(extras) + ']' if extras else ''}"
-          f"; left out (the target's own): {', '.join(left)}")  # fmt: skip
+          f"; left out (the target's own): {', '.join(left)}"
+          + (f"; carried over the target's older versions: {', '.join(f'{n} {present[n]} -> {pinned[n]}' for n in sorted(older))}"
+             if older else ""))  # fmt: skip
     return [os.path.join(staging, f) for f in os.listdir(staging) if f.endswith(".whl")]
 
 

@@ -130,3 +130,12 @@ def test_the_scripts_replace_only_their_own_folders(tmp_path, capsys):
     assert "(notes.md)" in capsys.readouterr().err and (target / "notes.md").read_text() == "mine"
     (target / "notes.md").unlink()
     assert pack(tmp_path / "link") == 0
+
+
+def test_a_target_version_older_than_the_lock_is_carried_over():
+    """A lent H100 had transformers 5.17, which this package cannot import with: the lock's wheel is carried and
+    installed over it; a newer or unknown version on the target is kept."""
+    assert wheelhouse.older_than("5.17.0", "5.24.0")
+    assert not wheelhouse.older_than("5.24.0", "5.24.0") and not wheelhouse.older_than("6.0", "5.24.0")
+    assert not wheelhouse.older_than("", "5.24.0") and not wheelhouse.older_than(None, "1.0")
+    assert not wheelhouse.older_than("not a version", "1.0")
