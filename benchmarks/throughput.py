@@ -10,7 +10,9 @@ The data path is the study's: ShareGPT first exchanges (`--data`: a file or `pkg
 `data.prepared_splits`, through the model's chat template, loss on the answer. Four trainers share one model and one
 optimizer (as `step_time.py`'s settings do): `sft` and `constrained` (the shipped
 `recipes/smollm2-135m/sharegpt/constrained.yaml`'s constraint, readout and noise fields), each `padded` (every row
-padded to the longest of its batch) and `packed` (TRL's bfd packing, padding-free). Each trainer's first
+padded to the longest of its batch), `packed` (TRL's bfd packing, padding-free, with the model's attention: sdpa)
+and, with `--ways ...,packed-flex`, packed under flex attention (a block-sparse mask: each document attends to itself
+alone, where sdpa's dense mask spans the whole flattened row; the first step compiles it). Each trainer's first
 `--warmup + --steps` batches come from its own dataloader, so a packed step carries more documents than a padded one;
 what is compared is throughput: real (non-pad) tokens and supervised tokens per second.
 
@@ -55,7 +57,7 @@ def trainer_for(setting: str, way: str, args, model, tokenizer, rows):
                   bf16=args.dtype == "bf16", use_cpu=args.device == "cpu", save_strategy="no", disable_tqdm=True,
                   per_device_train_batch_size=args.batch, max_length=args.max_length, learning_rate=1e-5,
                   gradient_checkpointing=False, seed=0, dataloader_num_workers=0,
-                  packing=way == "packed", packing_strategy="bfd")  # fmt: skip
+                  packing=way.startswith("packed"), packing_strategy="bfd")  # fmt: skip
     if setting == "sft":
         return SFTTrainer(model=model, args=SFTConfig(**common), train_dataset=rows, processing_class=tokenizer)
     with open(RECIPE) as f:
@@ -63,6 +65,10 @@ def trainer_for(setting: str, way: str, args, model, tokenizer, rows):
     constrained = {k: recipe[k] for k in CONSTRAINT_FIELDS if k in recipe}
     return ConstrainedSFTTrainer(model=model, args=ConstrainedSFTConfig(**common, **constrained), train_dataset=rows,
                                  processing_class=tokenizer)  # fmt: skip
+
+
+def attention(way: str, default: str) -> str:
+    return "flex_attention" if way == "packed-flex" else default
 
 
 def batches(trainer, n: int, device: str) -> list[dict]:
@@ -107,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = smollm2_path()
     dtype = torch.bfloat16 if args.dtype == "bf16" and args.device != "cpu" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(args.device)
+    default_attention = model.config._attn_implementation
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     data_args = DataArguments(dataset_name=args.data, dataset_format="sharegpt", conversation_mode="first_turn",
                               eval_size=16, max_train_samples=args.rows)  # fmt: skip
@@ -116,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         data = prepared_splits(data_args, os.path.join(scratch, "data"))
         with data.tokenizing():
             for config in configs:
+                model.set_attn_implementation(attention(config[1], default_attention))
                 trainer = trainer_for(*config, args, model, tokenizer, data.train)
                 if optimizer is None:
                     trainer.create_optimizer()
@@ -123,13 +131,15 @@ def main(argv: list[str] | None = None) -> int:
                 trainer.optimizer = optimizer
                 built[config] = (trainer, batches(trainer, args.warmup + args.steps, args.device))
     model.train()
-    for trainer, steps in built.values():  # warm-up: kernels, allocator, the readouts' first shapes
+    for (_, way), (trainer, steps) in built.items():  # warm-up: kernels, allocator, the readouts' first shapes
+        model.set_attn_implementation(attention(way, default_attention))
         for batch in steps[: args.warmup]:
             train_step(trainer, batch)
     rounds = {config: [] for config in configs}  # per round: (seconds, real, supervised)
     for _ in range(args.repeats):
         for config in configs:
             trainer, steps = built[config]
+            model.set_attn_implementation(attention(config[1], default_attention))
             seconds = real = supervised = 0
             for batch in steps[args.warmup :]:
                 sync(args.device)
@@ -154,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"real_tokens_ratio_to_{base[0]}_{base[1]}": round(statistics.fmean(ratio), 3),
                      "ratio_ci95": [round(x, 3) for x in t_interval(ratio)],
                      "seconds_per_step": round(statistics.fmean(s / args.steps for s, _, _ in rounds[config]), 4),
-                     "real_tokens_per_step": round(statistics.fmean(r / args.steps for _, r, _ in rounds[config]))})  # fmt: skip
+                     "real_tokens_per_step": round(statistics.fmean(r / args.steps for _, r, _ in rounds[config])),
+                     "rounds": [{"seconds": round(s, 4), "real": r, "supervised": u} for s, r, u in rounds[config]]})  # fmt: skip
         row = rows[-1]
         low, high = row["real_tokens_per_s_ci95"]
         print(f"{config[0]:>11} {config[1]:>6}: {row['real_tokens_per_s']:>9.0f} real tokens/s [{low:.0f}, {high:.0f}], "
@@ -164,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     import constrained_sft
 
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU ({os.cpu_count()} cores)"
-    write_report(args.out, {"rows": rows, "device": device, "machine": machine(),
+    write_report(args.out, {"rows": rows, "device": device, "machine": machine(), "attention": default_attention,
                             "settings": {k: v for k, v in vars(args).items() if k != "out"},
                             "source_commit": source_commit(os.path.dirname(constrained_sft.__file__)),
                             "versions": {"torch": torch.__version__}})  # fmt: skip

@@ -74,11 +74,12 @@ def test_the_smoke_run_goes_through_the_whole_script(tmp_path):
 
 def test_a_sigterm_packages_what_the_study_recorded(tmp_path):
     """SIGTERM (what `timeout` and a closing window send) once the first run's phase is recorded, and a second one
-    while it stops the study and packages: the script packages what the study recorded into study.tar.gz, whole, and
+    while it stops the study and packages (this study on packed batches: `BATCHES=packed`): the script packages what the study recorded into study.tar.gz, whole, and
     exits 143, leaving no partial archive."""
     out, study = tmp_path / "out", tmp_path / "study"
     environment = {**os.environ, "PY": sys.executable, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                   "BUDGET": "5", "SMOKE_ASSETS": str(tmp_path / "assets"), "STUDY_DIR": str(study), "JOBS": "1"}  # fmt: skip
+                   "BUDGET": "5", "SMOKE_ASSETS": str(tmp_path / "assets"), "STUDY_DIR": str(study), "JOBS": "1",
+                   "BATCHES": "packed", "ATTN": "sdpa"}  # fmt: skip
     script = subprocess.Popen(["bash", str(ROOT / "benchmarks" / "gpu_study.sh"), "--smoke", str(out)], env=environment,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     deadline = time.monotonic() + 300

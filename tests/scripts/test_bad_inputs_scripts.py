@@ -1,6 +1,7 @@
 """
 The bad-input matrix of the scripts that carry the study to a machine without network: `scripts/wheelhouse.py`,
-`scripts/gpu_bundle.py` (pack and unpack), `scripts/install_wheelhouse.sh` and `benchmarks/gpu_study.sh`. Each row
+`scripts/gpu_bundle.py` (pack and unpack), `scripts/install_wheelhouse.sh`, `benchmarks/gpu_study.sh` and
+`benchmarks/gpu_check.sh`. Each row
 runs the script as a user would and must be refused before any download, build or write: exit status 2, one line
 `<script>: error: ...` naming the argument (or variable) and what is allowed, every file that existed before
 byte-for-byte what it was, nothing new written.
@@ -29,7 +30,7 @@ import wheelhouse  # noqa: E402
 @dataclass
 class Case:
     id: str
-    script: str  # wheelhouse.py, gpu_bundle.py, install_wheelhouse.sh, gpu_study.sh
+    script: str  # wheelhouse.py, gpu_bundle.py, install_wheelhouse.sh, gpu_study.sh, gpu_check.sh
     run: Any  # (ctx) -> argv (Python scripts: their main's argv) or (argv, env) for the shell scripts
     field: str
     allowed: str
@@ -103,6 +104,12 @@ class Ctx:
     def study(self, *argv, **env):
         environment = {"PY": sys.executable, "SMOKE_ASSETS": str(self.tmp / "assets"), **env}
         return ["bash", str(ROOT / "benchmarks" / "gpu_study.sh"), *argv], environment
+
+    def check(self, *argv, **env):
+        return ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), *argv], {"PY": sys.executable, **env}
+
+    def model(self) -> str:
+        return self.folder("model", "config.json")
 
 
 PIP_LIST = "Package    Version\n---------- -------\ntorch      2.11.0\n"
@@ -194,6 +201,17 @@ CASES = [
     Case("gs-seeds-too-many", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), SEEDS="101"), "SEEDS '101'", "<= 100"),
     Case("gs-budget-huge", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), BUDGET="99999999999"), "BUDGET '99999999999'", "minutes > 0 and <= 1440"),
     Case("gs-data-not-an-id", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), DATA="mydata"), "DATA mydata: no such file or folder, and not a Hub dataset id", "owner/name"),
+    Case("gs-batches-unknown", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), BATCHES="pakced"), "BATCHES 'pakced'", "padded or packed"),
+    Case("gs-attn-mixing", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), BATCHES="packed", ATTN="paged|eager"), r"ATTN 'paged\|eager'", "keeps packed documents apart: sdpa"),
+    # --- benchmarks/gpu_check.sh -------------------------------------------------------------------------------------
+    Case("gc-no-arguments", "gpu_check.sh", lambda c: c.check(), "MODEL_DIR and OUT_DIR are required", "gpu_check.sh MODEL_DIR OUT_DIR"),
+    Case("gc-model-missing", "gpu_check.sh", lambda c: c.check(str(c.tmp / "no-model"), str(c.out)), r"MODEL_DIR .*no-model is not a model folder", "SmolLM2-135M-Instruct's folder"),
+    Case("gc-archive-missing", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), str(c.tmp / "study.tar.gz")), r"STUDY_TGZ .*study.tar.gz: no such file", "earlier window brought back"),
+    Case("gc-total-word", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), TOTAL="ten"), "TOTAL 'ten'", "minutes >= 3 and <= 60"),
+    Case("gc-total-too-long", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), TOTAL="61"), "TOTAL '61'", "minutes >= 3 and <= 60"),
+    Case("gc-parts-unknown", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), PARTS="tests,speed"), "PARTS 'tests,speed'", "tests, throughput, study"),
+    Case("gc-out-not-empty", "gpu_check.sh", lambda c: c.check(c.model(), c.folder("results", "mine.txt")), r"OUT_DIR .*results is not empty", "new or empty folder"),
+    Case("gc-out-file", "gpu_check.sh", lambda c: c.check(c.model(), c.file("results.txt", "mine")), r"OUT_DIR .*results.txt is a file", "new or empty folder"),
 ]  # fmt: skip
 
 
@@ -215,7 +233,8 @@ def listing(root: Path) -> set[str]:
 
 def test_every_script_has_its_rows():
     counts = Counter(case.script for case in CASES)
-    assert counts == {"wheelhouse.py": 25, "gpu_bundle.py": 29, "install_wheelhouse.sh": 8, "gpu_study.sh": 19}
+    assert counts == {"wheelhouse.py": 25, "gpu_bundle.py": 29, "install_wheelhouse.sh": 8, "gpu_study.sh": 21,
+                      "gpu_check.sh": 8}
     assert len({case.id for case in CASES}) == len(CASES)
 
 

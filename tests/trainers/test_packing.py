@@ -132,3 +132,16 @@ def test_a_padding_free_evaluation_batch_is_checked_per_document(make_trainer, t
                            output_dir=str(tmp_path))  # fmt: skip
     metrics = trainer.evaluate()
     assert metrics["eval_loss"] > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (flex attention has no CPU backward)")
+def test_packed_documents_under_flex_attention_train_as_unpacked(make_trainer, tmp_path):
+    """The GPU study's packed path (`BATCHES=packed`, flex attention's block-sparse document mask): the same
+    documents give the same losses and verdicts as one padded sdpa batch, to bf16-free fp32 tolerance."""
+    padded = trained(make_trainer, "sdpa", False, tmp_path, use_cpu=False)
+    packed = trained(make_trainer, "flex_attention", True, tmp_path, use_cpu=False)
+    logs = [[row for row in t.state.log_history if "loss" in row] for t in (padded, packed)]
+    for a, b in zip(*logs, strict=True):
+        for key in [k for k in a if k.startswith(("layer_loss/", "dual/", "loss"))]:
+            assert b[key] == pytest.approx(a[key], rel=1e-3, abs=1e-5), key
