@@ -51,7 +51,23 @@ class RunArguments:
             check_output_folder(self.output_dir, "output_dir", OutputDirError)
         deepspeed_without_gpu(self)
         whole_sequences(self)
+        no_liger(self)
         hub_reachable(self)
+
+
+def no_liger(args) -> None:
+    """`use_liger_kernel` refused before any work. Liger patches the model class: its forward becomes a fused linear
+    cross-entropy (`lce_forward`) that skips the logits in training and knows none of TRL's fused-head arguments,
+    which this package's evaluation passes, and its norms and MLPs become Triton kernels (GPU only); the constrained
+    layers are read through the model's own final norm and LM head, which nobody has checked against Liger's."""
+    if getattr(args, "use_liger_kernel", False):
+        raise ValueError(
+            "`use_liger_kernel` is not supported by constrained-sft yet: Liger replaces the model's forward with its "
+            "fused linear cross-entropy and its norms with Triton kernels, and the constrained layers are read "
+            "through the model's own final norm and LM head. Set `use_liger_kernel` false; the layers' readouts "
+            "already sample `layer_loss_tokens` per sequence, and TRL's fused head (the default loss) keeps the last "
+            "layer's logits out of memory."
+        )
 
 
 def hub_reachable(args) -> None:

@@ -32,6 +32,13 @@ from constrained_sft.testing import presence_dataset, successor_dataset, tiny_ca
 from constrained_sft.trainers import CheckpointError, OutputDirError
 
 
+def paged_lm():
+    """A tiny LM whose attention cannot keep packed documents apart (paged attention: no packed-sequence mask)."""
+    model = tiny_causal_lm("llama")
+    model.config._attn_implementation = "paged|eager"
+    return model
+
+
 @dataclass
 class Row:
     id: str
@@ -182,6 +189,8 @@ ROWS = [
     Row("constraints", lambda c: c.config(constraints="soft"), ValueError, "`constraints`", "descent.*none"),
     Row("dual_optimizer", lambda c: c.config(dual_optimizer="rmsprop"), ValueError, "`dual_optimizer`", "sgd.*adam"),
     Row("layers-order", lambda c: c.config(constrained_layers=[3, 2]), ValueError, "`constrained_layers`", "strictly increasing"),
+    Row("liger-kernel", lambda c: c.config(use_liger_kernel=True), ValueError, "`use_liger_kernel`", "Set `use_liger_kernel` false"),
+    Row("packing-attention-mixes-documents", lambda c: c.trainer(model=paged_lm(), packing=True, max_length=32), ValueError, "`attn_implementation` 'paged\\|eager'", "sdpa.*or set `packing=False`"),
     Row("layers-zero", lambda c: c.config(constrained_layers=[0, 2]), ValueError, "`constrained_layers`", "1-based"),
     Row("layers-word", lambda c: c.config(constrained_layers="first"), ValueError, "`constrained_layers`", "'all'"),
     Row("alpha-high", lambda c: c.config(descent_alpha=1.5), ValueError, "`descent_alpha`", r"\(0, 1\)"),
