@@ -79,7 +79,7 @@ PY
   JUDGE_MODEL=${JUDGE_MODEL:-$WORK/encoder}
   STUDY_DIR=${STUDY_DIR:-$OUT.work/study}
   SEEDS=${SEEDS:-2} JOBS=${JOBS:-2} BUDGET=${BUDGET:-1.5}
-  SIZE=(--bf16 false --use_cpu true "${STEPS_ARGS[@]}" --per_device_train_batch_size 8 --max_length 32
+  SIZE=(--bf16 false --use_cpu true "${STEPS_ARGS[@]}" --per_device_train_batch_size 24 --max_length 32
         --eval_size 16 --max_train_samples 80 --per_device_eval_batch_size 16 --logging_steps 1)
   STUDY=(--gammas 0 0.5 1.5 --generation_gammas 0 1.5 --max_instances 4 --max_new_tokens 4 --exit_prompts 2
          --exit_new_tokens 4 --bootstrap_samples 200)
