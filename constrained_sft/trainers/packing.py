@@ -7,7 +7,10 @@ the readout sample and the noise are taken per, and the two places where that wo
   attention keeps the documents of a packed row apart: flash attention through the collator's `cu_seq_lens`, eager /
   sdpa / flex attention through the block-diagonal mask `masking_utils` builds from `position_ids` when a batch has no
   `attention_mask` (padding-free). An attention function without such a mask (a user-registered one, paged
-  attention) would let documents attend to each other: refused before training (`check_isolation`).
+  attention) would let documents attend to each other: refused before training (`check_isolation`). What isolation
+  costs differs: eager and sdpa apply one dense mask over the whole flattened row (16 x 512 tokens: an 8192 x 8192
+  mask), computing attention across documents and masking it, so a packed step cost 1.7-2.2x a padded one on an H200
+  (`docs/guides/performance.md`); flash and flex attention compute each document alone.
 - **Answerless documents**: unpacked, TRL truncates each row to `max_length` and drops the rows left with no
   supervised token (a prompt that fills `max_length`); packed, it truncates inside the packer and keeps them, so they
   take token slots and carry no loss (14% of ShareGPT's first exchanges at 512 tokens: 20% of the packed tokens,
