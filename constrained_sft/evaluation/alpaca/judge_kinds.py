@@ -112,6 +112,7 @@ class GPT5Judge(AnnotatorConfig):
 class GPT4Judge(AnnotatorConfig):
     name = "gpt4"
     help = "alpaca_eval's AlpacaEval 2 annotator, weighted GPT-4-turbo (needs OPENAI_API_KEY)"
+    default_model = "gpt-4-1106-preview"  # its config's model_name (weighted_alpaca_eval_gpt4_turbo), reported
 
 
 @JUDGES.register
