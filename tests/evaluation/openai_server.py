@@ -43,8 +43,9 @@ def verdict(prompt: str) -> tuple[str, bool] | None:
 class OpenAIServer:
     """`with OpenAIServer() as server:` serves at `server.url` (give it as OPENAI_BASE_URL) until the block ends."""
 
-    def __init__(self, slow_seconds: float = 3.0):
+    def __init__(self, slow_seconds: float = 3.0, keys: tuple[str, ...] | None = None):
         self.requests: list[dict] = []
+        self.keys = keys  # the keys it accepts (401 for any other); None: any key
         self.faults: deque[str] = deque()
         self.slow_seconds = slow_seconds
         self.lock = threading.Lock()
@@ -54,14 +55,25 @@ class OpenAIServer:
             def log_message(self, *args):  # quiet: the tests read `requests`
                 pass
 
+            def do_GET(self):  # the model list: what a client asks before any work
+                key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+                with server.lock:
+                    server.requests.append({"path": self.path, "body": None, "key_end": key[-4:]})
+                if not key or (server.keys is not None and key not in server.keys):
+                    return self.error(401, "invalid_api_key", "Incorrect API key provided.")
+                if not self.path.rstrip("/").endswith("/models"):
+                    return self.error(404, "not_found", f"Unknown path {self.path}")
+                self.send(200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "test"}
+                                                           for m in ("gpt-5", "gpt-4-1106-preview")]})  # fmt: skip
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
                 with server.lock:
                     server.requests.append({"path": self.path, "body": body, "key_end": key[-4:]})
                     fault = server.faults.popleft() if server.faults else None
-                if not key:
-                    return self.error(401, "invalid_api_key", "You didn't provide an API key.")
+                if not key or (server.keys is not None and key not in server.keys):
+                    return self.error(401, "invalid_api_key", "Incorrect API key provided.")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     return self.error(404, "not_found", f"Unknown path {self.path}")
                 if fault == "429":

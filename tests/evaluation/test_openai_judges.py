@@ -3,10 +3,12 @@
 and the key in no file or log the run writes."""
 
 import json
+import re
 
 import pytest
 from openai_server import OpenAIServer
 
+from constrained_sft.cli import console
 from constrained_sft.cli import main as cli
 from constrained_sft.evaluation.alpaca.generate import output_path
 
@@ -35,6 +37,10 @@ def server(monkeypatch):
         yield running
 
 
+def chats(server) -> list[dict]:
+    return [r for r in server.requests if r["body"] is not None]
+
+
 def judged(tmp_path, judge: str, *extra) -> dict:
     out = tmp_path / f"report-{judge}"
     argv = ["eval", "alpaca", "--generations", generations(tmp_path), "--judge", judge, "--output_dir", str(out)]
@@ -53,8 +59,9 @@ def no_key_anywhere(tmp_path, capsys, caplog) -> None:
 def test_an_api_judge_end_to_end_over_http(tmp_path, server, judge, capsys, caplog):
     """Every pair asked in both orders, one request each; the model wins 4 of 6 in both orders."""
     result = judged(tmp_path, judge)
-    assert len(server.requests) == 12 and {r["key_end"] for r in server.requests} == {KEY[-4:]}
-    body = server.requests[0]["body"]
+    assert server.requests[0]["path"].endswith("/models")  # reached before any work
+    assert len(chats(server)) == 12 and {r["key_end"] for r in server.requests} == {KEY[-4:]}
+    body = chats(server)[0]["body"]
     if judge == "gpt5":  # what reasoning models accept, and nothing else
         assert body["model"] == "gpt-5" and body["max_completion_tokens"] > 0 and "reasoning_effort" in body
         assert not {"max_tokens", "temperature", "top_p", "logprobs"} & set(body)
@@ -66,3 +73,49 @@ def test_an_api_judge_end_to_end_over_http(tmp_path, server, judge, capsys, capl
     assert level["win_rate"] == pytest.approx(100 * 4 / 6 if judge == "gpt5" else 100 * (4 * 0.9 + 2 * 0.1) / 6)
     assert result["judge_model"] == {"gpt5": "gpt-5", "gpt4": "gpt-4-1106-preview"}[judge]
     no_key_anywhere(tmp_path, capsys, caplog)
+
+
+@pytest.mark.parametrize("judge", ["gpt5", "gpt4"])
+def test_rate_limits_and_server_errors_are_retried(tmp_path, server, judge):
+    """A 429 with Retry-After, another, and a 500: the client's own retries; the same verdicts, three requests more."""
+    server.faults.extend(["429", "429", "500"])
+    level = judged(tmp_path, judge)["levels"][0]
+    assert len(chats(server)) == 15 and level["n_verdicts"] == 12 and level["unparsed"] == 0
+
+
+@pytest.mark.parametrize("judge", ["gpt5", "gpt4"])
+def test_a_verdict_no_parser_reads_and_an_empty_answer_count_as_unparsed(tmp_path, server, judge):
+    server.faults.extend(["unparsable", "empty"])
+    level = judged(tmp_path, judge)["levels"][0]
+    assert level["unparsed"] == 2 and level["n_verdicts"] == 10 and len(chats(server)) == 12
+
+
+def test_a_server_that_keeps_failing_is_one_line(tmp_path, server, capsys):
+    """A server answering 500 to everything outlasts the client's two retries: the run stops with one line naming the
+    judge, the server's host and the status; no traceback, no key."""
+    server.faults.extend(["500"] * 100)
+    out = tmp_path / "report"
+    argv = ["eval", "alpaca", "--generations", generations(tmp_path), "--judge", "gpt5", "--output_dir", str(out)]
+    assert console(argv) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]  # alpaca_eval's progress bars aside
+    assert len(errors) == 1 and "Traceback" not in err and KEY not in err, err
+    assert re.fullmatch(r"constrained-sft: error: judge '.*gpt-5.*': 127\.0\.0\.1:\d+ answered 500 .*", errors[0])
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [("refused", r"judge '(gpt5|gpt4)': nothing answered at http://127\.0\.0\.1:9/v1"),
+     ("wrong-key", r"judge '(gpt5|gpt4)': 127\.0\.0\.1:\d+ refused the API key \(401\)")],
+)  # fmt: skip
+@pytest.mark.parametrize("judge", ["gpt5", "gpt4"])
+def test_no_server_or_a_refused_key_is_said_before_any_work(tmp_path, monkeypatch, capsys, judge, case, message):
+    with OpenAIServer(keys=(KEY,)) as running:
+        monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1" if case == "refused" else running.url)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-WRONG-1234" if case == "wrong-key" else KEY)
+        out = tmp_path / "report"
+        argv = ["eval", "alpaca", "--generations", generations(tmp_path), "--judge", judge, "--output_dir", str(out)]
+        assert console(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.fullmatch(f"constrained-sft: error: {message}.*", err) and "sk-" not in err, err
+    assert not out.exists() and not chats(running)  # nothing judged, nothing written

@@ -55,8 +55,11 @@ class AlpacaEvalJudge:
         self.raw: list[dict] = []  # alpaca_eval's annotations of the last call, raw completions included
 
     def prefer(self, pairs: Sequence[Pair]) -> list[float | None]:
+        from .endpoint import one_line
+
         rows = [{"instruction": p.instruction, "output_1": p.first, "output_2": p.second} for p in pairs]
-        self.raw = self.annotator.annotate_pairs(rows)
+        with one_line(self.name):  # an API that still fails after the client's retries: one line, not a traceback
+            self.raw = self.annotator.annotate_pairs(rows)
         found = {(r["instruction"], r["output_1"], r["output_2"]): r.get("preference") for r in self.raw}
         return [_parsed(found.get((r["instruction"], r["output_1"], r["output_2"]))) for r in rows]
 

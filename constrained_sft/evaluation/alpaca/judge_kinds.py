@@ -12,6 +12,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from ...constraints.variants import Registry
+from .endpoint import JudgeError, reach
 from .headtohead import AlpacaEvalJudge, Judge
 from .judges import (
     CONFIGS,
@@ -23,10 +24,6 @@ from .judges import (
     required_credentials,
 )
 from .proxy import PROXY_ENCODER, ReferenceProxyJudge
-
-
-class JudgeError(ValueError):
-    """A judge that cannot run as configured (unknown name, missing credential or judge model)."""
 
 
 class JudgeKind(ABC):
@@ -75,7 +72,14 @@ class AnnotatorConfig(JudgeKind):
 
     @classmethod
     def check(cls, args) -> None:
-        cls.setup(args)
+        config, _ = cls.setup(args)
+        if cls.calls_openai(config):
+            reach(args.judge)  # nothing answering, a refused key: said before any work
+
+    @classmethod
+    def calls_openai(cls, config: str) -> bool:
+        """Whether the config's decoders call an OpenAI-compatible endpoint (checked by `reach` first)."""
+        return any("OPENAI_API_KEY" in names for names in required_credentials(config))
 
     @classmethod
     def build(cls, args, caching_path: str | None) -> Judge:
@@ -106,6 +110,10 @@ class GPT5Judge(AnnotatorConfig):
             )
         kwargs = {"model_name": args.judge_model or cls.default_model}
         return CONFIGS[cls.name], {"fn_completions": openai_reasoning_completions, "completions_kwargs": kwargs}
+
+    @classmethod
+    def calls_openai(cls, config: str) -> bool:
+        return True  # its completions function is the openai client's (`openai_reasoning_completions`)
 
 
 @JUDGES.register
