@@ -8,7 +8,7 @@ without a bearer key.
 Its verdict is a rule, so tests know the answer: of the two outputs in the judging prompt (our pairwise prompt's
 "## Output (a)" / "## Output (b)", or alpaca_eval's "m" / "M" model identifiers), the one holding more words wins
 (the first on a tie). `faults` holds what the next requests get instead of an answer ("429", "500", "slow" (sleeps
-past the client's timeout), "unparsable" (a verdict no parser reads), "empty" (an empty message)). `requests` counts
+past the client's timeout), "unparsable" (a verdict no parser reads), "empty" (an empty message), "ok" (an answer)). `requests` counts
 what it saw, bodies and the key's last four characters (to check that one was sent, never to keep it).
 
 Written here by hand because what is tested is the HTTP path itself: a mock of `openai` would skip the client's

@@ -3,7 +3,12 @@
 and the key in no file or log the run writes."""
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 from openai_server import OpenAIServer
@@ -119,3 +124,28 @@ def test_no_server_or_a_refused_key_is_said_before_any_work(tmp_path, monkeypatc
     err = capsys.readouterr().err.strip()
     assert re.fullmatch(f"constrained-sft: error: {message}.*", err) and "sk-" not in err, err
     assert not out.exists() and not chats(running)  # nothing judged, nothing written
+
+
+def test_a_judging_run_killed_half_way_asks_only_what_was_never_answered(tmp_path, server):
+    """kill -9 once 5 of the 12 verdicts arrived (the rest held by the server): the same command again sends the 7
+    it never got an answer to, and reports what an uninterrupted run reports."""
+    server.slow_seconds = 60
+    server.faults.extend(["ok"] * 5 + ["slow"] * 7)
+    gens, out = generations(tmp_path), tmp_path / "report-gpt5"
+    argv = ["eval", "alpaca", "--generations", gens, "--judge", "gpt5", "--output_dir", str(out)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    run = subprocess.Popen([sys.executable, "-m", "constrained_sft", *argv], env=env, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)  # fmt: skip
+    kept = out / "alpaca_eval" / "completions_kept.jsonl"
+    deadline = time.monotonic() + 120
+    while (not kept.exists() or len(kept.read_text().splitlines()) < 5) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the held requests are in flight, unanswered
+    run.send_signal(signal.SIGKILL)
+    run.wait(timeout=30)
+    assert len(kept.read_text().splitlines()) == 5 and len(chats(server)) == 12
+    server.faults.clear()
+    result = judged(tmp_path, "gpt5")
+    assert len(chats(server)) == 12 + 7  # the 5 answered ones were not asked again
+    level = result["levels"][0]
+    assert level["n_verdicts"] == 12 and level["win_rate"] == pytest.approx(100 * 4 / 6)

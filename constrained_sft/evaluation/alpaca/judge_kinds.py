@@ -23,6 +23,7 @@ from .judges import (
     openai_reasoning_completions,
     required_credentials,
 )
+from .kept import kept_completions
 from .proxy import PROXY_ENCODER, ReferenceProxyJudge
 
 
@@ -88,7 +89,12 @@ class AnnotatorConfig(JudgeKind):
             os.makedirs(os.path.dirname(caching_path), exist_ok=True)
         model = judge_kwargs.get("completions_kwargs", {}).get("model_name")
         name = os.path.basename(os.path.dirname(config)) if os.path.exists(config) else config
-        return AlpacaEvalJudge(config, judge_kwargs, caching_path, name + (f" ({model})" if model else ""))
+        judge = AlpacaEvalJudge(config, judge_kwargs, caching_path, name + (f" ({model})" if model else ""))
+        if caching_path and cls.calls_openai(config):  # each API verdict kept as it arrives: a stop loses none
+            path = os.path.join(os.path.dirname(caching_path), "completions_kept.jsonl")
+            for single in judge.annotator.annotators.values():  # the config's decoder, resolved by alpaca_eval
+                single.fn_completions = kept_completions(single.fn_completions, path)
+        return judge
 
 
 # the `--judge` names, in the order they are registered (and listed)
