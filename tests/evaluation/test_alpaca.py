@@ -191,7 +191,7 @@ def test_judge_input_errors(models, tmp_path, monkeypatch):
         judge(_judge_args(tmp_path, judge="gpt4"))
     with pytest.raises(JudgeError, match="needs `--judge_model`"):
         judge(_judge_args(tmp_path, judge="local"))
-    with pytest.raises(JudgeError, match="allowed are gpt5, gpt4, local, proxy, test"):
+    with pytest.raises(JudgeError, match="allowed are gpt5, gpt4, openai-compatible, local, proxy, test"):
         judge(_judge_args(tmp_path, judge="gpt5-typo"))
     assert not os.path.exists(tmp_path / "report" / "alpaca_eval.json")  # nothing half-written by a refused run
     judge(_judge_args(tmp_path, judge="test", gammas=[0.0], allow_empty_outputs=True))

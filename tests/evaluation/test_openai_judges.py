@@ -149,3 +149,40 @@ def test_a_judging_run_killed_half_way_asks_only_what_was_never_answered(tmp_pat
     assert len(chats(server)) == 12 + 7  # the 5 answered ones were not asked again
     level = result["levels"][0]
     assert level["n_verdicts"] == 12 and level["win_rate"] == pytest.approx(100 * 4 / 6)
+
+
+def test_a_self_hosted_judge_by_url_needs_no_key(tmp_path, monkeypatch, capsys):
+    """`--judge openai-compatible --judge_base_url URL --judge_model NAME`, no OPENAI_API_KEY: the server is reached
+    before any work (one line naming it), asked greedily with a short budget, and named in the report."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with OpenAIServer() as running:
+        argv = ["--judge_base_url", running.url, "--judge_model", "gpt-5"]  # a model the fixture lists
+        result = judged(tmp_path, "openai-compatible", *argv)
+    assert re.search(r"judge: 127\.0\.0\.1:\d+ answered, serving gpt-5", capsys.readouterr().out)
+    assert running.requests[0]["path"].endswith("/models") and len(chats(running)) == 12
+    body = chats(running)[0]["body"]
+    assert body["model"] == "gpt-5" and body["max_tokens"] == 16 and body["temperature"] == 0.0
+    level = result["levels"][0]
+    assert level["n_verdicts"] == 12 and level["win_rate"] == pytest.approx(100 * 4 / 6)
+    assert re.fullmatch(r"openai-compatible at 127\.0\.0\.1:\d+ \(gpt-5\)", result["judge_config"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [((), "needs `--judge_base_url`"),
+     (("--judge_base_url", "localhost:8000/v1", "--judge_model", "m"), "give the server's http\\(s\\) URL"),
+     (("--judge_base_url", "http://127.0.0.1:9/v1", "--judge_model", "m"), "nothing answered at http://127.0.0.1:9/v1"),
+     (("--judge_model", "not-served"), "`--judge_model` 'not-served': 127.0.0.1:\\d+ serves gpt-5, gpt-4-1106-preview")],
+)  # fmt: skip
+def test_a_self_hosted_judge_is_checked_before_any_work(tmp_path, monkeypatch, capsys, extra, message):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with OpenAIServer() as running:
+        if extra[:1] == ("--judge_model",):
+            extra = ("--judge_base_url", running.url, *extra)
+        out = tmp_path / "report"
+        argv = ["eval", "alpaca", "--generations", generations(tmp_path), "--judge", "openai-compatible"]
+        assert console([*argv, "--output_dir", str(out), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert re.search(message, err) and err.count("\n") == 0, err
+    assert not out.exists() and not chats(running)

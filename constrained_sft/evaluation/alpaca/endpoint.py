@@ -56,18 +56,21 @@ def problem(judge: str, error: BaseException, url: str | None = None) -> str:
     return f"judge {judge!r}: the request to {where} failed: {type(error).__name__}: {str(error)[:200]}"
 
 
-def reach(judge: str, timeout: float = REACH_TIMEOUT) -> None:
-    """One free request to the endpoint before any work (see the module docstring)."""
+def reach(judge: str, url: str | None = None, key: str | None = None, timeout: float = REACH_TIMEOUT) -> list[str]:
+    """One free request to the endpoint (`url`, else the client's) before any work (see the module docstring); the
+    model ids it serves ([] where it lists none)."""
     import openai
 
     try:
-        openai.OpenAI(timeout=timeout, max_retries=1).models.list()
+        client = openai.OpenAI(timeout=timeout, max_retries=1, **({"base_url": url} if url else {}),
+                               **({"api_key": key} if key else {}))  # fmt: skip
+        return [model.id for model in client.models.list()]
     except openai.APIStatusError as error:
         if error.status_code in (404, 405):
-            return  # it answered; it lists no models
-        raise JudgeError(problem(judge, error)) from None
+            return []  # it answered; it lists no models
+        raise JudgeError(problem(judge, error, url)) from None
     except openai.OpenAIError as error:
-        raise JudgeError(problem(judge, error)) from None
+        raise JudgeError(problem(judge, error, url)) from None
 
 
 @contextlib.contextmanager

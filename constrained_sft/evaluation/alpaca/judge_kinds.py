@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
+from urllib.parse import urlsplit
 
 from ...constraints.variants import Registry
-from .endpoint import JudgeError, reach
+from .endpoint import JudgeError, host, reach
 from .headtohead import AlpacaEvalJudge, Judge
 from .judges import (
     CONFIGS,
@@ -20,6 +21,7 @@ from .judges import (
     load_alpaca_eval,
     local_chat_completions,
     offline_test_completions,
+    openai_compatible_completions,
     openai_reasoning_completions,
     required_credentials,
 )
@@ -127,6 +129,51 @@ class GPT4Judge(AnnotatorConfig):
     name = "gpt4"
     help = "alpaca_eval's AlpacaEval 2 annotator, weighted GPT-4-turbo (needs OPENAI_API_KEY)"
     default_model = "gpt-4-1106-preview"  # its config's model_name (weighted_alpaca_eval_gpt4_turbo), reported
+
+
+@JUDGES.register
+class OpenAICompatibleJudge(AnnotatorConfig):
+    name = "openai-compatible"
+    help = (
+        "a chat model a server of your own serves over the OpenAI API (vLLM, TGI, llama.cpp's server, Ollama): "
+        "--judge_base_url and --judge_model; a key (OPENAI_API_KEY) only where the server wants one"
+    )
+
+    @classmethod
+    def setup(cls, args):
+        url, model = getattr(args, "judge_base_url", None), args.judge_model
+        if not url or not model:
+            raise JudgeError(
+                "`--judge openai-compatible` needs `--judge_base_url` (the server's OpenAI API root, e.g. "
+                "http://localhost:8000/v1) and `--judge_model` (the model it serves)."
+            )
+        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+            raise JudgeError(
+                f"`--judge_base_url` {url!r}: give the server's http(s) URL, e.g. http://localhost:8000/v1."
+            )
+        kwargs = {"model_name": model, "base_url": url}
+        return CONFIGS["gpt5"], {"fn_completions": openai_compatible_completions, "completions_kwargs": kwargs}
+
+    @classmethod
+    def check(cls, args) -> None:
+        cls.setup(args)
+        served = reach(args.judge, args.judge_base_url, os.environ.get("OPENAI_API_KEY") or "no-key")
+        if served and args.judge_model not in served:
+            raise JudgeError(
+                f"`--judge_model` {args.judge_model!r}: {host(args.judge_base_url)} serves {', '.join(served[:10])}; "
+                "give one of them."
+            )
+        print(f"judge: {host(args.judge_base_url)} answered, serving {args.judge_model}")
+
+    @classmethod
+    def calls_openai(cls, config: str) -> bool:
+        return True
+
+    @classmethod
+    def build(cls, args, caching_path: str | None) -> Judge:
+        judge = super().build(args, caching_path)
+        judge.name = f"{cls.name} at {host(args.judge_base_url)} ({args.judge_model})"
+        return judge
 
 
 @JUDGES.register

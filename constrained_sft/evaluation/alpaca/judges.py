@@ -164,6 +164,41 @@ def openai_reasoning_completions(
     return _result(out, time.perf_counter() - start)
 
 
+def openai_compatible_completions(
+    prompts: Sequence[str],
+    model_name: str,
+    base_url: str,
+    max_tokens: int = 16,
+    temperature: float = 0.0,
+    max_workers: int = 8,
+    **_,
+) -> dict[str, list]:
+    """
+    A chat model behind any OpenAI-compatible server (vLLM, TGI, llama.cpp's server, Ollama) answers each ChatML prompt
+    greedily with a short budget (the verdict is "Output (a)" / "Output (b)"); the key is OPENAI_API_KEY where the
+    server wants one, else a placeholder (such servers take any). The client's own retries apply.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    import openai
+
+    load_alpaca_eval()
+    from alpaca_eval.utils import prompt_to_chatml
+
+    client = openai.OpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY") or "no-key")
+
+    def ask(prompt: str) -> str:
+        response = client.chat.completions.create(
+            model=model_name, messages=prompt_to_chatml(prompt), max_tokens=max_tokens, temperature=temperature
+        )
+        return response.choices[0].message.content or ""
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        out = list(pool.map(ask, prompts))
+    return _result(out, time.perf_counter() - start)
+
+
 def annotator_class():
     """alpaca_eval's PairwiseAnnotator, reading its annotation cache as floats.
 

@@ -50,12 +50,20 @@ class AlpacaArguments:
     judge_model: str | None = field(
         default=None,
         metadata={
-            "help": "For --judge local: model folder, Hub id or `pkg:` alias; for --judge gpt5: the model; for --judge "
+            "help": "For --judge local: model folder, Hub id or `pkg:` alias; for --judge gpt5 and openai-compatible: the "
+            "model; for --judge "
             "proxy: the sentence encoder (default pkg:all-minilm-l6-v2)."
         },
     )
     judge_batch_size: int = field(
         default=8, metadata={"help": "For --judge local / proxy: prompts (texts) per forward pass."}
+    )
+    judge_base_url: str | None = field(
+        default=None,
+        metadata={
+            "help": "For --judge openai-compatible: the server's OpenAI API root (e.g. http://localhost:8000/v1 for "
+            "vLLM, http://localhost:8080/v1 for llama.cpp's server); reached before any work."
+        },
     )
     bootstrap_samples: int = field(default=2000, metadata={"help": "Bootstrap resamples of each win-rate interval."})
     gammas: list[float] | None = field(
