@@ -31,6 +31,12 @@ def base_url() -> str:
     return os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE
 
 
+def self_hosted_key() -> str:
+    """The key for a server of one's own: OPENAI_API_KEY where set (vLLM's `--api-key`), else a placeholder (the
+    openai client needs one; such servers take any)."""
+    return os.environ.get("OPENAI_API_KEY") or "no-key"
+
+
 def host(url: str) -> str:
     """What a report and an error name of a URL: its host and port, never a path's token or a userinfo's key."""
     return urlsplit(url).netloc.rsplit("@", 1)[-1] or url

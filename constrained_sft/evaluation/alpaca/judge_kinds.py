@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from ...constraints.variants import Registry
-from .endpoint import JudgeError, host, reach
+from .endpoint import JudgeError, host, reach, self_hosted_key
 from .headtohead import AlpacaEvalJudge, Judge
 from .judges import (
     CONFIGS,
@@ -157,7 +157,7 @@ class OpenAICompatibleJudge(AnnotatorConfig):
     @classmethod
     def check(cls, args) -> None:
         cls.setup(args)
-        served = reach(args.judge, args.judge_base_url, os.environ.get("OPENAI_API_KEY") or "no-key")
+        served = reach(args.judge, args.judge_base_url, self_hosted_key())
         if served and args.judge_model not in served:
             raise JudgeError(
                 f"`--judge_model` {args.judge_model!r}: {host(args.judge_base_url)} serves {', '.join(served[:10])}; "

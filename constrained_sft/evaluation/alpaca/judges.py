@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from ...utils.shipped import package_data
+from .endpoint import self_hosted_key
 
 
 def load_alpaca_eval() -> None:
@@ -185,7 +186,7 @@ def openai_compatible_completions(
     load_alpaca_eval()
     from alpaca_eval.utils import prompt_to_chatml
 
-    client = openai.OpenAI(base_url=base_url, api_key=os.environ.get("OPENAI_API_KEY") or "no-key")
+    client = openai.OpenAI(base_url=base_url, api_key=self_hosted_key())
 
     def ask(prompt: str) -> str:
         response = client.chat.completions.create(

@@ -7,7 +7,8 @@ stop inside it paid for every request of that call and kept none. `kept_completi
 completions function (`openai_completions`, `openai_reasoning_completions`): it asks the prompts one by one, `workers`
 at a time, and appends each answer to `path` (JSON lines: the key, then what the function returned for that prompt)
 with a flush and an fsync, before the next is asked; prompts already there are answered from it. The key is the
-SHA-256 of the prompt and the decoding arguments (model, budgets, log-probs), so a changed judge asks again. A line
+SHA-256 of the prompt and the decoding arguments (model, budgets, log-probs; not the server's URL), so a changed
+judge asks again and the same judge served elsewhere does not. A line
 cut by the stop is ignored. Requests in flight at the stop were never answered to us and are asked again.
 
 Written by hand because alpaca_eval keeps its cache per call and the openai client keeps none.
@@ -26,7 +27,9 @@ WORKERS = 8  # requests at a time (alpaca_eval's own default concurrency for the
 
 
 def prompt_key(prompt: str, kwargs: dict) -> str:
-    decoding = {k: v for k, v in kwargs.items() if isinstance(v, (str, int, float, bool, type(None)))}
+    decoding = {
+        k: v for k, v in kwargs.items() if isinstance(v, (str, int, float, bool, type(None))) and k != "base_url"
+    }
     return hashlib.sha256(json.dumps([prompt, decoding], sort_keys=True).encode()).hexdigest()
 
 
