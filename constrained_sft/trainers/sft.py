@@ -226,13 +226,12 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             # goes, or at `detach_probe()`
             self._detach_probe = weakref.finalize(self, self.probe.detach, base)
 
-    def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
-        """TRL's preparation, saying which rows it leaves out; packed, the documents unpacked training trains on."""
+    def prepare_dataset(self, prepare, dataset, processing_class, args, packing, formatting_func, dataset_name):
+        """TRL's preparation (`prepare`, its `_prepare_dataset`) saying which rows it leaves out; packed, the documents
+        unpacked training trains on (`trainers.packing`)."""
         if not packing:
-            return prepare_rows(
-                super()._prepare_dataset, dataset, processing_class, args, formatting_func, dataset_name
-            )
-        return prepare_packed(super()._prepare_dataset, dataset, processing_class, args, formatting_func, dataset_name)
+            return prepare_rows(prepare, dataset, processing_class, args, formatting_func, dataset_name)
+        return prepare_packed(prepare, dataset, processing_class, args, formatting_func, dataset_name)
 
     def detach_probe(self) -> None:
         """Give the model back its own forward (idempotent); the trainer cannot train or evaluate afterwards."""

@@ -4,7 +4,8 @@ transformers or TRL it reads, in one file: a transformers or TRL upgrade is an a
 says which behaviour of transformers it changes and why; each calls the original (`super()`) unless it says otherwise.
 
 Overridden (transformers 5.23-5.24): `_save_checkpoint`, `_save`, `_save_optimizer_and_scheduler`,
-`_load_optimizer_and_scheduler`, `_load_from_checkpoint`, `_load_rng_state`, `_run_epoch`, `_get_grad_norm`.
+`_load_optimizer_and_scheduler`, `_load_from_checkpoint`, `_load_rng_state`, `_run_epoch`, `_get_grad_norm`; (TRL
+1.16, called by `SFTTrainer` alone) `_prepare_dataset`.
 Read: TRL's `SFTTrainer._metrics` (`trl_eval_metrics`); called: `Trainer._prepare_inputs` (`prepare_inputs`),
 `Trainer._get_output_dir` (in `_save_checkpoint`).
 """
@@ -116,6 +117,13 @@ class TrainerOverrides:
             self.control.should_training_stop = True
             return None
         return super()._run_epoch(*args, **kwargs)
+
+    # TRL drops the rows truncation leaves without a supervised token silently, and keeps them when it packs (they
+    # take token slots and carry no loss); here a line says how many, and bfd packing packs the rows unpacked training
+    # keeps (`ConstrainedSFTTrainer.prepare_dataset`, `trainers.packing`). Only `SFTTrainer` calls it.
+    def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
+        prepare = super()._prepare_dataset
+        return self.prepare_dataset(prepare, dataset, processing_class, args, packing, formatting_func, dataset_name)
 
     # transformers computes the step's clipped global gradient norm here (a device scalar; under FSDP2 a replicated
     # DTensor) and passes it on; it is also kept, unchanged, for the non-finite guard of the dual step.
