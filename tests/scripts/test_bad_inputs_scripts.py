@@ -233,8 +233,13 @@ def listing(root: Path) -> set[str]:
 
 def test_every_script_has_its_rows():
     counts = Counter(case.script for case in CASES)
-    assert counts == {"wheelhouse.py": 25, "gpu_bundle.py": 29, "install_wheelhouse.sh": 8, "gpu_study.sh": 21,
-                      "gpu_check.sh": 8}
+    assert counts == {
+        "wheelhouse.py": 25,
+        "gpu_bundle.py": 29,
+        "install_wheelhouse.sh": 8,
+        "gpu_study.sh": 21,
+        "gpu_check.sh": 8,
+    }
     assert len({case.id for case in CASES}) == len(CASES)
 
 
