@@ -126,7 +126,10 @@ class StudySettings:
     budget: StudyBudget
 
     def to_dict(self) -> dict[str, Any]:
-        return {"study": dataclasses.asdict(self.study), "constrained_recipe": self.constrained_recipe,
+        study = dataclasses.asdict(self.study)
+        if study.get("judge_base_url") is None:  # an API judge's server, where there is one (results of earlier
+            study.pop("judge_base_url", None)  # versions, which had no such field, read and write back the same)
+        return {"study": study, "constrained_recipe": self.constrained_recipe,
                 "twin_differences": self.twin_differences, "instructions": self.instructions.to_dict(),
                 "budget": self.budget.to_dict()}  # fmt: skip
 
