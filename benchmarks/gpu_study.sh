@@ -45,8 +45,10 @@ case ${BATCHES:-padded} in
   packed) STEPS_ARGS+=(--packing true --packing_strategy bfd --attn_implementation "${ATTN:-flex_attention}") ;;
   *) refuse "BATCHES '${BATCHES}': give padded or packed" ;;
 esac
-[[ ${ATTN:-flex_attention} =~ ^(sdpa|eager|flex_attention|flash_attention_[234])$ ]] ||
-  refuse "ATTN '${ATTN}': give an attention that keeps packed documents apart: sdpa, eager, flex_attention, flash_attention_2, flash_attention_3 or flash_attention_4"
+# the trainer's own rule (constrained_sft.trainers.packing), asked before any work
+"$PY" -c 'import sys; from constrained_sft.trainers.packing import isolates; sys.exit(not isolates(sys.argv[1]))' \
+  "${ATTN:-flex_attention}" ||
+  refuse "ATTN '${ATTN}': give an attention that keeps packed documents apart: $("$PY" -c 'from constrained_sft.trainers.packing import ISOLATING; print(", ".join(ISOLATING))')"
 smoke=0
 if [[ ${1:-} == --smoke ]]; then
   smoke=1

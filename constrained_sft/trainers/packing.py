@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 # Attention implementations that keep the documents of a padding-free row apart (transformers 5.x): the mask
 # interface (`masking_utils.ALL_MASK_ATTENTION_FUNCTIONS`) builds a packed-sequence mask for eager / sdpa / flex, and
 # the flash kernels read `cu_seq_lens`.
-ISOLATING = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3", "flash_attention_4")
+ISOLATING = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3", "flash_attention_4")
 
 
 def padding_free(args) -> bool:
