@@ -215,3 +215,25 @@ def test_training_stage_under_accelerate_launch_then_evaluation_in_one_process(a
         assert (out / "train" / arm / "seed0" / "training_args.json").is_file()
     assert cli(study_argv(assets, out, "--training_seeds", "1", "--stage", "evaluate")) == 0
     assert json.loads((out / "study.json").read_text())["head_to_head"]["levels"]
+
+
+def test_a_study_judged_by_a_self_hosted_server(assets, tmp_path, monkeypatch):
+    """`--judge openai-compatible`: the server reached before any training, every non-empty pair asked in both
+    orders over HTTP, the judge named with its host and its cost in study.json and the report; the key in no file."""
+    from evaluation.openai_server import OpenAIServer
+
+    key = "sk-STUDY-SENTINEL-0042"
+    monkeypatch.setenv("OPENAI_API_KEY", key)  # a vLLM started with --api-key
+    out = tmp_path / "study"
+    with OpenAIServer(keys=(key,)) as server:
+        argv = study_argv(assets, out, "--training_seeds", "1", "--exit_prompts", "0", "--judge", "openai-compatible",
+                          "--judge_base_url", server.url, "--judge_model", "gpt-5")  # fmt: skip
+        assert cli(argv) == 0
+    assert server.requests[0]["path"].endswith("/models")
+    head = json.loads((out / "study.json").read_text())["head_to_head"]
+    assert head["judge_config"].startswith("openai-compatible at 127.0.0.1:") and not head["judge_is_proxy"]
+    asked = [r for r in server.requests if r["body"] is not None]
+    assert head["cost"]["requests"] == len(asked) > 0 and head["cost"]["price_usd"] is None
+    assert sum(lv["n_verdicts"] + lv["unparsed"] for lv in head["levels"]) >= len(asked)  # empty answers: by rule
+    assert "Judge cost" in (out / "report.md").read_text()
+    assert not [p for p in out.rglob("*") if p.is_file() and key.encode() in p.read_bytes()]

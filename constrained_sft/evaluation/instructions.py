@@ -11,8 +11,7 @@ import os
 
 from ..utils.files import read_json
 
-ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions, the set AlpacaEval's length control is fitted on
-ALPACA_EVAL_SIZE = 805
+ALPACA_EVAL = "tatsu-lab/alpaca_eval"  # 805 instructions (results.ALPACA_EVAL_SIZE)
 
 
 class GenerationError(ValueError):

@@ -87,6 +87,10 @@ class StudyArguments:
         default=None,
         metadata={"help": "openai-compatible judge: the server's OpenAI API root (e.g. http://localhost:8000/v1)."},
     )
+    judge_timeout: float | None = field(
+        default=None,
+        metadata={"help": "API judges: seconds a request may wait for its answer (default: the openai client's 600)."},
+    )
     examples: int = field(default=3, metadata={"help": "Answers shown side by side per level in the report."})
     exit_prompts: int = field(
         default=4,
@@ -194,7 +198,8 @@ class StudyArguments:
             "keep_models",
             "time_budget",
             "judge_base_url",
-        )  # fmt: skip (where a judge is served decides nothing)
+            "judge_timeout",
+        )  # fmt: skip (where a judge is served, and how long it may take, decide nothing)
         settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in skip}
         settings["arms"] = {arm: recipe_identity(recipe) for arm, recipe in recipes.items()}
         if os.path.isfile(self.instructions):

@@ -29,7 +29,8 @@ from ..data.instructions import held_out_instructions
 from ..evaluation.after_training import Evaluation
 from ..evaluation.alpaca import check_judge
 from ..evaluation.folders import check_folder, mark_folder, migrated_line, saved_settings
-from ..evaluation.instructions import ALPACA_EVAL, ALPACA_EVAL_SIZE, load_instructions
+from ..evaluation.instructions import ALPACA_EVAL, load_instructions
+from ..evaluation.results import ALPACA_EVAL_SIZE
 from ..noise import NoiseGrid
 from ..tasks import Recipe, is_finished
 from ..tasks.arms import check_same_data, twin_differences

@@ -64,6 +64,7 @@ def judge_arguments(args: StudyArguments, model: str = "constrained", reference:
         judge_model=args.judge_model,
         judge_batch_size=args.judge_batch_size,
         judge_base_url=args.judge_base_url,
+        judge_timeout=args.judge_timeout,
         bootstrap_samples=args.bootstrap_samples,
     )
 

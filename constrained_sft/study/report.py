@@ -21,7 +21,7 @@ from ..evaluation.report import (
     write_markdown,
 )
 from ..evaluation.report.exits import exits_blocks
-from ..evaluation.report.headtohead import judge_label, level_table, plot_win_rates
+from ..evaluation.report.headtohead import cost_text, judge_label, level_table, plot_win_rates
 from ..utils.types import JSONObject
 from .results import StudyResults, StudyTimings, judging_dir
 
@@ -127,6 +127,8 @@ def head_to_head_blocks(study: StudyResults, head, study_dir: str, n_examples: i
         ),
         level_table(head),
     ]
+    if cost := cost_text(head.cost):
+        blocks.append(Text(cost))
     if head.lc_missing_reason:
         blocks.append(Text(f"No length-controlled win rate: {head.lc_missing_reason}."))
     blocks.append(Image(win_plot, "win rate"))

@@ -127,8 +127,9 @@ class StudySettings:
 
     def to_dict(self) -> dict[str, Any]:
         study = dataclasses.asdict(self.study)
-        if study.get("judge_base_url") is None:  # an API judge's server, where there is one (results of earlier
-            study.pop("judge_base_url", None)  # versions, which had no such field, read and write back the same)
+        for name in ("judge_base_url", "judge_timeout"):  # an API judge's server and patience, where given (results
+            if study.get(name) is None:  # of earlier versions, which had no such fields, read and write back the same)
+                study.pop(name, None)
         return {"study": study, "constrained_recipe": self.constrained_recipe,
                 "twin_differences": self.twin_differences, "instructions": self.instructions.to_dict(),
                 "budget": self.budget.to_dict()}  # fmt: skip

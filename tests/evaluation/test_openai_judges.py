@@ -149,6 +149,7 @@ def test_a_judging_run_killed_half_way_asks_only_what_was_never_answered(tmp_pat
     assert len(chats(server)) == 12 + 7  # the 5 answered ones were not asked again
     level = result["levels"][0]
     assert level["n_verdicts"] == 12 and level["win_rate"] == pytest.approx(100 * 4 / 6)
+    assert (result["cost"]["requests"], result["cost"]["reused"]) == (7, 5)  # the report says so
 
 
 def test_a_self_hosted_judge_by_url_needs_no_key(tmp_path, monkeypatch, capsys):
@@ -186,3 +187,81 @@ def test_a_self_hosted_judge_is_checked_before_any_work(tmp_path, monkeypatch, c
     err = capsys.readouterr().err.strip()
     assert re.search(message, err) and err.count("\n") == 0, err
     assert not out.exists() and not chats(running)
+
+
+def served(server, name: str) -> int:
+    return sum(u[name] for u in server.usage)
+
+
+def test_the_report_states_what_the_judge_cost(tmp_path, server, capsys):
+    """gpt5: every request's usage as the server reported it, priced at gpt-5's list price, per comparison and for a
+    full AlpacaEval level; in alpaca_eval.json, the printed lines and report.html."""
+    cost = judged(tmp_path, "gpt5")["cost"]
+    prompt, completion = served(server, "prompt_tokens"), served(server, "completion_tokens")
+    assert cost["requests"] == 12 and cost["reused"] == 0 and len(server.usage) == 12
+    assert (cost["prompt_tokens"], cost["completion_tokens"], cost["total_tokens"]) == (prompt, completion,
+                                                                                       prompt + completion)  # fmt: skip
+    assert cost["price_usd"] == pytest.approx((1.25 * prompt + 10.0 * completion) / 1e6)
+    assert cost["price_basis"].startswith("at gpt-5's list price ($1.25 / $10 per million")
+    per_comparison = 2 * cost["price_usd"] / 12
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Judge cost"))
+    assert f"12 requests this run, {prompt + completion:,} tokens" in line
+    assert (
+        f"${per_comparison:.4f}; a full AlpacaEval level (805 pairs) at this rate: ${805 * per_comparison:.2f}" in line
+    )
+    assert "Judge cost: 12 requests" in (tmp_path / "report-gpt5" / "report.html").read_text()
+
+
+def test_alpaca_evals_own_decoder_is_priced_as_it_prices_it(tmp_path, server):
+    """gpt4 (alpaca_eval's decoder) says a request's total tokens only: the report gives them and alpaca_eval's
+    price ($10 per million tokens for gpt-4-1106-preview), saying whose price it is."""
+    cost = judged(tmp_path, "gpt4")["cost"]
+    total = served(server, "total_tokens")
+    assert cost["requests"] == 12 and cost["total_tokens"] == total and cost["prompt_tokens"] is None
+    assert cost["price_usd"] == pytest.approx(total * 10 / 1e6) and "alpaca_eval" in cost["price_basis"]
+
+
+def test_a_self_hosted_judge_is_counted_in_tokens_not_dollars(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with OpenAIServer() as running:
+        argv = ["--judge_base_url", running.url, "--judge_model", "gpt-5"]  # named as OpenAI's, served by us
+        cost = judged(tmp_path, "openai-compatible", *argv)["cost"]
+    assert cost["requests"] == 12 and cost["total_tokens"] == served(running, "total_tokens")
+    assert cost["price_usd"] is None and cost["price_basis"] is None
+
+
+def test_a_server_that_reports_no_usage_is_said_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    with OpenAIServer(report_usage=False) as running:
+        monkeypatch.setenv("OPENAI_BASE_URL", running.url)
+        cost = judged(tmp_path, "gpt5")["cost"]
+    assert cost["requests"] == 12 and cost["total_tokens"] is None and cost["price_usd"] is None
+    assert "12 requests this run, the server reported no token usage" in capsys.readouterr().out
+
+
+def test_a_dry_run_judges_the_first_pairs_and_prices_the_full_run(tmp_path, server):
+    result = judged(tmp_path, "gpt5", "--judge_max_instances", "2")
+    assert len(chats(server)) == 4 and result["cost"]["requests"] == 4
+    assert result["levels"][0]["n_verdicts"] == 4 and "LC needs all 805" in result["lc_missing_reason"]
+
+
+def test_a_rerun_after_a_stop_counts_what_it_reused(tmp_path, server):
+    judged(tmp_path, "gpt5")
+    (tmp_path / "report-gpt5" / "alpaca_eval" / "annotations_cache.json").unlink()  # as if stopped before it
+    cost = judged(tmp_path, "gpt5")["cost"]
+    assert len(chats(server)) == 12 and cost["requests"] == 0 and cost["reused"] == 12
+
+
+@pytest.mark.parametrize("judge", ["gpt5", "gpt4"])
+def test_a_server_that_does_not_answer_in_time_is_one_line(tmp_path, server, capsys, judge):
+    """`--judge_timeout 0.5` against a server that takes 3 s: the client's retries, then one line; no traceback."""
+    server.faults.extend(["slow"] * 100)
+    out = tmp_path / "report"
+    argv = ["eval", "alpaca", "--generations", generations(tmp_path), "--judge", judge, "--output_dir", str(out)]
+    assert console([*argv, "--judge_timeout", "0.5"]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "Traceback" not in err, err
+    assert re.fullmatch(r"constrained-sft: error: judge '.*': 127\.0\.0\.1:\d+ did not answer in time .*", errors[0])
+    # the first 8 requests (the workers) tried three times each; the first to fail stops the rest being sent
+    assert len(chats(server)) == 3 * 8

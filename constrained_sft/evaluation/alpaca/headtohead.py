@@ -5,7 +5,8 @@ measured as the *order agreement*; the win rate (draws count half) comes with a 
 instructions, and over training seeds when several model / reference pairs answered.
 
 A judge is anything with `prefer(pairs) -> preferences` (1 = first shown better, 2 = second, 1.5 = draw, None = no
-parseable verdict), a `name` and a `proxy` flag (a stand-in that is no quality judge; every report says so):
+parseable verdict), a `name` and a `proxy` flag (a stand-in that is no quality judge; every report says so), and,
+where it pays per request, a `spend` (`cost.Spend`) that the result reports:
 `AlpacaEvalJudge` runs an alpaca_eval annotator config (API judges, the local chat-model judge, the offline test
 judge) with its own order randomisation off; `proxy.ReferenceProxyJudge` compares answers with a reference answer.
 """
@@ -53,6 +54,7 @@ class AlpacaEvalJudge:
             annotators_config=config, caching_path=caching_path, is_randomize_output_order=False, **judge_kwargs
         )
         self.raw: list[dict] = []  # alpaca_eval's annotations of the last call, raw completions included
+        self.spend = None  # an API judge's `cost.Spend`, set where it is built (`judge_kinds`)
 
     def prefer(self, pairs: Sequence[Pair]) -> list[float | None]:
         from .endpoint import one_line

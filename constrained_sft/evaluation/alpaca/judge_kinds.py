@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 from ...constraints.variants import Registry
+from .cost import ListPrice, Spend, list_price
 from .endpoint import JudgeError, host, reach, self_hosted_key
 from .headtohead import AlpacaEvalJudge, Judge
 from .judges import (
@@ -85,6 +86,11 @@ class AnnotatorConfig(JudgeKind):
         return any("OPENAI_API_KEY" in names for names in required_credentials(config))
 
     @classmethod
+    def price(cls, model: str | None) -> ListPrice | None:
+        """The judge model's list price (`cost.PRICES`), for the report's cost; None where it has none."""
+        return list_price(model)
+
+    @classmethod
     def build(cls, args, caching_path: str | None) -> Judge:
         config, judge_kwargs = cls.setup(args)
         if caching_path:
@@ -94,8 +100,13 @@ class AnnotatorConfig(JudgeKind):
         judge = AlpacaEvalJudge(config, judge_kwargs, caching_path, name + (f" ({model})" if model else ""))
         if caching_path and cls.calls_openai(config):  # each API verdict kept as it arrives: a stop loses none
             path = os.path.join(os.path.dirname(caching_path), "completions_kept.jsonl")
+            model = model or args.judge_model or cls.default_model
+            judge.spend = Spend(model, cls.price(model))
+            timeout = getattr(args, "judge_timeout", None)
             for single in judge.annotator.annotators.values():  # the config's decoder, resolved by alpaca_eval
-                single.fn_completions = kept_completions(single.fn_completions, path)
+                single.fn_completions = kept_completions(single.fn_completions, path, spend=judge.spend)
+                if timeout is not None:  # the openai client's, in every decoder's `client_kwargs`
+                    single.completions_kwargs = {**single.completions_kwargs, "client_kwargs": {"timeout": timeout}}
         return judge
 
 
@@ -168,6 +179,10 @@ class OpenAICompatibleJudge(AnnotatorConfig):
     @classmethod
     def calls_openai(cls, config: str) -> bool:
         return True
+
+    @classmethod
+    def price(cls, model: str | None) -> ListPrice | None:
+        return None  # a server of one's own: tokens only, whatever its model is called
 
     @classmethod
     def build(cls, args, caching_path: str | None) -> Judge:

@@ -53,13 +53,18 @@ CREDENTIALS = {
 }
 
 
-def _result(completions: list[str], seconds: float) -> dict[str, list]:
+def _result(completions: list[str], seconds: float, usage: list[dict] | None = None) -> dict[str, list]:
+    """What alpaca_eval expects of a completions function, and each request's `usage` (`cost.usage_fields`) where
+    a server answered; the price is left to `cost.Spend` (alpaca_eval's column stays 0)."""
     n = max(len(completions), 1)
-    return {
+    out = {
         "completions": completions,
         "price_per_example": [0.0] * len(completions),
         "time_per_example": [seconds / n] * len(completions),
     }
+    for name in ("prompt_tokens", "completion_tokens") if usage is not None else ():
+        out[name] = [u[name] for u in usage]
+    return out
 
 
 def _sections(prompt: str) -> tuple[str, str, str]:
@@ -128,41 +133,50 @@ def local_chat_completions(
     return _result(out, time.perf_counter() - start)
 
 
+def _ask_all(ask, prompts: Sequence[str], max_workers: int) -> dict[str, list]:
+    """`ask(prompt) -> chat completion` over `prompts`, `max_workers` at a time: the answers and their usage."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from .cost import usage_fields
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        responses = list(pool.map(ask, prompts))
+    texts = [r.choices[0].message.content or "" for r in responses]
+    return _result(texts, time.perf_counter() - start, [usage_fields(r) for r in responses])
+
+
 def openai_reasoning_completions(
     prompts: Sequence[str],
     model_name: str = GPT5,
     max_completion_tokens: int = 4096,
     reasoning_effort: str = "low",
     max_workers: int = 8,
+    client_kwargs: dict | None = None,
     **_,
 ) -> dict[str, list]:
     """
-    An OpenAI reasoning model answers each ChatML prompt (`max_workers` requests at a time, the client's own retries).
-    Only what reasoning models accept is sent: the output budget as `max_completion_tokens` (it covers the hidden
-    reasoning too, so it is generous), `reasoning_effort`, and no temperature, top-p or log-probs.
+    An OpenAI reasoning model answers each ChatML prompt (`max_workers` requests at a time, the client's own retries;
+    `client_kwargs`: the client's, e.g. its `timeout`, as alpaca_eval's decoder takes them). Only what reasoning
+    models accept is sent: the output budget as `max_completion_tokens` (it covers the hidden reasoning too, so it is
+    generous), `reasoning_effort`, and no temperature, top-p or log-probs.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     import openai
 
     load_alpaca_eval()
     from alpaca_eval.utils import prompt_to_chatml
 
-    client = openai.OpenAI()  # OPENAI_API_KEY, and OPENAI_BASE_URL if set
+    client = openai.OpenAI(**(client_kwargs or {}))  # OPENAI_API_KEY, and OPENAI_BASE_URL if set
 
-    def ask(prompt: str) -> str:
-        response = client.chat.completions.create(
+    def ask(prompt: str):
+        return client.chat.completions.create(
             model=model_name,
             messages=prompt_to_chatml(prompt),
             max_completion_tokens=max_completion_tokens,
             reasoning_effort=reasoning_effort,
         )
-        return response.choices[0].message.content or ""
 
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        out = list(pool.map(ask, prompts))
-    return _result(out, time.perf_counter() - start)
+    return _ask_all(ask, prompts, max_workers)
 
 
 def openai_compatible_completions(
@@ -172,6 +186,7 @@ def openai_compatible_completions(
     max_tokens: int = 16,
     temperature: float = 0.0,
     max_workers: int = 8,
+    client_kwargs: dict | None = None,
     **_,
 ) -> dict[str, list]:
     """
@@ -179,25 +194,19 @@ def openai_compatible_completions(
     greedily with a short budget (the verdict is "Output (a)" / "Output (b)"); the key is OPENAI_API_KEY where the
     server wants one, else a placeholder (such servers take any). The client's own retries apply.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     import openai
 
     load_alpaca_eval()
     from alpaca_eval.utils import prompt_to_chatml
 
-    client = openai.OpenAI(base_url=base_url, api_key=self_hosted_key())
+    client = openai.OpenAI(base_url=base_url, api_key=self_hosted_key(), **(client_kwargs or {}))
 
-    def ask(prompt: str) -> str:
-        response = client.chat.completions.create(
+    def ask(prompt: str):
+        return client.chat.completions.create(
             model=model_name, messages=prompt_to_chatml(prompt), max_tokens=max_tokens, temperature=temperature
         )
-        return response.choices[0].message.content or ""
 
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max_workers) as pool:
-        out = list(pool.map(ask, prompts))
-    return _result(out, time.perf_counter() - start)
+    return _ask_all(ask, prompts, max_workers)
 
 
 def annotator_class():

@@ -30,6 +30,7 @@ from ...utils.files import read_json, write_json
 from ...utils.folders import check_output_folder, plain_name
 from ..folders import check_folder, mark_folder
 from ..instructions import GenerationError
+from ..report.headtohead import cost_text
 from ..results import HeadToHead, WinRateLevel
 from .generate import output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
@@ -63,6 +64,20 @@ class AlpacaArguments:
         metadata={
             "help": "For --judge openai-compatible: the server's OpenAI API root (e.g. http://localhost:8000/v1 for "
             "vLLM, http://localhost:8080/v1 for llama.cpp's server); reached before any work."
+        },
+    )
+    judge_timeout: float | None = field(
+        default=None,
+        metadata={
+            "help": "For API judges: seconds a request may wait for its answer before the openai client retries it "
+            "(twice) and the run stops with one line (default: the client's 600)."
+        },
+    )
+    judge_max_instances: int | None = field(
+        default=None,
+        metadata={
+            "help": "Judge only the first N pairs of each level: a dry run whose report prices a comparison and a full "
+            "AlpacaEval level before you pay for one (no LC win rate then)."
         },
     )
     bootstrap_samples: int = field(default=2000, metadata={"help": "Bootstrap resamples of each win-rate interval."})
@@ -117,6 +132,14 @@ def load_pair(args: AlpacaArguments, gamma: float) -> tuple[list[dict], list[dic
     return model, reference
 
 
+def check_judge_limits(args: AlpacaArguments) -> None:
+    """`--judge_timeout` and `--judge_max_instances`, before any work."""
+    if args.judge_timeout is not None and not args.judge_timeout > 0:
+        raise JudgeError(f"`--judge_timeout` must be > 0 seconds, got {args.judge_timeout}.")
+    if args.judge_max_instances is not None and args.judge_max_instances < 1:
+        raise JudgeError(f"`--judge_max_instances` must be >= 1, got {args.judge_max_instances}.")
+
+
 def judge_setup(args: AlpacaArguments) -> tuple[str, dict[str, Any]]:
     """(annotator config for alpaca_eval, extra annotator kwargs) of a judge that runs through alpaca_eval's
     annotator; fails early on a missing credential (`judge_kinds`)."""
@@ -141,7 +164,9 @@ def length_controlled(annotations: list[dict], full_set: bool) -> tuple[dict | N
 
 
 def check_judge(args: AlpacaArguments) -> None:
-    """What a judge needs, checked before any work: credentials and judge model, or the proxy's encoder."""
+    """What a judge needs, checked before any work: its limits, credentials and judge model, or the proxy's
+    encoder."""
+    check_judge_limits(args)
     judge_kind(args.judge).check(args)
 
 
@@ -191,6 +216,7 @@ def judge_levels(
         workdir = os.path.join(output_dir, f"gamma_{float(gamma)}")
         level, reason = judge_level(judge, seed_pairs, workdir, args.bootstrap_samples, full_set, float(gamma))
         levels.append(level)
+    spend = getattr(judge, "spend", None)  # an API judge's (`cost.Spend`); the others pay nothing
     return HeadToHead(
         model=args.model,
         reference=args.reference,
@@ -201,6 +227,7 @@ def judge_levels(
         levels=levels,
         bootstrap_samples=args.bootstrap_samples,
         lc_missing_reason=reason,
+        cost=spend.result() if spend is not None else None,
     )
 
 
@@ -240,13 +267,15 @@ def run(args: AlpacaArguments) -> HeadToHead:
             "for both, or name generators that exist."
         )
     pairs = {gamma: [load_pair(args, gamma)] for gamma in gammas}  # every level checked before any is judged
-    settings = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples")}
+    n = args.judge_max_instances
+    pairs = {gamma: [(m[:n], r[:n]) for m, r in seed_pairs] for gamma, seed_pairs in pairs.items()}
+    settings = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples", "judge_timeout")}
     settings.update(generations=os.path.abspath(args.generations), gammas=gammas)
     check_folder(args.output_dir, COMMAND, settings)
     mark_folder(args.output_dir, COMMAND, settings)
     root = os.path.join(args.output_dir, "alpaca_eval")
     judge = build_judge(args, os.path.join(root, "annotations_cache.json"))
-    out = judge_levels(judge, pairs, root, args, _full_alpaca_eval(args))
+    out = judge_levels(judge, pairs, root, args, _full_alpaca_eval(args) and n is None)
     out.files = write_alpaca(out, args.output_dir)
     return out
 
@@ -271,5 +300,7 @@ def result_lines(result: HeadToHead) -> list[str]:
         )
     if result.lc_missing_reason:
         lines.append(f"no length-controlled win rate: {result.lc_missing_reason}")
+    if cost := cost_text(result.cost):
+        lines.append(cost)
     lines.append(f"report: {result.files['html']}")
     return lines

@@ -9,7 +9,8 @@ at a time, and appends each answer to `path` (JSON lines: the key, then what the
 with a flush and an fsync, before the next is asked; prompts already there are answered from it. The key is the
 SHA-256 of the prompt and the decoding arguments (model, budgets, log-probs; not the server's URL), so a changed
 judge asks again and the same judge served elsewhere does not. A line
-cut by the stop is ignored. Requests in flight at the stop were never answered to us and are asked again.
+cut by the stop is ignored. Requests in flight at the stop were never answered to us and are asked again. Each
+answered request, and each prompt answered from the file, is counted in a `cost.Spend` where one is given.
 
 Written by hand because alpaca_eval keeps its cache per call and the openai client keeps none.
 """
@@ -22,6 +23,8 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+
+from .cost import Spend
 
 WORKERS = 8  # requests at a time (alpaca_eval's own default concurrency for the OpenAI decoders is 5-8)
 
@@ -48,7 +51,9 @@ def read_kept(path: str) -> dict[str, dict]:
     return kept
 
 
-def kept_completions(fn: Callable[..., dict], path: str, workers: int = WORKERS) -> Callable[..., dict]:
+def kept_completions(
+    fn: Callable[..., dict], path: str, workers: int = WORKERS, spend: Spend | None = None
+) -> Callable[..., dict]:
     """`fn` asking each prompt once ever (see the module docstring); the same return shape as `fn`'s."""
     lock = threading.Lock()
 
@@ -57,9 +62,19 @@ def kept_completions(fn: Callable[..., dict], path: str, workers: int = WORKERS)
         keys = [prompt_key(p, kwargs) for p in prompts]
         first = {key: i for i, key in reversed(list(enumerate(keys)))}  # a repeated prompt is asked once
         todo = [first[key] for key in dict.fromkeys(keys) if key not in kept]
+        if spend is not None:
+            spend.reuse(len(first) - len(todo))
+
+        failed = threading.Event()  # once a request failed for good, nothing more is sent (in flight: finishes)
 
         def ask(i: int) -> None:
-            answer = {name: values[0] for name, values in fn([prompts[i]], **kwargs).items()}
+            if failed.is_set():
+                return
+            try:
+                answer = {name: values[0] for name, values in fn([prompts[i]], **kwargs).items()}
+            except BaseException:
+                failed.set()
+                raise
             line = json.dumps({"key": keys[i], "answer": answer}, default=str) + "\n"
             with lock:
                 with open(path, "a", encoding="utf-8") as f:
@@ -67,6 +82,8 @@ def kept_completions(fn: Callable[..., dict], path: str, workers: int = WORKERS)
                     f.flush()
                     os.fsync(f.fileno())
                 kept[keys[i]] = answer
+            if spend is not None:
+                spend.add(answer)
 
         if todo:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)

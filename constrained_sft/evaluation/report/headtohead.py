@@ -7,7 +7,7 @@ import os
 import textwrap
 
 from ...utils.figures import pyplot, save_figure
-from ..results import HeadToHead
+from ..results import ALPACA_EVAL_SIZE, HeadToHead, JudgeCost
 from .document import Block, Heading, Image, Table, Text
 
 ALPACA_PLOT = "alpaca_win_rate.png"
@@ -54,6 +54,37 @@ def level_table(head: HeadToHead) -> Table:
     return Table(headers, rows)
 
 
+def cost_text(cost: JudgeCost | None) -> str | None:
+    """What an API judge cost this run, per comparison (one pair, both orders: two requests), and what a full
+    AlpacaEval level (805 pairs) costs at that rate; None for a judge that pays nothing (local, proxy, test)."""
+    if cost is None:
+        return None
+    before = f"; {cost.reused:,} more answered from an earlier run's kept verdicts" if cost.reused else ""
+    if not cost.requests:
+        return f"Judge cost: no request this run ({cost.reused:,} verdicts answered by an earlier run)."
+    parts = [f"Judge cost: {cost.requests:,} requests this run{before}"]
+    if cost.total_tokens is None:
+        parts.append("the server reported no token usage")
+    else:
+        split = (
+            f" ({cost.prompt_tokens:,} prompt + {cost.completion_tokens:,} completion)"
+            if cost.prompt_tokens is not None
+            else ""
+        )
+        parts.append(f"{cost.total_tokens:,} tokens{split}")
+    if cost.price_usd is not None:
+        parts.append(f"${cost.price_usd:.4f} {cost.price_basis}")
+    else:
+        parts.append(f"no price (a self-hosted judge, or no list price here for {cost.model})")
+    per = [f"{2 * cost.per_request(cost.total_tokens):,.0f} tokens"] if cost.total_tokens is not None else []
+    if cost.price_usd is not None:
+        full = 2 * ALPACA_EVAL_SIZE * cost.per_request(cost.price_usd)
+        per += [f"${2 * cost.per_request(cost.price_usd):.4f}; a full AlpacaEval level ({ALPACA_EVAL_SIZE} pairs) at "
+                f"this rate: ${full:.2f} per seed pair"]  # fmt: skip
+    tail = f" Per comparison (one pair, both orders): {', '.join(per)}." if per else ""
+    return ", ".join(parts) + "." + tail
+
+
 def alpaca_blocks(head: HeadToHead, output_dir: str) -> list[Block]:
     """The head-to-head section of a report folder: the judge, the win-rate table, the plot."""
     note = head.lc_missing_reason
@@ -75,6 +106,8 @@ def alpaca_blocks(head: HeadToHead, output_dir: str) -> list[Block]:
             )
         )
     blocks.append(level_table(head))
+    if cost := cost_text(head.cost):
+        blocks.append(Text(cost))
     if note:
         blocks.append(Text(f"No length-controlled win rate: {note}."))
     if os.path.isfile(plot):

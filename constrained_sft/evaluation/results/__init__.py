@@ -8,7 +8,7 @@ judging (`headtohead`). Reports read their attributes; a key a reader does not k
 from .comparisons import Band, Comparison, Difference, StatisticRow
 from .exits import EXITS_JSON, ExitsModel, ExitSpeedup, ExitsResults, ExitsSettings, LayerReadout, PromptMeasurements
 from .harness import HARNESS_JSON, HarnessResults, HarnessSettings
-from .headtohead import ALPACA_JSON, HeadToHead, WinRateLevel
+from .headtohead import ALPACA_EVAL_SIZE, ALPACA_JSON, HeadToHead, JudgeCost, WinRateLevel
 from .robustness import (
     RESULTS_JSON,
     LevelSummary,
@@ -20,6 +20,7 @@ from .robustness import (
 )
 
 __all__ = [
+    "ALPACA_EVAL_SIZE",
     "ALPACA_JSON",
     "EXITS_JSON",
     "HARNESS_JSON",
@@ -34,6 +35,7 @@ __all__ = [
     "HarnessResults",
     "HarnessSettings",
     "HeadToHead",
+    "JudgeCost",
     "LayerReadout",
     "LevelSummary",
     "ModelResult",

@@ -1,5 +1,6 @@
 """A head-to-head judging as types (`eval alpaca`, the study's judging): one `WinRateLevel` per noise level and the
-`HeadToHead` that holds them with its judge; one JSON form each (alpaca_eval.json, a study's `head_to_head`)."""
+`HeadToHead` that holds them with its judge and what the judge cost (`JudgeCost`); one JSON form each
+(alpaca_eval.json, a study's `head_to_head`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ...utils.fields import known_keys
 from ...utils.files import read_saved
 
 ALPACA_JSON = "alpaca_eval.json"
+ALPACA_EVAL_SIZE = 805  # AlpacaEval's instructions: the set its length control is fitted on, and a full run's pairs
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,32 @@ class WinRateLevel:
         return cls(**known_keys(cls, row, "win-rate level"))
 
 
+@dataclass(frozen=True)
+class JudgeCost:
+    """What a judging's API requests cost, as the server reported usage (`alpaca.cost.Spend`): `requests` this run
+    sent (one verdict each; the client's retries of a failed one are not seen), `reused` verdicts answered from an
+    earlier run's kept answers without a request, the tokens (None where the server reported none or no split),
+    `price_usd` (None where no price is known: a self-hosted judge, a model without a list price) and the rate it
+    was priced at (`price_basis`)."""
+
+    model: str | None
+    requests: int
+    reused: int = 0
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    price_usd: float | None = None
+    price_basis: str | None = None
+
+    def per_request(self, value: float | None) -> float | None:
+        """`value` (tokens, dollars) per request this run sent; None where unknown or nothing was sent."""
+        return None if value is None or not self.requests else value / self.requests
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> JudgeCost:
+        return cls(**known_keys(cls, row, "judge cost"))
+
+
 @dataclass
 class HeadToHead:
     """`model`'s answers judged against `reference`'s by `judge_config` (`judge`: the name the user gave; a proxy is
@@ -70,6 +98,7 @@ class HeadToHead:
     judge_model: str | None = None
     orders: str = "both"
     lc_missing_reason: str | None = None
+    cost: JudgeCost | None = None  # an API judge's requests, tokens and price; None for a judge that pays nothing
     files: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -79,6 +108,10 @@ class HeadToHead:
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["levels"] = [lv.to_dict() for lv in self.levels]
+        if self.cost is None:  # the layout of results written before costs were kept, and of free judges
+            del out["cost"]
+        else:
+            out["cost"] = dataclasses.asdict(self.cost)
         if not self.files:  # a study's judging writes no files of its own
             del out["files"]
         return out
@@ -87,7 +120,8 @@ class HeadToHead:
     def from_dict(cls, data: dict[str, Any]) -> HeadToHead:
         data = dict(data)
         levels = [WinRateLevel.from_dict(row) for row in data.pop("levels")]
-        return cls(levels=levels, **known_keys(cls, data, "head-to-head"))
+        cost = JudgeCost.from_dict(data.pop("cost")) if data.get("cost") is not None else None
+        return cls(levels=levels, cost=cost, **known_keys(cls, data, "head-to-head"))
 
     @classmethod
     def load(cls, folder: str) -> HeadToHead | None:
