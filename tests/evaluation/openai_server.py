@@ -8,7 +8,8 @@ without a bearer key.
 Its verdict is a rule, so tests know the answer: of the two outputs in the judging prompt (our pairwise prompt's
 "## Output (a)" / "## Output (b)", or alpaca_eval's "m" / "M" model identifiers), the one holding more words wins
 (the first on a tie). `faults` holds what the next requests get instead of an answer ("429", "500", "slow" (sleeps
-past the client's timeout), "unparsable" (a verdict no parser reads), "empty" (an empty message), "ok" (an answer)). `requests` counts
+past the client's timeout), "drop" (the connection closed without an answer, as a crashed server's), "unparsable" (a
+verdict no parser reads), "empty" (an empty message), "ok" (an answer)). `requests` counts
 what it saw, bodies and the key's last four characters (to check that one was sent, never to keep it); `usage` the
 `usage` of every answer it sent (a server made with `report_usage=False` sends none, as some proxies do).
 
@@ -87,6 +88,9 @@ class OpenAIServer:
                     return self.error(500, "server_error", "The server had an error while processing your request.")
                 if fault == "slow":
                     time.sleep(server.slow_seconds)
+                if fault == "drop":
+                    self.close_connection = True
+                    return
                 self.answer(body, fault)
 
             def error(self, status: int, code: str, message: str, headers: dict | None = None):

@@ -95,17 +95,23 @@ def test_a_verdict_no_parser_reads_and_an_empty_answer_count_as_unparsed(tmp_pat
     assert level["unparsed"] == 2 and level["n_verdicts"] == 10 and len(chats(server)) == 12
 
 
-def test_a_server_that_keeps_failing_is_one_line(tmp_path, server, capsys):
-    """A server answering 500 to everything outlasts the client's two retries: the run stops with one line naming the
-    judge, the server's host and the status; no traceback, no key."""
-    server.faults.extend(["500"] * 100)
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [("500", r"127\.0\.0\.1:\d+ answered 500 \(after the client's retries\)"),
+     ("drop", r"nothing answered at http://127\.0\.0\.1:\d+/v1 \(RemoteProtocolError\)")],
+)  # fmt: skip
+def test_a_server_that_keeps_failing_is_one_line(tmp_path, server, capsys, fault, said):
+    """A server answering 500 to everything, or closing every connection unanswered (a crash), outlasts the client's
+    two retries: the run stops with one line naming the judge, the server's host and what it did; no traceback, no
+    key."""
+    server.faults.extend([fault] * 100)
     out = tmp_path / "report"
     argv = ["eval", "alpaca", "--generations", generations(tmp_path), "--judge", "gpt5", "--output_dir", str(out)]
     assert console(argv) == 2
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if "error:" in line]  # alpaca_eval's progress bars aside
     assert len(errors) == 1 and "Traceback" not in err and KEY not in err, err
-    assert re.fullmatch(r"constrained-sft: error: judge '.*gpt-5.*': 127\.0\.0\.1:\d+ answered 500 .*", errors[0])
+    assert re.fullmatch(rf"constrained-sft: error: judge '.*gpt-5.*': {said}.*", errors[0]), errors[0]
 
 
 @pytest.mark.parametrize(
