@@ -91,8 +91,11 @@ def test_rate_limits_and_server_errors_are_retried(tmp_path, server, judge):
 @pytest.mark.parametrize("judge", ["gpt5", "gpt4"])
 def test_a_verdict_no_parser_reads_and_an_empty_answer_count_as_unparsed(tmp_path, server, judge):
     server.faults.extend(["unparsable", "empty"])
-    level = judged(tmp_path, judge)["levels"][0]
+    result = judged(tmp_path, judge)
+    level, cost = result["levels"][0], result["cost"]
     assert level["unparsed"] == 2 and level["n_verdicts"] == 10 and len(chats(server)) == 12
+    # alpaca_eval keeps nothing of an unparsed verdict: the cost sums the 10 it kept, and says so
+    assert (cost["verdicts"], cost["requests"], cost["with_usage"]) == (12, 12, 10)
 
 
 @pytest.mark.parametrize(
@@ -155,7 +158,7 @@ def test_a_judging_run_killed_half_way_asks_only_what_was_never_answered(tmp_pat
     assert len(chats(server)) == 12 + 7  # the 5 answered ones were not asked again
     level = result["levels"][0]
     assert level["n_verdicts"] == 12 and level["win_rate"] == pytest.approx(100 * 4 / 6)
-    assert (result["cost"]["requests"], result["cost"]["reused"]) == (7, 5)  # the report says so
+    assert (result["cost"]["verdicts"], result["cost"]["requests"]) == (12, 7)  # the report says so
 
 
 def test_a_self_hosted_judge_by_url_needs_no_key(tmp_path, monkeypatch, capsys):
@@ -204,18 +207,18 @@ def test_the_report_states_what_the_judge_cost(tmp_path, server, capsys):
     full AlpacaEval level; in alpaca_eval.json, the printed lines and report.html."""
     cost = judged(tmp_path, "gpt5")["cost"]
     prompt, completion = served(server, "prompt_tokens"), served(server, "completion_tokens")
-    assert cost["requests"] == 12 and cost["reused"] == 0 and len(server.usage) == 12
+    assert cost["verdicts"] == cost["requests"] == cost["with_usage"] == 12 and len(server.usage) == 12
     assert (cost["prompt_tokens"], cost["completion_tokens"], cost["total_tokens"]) == (prompt, completion,
                                                                                        prompt + completion)  # fmt: skip
     assert cost["price_usd"] == pytest.approx((1.25 * prompt + 10.0 * completion) / 1e6)
     assert cost["price_basis"].startswith("at gpt-5's list price ($1.25 / $10 per million")
     per_comparison = 2 * cost["price_usd"] / 12
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("Judge cost"))
-    assert f"12 requests this run, {prompt + completion:,} tokens" in line
+    assert f"12 verdicts (12 requested by this run), {prompt + completion:,} tokens" in line
     assert (
         f"${per_comparison:.4f}; a full AlpacaEval level (805 pairs) at this rate: ${805 * per_comparison:.2f}" in line
     )
-    assert "Judge cost: 12 requests" in (tmp_path / "report-gpt5" / "report.html").read_text()
+    assert "Judge cost: 12 verdicts" in (tmp_path / "report-gpt5" / "report.html").read_text()
 
 
 def test_alpaca_evals_own_decoder_is_priced_as_it_prices_it(tmp_path, server):
@@ -242,7 +245,7 @@ def test_a_server_that_reports_no_usage_is_said_so(tmp_path, monkeypatch, capsys
         monkeypatch.setenv("OPENAI_BASE_URL", running.url)
         cost = judged(tmp_path, "gpt5")["cost"]
     assert cost["requests"] == 12 and cost["total_tokens"] is None and cost["price_usd"] is None
-    assert "12 requests this run, the server reported no token usage" in capsys.readouterr().out
+    assert "12 verdicts (12 requested by this run); token usage unknown" in capsys.readouterr().out
 
 
 def test_a_dry_run_judges_the_first_pairs_and_prices_the_full_run(tmp_path, server):
@@ -251,11 +254,17 @@ def test_a_dry_run_judges_the_first_pairs_and_prices_the_full_run(tmp_path, serv
     assert result["levels"][0]["n_verdicts"] == 4 and "LC needs all 805" in result["lc_missing_reason"]
 
 
-def test_a_rerun_after_a_stop_counts_what_it_reused(tmp_path, server):
-    judged(tmp_path, "gpt5")
-    (tmp_path / "report-gpt5" / "alpaca_eval" / "annotations_cache.json").unlink()  # as if stopped before it
-    cost = judged(tmp_path, "gpt5")["cost"]
-    assert len(chats(server)) == 12 and cost["requests"] == 0 and cost["reused"] == 12
+@pytest.mark.parametrize("judge", ["gpt5", "gpt4"])
+def test_a_rerun_reports_what_every_verdict_cost_and_asks_nothing(tmp_path, server, judge):
+    """Run again on the same folder (a resumed study), answered from alpaca_eval's cache, then from the verdicts kept
+    as they arrived (the cache lost, as by a stop before it was written): no request, the same cost of the whole."""
+    first = judged(tmp_path, judge)["cost"]
+    again = judged(tmp_path, judge)["cost"]
+    (tmp_path / f"report-{judge}" / "alpaca_eval" / "annotations_cache.json").unlink()
+    kept = judged(tmp_path, judge)["cost"]
+    assert len(chats(server)) == 12 and first["requests"] == 12 and again["requests"] == kept["requests"] == 0
+    assert {k: v for k, v in again.items() if k != "requests"} == {k: v for k, v in first.items() if k != "requests"}
+    assert kept == again and first["total_tokens"] == served(server, "total_tokens")
 
 
 @pytest.mark.parametrize("judge", ["gpt5", "gpt4"])

@@ -1,12 +1,13 @@
 """
-What an API judge costs, from what its server said: every answered request's `usage` (prompt and completion tokens;
-a reasoning model's hidden reasoning is in its completion tokens) summed by `Spend`, priced at the judge model's list
-price where one is known (`PRICES`), and how many verdicts came from an earlier run's kept answers for nothing.
+What an API judge costs, from what its server said: each answer's `usage` (prompt and completion tokens; a reasoning
+model's hidden reasoning is in its completion tokens) kept beside its verdict, summed over every verdict behind a
+result - asked by this run or answered from an earlier run's - and priced at the judge model's list price where one
+is known (`PRICES`); `Spend` counts what this run asked.
 
     gpt-5: $1.25 per million input tokens, $10 per million output tokens
 
 A price table is needed because the API reports tokens, not money. The table is OpenAI's list price at the date
-given (https://openai.com/api/pricing/); prices change, so the report names the rate it used and a model missing from
+given (https://openai.com/api/pricing/); prices change, so the report names the rate it used, and a model missing from
 the table is reported in tokens only, as is every self-hosted judge. alpaca_eval's own decoder (`--judge gpt4`) says
 only a request's total tokens and prices them itself (its table: $10 per million tokens for gpt-4-1106-preview); such
 a price is taken as alpaca_eval gives it, and the report says so.
@@ -17,9 +18,13 @@ from __future__ import annotations
 import math
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..results import JudgeCost
+
+USAGE = ("prompt_tokens", "completion_tokens", "total_tokens")  # beside each API verdict (`usage_of`)
+PRICE = "price_per_example"  # alpaca_eval's column: its decoder's price; ours leave it NaN
 
 
 @dataclass(frozen=True)
@@ -63,71 +68,59 @@ def usage_fields(response) -> dict[str, int | None]:
     """A chat completion's `usage` as the per-example fields our completion functions return (None where the server
     sent none: llama.cpp's and vLLM's servers send it, not every proxy does)."""
     usage = getattr(response, "usage", None)
-    return {
-        "prompt_tokens": getattr(usage, "prompt_tokens", None),
-        "completion_tokens": getattr(usage, "completion_tokens", None),
-    }
+    return {"prompt_tokens": getattr(usage, "prompt_tokens", None),
+            "completion_tokens": getattr(usage, "completion_tokens", None)}  # fmt: skip
+
+
+def usage_of(answer: dict) -> dict[str, int | None]:
+    """One answer's `USAGE`, whichever decoder gave it: ours say the split, alpaca_eval's a total (a batch's total
+    over its prompts: a float) inside `completions_all`."""
+    prompt, completion = answer.get("prompt_tokens"), answer.get("completion_tokens")
+    raw = answer.get("completions_all")
+    total = prompt + completion if prompt is not None and completion is not None else None
+    if total is None and isinstance(raw, dict) and raw.get("total_tokens") is not None:
+        total = round(raw["total_tokens"])
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
 
 
 class Spend:
-    """The running total of one judge's requests (thread-safe: requests are answered `kept.WORKERS` at a time).
-    `price`: the judge model's list price (None: a self-hosted judge, or a model without one), `model` its name."""
+    """One API judge: its model and list price (None: self-hosted, or a model without one), and the requests this
+    run sent (thread-safe: they are answered `kept.WORKERS` at a time)."""
 
     def __init__(self, model: str | None, price: ListPrice | None):
         self.model, self.price = model, price
         self.lock = threading.Lock()
-        self.requests = self.reused = 0
-        self.prompt = self.completion = self.total = 0
-        self.split = self.totals = True  # every answer so far said its prompt / completion split; its total
-        self.alpaca_eval_usd, self.alpaca_eval_priced = 0.0, True
+        self.requests = 0
 
-    def add(self, answer: dict) -> None:
-        """One answered request: `answer` is what a completions function returned for it (`prompt_tokens` and
-        `completion_tokens` from ours; alpaca_eval's decoder: the total in `completions_all` and its own
-        `price_per_example`, which ours leave at 0 and is read only beside `completions_all`)."""
-        prompt, completion = answer.get("prompt_tokens"), answer.get("completion_tokens")
-        raw = answer.get("completions_all")
-        total = raw.get("total_tokens") if isinstance(raw, dict) else None
-        price = answer.get("price_per_example")
-        priced = isinstance(raw, dict) and isinstance(price, (int, float)) and math.isfinite(price)
+    def add(self) -> None:
+        """One request answered."""
         with self.lock:
             self.requests += 1
-            if prompt is not None and completion is not None:
-                self.prompt, self.completion, total = (
-                    self.prompt + prompt,
-                    self.completion + completion,
-                    prompt + completion,
-                )
-            else:
-                self.split = False
-            self.totals = self.totals and total is not None
-            self.total += round(total or 0)  # alpaca_eval's is a batch's total over its prompts: a float
-            self.alpaca_eval_priced = self.alpaca_eval_priced and priced
-            self.alpaca_eval_usd += price if priced else 0.0
 
-    def reuse(self, count: int) -> None:
-        """`count` verdicts answered from the kept answers of an earlier run, without a request."""
-        with self.lock:
-            self.reused += count
+    def result(self, verdicts: Sequence[dict], column: str = "") -> JudgeCost:
+        """The cost of `verdicts` (alpaca_eval annotation rows, each with `USAGE` and `PRICE` under the prefix
+        `column`), summed over those whose usage is known: alpaca_eval keeps no output of a verdict it could not
+        parse, and a server may report none. Priced by the list price where each says its split, else as
+        alpaca_eval priced each where it did, else not."""
 
-    def result(self) -> JudgeCost:
-        """The totals as a result; the price by the list price where every answer split its tokens, else as
-        alpaca_eval priced them where it did, else none."""
-        asked = self.requests > 0
-        split = self.split and asked
-        if split and self.price is not None:
-            usd, basis = self.price.usd(self.prompt, self.completion), self.price.label(self.model)
-        elif asked and self.alpaca_eval_priced:
-            usd, basis = self.alpaca_eval_usd, ALPACA_EVAL_PRICE
+        def value(row: dict, name: str) -> float | None:
+            v = row.get(column + name)
+            return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+        known = [row for row in verdicts if value(row, "total_tokens") is not None]
+
+        def total(name: str) -> float | None:
+            values = [value(row, name) for row in known]
+            return sum(values) if known and None not in values else None
+
+        prompt, completion, tokens = (None if (t := total(name)) is None else int(t) for name in USAGE)
+        if prompt is not None and completion is not None and self.price is not None:
+            usd, basis = self.price.usd(prompt, completion), self.price.label(self.model)
+        elif (alpaca := total(PRICE)) is not None:
+            usd, basis = alpaca, ALPACA_EVAL_PRICE
         else:
             usd, basis = None, None
         return JudgeCost(
-            model=self.model,
-            requests=self.requests,
-            reused=self.reused,
-            prompt_tokens=self.prompt if split else None,
-            completion_tokens=self.completion if split else None,
-            total_tokens=self.total if self.totals and asked else None,
-            price_usd=usd,
-            price_basis=basis,
-        )
+            model=self.model, verdicts=len(verdicts), requests=self.requests, with_usage=len(known),
+            prompt_tokens=prompt, completion_tokens=completion, total_tokens=tokens, price_usd=usd, price_basis=basis,
+        )  # fmt: skip

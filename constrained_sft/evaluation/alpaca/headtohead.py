@@ -6,7 +6,7 @@ instructions, and over training seeds when several model / reference pairs answe
 
 A judge is anything with `prefer(pairs) -> preferences` (1 = first shown better, 2 = second, 1.5 = draw, None = no
 parseable verdict), a `name` and a `proxy` flag (a stand-in that is no quality judge; every report says so), and,
-where it pays per request, a `spend` (`cost.Spend`) that the result reports:
+where it pays per request, a `cost()` that the result reports:
 `AlpacaEvalJudge` runs an alpaca_eval annotator config (API judges, the local chat-model judge, the offline test
 judge) with its own order randomisation off; `proxy.ReferenceProxyJudge` compares answers with a reference answer.
 """
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..bootstrap import Statistic, bootstrap_interval
-from ..results import WinRateLevel
+from ..results import JudgeCost, WinRateLevel
 
 
 @dataclass(frozen=True)
@@ -47,13 +47,15 @@ class AlpacaEvalJudge:
     proxy = False
 
     def __init__(self, config: str, judge_kwargs: dict[str, Any], caching_path: str | None, name: str):
-        from .judges import annotator_class
+        from .judges import annotator_class, kept_columns
 
         self.name = name
         self.annotator = annotator_class()(
-            annotators_config=config, caching_path=caching_path, is_randomize_output_order=False, **judge_kwargs
-        )
+            annotators_config=config, caching_path=caching_path, is_randomize_output_order=False,
+            other_output_keys_to_keep=kept_columns(), **judge_kwargs,
+        )  # fmt: skip
         self.raw: list[dict] = []  # alpaca_eval's annotations of the last call, raw completions included
+        self.verdicts: list[dict] = []  # every call's annotations: what `cost` sums
         self.spend = None  # an API judge's `cost.Spend`, set where it is built (`judge_kinds`)
 
     def prefer(self, pairs: Sequence[Pair]) -> list[float | None]:
@@ -62,8 +64,14 @@ class AlpacaEvalJudge:
         rows = [{"instruction": p.instruction, "output_1": p.first, "output_2": p.second} for p in pairs]
         with one_line(self.name):  # an API that still fails after the client's retries: one line, not a traceback
             self.raw = self.annotator.annotate_pairs(rows)
+        self.verdicts += self.raw
         found = {(r["instruction"], r["output_1"], r["output_2"]): r.get("preference") for r in self.raw}
         return [_parsed(found.get((r["instruction"], r["output_1"], r["output_2"]))) for r in rows]
+
+    def cost(self) -> JudgeCost | None:
+        """What every verdict this judge gave cost (`cost.Spend.result`); None for a judge that pays nothing."""
+        column = f"{self.annotator.annotation_key}_"  # alpaca_eval's prefix of a completions function's outputs
+        return None if self.spend is None else self.spend.result(self.verdicts, column)
 
 
 def _parsed(preference) -> float | None:

@@ -14,6 +14,8 @@ configs in `judge_configs/` leave to the caller:
 from __future__ import annotations
 
 import functools
+import inspect
+import math
 import os
 import re
 import time
@@ -23,6 +25,7 @@ from collections.abc import Sequence
 import torch
 
 from ...utils.shipped import package_data
+from .cost import USAGE, usage_fields
 from .endpoint import self_hosted_key
 
 
@@ -55,11 +58,11 @@ CREDENTIALS = {
 
 def _result(completions: list[str], seconds: float, usage: list[dict] | None = None) -> dict[str, list]:
     """What alpaca_eval expects of a completions function, and each request's `usage` (`cost.usage_fields`) where
-    a server answered; the price is left to `cost.Spend` (alpaca_eval's column stays 0)."""
+    a server answered; the price is left to `cost.Spend` (alpaca_eval's column: NaN, not a price of 0)."""
     n = max(len(completions), 1)
     out = {
         "completions": completions,
-        "price_per_example": [0.0] * len(completions),
+        "price_per_example": [math.nan] * len(completions),
         "time_per_example": [seconds / n] * len(completions),
     }
     for name in ("prompt_tokens", "completion_tokens") if usage is not None else ():
@@ -136,8 +139,6 @@ def local_chat_completions(
 def _ask_all(ask, prompts: Sequence[str], max_workers: int) -> dict[str, list]:
     """`ask(prompt) -> chat completion` over `prompts`, `max_workers` at a time: the answers and their usage."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from .cost import usage_fields
 
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=max_workers) as pool:
@@ -225,6 +226,16 @@ def annotator_class():
                 self.df_annotations[self.annotation_key] = self.df_annotations[self.annotation_key].astype(float)
 
     return FloatCachePairwiseAnnotator
+
+
+def kept_columns() -> list[str]:
+    """The outputs alpaca_eval keeps beside each verdict in its annotations and cache: its own (price, time, raw
+    completion, ...) and each answer's usage (`cost.USAGE`), so a result judged from the cache knows its cost."""
+    load_alpaca_eval()
+    from alpaca_eval.annotators.base import BaseAnnotator
+
+    own = inspect.signature(BaseAnnotator.__init__).parameters["other_output_keys_to_keep"].default
+    return [*own, *(f"{{annotation_key}}_{name}" for name in USAGE)]
 
 
 def required_credentials(config_path_or_name: str) -> list[tuple[str, ...]]:

@@ -216,7 +216,7 @@ def judge_levels(
         workdir = os.path.join(output_dir, f"gamma_{float(gamma)}")
         level, reason = judge_level(judge, seed_pairs, workdir, args.bootstrap_samples, full_set, float(gamma))
         levels.append(level)
-    spend = getattr(judge, "spend", None)  # an API judge's (`cost.Spend`); the others pay nothing
+    cost = getattr(judge, "cost", None)  # an API judge's; the others pay nothing
     return HeadToHead(
         model=args.model,
         reference=args.reference,
@@ -227,7 +227,7 @@ def judge_levels(
         levels=levels,
         bootstrap_samples=args.bootstrap_samples,
         lc_missing_reason=reason,
-        cost=spend.result() if spend is not None else None,
+        cost=cost() if cost is not None else None,
     )
 
 

@@ -9,8 +9,9 @@ at a time, and appends each answer to `path` (JSON lines: the key, then what the
 with a flush and an fsync, before the next is asked; prompts already there are answered from it. The key is the
 SHA-256 of the prompt and the decoding arguments (model, budgets, log-probs; not the server's URL), so a changed
 judge asks again and the same judge served elsewhere does not. A line
-cut by the stop is ignored. Requests in flight at the stop were never answered to us and are asked again. Each
-answered request, and each prompt answered from the file, is counted in a `cost.Spend` where one is given.
+cut by the stop is ignored. Requests in flight at the stop were never answered to us and are asked again. Each answer
+carries its usage (`cost.usage_of`) to alpaca_eval's annotations, and each request sent is counted in a `cost.Spend`
+where one is given.
 
 Written by hand because alpaca_eval keeps its cache per call and the openai client keeps none.
 """
@@ -24,7 +25,7 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from .cost import Spend
+from .cost import Spend, usage_of
 
 WORKERS = 8  # requests at a time (alpaca_eval's own default concurrency for the OpenAI decoders is 5-8)
 
@@ -62,8 +63,6 @@ def kept_completions(
         keys = [prompt_key(p, kwargs) for p in prompts]
         first = {key: i for i, key in reversed(list(enumerate(keys)))}  # a repeated prompt is asked once
         todo = [first[key] for key in dict.fromkeys(keys) if key not in kept]
-        if spend is not None:
-            spend.reuse(len(first) - len(todo))
 
         failed = threading.Event()  # once a request failed for good, nothing more is sent (in flight: finishes)
 
@@ -75,6 +74,7 @@ def kept_completions(
             except BaseException:
                 failed.set()
                 raise
+            answer.update(usage_of(answer))
             line = json.dumps({"key": keys[i], "answer": answer}, default=str) + "\n"
             with lock:
                 with open(path, "a", encoding="utf-8") as f:
@@ -83,13 +83,13 @@ def kept_completions(
                     os.fsync(f.fileno())
                 kept[keys[i]] = answer
             if spend is not None:
-                spend.add(answer)
+                spend.add()
 
         if todo:
             os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
             with ThreadPoolExecutor(max_workers=max(1, min(workers, len(todo)))) as pool:
                 list(pool.map(ask, todo))  # the first error stops the run; what arrived before it is kept
-        answers = [kept[key] for key in keys]
+        answers = [{**kept[key], **usage_of(kept[key])} for key in keys]  # usage: also of answers kept before it was
         return {name: [a.get(name) for a in answers] for name in answers[0]} if answers else {}
 
     return completions

@@ -55,34 +55,35 @@ def level_table(head: HeadToHead) -> Table:
 
 
 def cost_text(cost: JudgeCost | None) -> str | None:
-    """What an API judge cost this run, per comparison (one pair, both orders: two requests), and what a full
-    AlpacaEval level (805 pairs) costs at that rate; None for a judge that pays nothing (local, proxy, test)."""
+    """What an API judge's verdicts cost, this run's share, per comparison (one pair, both orders: two verdicts), and
+    what a full AlpacaEval level (805 pairs) costs at that rate; None for a judge that pays nothing."""
     if cost is None:
         return None
-    before = f"; {cost.reused:,} more answered from an earlier run's kept verdicts" if cost.reused else ""
-    if not cost.requests:
-        return f"Judge cost: no request this run ({cost.reused:,} verdicts answered by an earlier run)."
-    parts = [f"Judge cost: {cost.requests:,} requests this run{before}"]
+    earlier = max(cost.verdicts - cost.requests, 0)
+    asked = f"{cost.requests:,} requested by this run" if cost.requests else "none requested by this run"
+    asked += f", {earlier:,} answered by an earlier run" if earlier else ""
+    text = f"Judge cost: {cost.verdicts:,} verdicts ({asked})"
     if cost.total_tokens is None:
-        parts.append("the server reported no token usage")
-    else:
-        split = (
-            f" ({cost.prompt_tokens:,} prompt + {cost.completion_tokens:,} completion)"
-            if cost.prompt_tokens is not None
-            else ""
-        )
-        parts.append(f"{cost.total_tokens:,} tokens{split}")
+        return f"{text}; token usage unknown (not reported by the server, or judged by an earlier version)."
+    if cost.with_usage < cost.verdicts:
+        text += (f"; usage known for {cost.with_usage:,} (alpaca_eval keeps nothing of a verdict it could not parse; "
+                 "the sums leave the others out)")  # fmt: skip
+    split = (
+        ""
+        if cost.prompt_tokens is None
+        else f" ({cost.prompt_tokens:,} prompt + {cost.completion_tokens:,} completion)"
+    )
+    parts = [text, f"{cost.total_tokens:,} tokens{split}"]
     if cost.price_usd is not None:
         parts.append(f"${cost.price_usd:.4f} {cost.price_basis}")
     else:
         parts.append(f"no price (a self-hosted judge, or no list price here for {cost.model})")
-    per = [f"{2 * cost.per_request(cost.total_tokens):,.0f} tokens"] if cost.total_tokens is not None else []
+    per = [f"{2 * cost.per_verdict(cost.total_tokens):,.0f} tokens"]
     if cost.price_usd is not None:
-        full = 2 * ALPACA_EVAL_SIZE * cost.per_request(cost.price_usd)
-        per += [f"${2 * cost.per_request(cost.price_usd):.4f}; a full AlpacaEval level ({ALPACA_EVAL_SIZE} pairs) at "
-                f"this rate: ${full:.2f} per seed pair"]  # fmt: skip
-    tail = f" Per comparison (one pair, both orders): {', '.join(per)}." if per else ""
-    return ", ".join(parts) + "." + tail
+        comparison = 2 * cost.per_verdict(cost.price_usd)
+        per += [f"${comparison:.4f}; a full AlpacaEval level ({ALPACA_EVAL_SIZE} pairs) at this rate: "
+                f"${ALPACA_EVAL_SIZE * comparison:.2f} per seed pair"]  # fmt: skip
+    return ", ".join(parts) + f". Per comparison (one pair, both orders): {', '.join(per)}."
 
 
 def alpaca_blocks(head: HeadToHead, output_dir: str) -> list[Block]:

@@ -58,24 +58,26 @@ class WinRateLevel:
 
 @dataclass(frozen=True)
 class JudgeCost:
-    """What a judging's API requests cost, as the server reported usage (`alpaca.cost.Spend`): `requests` this run
-    sent (one verdict each; the client's retries of a failed one are not seen), `reused` verdicts answered from an
-    earlier run's kept answers without a request, the tokens (None where the server reported none or no split),
-    `price_usd` (None where no price is known: a self-hosted judge, a model without a list price) and the rate it
-    was priced at (`price_basis`)."""
+    """What an API judge's verdicts behind a result cost, as its server reported usage (`alpaca.cost`): `verdicts`
+    asked of the judge (empty answers are not), `requests` of them this run sent (the rest were answered by an
+    earlier run; a failed request's retries are not seen), and over the `with_usage` verdicts whose usage is known
+    (not: a verdict alpaca_eval could not parse, a server that reports none, a verdict of an earlier version) their
+    tokens and `price_usd` (None where no price is known: a self-hosted judge, a model without a list price), with
+    the rate it was priced at (`price_basis`)."""
 
     model: str | None
+    verdicts: int
     requests: int
-    reused: int = 0
+    with_usage: int = 0
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     total_tokens: int | None = None
     price_usd: float | None = None
     price_basis: str | None = None
 
-    def per_request(self, value: float | None) -> float | None:
-        """`value` (tokens, dollars) per request this run sent; None where unknown or nothing was sent."""
-        return None if value is None or not self.requests else value / self.requests
+    def per_verdict(self, value: float | None) -> float | None:
+        """`value` (tokens, dollars, summed over the verdicts with usage) per such verdict; None where unknown."""
+        return None if value is None or not self.with_usage else value / self.with_usage
 
     @classmethod
     def from_dict(cls, row: dict[str, Any]) -> JudgeCost:
