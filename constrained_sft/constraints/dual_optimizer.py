@@ -17,9 +17,10 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..utils.registry import Registry
 from .multipliers import Multipliers
 from .objectives import LayerObjective
-from .variants import Registry, Setting, SettingValues
+from .variants import Setting, SettingValues
 
 
 def _jsonable(value: Any) -> bool:

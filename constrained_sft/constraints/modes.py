@@ -15,10 +15,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
+from ..utils.registry import Registry
 from .dual_optimizer import FixedDual, dual_optimizer_class
 from .lagrangian import DescentConstraints
 from .objectives import EARLY_EXIT_SCALES, EarlyExit
-from .variants import Registry, Setting, finite_at_least
+from .variants import Setting, finite_at_least
 
 
 class Mode(ABC):

@@ -10,8 +10,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from ..constraints.variants import Registry
 from ..evaluation.results import ModelSummary
+from ..utils.registry import Registry
 
 
 class SweepObjective(ABC):

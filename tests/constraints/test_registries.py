@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import pytest
 
-from constrained_sft.constraints.variants import Registry, VariantError
+from constrained_sft.utils.registry import Registry, VariantError
 
 
 class Kind(ABC):

@@ -11,7 +11,7 @@ from constrained_sft.evaluation.alpaca import AlpacaArguments, JudgeError, lengt
 from constrained_sft.evaluation.alpaca import run as judge
 from constrained_sft.evaluation.alpaca.generate import GenerateArguments
 from constrained_sft.evaluation.alpaca.generate import run as generate
-from constrained_sft.evaluation.alpaca.judges import HERE, offline_test_completions
+from constrained_sft.evaluation.alpaca.judges import JUDGE_CONFIGS, offline_test_completions
 from constrained_sft.evaluation.instructions import ALPACA_EVAL, GenerationError, load_instructions
 from constrained_sft.testing import SYMBOLS, tiny_causal_lm, tiny_tokenizer
 
@@ -111,7 +111,7 @@ def test_instruction_sources(tmp_path, monkeypatch):
 
 def _expected_win_rate(model_rows, reference_rows):
     """What the offline test judge must give, computed without alpaca_eval: order-independent, draws count half."""
-    with open(os.path.join(HERE, "pairwise_prompt.txt")) as f:
+    with open(os.path.join(JUDGE_CONFIGS, "pairwise_prompt.txt")) as f:
         template = f.read()
     score = 0.0
     for m, r in zip(model_rows, reference_rows, strict=True):

@@ -40,9 +40,9 @@ class Judge(Protocol):
 
 
 class AlpacaEvalJudge:
-    """An alpaca_eval annotator config (`judges.CONFIGS` or any config name / path) asked about each pair exactly as
-    shown: alpaca_eval's random order switch is off, since `judge_both_orders` shows both orders itself. Verdicts are
-    cached in `caching_path`, so a rerun pays only for new pairs."""
+    """An alpaca_eval annotator config (a registered judge's `config`, or any config name / path) asked about each
+    pair exactly as shown: alpaca_eval's random order switch is off, since `judge_both_orders` shows both orders
+    itself. Verdicts are cached in `caching_path`, so a rerun pays only for new pairs."""
 
     proxy = False
 

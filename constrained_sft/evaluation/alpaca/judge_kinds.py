@@ -12,13 +12,13 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
-from ...constraints.variants import Registry
+from ...utils.registry import Registry
 from .cost import ListPrice, Spend, list_price
 from .endpoint import JudgeError, host, reach, self_hosted_key
 from .headtohead import AlpacaEvalJudge, Judge
 from .judges import (
-    CONFIGS,
     GPT5,
+    JUDGE_CONFIGS,
     load_alpaca_eval,
     local_chat_completions,
     offline_test_completions,
@@ -30,12 +30,18 @@ from .kept import kept_completions
 from .proxy import PROXY_ENCODER, ReferenceProxyJudge
 
 
+def our_config(folder: str) -> str:
+    """The path of one of our annotator configs (`judges.JUDGE_CONFIGS/<folder>/configs.yaml`)."""
+    return os.path.join(JUDGE_CONFIGS, folder, "configs.yaml")
+
+
 class JudgeKind(ABC):
     """One `--judge` value. `args`: the judging arguments (`judge`, `judge_model`, `judge_batch_size`)."""
 
     name: ClassVar[str]
     help: ClassVar[str]
     default_model: ClassVar[str | None] = None  # the judge model when --judge_model names none (reported)
+    config: ClassVar[str | None] = None  # its alpaca_eval annotator config: a name, or one of ours (`our_config`)
 
     @classmethod  # noqa: B027 (an optional hook: a judge that needs nothing checks nothing)
     def check(cls, args) -> None:
@@ -57,7 +63,7 @@ class AnnotatorConfig(JudgeKind):
 
     @classmethod
     def setup(cls, args) -> tuple[str, dict[str, Any]]:
-        config = CONFIGS.get(args.judge, args.judge)
+        config = cls.config or args.judge  # a registered judge's own, else the name or path given
         load_alpaca_eval()
         from alpaca_eval import constants
 
@@ -119,6 +125,7 @@ class GPT5Judge(AnnotatorConfig):
     name = "gpt5"
     help = "the paper's judge, GPT-5 (or the OpenAI reasoning model --judge_model names; needs OPENAI_API_KEY)"
     default_model = GPT5
+    config = our_config("openai_reasoning")
 
     @classmethod
     def setup(cls, args):
@@ -128,7 +135,7 @@ class GPT5Judge(AnnotatorConfig):
                 "--judge local / --judge test."
             )
         kwargs = {"model_name": args.judge_model or cls.default_model}
-        return CONFIGS[cls.name], {"fn_completions": openai_reasoning_completions, "completions_kwargs": kwargs}
+        return cls.config, {"fn_completions": openai_reasoning_completions, "completions_kwargs": kwargs}
 
     @classmethod
     def calls_openai(cls, config: str) -> bool:
@@ -139,12 +146,14 @@ class GPT5Judge(AnnotatorConfig):
 class GPT4Judge(AnnotatorConfig):
     name = "gpt4"
     help = "alpaca_eval's AlpacaEval 2 annotator, weighted GPT-4-turbo (needs OPENAI_API_KEY)"
-    default_model = "gpt-4-1106-preview"  # its config's model_name (weighted_alpaca_eval_gpt4_turbo), reported
+    default_model = "gpt-4-1106-preview"  # its config's model_name, reported
+    config = "weighted_alpaca_eval_gpt4_turbo"  # alpaca_eval's DEFAULT_ANNOTATOR_CONFIG for AlpacaEval 2
 
 
 @JUDGES.register
 class OpenAICompatibleJudge(AnnotatorConfig):
     name = "openai-compatible"
+    config = our_config("openai_reasoning")  # the same prompt and parser as gpt5, through its own decoder
     help = (
         "a chat model a server of your own serves over the OpenAI API (vLLM, TGI, llama.cpp's server, Ollama): "
         "--judge_base_url and --judge_model; a key (OPENAI_API_KEY) only where the server wants one"
@@ -163,7 +172,7 @@ class OpenAICompatibleJudge(AnnotatorConfig):
                 f"`--judge_base_url` {url!r}: give the server's http(s) URL, e.g. http://localhost:8000/v1."
             )
         kwargs = {"model_name": model, "base_url": url}
-        return CONFIGS["gpt5"], {"fn_completions": openai_compatible_completions, "completions_kwargs": kwargs}
+        return cls.config, {"fn_completions": openai_compatible_completions, "completions_kwargs": kwargs}
 
     @classmethod
     def check(cls, args) -> None:
@@ -194,6 +203,7 @@ class OpenAICompatibleJudge(AnnotatorConfig):
 @JUDGES.register
 class LocalJudge(AnnotatorConfig):
     name = "local"
+    config = our_config("local_hf")
     help = "a chat model from --judge_model, on the GPU when there is one"
 
     @classmethod
@@ -201,7 +211,7 @@ class LocalJudge(AnnotatorConfig):
         if not args.judge_model:
             raise JudgeError("`--judge local` needs `--judge_model` (a local chat model folder, Hub id or alias).")
         kwargs = {"model_name": args.judge_model, "batch_size": args.judge_batch_size}
-        return CONFIGS[cls.name], {"fn_completions": local_chat_completions, "completions_kwargs": kwargs}
+        return cls.config, {"fn_completions": local_chat_completions, "completions_kwargs": kwargs}
 
 
 @JUDGES.register
@@ -226,11 +236,12 @@ class ProxyJudge(JudgeKind):
 @JUDGES.register
 class TestJudge(AnnotatorConfig):
     name = "test"
+    config = our_config("offline_test")
     help = "deterministic and offline, for tests"
 
     @classmethod
     def setup(cls, args):
-        return CONFIGS[cls.name], {"fn_completions": offline_test_completions}
+        return cls.config, {"fn_completions": offline_test_completions}
 
 
 def judge_kind(name: str) -> type[JudgeKind]:

@@ -2,6 +2,8 @@
 Judges for `constrained-sft eval alpaca`, as alpaca_eval annotator configs plus the completion functions that the
 configs in `judge_configs/` leave to the caller:
 
+Our configs sit in `JUDGE_CONFIGS` (`judge_kinds` names which judge reads which):
+
 - `gpt5`: `openai_reasoning/configs.yaml`, the paper's judge (GPT-5, or another OpenAI reasoning model given as
   `--judge_model`), through [`openai_reasoning_completions`]; needs OPENAI_API_KEY.
 - `gpt4`: alpaca_eval's default annotator (weighted GPT-4-turbo, needs OPENAI_API_KEY): AlpacaEval 2's standard judge,
@@ -38,13 +40,7 @@ def load_alpaca_eval() -> None:
         import alpaca_eval  # noqa: F401
 
 
-HERE = str(package_data("evaluation", "alpaca", "judge_configs"))
-CONFIGS = {
-    "gpt4": "weighted_alpaca_eval_gpt4_turbo",  # alpaca_eval's DEFAULT_ANNOTATOR_CONFIG for AlpacaEval 2
-    "local": os.path.join(HERE, "local_hf", "configs.yaml"),
-    "test": os.path.join(HERE, "offline_test", "configs.yaml"),
-    "gpt5": os.path.join(HERE, "openai_reasoning", "configs.yaml"),
-}
+JUDGE_CONFIGS = str(package_data("evaluation", "alpaca", "judge_configs"))  # our annotator configs, one folder each
 GPT5 = "gpt-5"  # the paper's judge model
 # Credentials the alpaca_eval decoders read; a judge using one of them fails early, naming the variable, never
 # its value.
