@@ -24,7 +24,6 @@ from typing import Any, TypeAlias
 
 from ..config import ConstrainedConfig, ConstraintArguments, unread_fields
 from ..constraints import ERM, mode_of
-from ..utils import shipped
 from ..utils.files import read_yaml
 
 SECTIONS = ("constrained", "erm")
@@ -175,12 +174,7 @@ def load_space(
         raise SearchSpaceError(f"`--space` {path!r} cannot be read: {e.strerror}.") from None
     except ValueError as e:  # a syntax error or a key given twice, with its line and column
         raise SearchSpaceError(str(e)) from None
-    if (
-        isinstance(raw, dict)
-        and raw
-        and shipped.yaml_kind(raw) == "recipe"
-        and any(not isinstance(v, dict) for v in raw.values())
-    ):
+    if isinstance(raw, dict) and raw and any(not isinstance(v, dict) for v in raw.values()):
         raise SearchSpaceError(
             f"`--space` {path} is a recipe (field names and values, what `train --config` reads), not a search space; "
             "give sections of field ranges such as `constrained: {dual_lr: {low: 0.01, high: 1, log: true}}` "

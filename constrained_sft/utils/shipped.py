@@ -97,8 +97,8 @@ def _describe(name: str, path: Path, kind: str) -> ShippedFile:
             data.get("model_name_or_path") or (f"{data['architecture']} (built)" if "architecture" in data else "-")
         )
         objective = str(data.get("constraints", "descent"))
-        if objective == "none" and data.get("neftune_noise_alpha"):
-            objective = "none + NEFTune"
+        if data.get("neftune_noise_alpha"):
+            objective += " + NEFTune"
     return ShippedFile(name, kind, path, model, objective, purpose(text), header_command(text))
 
 
@@ -128,20 +128,17 @@ def _name(value: str, launch: bool) -> str:
     return value.replace(os.sep, "/").removeprefix("./").removeprefix(f"{folder}/").removesuffix(SUFFIX)
 
 
-RANGE_KEYS = {"low", "high", "log", "step", "choices"}  # what a search space gives each field
-
-
 def yaml_kind(data) -> str:
-    """'search space' for a mapping of sections to fields to ranges (`sweep --space`), else 'recipe' (field names to
-    values: `train --config`), so that each flag can name what it got when given the other kind."""
+    """'search space' for a mapping of sections, each a mapping of field names to mappings (a field's range:
+    `sweep --space`), else 'recipe' (field names to values: `train --config`), so that each flag can name what it
+    got when given the other kind. Told by shape alone: what a range holds is the sweep's to say
+    (`sweep.space.KEYS`), and no recipe is a mapping of mappings of mappings."""
 
-    def is_range(value) -> bool:
-        return isinstance(value, dict) and bool(value) and set(value) <= RANGE_KEYS
+    def is_section(value) -> bool:
+        return isinstance(value, dict) and bool(value) and all(isinstance(v, dict) for v in value.values())
 
     sections = list(data.values()) if isinstance(data, dict) else []
-    if sections and all(isinstance(s, dict) and s and any(is_range(v) for v in s.values()) for s in sections):
-        return "search space"
-    return "recipe"
+    return "search space" if sections and all(is_section(s) for s in sections) else "recipe"
 
 
 def find_shipped(value: str, launch: bool | None = False, flag: str = "NAME", what: str | None = None) -> str:

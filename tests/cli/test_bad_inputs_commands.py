@@ -396,6 +396,7 @@ CASES = [
     Case("recipes-sweep-space-unknown", "recipes", lambda c: c.sweep(space="minilm/rotten-tomatoes/sweeep"), "`--space` 'minilm/rotten-tomatoes/sweeep' is neither a file nor a shipped search space", "Close: minilm/rotten-tomatoes/sweep"),
     Case("recipes-sweep-arm-unknown", "recipes", lambda c: c.sweep("--arm", "penalty=smollm2-135m/sharegpt/penalt"), "`--arm penalty` 'smollm2-135m/sharegpt/penalt'", "Close: smollm2-135m/sharegpt/penalty"),
     Case("recipes-train-a-space", "recipes", lambda c: ["train", "--config", c.file("space.yaml", SPACE)], "`--config` .*space.yaml is a search space", "not a recipe; give a recipe"),
+    Case("recipes-train-an-int-space", "recipes", lambda c: ["train", "--config", c.file("space.yaml", "constrained:\n  per_device_train_batch_size: {low: 2, high: 8, int: true}\n")], "`--config` .*space.yaml is a search space", "not a recipe"),
     Case("recipes-study-erm-a-space", "recipes", lambda c: c.study(erm=SPACE), "`--erm_config` .*erm.yaml is a search space", "not a recipe"),
     Case("recipes-study-arm-a-space", "recipes", lambda c: c.study("--arm", f"p={c.file('space.yaml', SPACE)}"), "`--arm p` .*space.yaml is a search space", "not a recipe"),
     Case("recipes-sweep-space-a-recipe", "recipes", lambda c: c.sweep(space=c.recipe("r.yaml", PENALTY)), "`--space` .*r.yaml is a recipe", "sections of field ranges"),
