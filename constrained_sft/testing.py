@@ -1,7 +1,8 @@
 """
 Tiny offline building blocks for tests, examples and benchmarks: a word-level tokenizer with a chat template,
 small random causal LMs of several architectures, tiny encoder classifiers (BERT, DistilBERT, RoBERTa), and a
-learnable synthetic prompt-completion task, and tiny generated videos (`write_video`).
+learnable synthetic prompt-completion task, tiny generated videos (`write_video`), and the assets of the GPU study's
+CPU rehearsal (`study_assets`, `python -m constrained_sft.testing study-assets ROOT`: `benchmarks/gpu_study.sh --smoke`).
 """
 
 from __future__ import annotations
@@ -182,3 +183,41 @@ def tiny_videos(root, frames: int = 16, size: tuple[int, int] = (48, 40)) -> str
     for name, level in (("a", 60), ("b", 120), ("c", 180), ("d", 240)):
         write_video(os.path.join(root, f"{name}.mp4"), level, frames=frames, size=size)
     return str(root)
+
+
+def sharegpt_rows(n: int = 96) -> list[dict]:
+    """`n` ShareGPT conversations of the successor task (`s3 s1 =` -> `s4 s1`), where, as in real ShareGPT, some first
+    exchanges have no answer (every 16th from the 6th: two user turns, or an empty reply), which training skips."""
+    rows = [{"id": str(i), "conversations": [{"from": "human", "value": f"s{i % 24} s{i // 24} ="},
+                                             {"from": "gpt", "value": f"s{(i % 24 + 1) % 24} s{i // 24}"}]}
+            for i in range(n)]  # fmt: skip
+    for i in range(5, n, 16):
+        rows[i]["conversations"][1] = (
+            {"from": "human", "value": "s1 ="} if i % 32 == 5 else {"from": "gpt", "value": " "}
+        )
+    return rows
+
+
+def study_assets(root) -> str:
+    """What `benchmarks/gpu_study.sh --smoke` studies on CPU, written under `root`: `model/` (a 30-layer tiny Llama, the
+    shipped SmolLM2 recipes' layer count), `encoder/` (the proxy judge's encoder) and `sharegpt.json` (96
+    conversations, 6 without an answer)."""
+    import json
+    import os
+
+    os.makedirs(root, exist_ok=True)
+    tiny_causal_lm("llama", num_layers=30, hidden=16, seed=1).save_pretrained(os.path.join(root, "model"))
+    tiny_tokenizer().save_pretrained(os.path.join(root, "model"))
+    tiny_encoder("bert", layers=2).save_pretrained(os.path.join(root, "encoder"))
+    tiny_tokenizer().save_pretrained(os.path.join(root, "encoder"))
+    with open(os.path.join(root, "sharegpt.json"), "w", encoding="utf-8") as f:
+        json.dump(sharegpt_rows(), f)
+    return str(root)
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 3 or sys.argv[1] != "study-assets":
+        sys.exit("usage: python -m constrained_sft.testing study-assets ROOT")
+    study_assets(sys.argv[2])

@@ -1,9 +1,11 @@
 """
-What `benchmarks/gpu_study.sh` brings back from a study, and the rule for its OUT_DIR (the library's own:
-`constrained_sft.utils.written`), as code a test can run:
+The Python of `benchmarks/gpu_study.sh` (the study in a borrowed GPU window): what it asks before any work and what it
+brings back, as package code the tests import (the script itself holds no Python):
 
-    python benchmarks/package_study.py check OUT_DIR      # before any work: OUT_DIR new, empty or the script's own
-    python benchmarks/package_study.py pack STUDY_DIR OUT_DIR
+    python -m constrained_sft.study.package versions            # the interpreter can run the study: its versions
+    python -m constrained_sft.study.package attention NAME      # BATCHES=packed: NAME keeps packed documents apart
+    python -m constrained_sft.study.package check OUT_DIR       # before any work: OUT_DIR new, empty or the script's own
+    python -m constrained_sft.study.package pack STUDY_DIR OUT_DIR
 
 `pack` writes the study's results alone into `study.tar.gz` (records, comparisons, answers, verdicts, reports, each
 run's log and constraint report: no weights, no prepared data; untar it as STUDY_DIR to continue elsewhere) and
@@ -22,8 +24,9 @@ import shutil
 import sys
 import tarfile
 import tempfile
+from typing import NoReturn
 
-from constrained_sft.utils.content import sha256
+from ..utils.content import sha256
 
 MARK = "written by benchmarks/gpu_study.sh"  # device.txt's first line
 DEVICE = "device.txt"
@@ -37,7 +40,7 @@ LOG = "study.log"
 OWN = (LOG, "study.tar.gz", *SHOWN)  # what an earlier version's OUT_DIR held beside device.txt
 
 
-def refuse(message: str) -> None:
+def refuse(message: str) -> NoReturn:
     print(f"gpu_study.sh: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -124,13 +127,45 @@ def mark(out: str) -> None:
     os.replace(tmp, path)
 
 
+def versions() -> str:
+    """The line device.txt gives the software: importing what the study needs (transformers, TRL, datasets) is the
+    check that this interpreter can run it."""
+    import datasets
+    import torch
+    import transformers
+    import trl
+
+    found = {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__,
+             "trl": trl.__version__, "datasets": datasets.__version__}  # fmt: skip
+    return " ".join(f"{name} {version}" for name, version in found.items())
+
+
+def attention(name: str) -> None:
+    """Refuse an attention that would let packed documents attend to each other (the trainer's own rule,
+    `trainers.packing.isolates`), before any work."""
+    from ..trainers.packing import ISOLATING, isolates  # the trainers' floor: ~5 s of imports, paid only here
+
+    if not isolates(name):
+        refuse(f"ATTN '{name}': give an attention that keeps packed documents apart: {', '.join(ISOLATING)}")
+
+
+USAGE = (
+    "usage: python -m constrained_sft.study.package versions | attention NAME | check OUT_DIR | pack STUDY_DIR OUT_DIR"
+)
+
+
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["check"] and len(argv) == 2:
-        check(argv[1])
-    elif argv[:1] == ["pack"] and len(argv) == 3:
-        pack(argv[1], argv[2])
+    command, given = (argv[0], argv[1:]) if argv else ("", [])
+    if command == "versions" and not given:
+        print(versions())
+    elif command == "attention" and len(given) == 1:
+        attention(given[0])
+    elif command == "check" and len(given) == 1:
+        check(given[0])
+    elif command == "pack" and len(given) == 2:
+        pack(*given)
     else:
-        refuse("usage: package_study.py check OUT_DIR | pack STUDY_DIR OUT_DIR")
+        refuse(USAGE)
     return 0
 
 

@@ -1,0 +1,99 @@
+"""constrained_sft.study.package, the Python of benchmarks/gpu_study.sh, in process: what it packs (results, no
+weights), the record device.txt keeps, what `check` refuses, and its questions before any work. The whole script runs
+in tests/test_gpu_study.py."""
+
+import json
+import os
+import tarfile
+
+import pytest
+
+from constrained_sft.study import package
+
+
+def a_study(root):
+    """A study folder as a finished study leaves it: results, a run's record files and its weights."""
+    (root / "runs").mkdir(parents=True)
+    (root / "runs" / "erm-seed0.json").write_text(json.dumps({"seconds": {"train": 1.0}}))
+    (root / "robustness").mkdir()
+    (root / "robustness" / "results.json").write_text("{}")
+    (root / "robustness" / "accuracy_vs_gamma.png").write_bytes(b"png")
+    (root / "report.md").write_text("# report")
+    (root / "study.json").write_text("{}")
+    run = root / "train" / "erm" / "seed0"
+    run.mkdir(parents=True)
+    (run / "constraints.json").write_text("{}")
+    (run / "model.safetensors").write_bytes(b"weights")
+    return root
+
+
+def marked(out):
+    out.mkdir(parents=True, exist_ok=True)
+    (out / package.DEVICE).write_text(f"{package.MARK}\ncpu\n")
+    return out
+
+
+def test_pack_brings_back_results_without_weights_and_records_them(tmp_path, capsys):
+    study, out = a_study(tmp_path / "study"), marked(tmp_path / "out")
+    package.pack(str(study), str(out))
+    with tarfile.open(out / "study.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"runs/erm-seed0.json", "study.json", "report.md", "train/erm/seed0/constraints.json"} <= names
+    assert not [n for n in names if n.endswith(".safetensors")]
+    assert sorted(p.name for p in out.iterdir()) == ["accuracy_vs_gamma.png", "device.txt", "report.md",
+                                                     "results.json", "study.tar.gz"]  # fmt: skip
+    marked_, record = package.recorded(str(out))
+    assert marked_ and set(record) == {"accuracy_vs_gamma.png", "report.md", "results.json", "study.tar.gz"}
+    assert "results in" in capsys.readouterr().out
+    package.check(str(out))  # the script's own folder, unchanged: accepted, and packed again over
+    (out / "study.log").write_text("rewritten by every call")
+    package.check(str(out))
+    package.pack(str(study), str(out))
+
+
+@pytest.mark.parametrize("change", ["edit", "foreign", "unmarked"])
+def test_check_refuses_a_folder_with_files_it_did_not_write(tmp_path, capsys, change):
+    study, out = a_study(tmp_path / "study"), marked(tmp_path / "out")
+    package.pack(str(study), str(out))
+    if change == "edit":
+        (out / "report.md").write_text("my notes")
+    elif change == "foreign":
+        (out / "notes.md").write_text("mine")
+    else:
+        (out / "device.txt").write_text("my device notes\n")
+    with pytest.raises(SystemExit) as stop:
+        package.check(str(out))
+    assert stop.value.code == 2
+    assert "holds files gpu_study.sh did not write" in capsys.readouterr().err
+
+
+def test_a_failed_pack_leaves_no_partial_archive(tmp_path, monkeypatch):
+    study, out = a_study(tmp_path / "study"), marked(tmp_path / "out")
+    package.pack(str(study), str(out))
+    before = (out / "study.tar.gz").read_bytes()
+
+    def broken(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tarfile.TarFile, "add", broken)
+    with pytest.raises(OSError):
+        package.pack(str(study), str(out))
+    assert (out / "study.tar.gz").read_bytes() == before and not [n for n in os.listdir(out) if n.startswith(".")]
+
+
+def test_the_questions_before_any_work(capsys):
+    assert package.main(["attention", "flex_attention"]) == 0
+    line = package.versions()
+    assert line.startswith("python ") and " torch " in line and " trl " in line
+    for argv, said in ((["attention", "paged"], "ATTN 'paged'"), (["pakc", "a", "b"], "usage:"), ([], "usage:")):
+        with pytest.raises(SystemExit) as stop:
+            package.main(argv)
+        assert stop.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_the_script_holds_no_python():
+    """Its Python is this module's and constrained_sft.testing's: no heredoc, no `-c` program."""
+    script = package.__file__.rsplit("constrained_sft", 1)[0] + "benchmarks/gpu_study.sh"
+    with open(script, encoding="utf-8") as f:
+        text = f.read()
+    assert "<<" not in text and not [line for line in text.splitlines() if "PY" in line and " -c " in line]
