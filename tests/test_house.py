@@ -79,6 +79,41 @@ def test_a_study_runs_key_is_spelled_by_its_type_alone():
     spelled = [
         str(p.relative_to(ROOT))
         for p in MODULES
-        if re.search(r"""f["'][^"']*\{[^}]*\}[/-]seed\{""", p.read_text()) and p.name != "arms.py"
+        if re.search(r"""f["'][^"']*\{[^}]*\}[/-]seed\{""", p.read_text())
+        and p.name != "arms.py"  # comparison/arms.py: RunKey itself
     ]
     assert not spelled
+
+
+ARM_NAMES = ("constrained", "erm")
+# where an arm's name may be written: its one definition; and the ERM mode's model-card tag (`constraints: none`
+# models are tagged `erm` on the Hub), a mode's identity on a floor below the comparison, not an arm
+NAMED_HERE = {"constrained_sft/comparison/names.py", "constrained_sft/constraints/modes.py"}
+
+
+def arm_name_literals(source: str) -> list[int]:
+    """Lines of every string constant that is an arm's name (docstrings aside)."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and node.value in ARM_NAMES and id(node) not in docstrings
+    ]
+
+
+def test_the_arms_names_are_written_only_by_the_comparison_layer():
+    found = {
+        str(p.relative_to(ROOT)): lines
+        for p in MODULES
+        if str(p.relative_to(ROOT)) not in NAMED_HERE and (lines := arm_name_literals(p.read_text()))
+    }
+    assert not found, f"arm names written outside comparison/names.py: {found}"
+    assert arm_name_literals('"""erm"""\nx = "constrained"\ny = f"erm-{z}"\n') == [2]  # the check sees a literal

@@ -22,7 +22,7 @@ PACKAGE = os.path.join(ROOT, "constrained_sft")
 BELOW_TRAINERS = {"utils", "config", "constraints", "readout", "noise"}
 
 # unit -> the units it may import (its own modules always). Floors, bottom to top: utils, testing -> constraints ->
-# config -> readout, noise, data, models -> trainers -> tasks -> evaluation -> sweep, study -> cli; the package's
+# config -> readout, noise, data, models -> trainers -> tasks -> comparison -> evaluation -> sweep, study -> cli; the package's
 # __init__ / __main__ on top. (`config` reads the variants' registries of `constraints`: their settings are fields.)
 ALLOWED = {
     "utils": set(),
@@ -35,10 +35,11 @@ ALLOWED = {
     "models": {"utils"},
     "trainers": BELOW_TRAINERS,
     "tasks": BELOW_TRAINERS | {"data", "models", "trainers"},
-    "evaluation": BELOW_TRAINERS | {"data", "models", "trainers", "tasks"},
-    "sweep": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "evaluation"},
-    "study": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "evaluation"},
-    "cli": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "evaluation", "sweep", "study"},
+    "comparison": BELOW_TRAINERS | {"data", "models", "trainers", "tasks"},
+    "evaluation": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "comparison"},
+    "sweep": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "comparison", "evaluation"},
+    "study": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "comparison", "evaluation"},
+    "cli": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "comparison", "evaluation", "sweep", "study"},
     "__init__": BELOW_TRAINERS | {"models", "trainers"},
     "__main__": {"cli"},
 }
@@ -52,6 +53,7 @@ FLOORS = [  # bottom to top; a unit may import only units of lower floors, never
     {"readout", "noise", "data", "models"},
     {"trainers"},
     {"tasks"},
+    {"comparison"},
     {"evaluation"},
     {"sweep", "study"},
     {"cli"},

@@ -80,21 +80,3 @@ def own_process(process, training) -> None:
         from ..trainers.host_allocator import reuse_freed_host_memory
 
         reuse_freed_host_memory()
-
-
-def with_config(argv: list[str], config: str) -> list[str]:
-    """The command line with `--config` pointing at another recipe (added when it has none): the same overrides reach
-    every arm of a comparison (`study --erm_config`, `study --arm`, `sweep --arm`)."""
-    out, i, found = [], 0, False
-    while i < len(argv):
-        if argv[i] == "--config":
-            out += ["--config", config]
-            found, i = True, i + 2
-            continue
-        if argv[i].startswith("--config="):
-            out.append(f"--config={config}")
-            found = True
-        else:
-            out.append(argv[i])
-        i += 1
-    return out if found else ["--config", config, *out]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from .base import Command, other_tasks, own_process, with_config
+from .base import Command, other_tasks, own_process
 
 
 class StudyCommand(Command):
@@ -29,14 +29,14 @@ class StudyCommand(Command):
     )
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..comparison import RunKey, arm_label
+        from ..comparison.recipes import arm_recipe, more_recipes
         from ..config import ProcessArguments
         from ..evaluation.report import comparisons_markdown
         from ..evaluation.report.headtohead import judge_label
         from ..study import StudyArguments, run
-        from ..study.report import arm_label
         from ..study.results import StudyResults
-        from ..tasks.arms import RunKey
-        from ..tasks.recipes import dataclass_parser, parse, read_recipe, recipe_and_task, with_shipped
+        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task, with_shipped
 
         _, task, argv = recipe_and_task(with_shipped(argv, ("--config", "--erm_config"), "--arm"), prog)
         description = (
@@ -51,15 +51,9 @@ class StudyCommand(Command):
             )
 
         args, process, *constrained = parse(parser(), argv)
-        if args.erm_config:
-            read_recipe(args.erm_config, "--erm_config")  # a broken recipe named by its flag, before TRL reads it
-        _, _, *erm = parse(parser(), with_config(argv, args.erm_config) if args.erm_config else argv)
-        more = {}
-        for name, path in args.extra_arms().items():  # the same overrides reach every arm
-            read_recipe(path, f"--arm {name}")
-            _, _, *arm = parse(parser(), with_config(argv, path))
-            more[name] = task.recipe(tuple(arm))
-        constrained, erm = (task.recipe(tuple(r)) for r in (constrained, erm))
+        constrained = task.recipe(tuple(constrained))
+        erm = arm_recipe(task, parser, argv, args.erm_config, "--erm_config") if args.erm_config else constrained
+        more = more_recipes(task, parser, argv, args.extra_arms())
         own_process(process, constrained.training)
         out = run(args, task, constrained, erm, more)
         if not isinstance(out, StudyResults):  # `--stage train`, or a time budget that ended before a whole seed

@@ -10,7 +10,7 @@ The recipe's keys set everything a trial does not search; the sweep's own option
 
 from __future__ import annotations
 
-from .base import Command, other_tasks, own_process, with_config
+from .base import Command, other_tasks, own_process
 
 
 class SweepCommand(Command):
@@ -21,11 +21,12 @@ class SweepCommand(Command):
     )
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..comparison.recipes import more_recipes
         from ..config import ProcessArguments
         from ..evaluation.report import comparisons_markdown
         from ..sweep import SweepArguments, run
         from ..sweep.run import searched_line
-        from ..tasks.recipes import dataclass_parser, parse, read_recipe, recipe_and_task, with_shipped
+        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task, with_shipped
 
         _, task, argv = recipe_and_task(with_shipped(argv, ("--config", "--space"), "--arm"), prog)
         description = (
@@ -39,11 +40,7 @@ class SweepCommand(Command):
             )
 
         settings, process, *recipe = parse(parser(), argv)
-        more = {}
-        for name, path in settings.extra_arms().items():  # the same overrides reach every arm
-            read_recipe(path, f"--arm {name}")  # a broken recipe named by its flag, before TRL reads it
-            _, _, *arm = parse(parser(), with_config(argv, path))
-            more[name] = task.recipe(tuple(arm))
+        more = more_recipes(task, parser, argv, settings.extra_arms())
         recipe = task.recipe(tuple(recipe))
         own_process(process, recipe.training)
         out = run(settings, task, recipe, more)
@@ -56,5 +53,5 @@ class SweepCommand(Command):
             )
         if out.compared:
             print(comparisons_markdown(out.comparisons))
-        print(f"report: {settings.sweep_dir}/report.md")
+        print(f"report: {out.settings.sweep_dir}/report.md")
         return 0

@@ -19,6 +19,7 @@ from .models import (
     load_pretrained,
     load_tokenizer,
     model_fingerprint,
+    model_identities,
     resolve_model_path,
 )
 from .prepared import PreparedData, prepared_splits
@@ -44,5 +45,6 @@ __all__ = [
     "load_tokenizer",
     "load_train_eval",
     "model_fingerprint",
+    "model_identities",
     "resolve_model_path",
 ]

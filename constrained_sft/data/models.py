@@ -189,3 +189,9 @@ def delete_weights(folder: str) -> int:
             freed += os.path.getsize(path)
             os.remove(path)
     return freed
+
+
+def model_identities(models: list[tuple[str, str]]) -> dict[str, str]:
+    """{model name: fingerprint}: which models a result is of, wherever their folders now lie
+    (`model_fingerprint`)."""
+    return {name: model_fingerprint(path) for name, path in models}

@@ -6,7 +6,7 @@ with their intervals and verdicts (`compare`), the results as types with their o
 saved run recorded (`loading`), and the reports, one writer per format (`report/`). AlpacaEval (noisy generation, judges, win rates) is its own subfolder, `alpaca`.
 
 May import: everything below it (`config`, `utils`, `constraints`, `readout`, `noise`, `data`, `models`, `trainers`,
-`tasks`); never `sweep` or `cli`. The runnable harness that reproduces the paper's comparisons lives outside the
+`tasks`, `comparison`); never `sweep` or `cli`. The runnable harness that reproduces the paper's comparisons lives outside the
 package, in `eval/`.
 """
 

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..data import ModelSpec
+from ..data import ModelSpec, model_identities
 from ..noise import NoiseGrid, embedding_sigma
 from ..tasks import TASKS, get_task
 from ..utils.fields import check_fields
-from ..utils.folders import check_output_folder
+from ..utils.folders import check_folder, check_output_folder, mark_folder, read_marker
 from .arms import ArmArguments
 from .compare import check_pairs, compare
-from .folders import check_folder, mark_folder, model_identities, read_marker
 from .loading import auto_bf16, layer_indices, recorded_gamma, reference_sigma
 from .measure import Measurement, finish, measure_model
 from .results import RobustnessResults
@@ -174,7 +173,7 @@ def saved_results(
     output_dir: str, arms: dict[str, list[tuple[str, str]]], gammas, seeds: int, task, pairs, n_boot
 ) -> RobustnessResults | None:
     """A finished evaluation in `output_dir` (its results.json) of exactly these models (arm -> [(name, path)], the
-    same weights: `folders.model_identities`), levels and noise seeds, with its comparisons recomputed from its saved
+    same weights: `data.model_identities`), levels and noise seeds, with its comparisons recomputed from its saved
     unit scores for `pairs` and `n_boot`; None when there is none. A rerun of a sweep's comparison or a study then
     does not evaluate again."""
     results = RobustnessResults.load(output_dir)

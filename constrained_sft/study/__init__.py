@@ -3,7 +3,7 @@ The constrained-vs-ERM study of an LLM recipe (`constrained-sft study`, the pape
 training seeds per arm, robustness with intervals, noisy answers judged head to head in both orders, one report.
 
 May import: everything below `sweep` (utils, config, constraints, readout, noise, data, models, trainers, tasks,
-evaluation); only `cli` imports it.
+comparison, evaluation); only `cli` imports it.
 
 Importing the package loads none of its modules: `STAGES`, `StudyArguments` and `run` are imported on first read (PEP
 562, as the top-level package does), so `python -m constrained_sft.study.package` (gpu_study.sh's questions before any

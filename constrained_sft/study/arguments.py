@@ -8,10 +8,10 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from ..comparison import ERM, TWINS, arm_recipes, recipe_identity
 from ..evaluation.alpaca.judge_kinds import judges_help
 from ..evaluation.instructions import ALPACA_EVAL
 from ..noise import NoiseGrid
-from ..tasks.arms import arm_recipes, recipe_identity
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
 from .phases import KEEP_MODELS
@@ -36,7 +36,7 @@ class StudyArguments:
         },
     )
     reference: str = field(
-        default="erm",
+        default=ERM,
         metadata={"help": "The arm every other arm is compared with, A - reference (default: the ERM twin)."},
     )
     study_dir: str | None = field(
@@ -170,7 +170,7 @@ class StudyArguments:
             )
         if self.time_budget is not None and not (math.isfinite(self.time_budget) and self.time_budget > 0):
             raise ValueError(f"`--time_budget` must be a number of minutes > 0, got {self.time_budget}.")
-        arms = ["constrained", "erm", *self.extra_arms()]
+        arms = [*TWINS, *self.extra_arms()]
         if self.reference not in arms:
             raise ValueError(f"`--reference` {self.reference!r} must be one of the arms {arms}.")
         source = self.instructions
@@ -183,7 +183,7 @@ class StudyArguments:
             )
 
     def folder_settings(self, recipes: dict) -> dict:
-        """What decides a study's results, for its folder (`evaluation.folders`): every arm's recipe (but for the
+        """What decides a study's results, for its folder (`utils.folders`): every arm's recipe (but for the
         seed) and the evaluation options. A continuation may add training seeds; where the study writes, which stage
         runs, the intervals' resamples and the report's examples decide nothing."""
         skip = (
@@ -208,5 +208,5 @@ class StudyArguments:
         return settings
 
     def extra_arms(self) -> dict[str, str]:
-        """{name: recipe path} of every `--arm` (`tasks.arms.arm_recipes`; 'constrained' and 'erm' are the twins)."""
-        return arm_recipes(self.arm, ("constrained", "erm"))
+        """{name: recipe path} of every `--arm` (`comparison.arm_recipes`; the twins' names are taken)."""
+        return arm_recipes(self.arm)

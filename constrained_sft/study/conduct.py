@@ -22,52 +22,49 @@ import json
 import math
 import os
 
+from ..comparison import RunKey, check_comparison_folder, comparison_levels, study_arms
 from ..config import training_level
-from ..constraints import mode_of
 from ..data import delete_weights, has_weights
 from ..data.instructions import held_out_instructions
 from ..evaluation.after_training import Evaluation
 from ..evaluation.alpaca import check_judge
-from ..evaluation.folders import check_folder, mark_folder, migrated_line, saved_settings
 from ..evaluation.instructions import ALPACA_EVAL, load_instructions
 from ..evaluation.results import ALPACA_EVAL_SIZE
-from ..noise import NoiseGrid
 from ..tasks import Recipe, is_finished
-from ..tasks.arms import check_same_data, twin_differences
 from ..utils.files import write_text
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
 from .finish import compared, finish_study, judge_arguments, seeds_with
 from .phases import Job, required
 from .probe import probed as probe_times
-from .record import DATA_DIR, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, check_parts, read_record
+from .record import DATA_DIR, EXITS, ROBUSTNESS, TRAIN, RunRecord, check_parts, read_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
 from .schedule import choose_jobs, estimate, fitting, plan_lines, run_all
 
 COMMAND = "study"
 
 
-def check(args: StudyArguments, task, recipes: dict[str, Recipe]) -> None:
-    """Everything checked before any work: the options, the task, which arm is constrained."""
+def checked_arms(
+    args: StudyArguments, task, constrained: Recipe, erm: Recipe, more: dict[str, Recipe]
+) -> tuple[StudyArguments, dict[str, Recipe], list[str]]:
+    """Everything checked before any work, the settings resolved once: the options (with `study_dir` given its
+    default), the task, the arms (`comparison.study_arms`), the launch and the judge. Returns the resolved options,
+    the arms ({name: recipe}) and the training fields on which the arms differ."""
     args.validate()
     if not task.generates:
         raise ValueError(f"`task: {task.name}` models do not answer instructions; the study compares LLM recipes.")
-    if not mode_of(recipes["constrained"].training.constraints).trains_layers:
+    recipes, differences = study_arms(constrained, erm, more)
+    if world_size() > 1 and (args.stage != "train" or args.jobs > 1):
         raise ValueError(
-            "--config has `constraints: none`; give the constrained recipe (its ERM twin is --erm_config)."
+            f"`--stage {args.stage}`{f' with `--jobs {args.jobs}`' if args.jobs > 1 else ''} under {world_size()} "
+            "processes: training runs on every process (`accelerate launch ... study --stage train`), then "
+            "evaluation, generation and judging in one process on one GPU (`constrained-sft study ... --stage "
+            "evaluate`); --jobs runs several single-process runs at once, without a launcher."
         )
-    if mode_of(recipes["erm"].training.constraints).trains_layers:
-        raise ValueError(
-            f"--erm_config has `constraints: {recipes['erm'].training.constraints}`; the ERM twin needs "
-            "`constraints: none`."
-        )
-    for arm in list(recipes)[2:]:  # `--arm`s: the same data and model as the constrained recipe
-        try:
-            twin_differences(recipes["constrained"], recipes[arm], same_noise=False)
-        except ValueError as error:
-            raise ValueError(
-                f"`--arm {arm}`: {error}".replace("--config and --erm_config", "it and --config")
-            ) from None
+    if args.stage != "train":  # credentials, judge model or encoder: before hours of training
+        check_judge(judge_arguments(args, *compared(args, list(recipes))[0]))
+    study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
+    return dataclasses.replace(args, study_dir=study_dir), recipes, differences
 
 
 def world_size() -> int:
@@ -99,43 +96,52 @@ def run(
     ({name: recipe}). With `--stage train`, or when no seed of every arm has been measured yet (`--time_budget`): the
     runs' folders and timings, and the runs still to do; else the study's results over the seeds every arm has."""
     started = clock.now()  # the time budget counts from here: preparing the data and the probe spend it too
-    recipes = {"constrained": constrained, "erm": erm, **(more or {})}
-    check(args, task, recipes)
-    if world_size() > 1 and (args.stage != "train" or args.jobs > 1):
-        raise ValueError(
-            f"`--stage {args.stage}`{f' with `--jobs {args.jobs}`' if args.jobs > 1 else ''} under {world_size()} "
-            "processes: training runs on every process (`accelerate launch ... study --stage train`), then "
-            "evaluation, generation and judging in one process on one GPU (`constrained-sft study ... --stage "
-            "evaluate`); --jobs runs several single-process runs at once, without a launcher."
-        )
-    differences = twin_differences(constrained, erm)
-    differences += [f"{arm}: {d}" for arm, r in (more or {}).items() for d in twin_differences(constrained, r, False)]
-    if args.stage != "train":
-        check_judge(
-            judge_arguments(args, *compared(args, list(recipes))[0])
-        )  # credentials, judge model or encoder: before hours of training
-    args.study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
-    settings = args.folder_settings(recipes)
-    check_parts(args.study_dir)
-    saved = saved_settings(args.study_dir, COMMAND, "--study_dir")
-    check_same_data(saved, recipes, args.study_dir, "--study_dir")  # before the settings: the clearer refusal
-    # a folder of another study: before any run; an earlier version's data fields are vouched for by check_same_data
-    migrated = check_folder(args.study_dir, COMMAND, settings, "--study_dir", vouch=lambda key: ".data.files." in key)
-    key = task.headline.key
+    args, recipes, differences = checked_arms(args, task, constrained, erm, more or {})
     runs = [RunKey(seed, arm) for seed in range(args.training_seeds) for arm in recipes]  # seed-major
-    # the records and timings are checked before anything is written: a refused record leaves the folder as it was
-    records = {run.name: r for run in runs if (r := read_record(args.study_dir, run, key)) is not None}
-    timings = StudyTimings.load(args.study_dir)
-    if migrated and is_main_process():
-        print(migrated_line("--study_dir", args.study_dir, saved, migrated))
-    if is_main_process():  # one writer
-        mark_folder(args.study_dir, COMMAND, settings)
+    records, timings = open_study(args, task, recipes, runs)
     evaluation, instructions = None, None
     if args.stage != "train":
         path, instructions = instruction_set(args, constrained)
         evaluation = evaluation_settings(args, task, constrained, path)
     recipes = {arm: data_processes(recipe, args.jobs) for arm, recipe in recipes.items()}
     queue = jobs_left(args, task, recipes, runs, records, evaluation)
+    check_trained(args, queue)
+    if evaluation is not None:
+        drop_weights(args, runs, records, evaluation, queue)
+    book = Bookkeeper(args.study_dir, task.headline.key, records, timings, queue)
+    jobs, est, budget = plan(args, queue, book, len(runs), started)
+    left = run_all(queue, jobs, budget, est, book.on_done)
+    if world_size() > 1:  # the runs kept the process group for each other; the last one is done with it
+        from accelerate import PartialState
+
+        PartialState().destroy_process_group()
+    folders = {arm: [RunKey(s, arm).folder(args.study_dir) for s in range(args.training_seeds)] for arm in recipes}
+    missing = [job.name for job in left]
+    if left:
+        print(f"not started (the time budget): {', '.join(missing)}; the same command continues with them.")
+    if evaluation is None or seeds_with(records, recipes, ROBUSTNESS) == 0:
+        return TrainedRuns(folders, timings, missing)
+    return finish_study(args, task, recipes, records, evaluation, instructions, differences, timings, missing)
+
+
+def open_study(
+    args: StudyArguments, task, recipes: dict[str, Recipe], runs: list[RunKey]
+) -> tuple[dict[str, RunRecord], StudyTimings]:
+    """The study folder's checks (`comparison.check_comparison_folder`), then its records and timings, each checked
+    before anything is written (a refused record leaves the folder as it was); then the folder marked, by one
+    writer."""
+    check_parts(args.study_dir)
+    folder = check_comparison_folder(args.study_dir, COMMAND, args.folder_settings(recipes), "--study_dir", recipes)
+    key = task.headline.key
+    records = {run.name: r for run in runs if (r := read_record(args.study_dir, run, key)) is not None}
+    timings = StudyTimings.load(args.study_dir)
+    if is_main_process():
+        folder.mark()
+    return records, timings
+
+
+def check_trained(args: StudyArguments, queue: list[Job]) -> None:
+    """`--stage evaluate` refused while a run is not trained, naming them."""
     if args.stage == "evaluate" and (untrained := [j for j in queue if TRAIN in j.phases]):
         gone = [j.folder for j in untrained if j.restart]
         raise FileNotFoundError(
@@ -143,28 +149,42 @@ def run(
             + (f" and runs whose weights are gone with phases left {gone} (they train again)" if gone else "")
             + "; run `--stage train` (or `all`) first."
         )
-    if evaluation is not None:
-        drop_weights(args, runs, records, evaluation, queue)
 
-    def on_done(job: Job, record: dict):
-        records[job.run.name] = RunRecord.from_dict(record, key)
+
+@dataclasses.dataclass
+class Bookkeeper:
+    """What the study knows as its jobs end: each run's record and the phases' timings (saved by one writer), and
+    the estimate the plan then goes on from (`probed`: the probe's figures, where it ran)."""
+
+    study_dir: str
+    key: str
+    records: dict[str, RunRecord]
+    timings: StudyTimings
+    queue: list[Job]
+    probed: object = None
+
+    def on_done(self, job: Job, record: dict):
+        done = self.records[job.run.name] = RunRecord.from_dict(record, self.key)
         for phase in job.phases:
-            timings.add_phase(job.run.name, phase, record["seconds"][phase], job.estimates.get(phase))
+            self.timings.add_phase(job.run.name, phase, done.seconds[phase], job.estimates.get(phase))
         if is_main_process():  # one writer: ranks renaming the same temporary file over each other fail
-            timings.save(args.study_dir)
-        took = sum(record["seconds"][p] for p in job.phases)
+            self.timings.save(self.study_dir)
+        took = sum(done.seconds[p] for p in job.phases)
         planned = sum(job.estimates.values())
         print(f"finished {job.name} in {took:.0f} s" + (f" (estimated {planned:.0f} s)" if job.estimates else ""))
-        return estimate(records, probed, queue[0] if queue else None)
+        return estimate(self.records, self.probed, self.queue[0] if self.queue else None)
 
+
+def plan(args: StudyArguments, queue: list[Job], book: Bookkeeper, total: int, started: float):
+    """(runs at once, the estimate, the seconds of budget left): with `--time_budget`, a queue the records cannot price
+    probed first, and refused when no job fits; the plan printed."""
     budget = None if args.time_budget is None else args.time_budget * 60
-    probed = None
-    est = estimate(records, None, None)
+    est = estimate(book.records, None, None)
     if budget is not None and queue and unpriced(est, queue):
-        probed, timings.probe = probe_times(queue[0], timings.probe)
+        book.probed, book.timings.probe = probe_times(queue[0], book.timings.probe)
         if is_main_process():
-            timings.save(args.study_dir)
-        est = estimate(records, probed, queue[0])
+            book.timings.save(args.study_dir)
+        est = estimate(book.records, book.probed, queue[0])
     spent = clock.now() - started
     if budget is not None:
         budget = max(budget - spent, 0.0)
@@ -177,21 +197,9 @@ def run(
             f"); give `--time_budget` >= {math.ceil(alone + spent / 60)} (the study keeps what it prepared)."
         )
     if is_main_process() and (queue or budget is not None):
-        print(
-            "\n".join(plan_lines(queue, len(runs) - len({j.run for j in queue}), len(runs), est, jobs, budget, spent))
-        )
-    left = run_all(queue, jobs, budget, est, on_done)
-    if world_size() > 1:  # the runs kept the process group for each other; the last one is done with it
-        from accelerate import PartialState
-
-        PartialState().destroy_process_group()
-    folders = {arm: [RunKey(s, arm).folder(args.study_dir) for s in range(args.training_seeds)] for arm in recipes}
-    missing = [job.name for job in left]
-    if left:
-        print(f"not started (the time budget): {', '.join(missing)}; the same command continues with them.")
-    if evaluation is None or seeds_with(records, recipes, ROBUSTNESS) == 0:
-        return TrainedRuns(folders, timings, missing)
-    return finish_study(args, task, recipes, records, evaluation, instructions, differences, timings, missing)
+        done = total - len({j.run for j in queue})
+        print("\n".join(plan_lines(queue, done, total, est, jobs, budget, spent)))
+    return jobs, est, budget
 
 
 def drop_weights(args, runs: list[RunKey], records, evaluation: Evaluation, queue: list[Job]) -> None:
@@ -249,10 +257,10 @@ def unpriced(est, queue: list[Job]) -> bool:
 def evaluation_settings(args: StudyArguments, task, recipe: Recipe, instructions: str) -> Evaluation:
     """What every run is measured with right after it trains (`phases.Evaluation`)."""
     train_gamma = training_level(recipe.training.noise_gamma)
-    gammas = (NoiseGrid.parse(args.gammas) if args.gammas else NoiseGrid.default(train_gamma)).sorted()
+    gammas = comparison_levels(args.gammas, recipe.training.noise_gamma)
     curve = sorted({gammas[0], min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]})
     return Evaluation(
-        gammas=gammas.to_list(), curve_gammas=curve, train_gamma=train_gamma, noise_seeds=args.noise_seeds,
+        gammas=gammas, curve_gammas=curve, train_gamma=train_gamma, noise_seeds=args.noise_seeds,
         batch_size=recipe.training.per_device_eval_batch_size, max_length=recipe.training.max_length or 1024,
         instructions=instructions, max_instances=args.max_instances, generation_gammas=args.generation_gammas,
         generation_batch_size=args.generation_batch_size, max_new_tokens=args.max_new_tokens,

@@ -10,6 +10,7 @@ import json
 import os
 import time
 
+from ..comparison import CONSTRAINED, ERM, RunKey
 from ..evaluation.after_training import Evaluation, held_out
 from ..evaluation.alpaca import AlpacaArguments, build_judge, judge_levels
 from ..evaluation.exits import write_exits
@@ -21,7 +22,7 @@ from ..utils.files import write_json
 from .arguments import StudyArguments
 from .phases import required
 from .probe import optimizer_steps
-from .record import ANSWERS, DATA_DIR, EXITS_DIR, GENERATIONS, ROBUSTNESS, TRAIN, RunKey, RunRecord
+from .record import ANSWERS, DATA_DIR, EXITS_DIR, GENERATIONS, ROBUSTNESS, TRAIN, RunRecord
 from .report import write_study_report
 from .results import (
     STUDY_JSON,
@@ -55,7 +56,7 @@ def compared(args: StudyArguments, arms: list[str]) -> list[tuple[str, str]]:
     return [(arm, args.reference) for arm in arms if arm != args.reference]
 
 
-def judge_arguments(args: StudyArguments, model: str = "constrained", reference: str = "erm") -> AlpacaArguments:
+def judge_arguments(args: StudyArguments, model: str = CONSTRAINED, reference: str = ERM) -> AlpacaArguments:
     """The study's judge as `eval alpaca` takes it: `model`'s answers judged against `reference`'s."""
     return AlpacaArguments(
         model=model,
@@ -70,7 +71,7 @@ def judge_arguments(args: StudyArguments, model: str = "constrained", reference:
 
 
 def head_to_head(
-    args: StudyArguments, seeds: int, full_set: bool, model: str = "constrained", reference: str = "erm"
+    args: StudyArguments, seeds: int, full_set: bool, model: str = CONSTRAINED, reference: str = ERM
 ) -> HeadToHead:
     """`model` seed s vs `reference` seed s (s < `seeds`) at each generation level, both orders, win rate with its
     interval. The first pair judges into `judging/`, every other into `judging/<model>-vs-<reference>/`."""
@@ -151,7 +152,7 @@ def finish_study(
     """The study from the runs' records ({"<arm>/seed<s>": record}): robustness over the seeds every arm has
     measured, the head-to-heads over those every arm has answered (none yet: no head-to-head), the exit-layer
     decoding of each arm whose seed 0 has one; what is missing is named."""
-    constrained = recipes["constrained"]
+    constrained = recipes[CONSTRAINED]
     seeds, judged = seeds_with(records, recipes, ROBUSTNESS), seeds_with(records, recipes, ANSWERS)
     arms = {arm: [RunKey(s, arm).name for s in range(seeds)] for arm in recipes}
     kept = {name: records[name] for names in arms.values() for name in names}

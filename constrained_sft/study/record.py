@@ -1,6 +1,6 @@
 """
 What a study keeps of each run, phase by phase: where a run's record is (`record_path`; the run itself is a
-`tasks.arms.RunKey`), the phases a run goes through, and `RunRecord`, written to `runs/<arm>-seed<s>.json` as each phase ends. A study
+`comparison.RunKey`), the phases a run goes through, and `RunRecord`, written to `runs/<arm>-seed<s>.json` as each phase ends. A study
 continues and reports from these records alone, weights deleted or not.
 
     runs/<arm>-seed<s>.json   {"run", "sigma_x", "model", "jobs": {phase: runs at once}, "seconds": {phase: measured},
@@ -18,12 +18,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..comparison import RunKey
 from ..data import has_weights, model_fingerprint
-from ..evaluation.folders import MARKER
 from ..evaluation.results import ExitsModel, ModelResult
-from ..tasks.arms import RunKey
 from ..utils.files import read_json, write_json
-from ..utils.folders import child_path
+from ..utils.folders import MARKER, child_path
 from ..utils.types import JSONObject
 
 TRAIN, ROBUSTNESS, ANSWERS, EXITS = "train", "robustness", "answers", "exits"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+from ..comparison import CONSTRAINED, ERM, arm_label
 from ..evaluation.report import (
     Block,
     Document,
@@ -34,7 +35,7 @@ PROXY_NOTE = (
 CLIP = 700  # characters of an answer shown in the report (the whole answer is in generations/)
 
 
-def examples(study_dir: str, gamma: float, n: int, model: str = "constrained", reference: str = "erm") -> list[dict]:
+def examples(study_dir: str, gamma: float, n: int, model: str = CONSTRAINED, reference: str = ERM) -> list[dict]:
     """The first `n` instructions at one level: seed 0's answers of `model` and `reference` and the judge's two
     verdicts."""
     if n == 0:
@@ -43,12 +44,7 @@ def examples(study_dir: str, gamma: float, n: int, model: str = "constrained", r
         return json.load(f)[:n]
 
 
-def arm_label(name: str) -> str:
-    """An arm as the report names it ("ERM" for the ERM twin)."""
-    return "ERM" if name == "erm" else name
-
-
-def verdict_text(row: JSONObject, model: str = "constrained", reference: str = "erm") -> str:
+def verdict_text(row: JSONObject, model: str = CONSTRAINED, reference: str = ERM) -> str:
     a, b = arm_label(model), arm_label(reference)
     words = {1.0: a, 0.0: b, 0.5: "draw", None: "unparsed"}
     return f"{a} shown first: {words[row['model_first']]}; {b} shown first: {words[row['model_second']]}"

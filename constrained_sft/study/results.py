@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..comparison import CONSTRAINED, ERM, TWINS
 from ..evaluation.results import (
     Comparison,
     ExitsResults,
@@ -27,11 +28,11 @@ STUDY_JSON = "study.json"
 TIMINGS_JSON = "timings.json"
 
 
-def judging_dir(study_dir: str, model: str = "constrained", reference: str = "erm") -> str:
+def judging_dir(study_dir: str, model: str = CONSTRAINED, reference: str = ERM) -> str:
     """Where `model`'s answers judged against `reference`'s go: `judging/` for constrained vs ERM (the layout of
     two-arm studies), `judging/<model>-vs-<reference>/` for every other pair."""
     root = os.path.join(study_dir, "judging")
-    return root if (model, reference) == ("constrained", "erm") else os.path.join(root, f"{model}-vs-{reference}")
+    return root if (model, reference) == TWINS else os.path.join(root, f"{model}-vs-{reference}")
 
 
 @dataclass(frozen=True)

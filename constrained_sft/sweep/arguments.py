@@ -6,14 +6,15 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
+from ..comparison import ERM, arm_recipes, recipe_identity
 from ..noise import NoiseGrid
-from ..tasks.arms import arm_recipes, recipe_identity
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
 from .objectives import SWEEP_OBJECTIVES, objectives_help
 from .search import Objective, open_study
 
 STAGES = ("search", "compare", "all")
+BASELINES = ("none", ERM)  # `baseline`: none, or an ERM twin of each constrained arm
 
 
 @dataclass
@@ -48,7 +49,7 @@ class SweepArguments:
         },
     )
     baseline: str = field(
-        default="none", metadata={"help": "'erm': an ERM arm per readout, same trials.", "choices": ["none", "erm"]}
+        default="none", metadata={"help": f"'{ERM}': an ERM arm per readout, same trials.", "choices": list(BASELINES)}
     )
     final_seeds: int = field(default=3, metadata={"help": "Seeds of each best configuration's retraining."})
     stage: str = field(
@@ -90,8 +91,8 @@ class SweepArguments:
         for name, allowed in (("objective", SWEEP_OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
-        if self.baseline not in ("none", "erm"):
-            raise ValueError(f"`baseline` must be one of ['none', 'erm'], got {self.baseline!r}.")
+        if self.baseline not in BASELINES:
+            raise ValueError(f"`baseline` must be one of {list(BASELINES)}, got {self.baseline!r}.")
         if not self.space:
             raise ValueError("`space` is required: a search-space YAML (see recipes/*/*/sweep.yaml).")
         names = ("n_trials", "evaluations_per_trial", "final_seeds", "eval_batch_size", "bootstrap_samples")
@@ -105,7 +106,7 @@ class SweepArguments:
             )
         if self.gammas is not None and (len(NoiseGrid.parse(self.gammas, "gammas")) < 2):
             raise ValueError(f"`gammas` must be >= 2 levels, each >= 0, got {self.gammas}.")
-        if self.stage != "search" and self.baseline != "erm":
+        if self.stage != "search" and self.baseline != ERM:
             raise ValueError(
                 "`stage` 'compare' / 'all' compares with a baseline: pass `--baseline erm` (or --stage search)."
             )
@@ -117,9 +118,9 @@ class SweepArguments:
         self.study_name = self.study_name or os.path.basename(os.path.normpath(self.sweep_dir))
         self.storage = self.storage or f"sqlite:///{os.path.abspath(os.path.join(self.sweep_dir, 'study.db'))}"
 
-    def extra_arms(self, taken: tuple[str, ...] = ("constrained", "erm")) -> dict[str, str]:
-        """{name: recipe path} of every `--arm` (`tasks.arms.arm_recipes`)."""
-        return arm_recipes(self.arm, taken)
+    def extra_arms(self) -> dict[str, str]:
+        """{name: recipe path} of every `--arm` (`comparison.arm_recipes`; the twins' names are taken)."""
+        return arm_recipes(self.arm)
 
     def study(self, arm: str, objective: Objective):
         """The Optuna study of one arm (after `locate`), created or loaded."""
@@ -127,7 +128,7 @@ class SweepArguments:
         return open_study(name, self.storage, self.sampler_seed, self.pruner, objective, self.heartbeat_interval)
 
     def folder_settings(self, recipes: dict, spaces: dict, given_storage: str | None) -> dict:
-        """What decides a sweep's results, for its folder (`evaluation.folders`): the options (a continuation may
+        """What decides a sweep's results, for its folder (`utils.folders`): the options (a continuation may
         raise `n_trials` and `final_seeds`), every arm's recipe (`recipes`: {name: Recipe}; the ERM twins train the
         constrained recipe), the search space and a storage the user named (the default one lives in the folder)."""
         skip = ("sweep_dir", "n_trials", "final_seeds", "stage", "storage", "heartbeat_interval", "bootstrap_samples")

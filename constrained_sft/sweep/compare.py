@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 
+from ..comparison import RunKey
 from ..evaluation import RobustnessArguments, RobustnessResults, saved_results
 from ..evaluation import run as robustness
 from ..tasks import Arm
-from ..tasks.arms import RunKey
 
 
 def run_name(arm: str, seed: int) -> str:

@@ -11,11 +11,11 @@ import dataclasses
 import json
 import os
 import warnings
+from functools import partial
 
+from ..comparison import ERM, check_comparison_folder, comparison_levels, reference_arm, sweep_arms
 from ..config import training_level
-from ..constraints import mode_of
 from ..data.splits import refuse_streamed_selection
-from ..evaluation.folders import check_folder, mark_folder, migrated_line, normalized, saved_settings
 from ..evaluation.report import (
     Block,
     Document,
@@ -27,11 +27,13 @@ from ..evaluation.report import (
     comparison_blocks,
     write_markdown,
 )
-from ..noise import NoiseGrid
 from ..tasks import Arm, Recipe, is_finished
-from ..tasks.arms import check_same_data, twin_differences
 from ..utils.files import atomic_path, read_json, write_json
-from ..utils.folders import OutputDirError, child_path
+from ..utils.folders import (
+    OutputDirError,
+    child_path,
+    normalized,
+)
 from .arguments import SweepArguments
 from .compare import evaluate_finals, seed_dir
 from .objectives import SWEEP_OBJECTIVES
@@ -43,122 +45,88 @@ from .space import Params, arm_spaces, check_ranges, load_space
 def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> SweepResults:
     """Search (`stage` search / all), then retrain and compare (compare / all); everything checked before any
     trial, nothing written on a refusal. `more`: the `--arm` recipes by name."""
-    arms = task.searching.arms(
-        recipe, settings.readouts, settings.baseline == "erm"
-    )  # refuses a readout the task lacks
-    settings.validate()
     more = more or {}
-    if clash := [name for name in more if name in [a.name for a in arms]]:
-        raise ValueError(f"`--arm` {clash[0]!r}: the sweep already has an arm of that name; choose another.")
-    for name, other in more.items():  # the same data and model; their own objective, constraints and noise
-        try:
-            twin_differences(recipe, other, same_noise=False)
-        except ValueError as error:
-            raise ValueError(
-                f"`--arm {name}`: {error}".replace("--config and --erm_config", "it and --config")
-            ) from None
-        arms.append(Arm(name, None, mode_of(other.training.constraints).trains_layers, other.training))
-    names = [a.name for a in arms]
-    reference = settings.reference or ("erm" if "erm" in names else names[0])
-    if settings.reference is not None and not more:
-        raise ValueError(
-            f"`--reference` {settings.reference!r} names the arm each `--arm` is compared with, and this sweep has no "
-            "`--arm`: its constrained arms are compared with their ERM twins. Drop `--reference` or add an `--arm`."
-        )
-    if reference not in names:
-        raise ValueError(f"`--reference` {settings.reference!r} must be one of the arms {names}.")
-    training = recipe.training
-    if not mode_of(training.constraints).trains_layers:
-        raise ValueError("The recipe has `constraints: none`; sweep the constrained recipe (its ERM twin is an arm).")
+    # every input checked before any trial, nothing written on a refusal; then the folder checked and marked
+    arms = sweep_arms(task, recipe, settings.readouts, settings.baseline == ERM, more)
+    settings.validate()
+    reference = reference_arm(settings.reference, [a.name for a in arms], bool(more))
+    check_objective(settings, task)
+    spaces = load_space(settings.space, type(recipe.training), sections=tuple(more))
+    searched, not_searched = arm_spaces(spaces, arms, recipe.training)
+    check_ranges({k: v for k, v in spaces.items() if k not in more}, recipe.training)  # every section, arm or not
+    refuse_streamed_selection(recipe.script)
+    settings, given_storage = resolved(settings, recipe.training), settings.storage
+    recipes = {"recipe": recipe, **more}  # the ERM twins train the recipe
+    folder_settings = settings.folder_settings(recipes, spaces, given_storage)
+    check_comparison_folder(settings.sweep_dir, COMMAND, folder_settings, "--sweep_dir", recipes).mark()
+    train_gamma = training_level(recipe.training.noise_gamma)
+    objective = Objective(settings.objective, settings.gammas, train_gamma, task.headline, settings.ood_floor)
+    data = task.searching.sweep_data(recipe, settings.validation_size)
+    bases = {a.name: dataclasses.replace(a.training or recipe.training, per_device_eval_batch_size=settings.eval_batch_size)
+             for a in arms}  # fmt: skip
+    studies = {arm.name: settings.study(arm.name, objective) for arm in arms}
+    if settings.stage in ("search", "all"):
+        for arm in arms:
+            trial = partial(run_trial, task, data=data, arm=arm, space=searched[arm.name], base_args=bases[arm.name],
+                            objective=objective, sweep_dir=settings.sweep_dir,
+                            evaluations=settings.evaluations_per_trial)  # fmt: skip
+            search(studies[arm.name], settings.n_trials, trial, desc=f"sweep {arm.name}")
+    from sqlalchemy.engine import make_url  # Optuna's storage driver: imported by the sweep alone
+
+    shown = make_url(settings.storage).render_as_string(hide_password=True)  # reports never carry a database password
+    out = SweepResults(dataclasses.replace(settings, storage=shown), {})
+    for arm in arms:
+        out.arms[arm.name] = trials_summary(studies[arm.name], arm, settings.sweep_dir, searched[arm.name].names,
+                                            not_searched[arm.name], objective.maximize)  # fmt: skip
+    if settings.stage in ("compare", "all"):
+        pairs = compared_pairs(arms, more, reference)
+        compare(task, arms, studies, objective, settings, data, bases, recipe.script, pairs, out)
+    write_report(out, settings.sweep_dir)
+    return out
+
+
+def compare(
+    task, arms: list[Arm], studies, objective, settings, data, bases, script, pairs, out: SweepResults
+) -> None:
+    """Each arm's best configuration retrained with the final seeds (every arm's retrained models checked before any
+    is trained), then the `pairs` compared on the held-out data with intervals, into `out` (saved)."""
+    best = {arm.name: best_params(studies[arm.name], objective.maximize) for arm in arms}
+    for arm in arms:
+        check_final(settings.sweep_dir, arm.name, best[arm.name])
+    for arm in arms:
+        retrain(task, arm, best[arm.name], settings, data, bases[arm.name])
+    results = evaluate_finals(task, arms, settings, objective.train_gamma, script, pairs)
+    out.comparisons, out.test_report = results.comparisons, results.files
+    out.arm_plot = results.files[task.headline.key]
+    out.save(settings.sweep_dir)
+
+
+def check_objective(settings: SweepArguments, task) -> None:
+    """An objective that floors an accuracy is refused for a task whose headline is lower-is-better."""
     if SWEEP_OBJECTIVES[settings.objective].floors_accuracy and not task.headline.higher_is_better:
         usable = [name for name, kind in SWEEP_OBJECTIVES.items() if not kind.floors_accuracy]
         raise ValueError(
             f"`objective: {settings.objective}` floors an accuracy; `task: {task.name}` reports {task.headline.key} "
             f"(lower is better): use one of {usable}."
         )
-    spaces = load_space(settings.space, type(training), sections=tuple(more))  # read and checked before any write
-    searched, not_searched = arm_spaces(spaces, arms, training)
-    check_ranges({k: v for k, v in spaces.items() if k not in more}, training)  # every section, arm or not
-    refuse_streamed_selection(recipe.script)
-    given_storage = settings.storage
-    settings.locate(training.output_dir)
-    train_gamma = training_level(training.noise_gamma)
-    settings.gammas = (
-        (NoiseGrid.parse(settings.gammas, "gammas") if settings.gammas else NoiseGrid.default(train_gamma))
-        .sorted()
-        .to_list()
-    )
-    folder = settings.folder_settings({"recipe": recipe, **more}, spaces, given_storage)
-    saved = saved_settings(settings.sweep_dir, COMMAND, "--sweep_dir")
-    check_same_data(saved, {"recipe": recipe, **more}, settings.sweep_dir, "--sweep_dir")
-    # another sweep's folder: before any trial; an earlier version's data fields are vouched for by check_same_data
-    migrated = check_folder(settings.sweep_dir, COMMAND, folder, "--sweep_dir", vouch=lambda k: ".data.files." in k)
-    if migrated:
-        print(migrated_line("--sweep_dir", settings.sweep_dir, saved, migrated))
-    mark_folder(settings.sweep_dir, COMMAND, folder)
-    objective = Objective(settings.objective, settings.gammas, train_gamma, task.headline, settings.ood_floor)
-    data = task.searching.sweep_data(recipe, settings.validation_size)
-    base = dataclasses.replace(training, per_device_eval_batch_size=settings.eval_batch_size)
-    bases = {
-        a.name: base
-        if a.training is None
-        else dataclasses.replace(a.training, per_device_eval_batch_size=settings.eval_batch_size)
-        for a in arms
-    }
 
-    studies = {arm.name: settings.study(arm.name, objective) for arm in arms}
-    if settings.stage in ("search", "all"):
-        for arm in arms:
-            space = searched[arm.name]
-            search(
-                studies[arm.name],
-                settings.n_trials,
-                lambda trial, arm=arm, space=space: run_trial(
-                    task,
-                    trial,
-                    data,
-                    arm,
-                    space,
-                    bases[arm.name],
-                    objective,
-                    settings.sweep_dir,
-                    settings.evaluations_per_trial,
-                ),
-                desc=f"sweep {arm.name}",
-            )
-    from sqlalchemy.engine import make_url  # Optuna's storage driver: imported by the sweep alone
 
-    shown = make_url(settings.storage).render_as_string(hide_password=True)  # reports never carry a database password
-    out = SweepResults(dataclasses.replace(settings, storage=shown), {})
-    for arm in arms:
-        out.arms[arm.name] = trials_summary(
-            studies[arm.name],
-            arm,
-            settings.sweep_dir,
-            searched[arm.name].names,
-            not_searched[arm.name],
-            objective.maximize,
-        )
-    if settings.stage in ("compare", "all"):
-        best = {arm.name: best_params(studies[arm.name], objective.maximize) for arm in arms}
-        for arm in arms:  # every arm's retrained models checked before any is trained
-            check_final(settings.sweep_dir, arm.name, best[arm.name])
-        for arm in arms:
-            retrain(task, arm, best[arm.name], settings, data, bases[arm.name])
-        pairs = [
-            (a.name, b.name)
-            for a in arms
-            for b in arms
-            if a.name not in more and b.name not in more and a.constrained and not b.constrained
-            and a.readout == b.readout
-        ]  # fmt: skip
-        pairs += [(name, reference) for name in more]
-        results = evaluate_finals(task, arms, settings, train_gamma, recipe.script, pairs)
-        out.comparisons, out.test_report = results.comparisons, results.files
-        out.arm_plot = results.files[task.headline.key]
-        out.save(settings.sweep_dir)
-    write_report(out, settings.sweep_dir)
+def resolved(settings: SweepArguments, training) -> SweepArguments:
+    """The options with their derived defaults filled (`locate`: the folder, study name and storage; the noise
+    grid: `comparison.comparison_levels`), as a new value: the caller's are left as given."""
+    out = dataclasses.replace(settings)
+    out.locate(training.output_dir)
+    out.gammas = comparison_levels(settings.gammas, training.noise_gamma, "gammas")
     return out
+
+
+def compared_pairs(arms: list[Arm], more: dict[str, Recipe], reference: str) -> list[tuple[str, str]]:
+    """(arm, its reference) pairs: each constrained arm against the ERM twin of its readout, each `--arm` against the
+    reference arm."""
+    pairs = [(a.name, b.name) for a in arms for b in arms
+             if a.name not in more and b.name not in more and a.constrained and not b.constrained
+             and a.readout == b.readout]  # fmt: skip
+    return pairs + [(name, reference) for name in more]
 
 
 COMMAND = "sweep"

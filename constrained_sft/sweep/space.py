@@ -22,11 +22,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from ..comparison import names as arm_names
 from ..config import ConstrainedConfig, ConstraintArguments, unread_fields
 from ..constraints import ERM, mode_of
 from ..utils.files import read_yaml
 
-SECTIONS = ("constrained", "erm")
+SECTIONS = arm_names.TWINS  # a search space's sections: the arms' names
 KEYS = ("low", "high", "log", "int", "choices")
 # one trial's searched values: config field -> value (Optuna's kinds: a float, an int or a choice)
 ParamValue: TypeAlias = "float | int | str | bool | None"
@@ -61,7 +62,7 @@ def _param(section: str, name: str, spec: Any, config_class: type) -> Param:
         raise SearchSpaceError(
             f"{where}: not a field of {config_class.__name__} (e.g. dual_lr, descent_alpha, learning_rate, seed)."
         )
-    if section == "erm" and name in {f.name for f in dataclasses.fields(ConstraintArguments)}:
+    if section == arm_names.ERM and name in {f.name for f in dataclasses.fields(ConstraintArguments)}:
         raise SearchSpaceError(f"{where}: ERM has no constraints; search it only in the `constrained` section.")
     if not isinstance(spec, dict) or set(spec) - set(KEYS):
         raise SearchSpaceError(f"{where}: a mapping with keys {list(KEYS)}, got {spec!r}.")
@@ -116,7 +117,7 @@ def parse_space(
         raise SearchSpaceError(f"{source}: a mapping with sections {allowed}, got {raw!r:.200}.")
     out = {}
     for section in [*SECTIONS, *(s for s in sections if s in raw)]:
-        entries = raw.get(section, DEFAULT_ERM if section == "erm" else None)
+        entries = raw.get(section, DEFAULT_ERM if section == arm_names.ERM else None)
         if not isinstance(entries, dict) or not entries:
             raise SearchSpaceError(f"{source}: section `{section}` must map field names to ranges, got {entries!r}.")
         out[section] = SearchSpace(tuple(_param(section, k, v, config_class) for k, v in entries.items()))
@@ -159,7 +160,7 @@ def arm_spaces(spaces: dict[str, SearchSpace], arms, training) -> tuple[dict[str
         config = arm.training or training
         constraints = config.constraints if arm.constrained or arm.training else ERM
         unread = unread_fields(constraints, config.dual_optimizer)
-        fallback = "constrained" if mode_of(constraints).trains_layers else "erm"
+        fallback = arm_names.readout_arm(mode_of(constraints).trains_layers, None)
         searched[arm.name], dropped[arm.name] = arm_space(spaces, arm.name, fallback, unread)
         check_ranges({arm.name if arm.name in spaces else fallback: searched[arm.name]}, config)
     return searched, dropped

@@ -54,7 +54,7 @@ class Recipe:
 class Arm:
     """One model family of a comparison: its name, its readout (tasks with several), and whether constrained."""
 
-    name: str  # 'constrained', 'erm', 'constrained-linear', ...
+    name: str  # `comparison.names`: the twins' names, with the readout where the task has several; an `--arm`'s
     readout: str | None
     constrained: bool
     training: Any = None  # the arm's own trainer config (a `--arm` recipe's); None: the sweep recipe's
@@ -188,19 +188,6 @@ class Searching(ABC):
     def recipe_readout(self, recipe: Recipe) -> str | None:
         """The readout the recipe trains with (tasks with `readouts`)."""
         return None
-
-    def arms(self, recipe: Recipe, readouts: list[str] | None, baseline: bool) -> list[Arm]:
-        """A constrained arm per readout (or one), and with `baseline` an ERM twin of each."""
-        task = self.task
-        if readouts and not task.readouts:
-            raise ValueError(
-                f"`readouts` chooses among a classifier's readouts; `task: {task.name}` recipes have one readout."
-            )
-        if bad := [r for r in readouts or [] if r not in task.readouts]:
-            raise ValueError(f"`readouts` must be among {list(task.readouts)}, got {bad}.")
-        chosen = readouts or [self.recipe_readout(recipe)]
-        arms = [Arm("constrained" + (f"-{r}" if r else ""), r, True) for r in chosen]
-        return arms + ([Arm("erm" + (f"-{r}" if r else ""), r, False) for r in chosen] if baseline else [])
 
 
 class Task(ABC):

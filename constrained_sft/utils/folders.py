@@ -1,9 +1,33 @@
-"""Output folders a command may write to, and names that build folders inside them."""
+"""
+Output folders: where a command may write (`check_output_folder`), names that build folders inside them
+(`plain_name`, `child_path`), and the one guard of a results folder, its marker (`check_folder`, `mark_folder`).
+
+Output folders that know who wrote them. Every command that writes results (`eval robustness / generate / alpaca /
+exits / harness`, `study`, `sweep`) marks its folder with `written_by.json`: the command and the settings that
+determine its results. Before any work, a command refuses in one line
+
+- a folder another command wrote (two commands given one `--output_dir` would replace each other's results.json),
+  unless the two share folders by design (`eval alpaca` adds its section to a robustness report);
+- its own folder written with settings that change the results (a resume continues only what matches; the settings a
+  continuation may extend, e.g. a study's training seeds, are not part of them). An earlier version's marker is
+  migrated where that is safe (`migration`): a setting this version no longer writes, in a group it still writes,
+  decides nothing now; a setting it lacks is added only where the folder's own work vouches for it;
+- a folder holding files no command marked (another tool's, or an earlier version's), whose origin it cannot check
+  (subfolders with markers of their own are known: `eval/alpaca/run.py` judges beside the generations it wrote).
+
+Nothing is overwritten: the marker is written (atomically) only when the command is about to write its results.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tempfile
+
+from ..version import VERSION
+from .files import json_safe
+from .types import JSONObject
 
 
 def plain_name(name: object, flag: str, error: type[ValueError] = ValueError) -> str:
@@ -67,3 +91,171 @@ def check_output_folder(path: str | None, flag: str, error: type[ValueError] = V
         raise error(
             f"`{flag}` {path} cannot be created in {parent} ({problem.strerror}); give a folder you can write to."
         ) from None
+
+
+MARKER = "written_by.json"
+# commands that write into one folder by design: `eval alpaca` adds its section to a robustness report folder
+SHARED = {"eval alpaca": {"eval robustness"}, "eval robustness": {"eval alpaca"}}
+
+
+def normalized(settings: JSONObject) -> JSONObject:
+    """`settings` as they read back from JSON (tuples as lists, keys as strings), so that a saved and a new set compare
+    equal when they are."""
+    return json.loads(json.dumps(json_safe(settings), sort_keys=True, default=str))
+
+
+def read_marker(path: str, flag: str) -> JSONObject | None:
+    """The folder's marker ({command: {"settings", "version"}}), None where it has none."""
+    marker = os.path.join(path, MARKER)
+    if not os.path.isfile(marker):
+        return None
+    try:
+        with open(marker, encoding="utf-8") as f:
+            value = json.load(f)
+        commands = value["commands"]
+        assert isinstance(commands, dict)
+    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+        raise OutputDirError(
+            f"`{flag}` {path}: its {MARKER} is damaged, so what wrote the folder cannot be checked; give another "
+            "folder."
+        ) from None
+    return commands
+
+
+def flat(settings: JSONObject, prefix: str = "") -> JSONObject:
+    """Nested settings as {'a.b.c': value}, so that a difference is named down to the field."""
+    out = {}
+    for key, value in settings.items():
+        if isinstance(value, dict) and value:
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+MISSING = object()  # a setting one side does not write (an earlier or later version's)
+
+
+def differences(saved: JSONObject, current: JSONObject, limit: int = 4, keys: list[str] | None = None) -> str:
+    """'key old -> new' for the settings that differ (`keys`, else every one), down to the nested field (the first
+    `limit`); a setting one side does not write reads '(unset)'."""
+    a, b = flat(saved), flat(current)
+    # a value changed first, then a setting one side lacks (an older version's marker)
+    keys = [
+        k for _, k in sorted((k not in a or k not in b, k) for k in (changed_keys(a, b) if keys is None else keys))
+    ]
+
+    def short(key: str, side: JSONObject) -> str:
+        text = json.dumps(side[key]) if key in side else "(unset)"
+        return text if len(text) <= 60 else text[:57] + "..."
+
+    shown = [f"{k} {short(k, a)} -> {short(k, b)}" for k in keys[:limit]]
+    return "; ".join(shown) + (f"; and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def changed_keys(a: JSONObject, b: JSONObject) -> list[str]:
+    """The flat keys whose values differ, a key one side lacks included (`None` on one side and nothing on the other
+    differ too)."""
+    return sorted(k for k in set(a) | set(b) if a.get(k, MISSING) != b.get(k, MISSING))
+
+
+def migration(saved: JSONObject, current: JSONObject, vouch=None) -> tuple[list[str], list[str]]:
+    """(refused, migrated) flat keys between a folder's saved settings and this version's. A setting this version no
+    longer writes, in a group it still writes (`arms.erm.training.dataset_num_proc` once a speed setting), decides
+    nothing now: migrated. A setting it writes that the saved ones lack is migrated only where `vouch(key)` says the
+    folder's work agrees with it (a study's data, checked against what its runs recorded); every other difference is
+    refused."""
+    a, b = flat(saved), flat(current)
+
+    def group_in(key: str, side: JSONObject) -> bool:  # the setting's own group (its parent) is still written
+        parent = key.rpartition(".")[0]
+        return not parent or any(k.startswith(parent + ".") for k in side)
+
+    refused, migrated = [], []
+    for key in changed_keys(a, b):
+        if key in a and key in b:
+            refused.append(key)
+        elif key in a:
+            (migrated if group_in(key, b) else refused).append(key)
+        else:
+            (migrated if vouch is not None and vouch(key) else refused).append(key)
+    return refused, migrated
+
+
+def check_folder(
+    path: str | None, command: str, settings: JSONObject, flag: str = "--output_dir", vouch=None
+) -> list[str]:
+    """Refuse, before any work, to write `command`'s results with `settings` into `path` (see the module docstring);
+    reads only. A missing or empty folder is always fine. Returns the settings an earlier version's marker is
+    migrated in (`migration`; `vouch`: which settings it lacks the folder's own work confirms)."""
+    found = (
+        sorted(f for f in os.listdir(path) if not f.startswith(f".{MARKER}.")) if path and os.path.isdir(path) else []
+    )
+    if not found:
+        return []  # missing, empty, or another worker of one sweep marking it this instant
+    commands = read_marker(path, flag)
+    if commands is None:
+        found = [f for f in found if not os.path.isfile(os.path.join(path, f, MARKER))]  # marked subfolders are known
+        if not found:
+            return []
+        raise OutputDirError(
+            f"`{flag}` {path} holds files that no constrained-sft command marked as its own ({', '.join(found[:3])}"
+            f"{', ...' if len(found) > 3 else ''}; no {MARKER}), so they could be another run's: give an empty or "
+            "new folder."
+        )
+    others = [c for c in commands if c != command and c not in SHARED.get(command, set())]
+    if others:
+        raise OutputDirError(
+            f"`{flag}` {path} holds the results of `constrained-sft {others[0]}`; writing `{command}` results there "
+            "would replace or mix with them: give another folder."
+        )
+    if command not in commands:
+        return []
+    saved, current = commands[command].get("settings", {}), normalized(settings)
+    refused, migrated = migration(saved, current, vouch)
+    if refused:
+        raise OutputDirError(
+            f"`{flag}` {path} holds `{command}` results made with other settings "
+            f"({differences(saved, current, keys=refused)}): give another folder, or the same settings to continue it."
+        )
+    return migrated
+
+
+def saved_settings(path: str | None, command: str, flag: str) -> JSONObject | None:
+    """The settings `command` recorded in the folder's marker (None: no folder, no marker, or not `command`'s)."""
+    commands = read_marker(path, flag) if path and os.path.isdir(path) else None
+    entry = (commands or {}).get(command)
+    return entry.get("settings") if isinstance(entry, dict) else None
+
+
+def migrated_line(flag: str, path: str, saved: JSONObject, keys: list[str]) -> str:
+    """What continuing an earlier version's folder changed in its marker (`check_folder`'s migrated settings)."""
+    arms = lambda names: list(dict.fromkeys(re.sub(r"^arms\.[^.]+\.", "arms.*.", k) for k in names))  # noqa: E731
+    gone = arms(k for k in keys if k in flat(saved))
+    new = arms(k for k in keys if k not in flat(saved))
+    parts = ([f"{', '.join(gone)} no longer decide(s) the results"] if gone else []) + (
+        [f"{', '.join(new)} recorded now"] if new else []
+    )
+    return f"`{flag}` {path}: written by an earlier version, continued; its settings migrated ({'; '.join(parts)})."
+
+
+def mark_folder(path: str, command: str, settings: JSONObject) -> None:
+    """Record `command` and its `settings` in the folder's marker (created with the folder if missing); called once
+    `check_folder` has passed, as the command starts writing. Workers of one sweep may mark one folder at once: the
+    marker is written only when it changes, through a temporary file of this process's own."""
+    os.makedirs(path, exist_ok=True)
+    commands = read_marker(path, "--output_dir") or {}
+    entry = {"settings": normalized(settings), "version": VERSION}
+    if commands.get(command) == entry:
+        return
+    commands[command] = entry
+    handle, tmp = tempfile.mkstemp(prefix=f".{MARKER}.", dir=path)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            json.dump({"commands": commands}, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(path, MARKER))
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)

@@ -19,6 +19,7 @@ import sys
 
 import yaml
 
+from constrained_sft.comparison import sweep_arms
 from constrained_sft.config import training_level
 from constrained_sft.evaluation import RobustnessResults, compare
 from constrained_sft.evaluation.report import comparisons_markdown
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> None:
     recipe = task.recipe(tuple(parsed))
     variants = [parse_variant(v, type(recipe.training)) for v in own["variant"]]
     settings.locate(recipe.training.output_dir)
-    arms = {a.name: a for a in task.searching.arms(recipe, settings.readouts, baseline=True)}
+    arms = {a.name: a for a in sweep_arms(task, recipe, settings.readouts, baseline=True, more={})}
     if own["arm"] not in arms or own["against"] not in arms:
         raise SystemExit(f"--arm / --against must be arms of the sweep: {list(arms)}.")
     main_results = RobustnessResults.load(os.path.join(settings.sweep_dir, "test"))

@@ -21,8 +21,8 @@ from transformers import LlamaModel
 
 from constrained_sft import ConstrainedSFTConfig
 from constrained_sft.cli import console
-from constrained_sft.evaluation.folders import MARKER, mark_folder
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
+from constrained_sft.utils.folders import MARKER, mark_folder
 
 
 @dataclass

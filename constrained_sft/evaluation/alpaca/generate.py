@@ -26,9 +26,8 @@ from ...noise import NoiseGrid, embedding_sigma, noise_stream, noisy
 from ...tasks import SFTTask, get_task
 from ...utils.fields import check_fields
 from ...utils.files import write_json
-from ...utils.folders import check_output_folder, child_path, plain_name
+from ...utils.folders import check_folder, check_output_folder, child_path, mark_folder, plain_name
 from ..arms import check_model_paths, folder_name
-from ..folders import check_folder, mark_folder
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma
 from ..results import ALPACA_EVAL_SIZE

@@ -24,11 +24,11 @@ from typing import Any
 
 import numpy as np
 
+from ...comparison import CONSTRAINED, ERM
 from ...noise import NoiseGrid
 from ...utils.fields import check_fields
 from ...utils.files import read_json, write_json
-from ...utils.folders import check_output_folder, plain_name
-from ..folders import check_folder, mark_folder
+from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
 from ..instructions import GenerationError
 from ..report.headtohead import cost_text
 from ..results import HeadToHead, WinRateLevel
@@ -45,8 +45,8 @@ COMMAND = "eval alpaca"
 class AlpacaArguments:
     generations: str = field(default=None, metadata={"help": "The --output_dir of `eval generate`."})
     output_dir: str = field(default=None, metadata={"help": "Report folder (e.g. the robustness report's)."})
-    model: str = field(default="constrained", metadata={"help": "Generator folder judged as the model."})
-    reference: str = field(default="erm", metadata={"help": "Generator folder used as the reference."})
+    model: str = field(default=CONSTRAINED, metadata={"help": "Generator folder judged as the model."})
+    reference: str = field(default=ERM, metadata={"help": "Generator folder used as the reference."})
     judge: str = field(default="gpt4", metadata={"help": judges_help()})
     judge_model: str | None = field(
         default=None,

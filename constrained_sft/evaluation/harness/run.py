@@ -16,13 +16,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ...data import ModelSpec
+from ...data import ModelSpec, model_identities
 from ...noise import embedding_sigma
 from ...tasks.sft import causal_lm_config
 from ...utils.files import read_json, write_json
-from ...utils.folders import OutputDirError, child_path
+from ...utils.folders import OutputDirError, check_folder, child_path, differences, mark_folder, normalized
 from ..bootstrap import Statistic, bootstrap_interval, paired_bootstrap
-from ..folders import check_folder, differences, mark_folder, model_identities, normalized
 from ..loading import reference_sigma, versions
 from ..results import HARNESS_JSON, Band, Comparison, Difference, HarnessResults, HarnessSettings, StatisticRow
 from .arguments import HarnessArguments

@@ -1,0 +1,172 @@
+"""
+The arms of a comparison from its recipes: the study's (the constrained recipe, its ERM twin and any `--arm`) and the
+sweep's (a constrained arm per readout, their ERM twins, any `--arm`); the one twin check (what two recipes of one
+comparison may and may not differ in); the reference arm; `--arm NAME=RECIPE.yaml` parsed and checked; and `RunKey`,
+one arm trained with one seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+
+from ..config import ConstraintArguments, NoiseArguments
+from ..constraints import mode_of
+from ..tasks import Arm, Recipe
+from ..tasks.training import data_identity
+from ..trainers.resume import deciding
+from ..utils.folders import child_path, plain_name
+from .names import CONSTRAINED, ERM, TWINS, readout_arm
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class RunKey:
+    """One run of a comparison (a study's run, a sweep's retrained final): `arm` trained with `seed`. `name`
+    ("arm/seedN") is how results, reports and plans say it; `stem` ("arm-seedN") names its files."""
+
+    seed: int
+    arm: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.arm}/seed{self.seed}"
+
+    @property
+    def stem(self) -> str:
+        return f"{self.arm}-seed{self.seed}"
+
+    def folder(self, root: str, kind: str = "train") -> str:
+        """Its run folder: `root/kind/arm/seedN` (a study's `train/`, a sweep's `final/`)."""
+        return child_path(root, kind, self.arm, f"seed{self.seed}")
+
+    @classmethod
+    def parse(cls, name: str) -> RunKey:
+        match = re.fullmatch(r"(.+)/seed(\d+)", name)
+        if match is None:
+            raise ValueError(f"{name!r} is not a run name (arm/seedN).")
+        return cls(int(match.group(2)), match.group(1))
+
+
+TWIN_FLAGS = "--config and --erm_config"  # how a refusal names the study's twins
+BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}
+
+
+def twin_differences(constrained: Recipe, other: Recipe, same_noise: bool = True, who: str = TWIN_FLAGS) -> list[str]:
+    """Training fields (not constraints, noise or bookkeeping) on which two arms differ; data, model or (with
+    `same_noise`) noise differences are refused, naming the recipes as `who` says: the arms would not see the same
+    data, start or perturbation. An arm of its own (`--arm`) may train with other noise (NEFTune's, say): its noise
+    fields are listed instead."""
+    refused = []
+    for label, a, b in (("data", constrained.script, other.script), ("model", constrained.model, other.model)):
+        da, db = dataclasses.asdict(a), dataclasses.asdict(b)
+        refused += [f"{label} field `{k}` ({da[k]!r} vs {db[k]!r})" for k in da if k != "task" and da[k] != db.get(k)]
+    noise = {f.name for f in dataclasses.fields(NoiseArguments)}
+    constraint = {f.name for f in dataclasses.fields(ConstraintArguments)}
+    ta, tb = vars(constrained.training), vars(other.training)
+    if same_noise:
+        refused += [f"`{k}` ({ta[k]!r} vs {tb[k]!r})" for k in sorted(noise) if ta[k] != tb[k]]
+    if refused:
+        same = (
+            "same data, model and noise; they differ in constraints"
+            if same_noise
+            else "same data, model; an arm's own constraints and noise may differ"
+        )
+        raise ValueError(f"{who} must be twins ({same}): they differ in {'; '.join(refused)}.")
+    skip = (noise if same_noise else set()) | constraint | BOOKKEEPING
+    return [
+        f"{k}: {ta[k]!r} vs {tb[k]!r}"
+        for k in sorted(ta)
+        if k not in skip and not k.startswith("_") and ta[k] != tb[k]
+    ]
+
+
+def more_differences(constrained: Recipe, more: dict[str, Recipe]) -> list[str]:
+    """The one check of every `--arm` (study and sweep): the same data and model as the constrained recipe, its own
+    objective, constraints and noise; refused in one line naming the arm, else its differing fields ('arm: field')."""
+    out = []
+    for name, recipe in more.items():
+        out += [
+            f"{name}: {d}" for d in twin_differences(constrained, recipe, False, f"`--arm {name}`: it and --config")
+        ]
+    return out
+
+
+def study_arms(constrained: Recipe, erm: Recipe, more: dict[str, Recipe]) -> tuple[dict[str, Recipe], list[str]]:
+    """The study's arms, {name: recipe} (the constrained recipe, its ERM twin, then the `--arm`s), and every
+    training field on which an arm differs from the constrained one; refused unless `--config` is constrained,
+    `--erm_config` is not, the two are twins and every `--arm` passes `more_differences`."""
+    if not mode_of(constrained.training.constraints).trains_layers:
+        raise ValueError(
+            "--config has `constraints: none`; give the constrained recipe (its ERM twin is --erm_config)."
+        )
+    if mode_of(erm.training.constraints).trains_layers:
+        raise ValueError(
+            f"--erm_config has `constraints: {erm.training.constraints}`; the ERM twin needs `constraints: none`."
+        )
+    differences = twin_differences(constrained, erm) + more_differences(constrained, more)
+    return {CONSTRAINED: constrained, ERM: erm, **more}, differences
+
+
+def sweep_arms(task, recipe: Recipe, readouts: list[str] | None, baseline: bool, more: dict[str, Recipe]) -> list[Arm]:
+    """The sweep's arms: a constrained arm per readout (or one), with `baseline` an ERM twin of each, then the
+    `--arm`s (searched from their own recipes); refused unless the recipe is constrained, the readouts are the task's
+    and every `--arm` has a new name and passes `more_differences`."""
+    if readouts and not task.readouts:
+        raise ValueError(
+            f"`readouts` chooses among a classifier's readouts; `task: {task.name}` recipes have one readout."
+        )
+    if bad := [r for r in readouts or [] if r not in task.readouts]:
+        raise ValueError(f"`readouts` must be among {list(task.readouts)}, got {bad}.")
+    chosen = readouts or [task.searching.recipe_readout(recipe)]
+    arms = [Arm(readout_arm(True, r), r, True) for r in chosen]
+    arms += [Arm(readout_arm(False, r), r, False) for r in chosen] if baseline else []
+    if not mode_of(recipe.training.constraints).trains_layers:
+        raise ValueError("The recipe has `constraints: none`; sweep the constrained recipe (its ERM twin is an arm).")
+    if clash := [name for name in more if name in [a.name for a in arms]]:
+        raise ValueError(f"`--arm` {clash[0]!r}: the sweep already has an arm of that name; choose another.")
+    more_differences(recipe, more)
+    return arms + [Arm(n, None, mode_of(r.training.constraints).trains_layers, r.training) for n, r in more.items()]
+
+
+def reference_arm(given: str | None, names: list[str], more: bool) -> str:
+    """The arm every `--arm` is compared with: `given`, else ERM where the comparison has it, else the first arm;
+    refused unless one of `names`. A sweep without `--arm` compares each constrained arm with its own ERM twin, so a
+    `--reference` there is refused (`more`: whether it has `--arm`s)."""
+    if given is not None and not more:
+        raise ValueError(
+            f"`--reference` {given!r} names the arm each `--arm` is compared with, and this sweep has no `--arm`: its "
+            "constrained arms are compared with their ERM twins. Drop `--reference` or add an `--arm`."
+        )
+    reference = given or (ERM if ERM in names else names[0])
+    if reference not in names:
+        raise ValueError(f"`--reference` {given!r} must be one of the arms {names}.")
+    return reference
+
+
+def recipe_identity(recipe: Recipe) -> dict:
+    """What decides an arm's trained weights, but for the seed (the runs of one arm differ in it): its training
+    fields (`trainers.resume.deciding`: all but paths, logging and speed), data fields with what a local source holds
+    (`training.data_identity`: its content id) and model. A study or a sweep continues a folder only with the same, so
+    no run of one recipe is mixed with runs of a changed one, or with runs of the same file before an edit."""
+    training = {k: v for k, v in deciding(recipe.training.to_dict()).items() if k != "seed"}
+    model = dataclasses.asdict(recipe.model) if recipe.model is not None else None
+    return {"training": training, "data": data_identity(recipe.script), "model": model}
+
+
+def arm_recipes(texts: list[str] | None, taken: tuple[str, ...] = TWINS) -> dict[str, str]:
+    """{name: recipe path} of every `--arm NAME=RECIPE.yaml`, refused in one line unless NAME is new (not in `taken`,
+    the comparison's own arms) and RECIPE an existing YAML file."""
+    out: dict[str, str] = {}
+    for text in texts or []:
+        name, sep, path = text.partition("=")
+        if not sep or not name or " " in name or name in (*taken, *out):
+            raise ValueError(
+                f"`--arm` {text!r} must be NAME=RECIPE.yaml with a new name (no spaces; not one of {list(taken)}, "
+                "which the comparison's own recipes give)."
+            )
+        plain_name(name, "--arm")
+        if not (os.path.isfile(path) and path.endswith((".yaml", ".yml"))):
+            raise FileNotFoundError(f"`--arm` {name}: {path!r} is not a YAML recipe file.")
+        out[name] = path
+    return out

@@ -1,0 +1,46 @@
+"""The comparison layer's own rules, without training: the reference arm, the arms' names, one command line's
+recipes (`with_config`); the twin check and the folder are exercised through the study and the sweep
+(tests/test_study*.py, tests/sweep/)."""
+
+import pytest
+
+from constrained_sft.comparison import CONSTRAINED, ERM, TWINS, arm_label, arm_recipes, readout_arm, reference_arm
+from constrained_sft.comparison.recipes import with_config
+
+
+def test_the_reference_arm():
+    names = [CONSTRAINED, ERM, "penalty"]
+    assert reference_arm(None, names, more=True) == ERM
+    assert reference_arm("penalty", names, more=True) == "penalty"
+    assert reference_arm(None, ["constrained-head", "neftune"], more=True) == "constrained-head"
+    with pytest.raises(ValueError, match=r"`--reference` 'nope' must be one of the arms"):
+        reference_arm("nope", names, more=True)
+    with pytest.raises(ValueError, match="this sweep has no `--arm`"):
+        reference_arm(ERM, names, more=False)
+
+
+def test_the_arms_names():
+    assert TWINS == ("constrained", "erm")
+    assert readout_arm(True, None) == "constrained" and readout_arm(False, "linear") == "erm-linear"
+    assert arm_label(ERM) == "ERM" and arm_label("penalty") == "penalty"
+
+
+def test_an_arm_takes_a_new_plain_name_and_a_yaml_recipe(tmp_path):
+    recipe = tmp_path / "penalty.yaml"
+    recipe.write_text("constraints: penalty\n")
+    assert arm_recipes([f"penalty={recipe}"]) == {"penalty": str(recipe)}
+    for text, error in ((f"erm={recipe}", "a new name"), (f"a/b={recipe}", "plain name"), ("x=missing.yaml", "YAML")):
+        with pytest.raises((ValueError, FileNotFoundError), match=error):
+            arm_recipes([text])
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--config", "a.yaml", "--max_steps", "2"], ["--config", "b.yaml", "--max_steps", "2"]),
+        (["--config=a.yaml", "--seed", "1"], ["--config=b.yaml", "--seed", "1"]),
+        (["--max_steps", "2"], ["--config", "b.yaml", "--max_steps", "2"]),
+    ],
+)
+def test_every_arm_gets_the_command_lines_overrides(argv, expected):
+    assert with_config(argv, "b.yaml") == expected
