@@ -79,9 +79,13 @@ demo-study: $(OFFLINE)
 	@echo "demo-study demonstrates the pipeline at a toy budget (2 seeds x 20 steps, 16 held-out conversations, a"
 	@echo "proxy judge): differences it calls 'same' are unresolved, not equal. Report: outputs/smollm2-study-demo/report.md"
 
-# The default suite: tiny offline models, 10-18 minutes on 2 CPU cores depending on the machine (README).
+# The default suite: tiny offline models, one pytest-xdist worker per core (TEST_WORKERS=1: one process), each test's
+# torch on one thread (tests/conftest.py), the slowest tests started first by work stealing; the README gives its time
+# on a quiet and on a loaded 2-core machine. Its time limits are hang detectors: on a busy machine
+# CONSTRAINED_SFT_TEST_TIME_SCALE=3 stretches them.
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
 
 # Slow tests (real model weights, long runs, a real judge server) and GPU tests, outside the default suite.
 test-slow: $(STAMP) $(JUDGE_SERVER)

@@ -1,16 +1,75 @@
 import contextlib
 import os
+import subprocess
 import sys
 import warnings
 
 import pytest
 
+# One torch (OpenMP / MKL) thread per process, for this process and every subprocess a test starts (issue 68): the
+# models are tiny, so a second thread buys nothing, and several processes at once (pytest-xdist's workers, a 2-rank
+# launch, a study's jobs, another program on the machine) each spinning on every core slowed a toy step 45x on a loaded
+# 2-core machine. Set these variables yourself to test with more.
+for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_variable, "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # every test that asks for a help sees it built from the parsers, never a text cached by an earlier run
 # (tests/cli/test_imports.py turns the cache on, in a folder of its own)
 os.environ["CONSTRAINED_SFT_HELP_CACHE"] = "0"
 warnings.filterwarnings("ignore", category=FutureWarning)
+
+
+# A time limit in a test is a hang detector, never a speed check (speed is benchmarks/' business): each is ten times
+# what its step takes on 2 quiet cores, so a machine 5x slower (a loaded laptop, a shared CI runner) stays well inside
+# it. CONSTRAINED_SFT_TEST_TIME_SCALE stretches every limit further (e.g. 3 on a machine kept busy by other work).
+HANG_FACTOR = 10
+TIME_SCALE_VARIABLE = "CONSTRAINED_SFT_TEST_TIME_SCALE"
+
+
+def time_scale() -> float:
+    text = os.environ.get(TIME_SCALE_VARIABLE, "").strip() or "1"
+    try:
+        scale = float(text)
+    except ValueError:
+        scale = float("nan")
+    if not scale > 0 or scale == float("inf"):
+        raise pytest.UsageError(f"{TIME_SCALE_VARIABLE}={text!r}: give a number > 0 (e.g. 3), the factor by which "
+                                "every test's hang limit is stretched")  # fmt: skip
+    return scale
+
+
+def hang_limit(usual: float) -> float:
+    """The seconds a test lets a step run before calling it a hang: `HANG_FACTOR` x `usual` (what the step takes on 2
+    quiet cores; at least a minute) x the time scale."""
+    return max(usual * HANG_FACTOR, 60.0) * time_scale()
+
+
+def hang_message(limit: float, what: str) -> str:
+    """What a fired hang limit says: that it was the limit, and how long the step usually takes."""
+    usual = limit / time_scale() / HANG_FACTOR
+    return (
+        f"{what} still ran after {limit:.4g} s, {HANG_FACTOR}x what it takes on 2 quiet cores (~{usual:.3g} s): a "
+        f"hang, or a machine more than {HANG_FACTOR}x slower than that. On a slow or busy machine rerun with "
+        f"{TIME_SCALE_VARIABLE}=3 (every limit x3)."
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A `subprocess.TimeoutExpired` out of a test is reported as a fired hang limit (`hang_message`), with the
+    command and the tail of its output, not as a bare traceback."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and call.excinfo.errisinstance(subprocess.TimeoutExpired):
+        error = call.excinfo.value
+        command = " ".join(map(str, error.cmd)) if isinstance(error.cmd, (list, tuple)) else str(error.cmd)
+        tail = "".join(
+            (x.decode(errors="replace") if isinstance(x, bytes) else x)[-3000:]
+            for x in (error.stdout, error.stderr)
+            if x
+        )
+        report.longrepr = f"{hang_message(error.timeout, f'`{command[:300]}`')}\n--- its output (tail) ---\n{tail}"
 
 
 def free_port() -> str:
@@ -27,7 +86,6 @@ def _native_stacks(processes) -> str:
     """Every process's Python and C++ stacks (`py-spy dump --native`, a dev dependency): where a thread waits on a
     lock or the GIL, which faulthandler's Python-only dump cannot show."""
     import shutil
-    import subprocess
 
     spy = shutil.which("py-spy") or shutil.which("py-spy", path=os.path.dirname(sys.executable))
     if spy is None:
@@ -44,14 +102,13 @@ def _native_stacks(processes) -> str:
     return "\n".join(dumps)
 
 
-def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600, config_file: str | None = None):
+def launch_on_cpu(num_processes: int, *target: str, timeout: float | None = None, config_file: str | None = None):
     """`accelerate launch --multi_gpu` (or with `config_file`) of `target` (a script and its arguments, or
     `-m module ...`) as `num_processes` gloo CPU processes; a crash at any rank prints its Python stack
     (faulthandler). A launch still running after `timeout` seconds fails the test with every process's native and
     Python stacks (py-spy, then SIGABRT through faulthandler) and the tail of its output, so a hang in CI says where
     each rank was."""
     import signal
-    import subprocess
 
     if config_file is None:  # plain data parallel: gloo CPU processes
         how = ["--multi_gpu", "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
@@ -62,6 +119,7 @@ def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600, config
         "--main_process_port", free_port(), *target,
     ]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    timeout = hang_limit(60) if timeout is None else timeout
     if config_file is None:
         env["ACCELERATE_USE_CPU"] = "true"
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
@@ -84,7 +142,7 @@ def launch_on_cpu(num_processes: int, *target: str, timeout: float = 600, config
                 proc.kill()
                 stdout, stderr = proc.communicate()
             pytest.fail(
-                f"`accelerate launch` still running after {timeout:g} s; the processes' stacks and output follow.\n"
+                f"{hang_message(timeout, '`accelerate launch`')} The processes' stacks and output follow.\n"
                 f"--- stdout (tail) ---\n{stdout[-4000:]}\n--- stderr (tail) ---\n{stderr[-12000:]}\n"
                 f"--- native stacks (py-spy) ---\n{native[-12000:]}",
                 pytrace=False,

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import hang_limit
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "step_time.py")
 
@@ -28,7 +29,11 @@ def _run(tmp_path, *flags):
         str(out),
     ]
     result = subprocess.run(
-        [*cmd, *flags], capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        [*cmd, *flags],
+        capture_output=True,
+        text=True,
+        timeout=hang_limit(30),
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(out.read_text())
@@ -145,7 +150,7 @@ def test_dual_optimizer_benchmark_end_to_end_and_its_measures(tmp_path):
     out = tmp_path / "dual.json"
     cmd = [sys.executable, script, "--seeds", "2", "--steps", "12", "--output", str(out)]
     result = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd, capture_output=True, text=True, timeout=hang_limit(100), env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
@@ -155,7 +160,7 @@ def test_dual_optimizer_benchmark_end_to_end_and_its_measures(tmp_path):
     cmd = [sys.executable, script, "--seeds", "2", "--steps", "12", "--methods", "sgd", "--dual_lr_rule", "0.1",
            "--against", str(out), "--output", str(ruled)]  # fmt: skip
     result = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd, capture_output=True, text=True, timeout=hang_limit(100), env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     assert result.returncode == 0, result.stderr[-3000:]
     runs = json.loads(ruled.read_text())["runs"]
@@ -198,7 +203,7 @@ def test_dual_optimizer_study_summary_on_a_tiny_study(tmp_path):
     out = tmp_path / "dual.json"
     cmd = [sys.executable, script, "--study_dir", str(study), "--recipe", str(tmp_path / "constrained.yaml"),
            "--eval_size", "8", "--bootstrap_samples", "200", "--output", str(out)]  # fmt: skip
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=hang_limit(60))
     assert result.returncode == 0, result.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["method"] for r in rows] == ["sgd", "adam", "nupi", "augmented_lagrangian"]

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import free_port
+from conftest import free_port, hang_limit
 from standins import offline_standins
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +127,9 @@ def run_shell(
         **(standins or {}),
     }  # fmt: skip
     if SHELL_PRELUDES[prelude]:
-        subprocess.run([sys.executable, "-c", SHELL_PRELUDES[prelude]], cwd=cwd, env=env, check=True, timeout=120)
+        subprocess.run(
+            [sys.executable, "-c", SHELL_PRELUDES[prelude]], cwd=cwd, env=env, check=True, timeout=hang_limit(12)
+        )
     notes = []
     for pattern, replacement, why, small in SHELL_SUBSTITUTIONS:
         if small and standins is None:
@@ -136,7 +138,7 @@ def run_shell(
         notes += [why] if n else []
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", code], cwd=cwd, capture_output=True, text=True, env=env,
-        timeout=600 if standins is not None else None,
+        timeout=hang_limit(180) if standins is not None else None,
     )  # fmt: skip
     return notes, code, result
 
@@ -198,7 +200,7 @@ def test_example(block, tmp_path, capsys, request):
         code = code.replace(text, replacement)
     script = PRELUDES[""] + PRELUDES[prelude] + code
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=hang_limit(30),
         env={"PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)},
     )  # fmt: skip
     assert result.returncode == 0, f"{script}\n--- stderr ---\n{result.stderr[-3000:]}"

@@ -14,16 +14,17 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import hang_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest.importorskip("alpaca_eval")
 
 
-def run_script(*args, env=None, timeout=600):
+def run_script(*args, env=None, timeout=None):
     environment = {**os.environ, "PY": sys.executable, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
                    **(env or {})}  # fmt: skip
     return subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_study.sh"), *args], capture_output=True, text=True,
-                          env=environment, timeout=timeout)  # fmt: skip
+                          env=environment, timeout=timeout or hang_limit(100))  # fmt: skip
 
 
 def test_the_smoke_run_goes_through_the_whole_script(tmp_path):
@@ -82,14 +83,14 @@ def test_a_sigterm_packages_what_the_study_recorded(tmp_path):
                    "BATCHES": "packed", "ATTN": "sdpa"}  # fmt: skip
     script = subprocess.Popen(["bash", str(ROOT / "benchmarks" / "gpu_study.sh"), "--smoke", str(out)], env=environment,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + hang_limit(30)
     while not list(study.glob("runs/*.json")) and script.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert script.poll() is None, "the study ended before a record was written"
     script.send_signal(signal.SIGTERM)
     time.sleep(0.5)
     script.send_signal(signal.SIGTERM)  # impatient: a second one while it packages
-    stdout, stderr = script.communicate(timeout=120)
+    stdout, stderr = script.communicate(timeout=hang_limit(12))
     assert script.returncode == 143, stderr[-3000:]
     assert "stopped by SIGTERM; packaging what the study recorded" in stderr
     with tarfile.open(out / "study.tar.gz") as tar:

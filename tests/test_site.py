@@ -13,6 +13,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from conftest import hang_limit
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ["index.html", "guides/performance/index.html"]
@@ -82,7 +83,7 @@ def test_site_renders_in_headless_chromium_with_the_network_off(site, page, tmp_
         "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9",  # the network is off
         "--window-size=1200,900", f"--screenshot={shot}", (site / page).as_uri(),
     ]  # fmt: skip
-    subprocess.run(cmd, capture_output=True, timeout=120)
+    subprocess.run(cmd, capture_output=True, timeout=hang_limit(12))
     assert shot.exists(), "Chromium wrote no screenshot"
     image = Image.open(shot).convert("RGB")
     width, height = image.size

@@ -205,11 +205,11 @@ def test_study_refuses_recipes_that_are_not_twins(assets, tmp_path, capsys, monk
 def test_training_stage_under_accelerate_launch_then_evaluation_in_one_process(assets, tmp_path):
     """Two gloo CPU processes train both twins one after the other in one launch (the process group outlives the
     first run), then `--stage evaluate` runs in one process on the finished runs."""
-    from conftest import launch_on_cpu
+    from conftest import hang_limit, launch_on_cpu
 
     out = tmp_path / "study"
     argv = study_argv(assets, out, "--training_seeds", "1", "--stage", "train")
-    result = launch_on_cpu(2, "-m", "constrained_sft", *argv, timeout=400)
+    result = launch_on_cpu(2, "-m", "constrained_sft", *argv, timeout=hang_limit(40))
     assert result.returncode == 0, result.stderr[-3000:]
     for arm in ("constrained", "erm"):
         assert (out / "train" / arm / "seed0" / "training_args.json").is_file()

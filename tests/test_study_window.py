@@ -5,6 +5,7 @@ next call continues, and a run that fails half way costs only itself."""
 import json
 
 import pytest
+from conftest import hang_limit
 from test_study import assets, study_argv  # noqa: F401 - the fixture and argv of the study's own tests
 
 from constrained_sft.cli import main as cli
@@ -294,7 +295,7 @@ def test_the_workers_end_with_a_study_killed_with_sigkill(assets, tmp_path):  # 
     program = "import sys; from constrained_sft.cli import console; sys.exit(console(sys.argv[1:]))"
     study = subprocess.Popen([sys.executable, "-c", program, *argv], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)  # fmt: skip
-    deadline, workers = time.monotonic() + 240, []
+    deadline, workers = time.monotonic() + hang_limit(30), []
     while time.monotonic() < deadline and study.poll() is None:
         workers = [p for p in psutil.Process(study.pid).children() if "spawn_main" in " ".join(p.cmdline())]
         if len(workers) == 2 and len(list(out.glob("train/*/seed0"))) == 2:
@@ -303,5 +304,5 @@ def test_the_workers_end_with_a_study_killed_with_sigkill(assets, tmp_path):  # 
     assert len(workers) == 2 and study.poll() is None, "the two runs did not start"
     study.kill()
     study.wait()
-    _, alive = psutil.wait_procs(workers, timeout=15)
+    _, alive = psutil.wait_procs(workers, timeout=hang_limit(2))
     assert not alive, f"workers outlived the study: {[p.pid for p in alive]}"

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import hang_limit
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEAVY = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "numpy", "optuna", "sqlalchemy")
@@ -37,7 +38,7 @@ def _python(body: str, *, block=(), cache=None, **env) -> tuple[list[str], str]:
         environ["CONSTRAINED_SFT_CACHE"] = str(cache)
     done = subprocess.run(
         [sys.executable, "-c", PROBE.format(body=body)], capture_output=True, text=True, env=environ, cwd=ROOT,
-        timeout=300,
+        timeout=hang_limit(30),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     *out, loaded = done.stdout.rstrip("\n").split("\n")

@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from typing import ClassVar
 
 import pytest
+from conftest import hang_limit
 
 from constrained_sft.utils.registry import Registry, VariantError
 
@@ -122,7 +123,7 @@ print(json.dumps(parsed.objective))
 
 def run_fresh(tmp_path, program: str):
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=300,
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=hang_limit(15),
                           cwd=tmp_path)  # fmt: skip
 
 

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 import pytest
+from conftest import hang_limit
 
 lm_eval = pytest.importorskip("lm_eval")  # the `harness` extra (in `dev`, so CI runs these)
 
@@ -197,7 +198,7 @@ def test_lm_evals_own_command_line_runs_the_noisy_model(trained, tmp_path):
            "--model_args", f"pretrained={path},gamma=1.0,noise_seed=3", "--tasks", "successor_mc",
            "--include_path", tasks, "--batch_size", "8", "--output_path", str(tmp_path / "lm_eval")]  # fmt: skip
     result = subprocess.run(
-        cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"}
+        cmd, capture_output=True, text=True, timeout=hang_limit(30), env={**os.environ, "OMP_NUM_THREADS": "1"}
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "successor_mc" in result.stdout and "acc" in result.stdout

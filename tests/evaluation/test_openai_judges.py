@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+from conftest import hang_limit
 from openai_server import OpenAIServer
 
 from constrained_sft.cli import console
@@ -146,12 +147,12 @@ def test_a_judging_run_killed_half_way_asks_only_what_was_never_answered(tmp_pat
     run = subprocess.Popen([sys.executable, "-m", "constrained_sft", *argv], env=env, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)  # fmt: skip
     kept = out / "alpaca_eval" / "completions_kept.jsonl"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + hang_limit(12)
     while (not kept.exists() or len(kept.read_text().splitlines()) < 5) and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.5)  # the held requests are in flight, unanswered
     run.send_signal(signal.SIGKILL)
-    run.wait(timeout=30)
+    run.wait(timeout=hang_limit(3))
     assert len(kept.read_text().splitlines()) == 5 and len(chats(server)) == 12
     server.faults.clear()
     result = judged(tmp_path, "gpt5")

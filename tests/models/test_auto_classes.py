@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from conftest import hang_limit
 
 from constrained_sft.models import (
     DUSTConfig,
@@ -95,7 +96,7 @@ def test_every_model_class_reloads_with_the_auto_classes_after_a_bare_import(sav
     cases, expected = saved
     done = subprocess.run(
         [sys.executable, "-c", RELOAD.format(then=then), json.dumps(cases)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300,
+        capture_output=True, text=True, cwd=ROOT, timeout=hang_limit(30),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     reloaded = json.loads(done.stdout.strip().splitlines()[-1])
@@ -115,6 +116,6 @@ def test_the_registration_also_happens_when_transformers_was_imported_first(save
         "cases.items()}))"
     )
     done = subprocess.run([sys.executable, "-c", body, json.dumps(cases)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)  # fmt: skip
+                          timeout=hang_limit(30))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {n: cls for n, (cls, _) in expected.items()}

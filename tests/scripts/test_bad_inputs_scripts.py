@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import hang_limit
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -257,7 +258,9 @@ def test_refused_in_one_line_before_any_work_losing_nothing(case, tmp_path, bare
         status, err = caught.value.code, capsys.readouterr().err
     else:
         argv, env = run
-        result = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, **env}, timeout=120)
+        result = subprocess.run(
+            argv, capture_output=True, text=True, env={**os.environ, **env}, timeout=hang_limit(20)
+        )
         status, err = result.returncode, result.stderr
     assert status == 2, err[-2000:]
     errors = [x for x in err.splitlines() if x.startswith(f"{case.script}: error:")]

@@ -21,7 +21,7 @@ import time
 
 import optuna
 import pytest
-from conftest import free_port
+from conftest import free_port, hang_limit
 from datasets import Dataset
 
 from constrained_sft.testing import tiny_encoder, tiny_tokenizer
@@ -38,7 +38,9 @@ def missing(reason: str):
 def as_server(*cmd: str, **kwargs) -> subprocess.CompletedProcess:
     """A server binary, run as the `postgres` user when we are root (`initdb` refuses to run as root)."""
     prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    return subprocess.run([*prefix, *cmd], check=True, capture_output=True, text=True, timeout=120, **kwargs)
+    return subprocess.run(
+        [*prefix, *cmd], check=True, capture_output=True, text=True, timeout=hang_limit(12), **kwargs
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +71,7 @@ def postgres():
         if os.path.isdir(data):
             subprocess.run(["runuser", "-u", "postgres", "--"] * (os.geteuid() == 0)
                            + [os.path.join(bindir, "pg_ctl"), "-D", data, "-m", "immediate", "stop"],
-                           capture_output=True, timeout=60)  # fmt: skip
+                           capture_output=True, timeout=hang_limit(6))  # fmt: skip
         shutil.rmtree(root, ignore_errors=True)
 
 
@@ -115,7 +117,7 @@ def test_two_workers_share_one_study_and_a_killed_worker_loses_nothing(postgres,
         b = worker(recipe, postgres, log_b)
         killed_name = f"{socket.gethostname()}:{a.pid}"
         try:
-            deadline = time.time() + 300
+            deadline = time.time() + hang_limit(30)
             killed = None
             while time.time() < deadline and a.poll() is None:  # kill A inside a trial, once a trial has finished
                 now = trials(postgres)
@@ -126,7 +128,7 @@ def test_two_workers_share_one_study_and_a_killed_worker_loses_nothing(postgres,
                     break
                 time.sleep(0.2)
             assert killed is not None, (tmp_path / "a.log").read_text()[-3000:]
-            assert b.wait(timeout=300) == 0, (tmp_path / "b.log").read_text()[-3000:]
+            assert b.wait(timeout=hang_limit(30)) == 0, (tmp_path / "b.log").read_text()[-3000:]
         finally:
             for proc in (a, b):
                 if proc.poll() is None:

@@ -9,6 +9,7 @@ import time
 
 import optuna
 import pytest
+from conftest import hang_limit
 from datasets import Dataset, DatasetDict
 
 from constrained_sft.testing import tiny_encoder, tiny_tokenizer
@@ -138,7 +139,7 @@ def test_three_trials_resume_after_sigkill(assets, tmp_path):
     with open(tmp_path / "killed.log", "w") as log:
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, start_new_session=True)
         try:
-            deadline = time.time() + 240
+            deadline = time.time() + hang_limit(24)
             while time.time() < deadline and proc.poll() is None and complete_trials(db) < 1:
                 time.sleep(0.2)
             assert proc.poll() is None, (tmp_path / "killed.log").read_text()[-3000:]
@@ -149,7 +150,9 @@ def test_three_trials_resume_after_sigkill(assets, tmp_path):
                 os.killpg(proc.pid, signal.SIGKILL)
     first = finished(storage, "killed-sweep-constrained-head")
     assert 1 <= len(first) < 3
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    subprocess.run(
+        cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=hang_limit(30)
+    )
     after = finished(storage, "killed-sweep-constrained-head")
     assert len(after) == 3
     kept = {t.number: (t.params, t.value) for t in after}

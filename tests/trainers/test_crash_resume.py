@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from conftest import launch_on_cpu
+from conftest import hang_limit, launch_on_cpu
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "crash_resume.py")
 sys.path.insert(0, os.path.dirname(SCRIPT))
@@ -28,7 +28,7 @@ def attempt(task, out, kill="none", processes=1, overrides="{}"):
     """One attempt; returns its exit code (-9 when it killed itself)."""
     if processes == 1:
         cmd = [sys.executable, SCRIPT, task, str(out), kill, overrides]
-        result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=600)
+        result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=hang_limit(60))
     else:
         result = launch_on_cpu(processes, SCRIPT, task, str(out), kill)
     if kill == "none":

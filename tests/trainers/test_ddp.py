@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import launch_on_cpu
+from conftest import hang_limit, launch_on_cpu
 
 SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "train_tiny.py")
 
@@ -19,7 +19,7 @@ def _run(tmp_path, name, processes, per_device, **settings):
     if processes == 1:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": "true"}
         cmd = [sys.executable, SCRIPT, str(out), overrides]
-        result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=hang_limit(60))
     else:
         result = launch_on_cpu(processes, SCRIPT, str(out), overrides)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -67,7 +67,7 @@ def test_a_rank_without_supervised_tokens_enters_every_collective(tmp_path):
         "_sharded_head": True, "_masked_rank": 1, "_stack_rows": 8,
     }  # fmt: skip
     try:
-        result = launch_on_cpu(2, SCRIPT, str(out), json.dumps(overrides), timeout=240)
+        result = launch_on_cpu(2, SCRIPT, str(out), json.dumps(overrides), timeout=hang_limit(24))
     except subprocess.TimeoutExpired:
         pytest.fail("a rank waited in a collective the other never entered (hang)")
     assert result.returncode == 0, result.stderr[-3000:]
@@ -84,7 +84,7 @@ def test_processes_that_accelerate_runs_alone_are_refused(tmp_path):
                       "num_processes: 2\nmixed_precision: 'no'\nuse_cpu: false\n")  # fmt: skip
     out = tmp_path / "alone"
     overrides = json.dumps({"output_dir": str(out), "use_cpu": False})
-    result = launch_on_cpu(2, SCRIPT, str(out), overrides, timeout=240, config_file=str(config))
+    result = launch_on_cpu(2, SCRIPT, str(out), overrides, timeout=hang_limit(24), config_file=str(config))
     assert result.returncode != 0
     assert "2 processes were launched, but accelerate runs this one alone" in result.stderr
     assert not (tmp_path / "alone.rank0.json").exists() and not (out / "constraints.json").exists()

@@ -12,7 +12,7 @@ import os
 
 import pytest
 import yaml
-from conftest import launch_on_cpu
+from conftest import hang_limit, launch_on_cpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "train_tiny.py")
@@ -28,7 +28,7 @@ def _launch(tmp_path, name: str, config: str | None, **overrides) -> list[dict]:
     config_file = _config(tmp_path, config) if config else None
     if config:  # accelerate turns DeepSpeed off under `use_cpu`; the config check picks gloo without a GPU
         settings["use_cpu"] = False
-    result = launch_on_cpu(2, SCRIPT, str(out), json.dumps(settings), timeout=300, config_file=config_file)
+    result = launch_on_cpu(2, SCRIPT, str(out), json.dumps(settings), timeout=hang_limit(60), config_file=config_file)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads((tmp_path / f"{name}.rank{r}.json").read_text()) for r in range(2)]
 

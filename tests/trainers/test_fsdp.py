@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 import yaml
-from conftest import launch_on_cpu
+from conftest import hang_limit, launch_on_cpu
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "train_tiny.py")
@@ -36,7 +36,9 @@ def _launch(tmp_path, name: str, fsdp: bool, **overrides) -> list[dict]:
     if fsdp:
         settings["_fsdp_on_cpu"] = True
     config = _config(tmp_path) if fsdp else None
-    result = launch_on_cpu(2, SCRIPT, str(tmp_path / name), json.dumps(settings), timeout=300, config_file=config)
+    result = launch_on_cpu(
+        2, SCRIPT, str(tmp_path / name), json.dumps(settings), timeout=hang_limit(30), config_file=config
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads((tmp_path / f"{name}.rank{r}.json").read_text()) for r in range(2)]
 

@@ -3,7 +3,7 @@ optimizer of one's own included; the config's `dual_optimizer` names are exactly
 
 import pytest
 import torch
-from conftest import config_kwargs
+from conftest import config_kwargs, hang_limit
 
 from constrained_sft import (
     AdamDual,
@@ -104,7 +104,7 @@ def train_with_a_module(tmp_path, module: str, source: str, program: str, *extra
             "--use_cpu", "true", "--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", *extra]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     return subprocess.run([sys.executable, "-c", program, str(tmp_path), *argv], capture_output=True, text=True,
-                          env=env, timeout=300)  # fmt: skip
+                          env=env, timeout=hang_limit(30))  # fmt: skip
 
 
 def test_a_new_dual_optimizer_is_one_class_in_one_file(tmp_path):

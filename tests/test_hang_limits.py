@@ -1,0 +1,42 @@
+"""Time limits in tests are hang detectors (issue 68): ten times the step's usual time, stretched by
+CONSTRAINED_SFT_TEST_TIME_SCALE, and a fired one says so, with the command and its output, instead of a bare
+`TimeoutExpired` traceback."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import HANG_FACTOR, TIME_SCALE_VARIABLE, hang_limit, hang_message
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_a_limit_is_ten_times_the_usual_time_and_scales(monkeypatch):
+    monkeypatch.delenv(TIME_SCALE_VARIABLE, raising=False)
+    assert hang_limit(30) == 30 * HANG_FACTOR and hang_limit(1) == 60  # at least a minute
+    monkeypatch.setenv(TIME_SCALE_VARIABLE, "3")
+    assert hang_limit(30) == 900
+    assert "~30 s" in hang_message(900, "`x`") and f"{TIME_SCALE_VARIABLE}=3" in hang_message(900, "`x`")
+    for bad in ("fast", "0", "-1", "inf"):
+        monkeypatch.setenv(TIME_SCALE_VARIABLE, bad)
+        with pytest.raises(pytest.UsageError, match=f"{TIME_SCALE_VARIABLE}='{bad}'"):
+            hang_limit(1)
+
+
+def test_a_fired_limit_is_reported_as_one(tmp_path):
+    """A test whose subprocess outlives its limit fails with the hang message, the command and its output."""
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_sleeper.py").write_text(
+        "import subprocess, sys\n\n"
+        "def test_sleeps():\n"
+        "    subprocess.run([sys.executable, '-c', 'import time; print(\"working\", flush=True); time.sleep(30)'],\n"
+        "                   capture_output=True, text=True, timeout=0.5)\n"
+    )
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                             str(tmp_path / "test_sleeper.py")], capture_output=True, text=True, cwd=tmp_path,
+                            timeout=hang_limit(6))  # fmt: skip
+    assert result.returncode == 1
+    assert "still ran after 0.5 s, 10x what it takes on 2 quiet cores (~0.05 s)" in result.stdout, result.stdout
+    assert "time.sleep(30)" in result.stdout and "working" in result.stdout
