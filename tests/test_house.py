@@ -117,3 +117,18 @@ def test_the_arms_names_are_written_only_by_the_comparison_layer():
     }
     assert not found, f"arm names written outside comparison/names.py: {found}"
     assert arm_name_literals('"""erm"""\nx = "constrained"\ny = f"erm-{z}"\n') == [2]  # the check sees a literal
+
+
+def test_a_task_is_annotated_wherever_it_is_handed_on():
+    """Every parameter named `task` says it is a `Task` (issue 67: `task` was untyped in 20 of its 27 uses), and the
+    package says it is typed (PEP 561's py.typed, shipped as package data)."""
+    untyped = [
+        f"{p.relative_to(ROOT)}:{node.lineno} {node.name}"
+        for p in MODULES
+        for node in ast.walk(ast.parse(p.read_text()))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for arg in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+        if arg.arg == "task" and arg.annotation is None
+    ]
+    assert not untyped, untyped
+    assert (PACKAGE / "py.typed").is_file() and '"py.typed"' in (ROOT / "pyproject.toml").read_text()

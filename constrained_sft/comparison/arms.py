@@ -13,7 +13,7 @@ import re
 
 from ..config import ConstraintArguments, NoiseArguments
 from ..constraints import mode_of
-from ..tasks import Arm, Recipe
+from ..tasks import Arm, Recipe, Task
 from ..tasks.training import data_identity
 from ..trainers.resume import deciding
 from ..utils.folders import child_path, plain_name
@@ -108,7 +108,9 @@ def study_arms(constrained: Recipe, erm: Recipe, more: dict[str, Recipe]) -> tup
     return {CONSTRAINED: constrained, ERM: erm, **more}, differences
 
 
-def sweep_arms(task, recipe: Recipe, readouts: list[str] | None, baseline: bool, more: dict[str, Recipe]) -> list[Arm]:
+def sweep_arms(
+    task: Task, recipe: Recipe, readouts: list[str] | None, baseline: bool, more: dict[str, Recipe]
+) -> list[Arm]:
     """The sweep's arms: a constrained arm per readout (or one), with `baseline` an ERM twin of each, then the
     `--arm`s (searched from their own recipes); refused unless the recipe is constrained, the readouts are the task's
     and every `--arm` has a new name and passes `more_differences`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..tasks import Recipe
+from ..tasks import Recipe, Task
 from ..tasks.recipes import RecipeParser, parse, read_recipe
 
 
@@ -27,7 +27,7 @@ def with_config(argv: list[str], config: str) -> list[str]:
     return out if found else ["--config", config, *out]
 
 
-def arm_recipe(task, parser: Callable[[], RecipeParser], argv: list[str], path: str, flag: str) -> Recipe:
+def arm_recipe(task: Task, parser: Callable[[], RecipeParser], argv: list[str], path: str, flag: str) -> Recipe:
     """The recipe at `path` with the command line's overrides; a broken recipe refused naming `flag`, before TRL
     reads it. `parser` makes a new parser (one keeps the keys of the recipe it read as its defaults); the command's own
     options (its first two dataclasses: the command's arguments and the process's) are left out."""
@@ -36,6 +36,8 @@ def arm_recipe(task, parser: Callable[[], RecipeParser], argv: list[str], path: 
     return task.recipe(tuple(fields))
 
 
-def more_recipes(task, parser: Callable[[], RecipeParser], argv: list[str], arms: dict[str, str]) -> dict[str, Recipe]:
+def more_recipes(
+    task: Task, parser: Callable[[], RecipeParser], argv: list[str], arms: dict[str, str]
+) -> dict[str, Recipe]:
     """{name: recipe} of every `--arm NAME=RECIPE.yaml` (`arms`: {name: path})."""
     return {name: arm_recipe(task, parser, argv, path, f"--arm {name}") for name, path in arms.items()}

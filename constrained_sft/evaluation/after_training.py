@@ -13,6 +13,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 from ..data import ModelSpec
 from ..noise import NoiseGrid
@@ -24,10 +25,13 @@ from .loading import auto_bf16
 from .measure import Measurement, measure_model
 from .results import ExitsModel, ModelResult
 
+if TYPE_CHECKING:  # the tasks' classes are not imported to run this module
+    from ..tasks import Task
+
 _HELD_OUT: dict[str, object] = {}  # the last held-out data this process loaded (a `--jobs` worker runs several runs)
 
 
-def held_out(task, data_args, data_dir: str | None):
+def held_out(task: Task, data_args, data_dir: str | None):
     """`task`'s held-out data for `data_args` (prepared once under `data_dir`: `data.prepared_splits`), loaded once
     per process: every run of a study, its probe and its comparison measure the same rows."""
     key = repr((task.name, data_args, data_dir))
@@ -66,14 +70,22 @@ class Evaluation:
         """Instructions every model answers (read once per settings object; a plan prices answers by it)."""
         return len(load_instructions(self.instructions, self.max_instances))
 
-    def measurement(self, task, data, data_args, sigma: float | None, source: str | None = None) -> Measurement:
+    def measurement(self, task: Task, data, data_args, sigma: float | None, source: str | None = None) -> Measurement:
         """The robustness measurement of every run (and of the study's comparison) on `data`."""
         return Measurement(task, data, data_args, NoiseGrid(tuple(self.gammas)), self.curve_gammas, self.train_gamma,
                            self.noise_seeds, 0.0, sigma, source, "trained", self.batch_size, self.max_length,
                            auto_bf16())  # fmt: skip
 
     def robustness(
-        self, task, data_args, data_dir: str | None, folder: str, name: str, sigma: float, model=None, tokenizer=None
+        self,
+        task: Task,
+        data_args,
+        data_dir: str | None,
+        folder: str,
+        name: str,
+        sigma: float,
+        model=None,
+        tokenizer=None,
     ) -> ModelResult:
         """The model in `folder` (or `model` / `tokenizer` loaded from it already) at every level and noise seed of
         the grid, on the held-out data of `data_args` (`held_out`)."""

@@ -12,14 +12,19 @@ descent).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..noise import NoiseGrid
 from .bootstrap import Scores, Statistic, bootstrap_interval, paired_bootstrap, total
 from .results import Band, Comparison, Difference, RobustnessResults, StatisticRow
 
+if TYPE_CHECKING:  # the tasks' classes are not imported to run this module
+    from ..tasks import Task
 
-def statistics(task, gammas: NoiseGrid, train_gamma: float) -> list[Statistic]:
+
+def statistics(task: Task, gammas: NoiseGrid, train_gamma: float) -> list[Statistic]:
     """The comparison's statistics for `task` over the level grid `gammas`."""
     key, up = task.headline.key, task.headline.higher_is_better
     g = np.asarray(gammas.levels, dtype=np.float64)
@@ -56,7 +61,7 @@ def arm_scores(results: RobustnessResults, names: list[str]) -> Scores:
 
 
 def compare(
-    results: RobustnessResults, task, pairs: list[tuple[str, str]], n_boot: int = 2000, confidence: float = 0.95
+    results: RobustnessResults, task: Task, pairs: list[tuple[str, str]], n_boot: int = 2000, confidence: float = 0.95
 ) -> dict[str, Comparison]:
     """{'A - B': the comparison} for each (A, B) of `pairs`, arms of `results.arms` with the same number of
     training seeds (paired by position)."""
@@ -100,7 +105,7 @@ def _per_seed(scores: Scores) -> dict[str, np.ndarray]:
     return {k: v.sum(-1).T for k, v in scores.items()}
 
 
-def bands(results: RobustnessResults, task, n_boot: int = 2000, confidence: float = 0.95) -> dict[str, Band]:
+def bands(results: RobustnessResults, task: Task, n_boot: int = 2000, confidence: float = 0.95) -> dict[str, Band]:
     """Each arm's headline at every level with a bootstrap interval over its seeds and units (the plots' bands)."""
     headline = Statistic(task.headline.key, task.measuring.metric, task.headline.higher_is_better)
     out = {}

@@ -10,11 +10,15 @@ import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .metrics import example_descents, step_ratios
+
+if TYPE_CHECKING:  # the tasks' classes are not imported to run this module
+    from ..tasks import Task
 
 Scores = dict[str, np.ndarray]  # per unit: count, loss, (correct), descents, steps
 
@@ -45,7 +49,7 @@ def unit_sums(examples: dict[str, torch.Tensor], units: torch.Tensor | None) -> 
 
 @torch.no_grad()
 def evaluate_level(
-    task, trainer, gamma: float, seed: int, mean: float = 0.0, progress: Callable[[], None] | None = None
+    task: Task, trainer, gamma: float, seed: int, mean: float = 0.0, progress: Callable[[], None] | None = None
 ) -> LevelResult:
     """Every held-out batch of `trainer` (a task's measuring or training trainer) at noise level `gamma` with noise
     stream `seed`, at the trainer's sigma_x."""

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from ..data import ModelSpec
 from ..noise import NoiseGrid
-from ..tasks import Measure
+from ..tasks import Measure, Task
 from .compare import bands, compare
 from .levels import evaluate_level
 from .loading import trained_layers, training_report, versions
@@ -139,7 +139,7 @@ def seed_sums(per_seed) -> dict[str, list[float]]:
 
 def finish(
     results: RobustnessResults,
-    task,
+    task: Task,
     pairs: list[tuple[str, str]],
     output_dir: str,
     figures: dict[str, str] | None = None,

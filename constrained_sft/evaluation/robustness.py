@@ -15,7 +15,7 @@ import numpy as np
 
 from ..data import ModelSpec, model_identities
 from ..noise import NoiseGrid, embedding_sigma
-from ..tasks import TASKS, get_task
+from ..tasks import TASKS, Task, get_task
 from ..utils.fields import check_fields
 from ..utils.folders import check_folder, check_output_folder, mark_folder, read_marker
 from .arms import ArmArguments
@@ -170,7 +170,7 @@ def run(
 
 
 def saved_results(
-    output_dir: str, arms: dict[str, list[tuple[str, str]]], gammas, seeds: int, task, pairs, n_boot
+    output_dir: str, arms: dict[str, list[tuple[str, str]]], gammas, seeds: int, task: Task, pairs, n_boot
 ) -> RobustnessResults | None:
     """A finished evaluation in `output_dir` (its results.json) of exactly these models (arm -> [(name, path)], the
     same weights: `data.model_identities`), levels and noise seeds, with its comparisons recomputed from its saved

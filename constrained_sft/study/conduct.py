@@ -30,7 +30,7 @@ from ..evaluation.after_training import Evaluation
 from ..evaluation.alpaca import check_judge
 from ..evaluation.instructions import ALPACA_EVAL, load_instructions
 from ..evaluation.results import ALPACA_EVAL_SIZE
-from ..tasks import Recipe, is_finished
+from ..tasks import Recipe, Task, is_finished
 from ..utils.files import write_text
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
@@ -45,7 +45,7 @@ COMMAND = "study"
 
 
 def checked_arms(
-    args: StudyArguments, task, constrained: Recipe, erm: Recipe, more: dict[str, Recipe]
+    args: StudyArguments, task: Task, constrained: Recipe, erm: Recipe, more: dict[str, Recipe]
 ) -> tuple[StudyArguments, dict[str, Recipe], list[str]]:
     """Everything checked before any work, the settings resolved once: the options (with `study_dir` given its
     default), the task, the arms (`comparison.study_arms`), the launch and the judge. Returns the resolved options,
@@ -90,7 +90,7 @@ def instruction_set(args: StudyArguments, recipe: Recipe) -> tuple[str, Instruct
 
 
 def run(
-    args: StudyArguments, task, constrained: Recipe, erm: Recipe, more: dict[str, Recipe] | None = None
+    args: StudyArguments, task: Task, constrained: Recipe, erm: Recipe, more: dict[str, Recipe] | None = None
 ) -> StudyResults | TrainedRuns:
     """The study's stages (`args.stage`); every input checked before the first run starts. `more`: the `--arm`s
     ({name: recipe}). With `--stage train`, or when no seed of every arm has been measured yet (`--time_budget`): the
@@ -125,7 +125,7 @@ def run(
 
 
 def open_study(
-    args: StudyArguments, task, recipes: dict[str, Recipe], runs: list[RunKey]
+    args: StudyArguments, task: Task, recipes: dict[str, Recipe], runs: list[RunKey]
 ) -> tuple[dict[str, RunRecord], StudyTimings]:
     """The study folder's checks (`comparison.check_comparison_folder`), then its records and timings, each checked
     before anything is written (a refused record leaves the folder as it was); then the folder marked, by one
@@ -227,7 +227,7 @@ def data_processes(recipe: Recipe, jobs: int) -> Recipe:
     return dataclasses.replace(recipe, training=training)
 
 
-def jobs_left(args, task, recipes, runs: list[RunKey], records, evaluation: Evaluation | None) -> list[Job]:
+def jobs_left(args, task: Task, recipes, runs: list[RunKey], records, evaluation: Evaluation | None) -> list[Job]:
     """Each run's phases still to do as jobs: the runs in seed-major order, then the seed-0 exit decodings. A run
     whose weights are gone with phases left restarts (`phases.start_over`)."""
     main, exits = [], []
@@ -254,7 +254,7 @@ def unpriced(est, queue: list[Job]) -> bool:
     return est is None or any(est.phase(j.run.arm, p, 1) == 0.0 for j in queue for p in j.phases)
 
 
-def evaluation_settings(args: StudyArguments, task, recipe: Recipe, instructions: str) -> Evaluation:
+def evaluation_settings(args: StudyArguments, task: Task, recipe: Recipe, instructions: str) -> Evaluation:
     """What every run is measured with right after it trains (`phases.Evaluation`)."""
     train_gamma = training_level(recipe.training.noise_gamma)
     gammas = comparison_levels(args.gammas, recipe.training.noise_gamma)

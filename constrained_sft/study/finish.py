@@ -17,7 +17,7 @@ from ..evaluation.exits import write_exits
 from ..evaluation.loading import versions
 from ..evaluation.measure import finish
 from ..evaluation.results import HeadToHead, RobustnessResults
-from ..tasks import Recipe
+from ..tasks import Recipe, Task
 from ..utils.files import write_json
 from .arguments import StudyArguments
 from .phases import required
@@ -140,7 +140,7 @@ def phases_missing(
 
 def finish_study(
     args: StudyArguments,
-    task,
+    task: Task,
     recipes: dict[str, Recipe],
     records: dict[str, RunRecord],
     evaluation: Evaluation,

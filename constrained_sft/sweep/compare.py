@@ -12,7 +12,7 @@ import os
 from ..comparison import RunKey
 from ..evaluation import RobustnessArguments, RobustnessResults, saved_results
 from ..evaluation import run as robustness
-from ..tasks import Arm
+from ..tasks import Arm, Task
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -24,7 +24,7 @@ def seed_dir(sweep_dir: str, arm: str, seed: int) -> str:
     return RunKey(seed, arm).folder(sweep_dir, "final")
 
 
-def evaluate_finals(task, arms: list[Arm], settings, train_gamma: float, data_args, pairs) -> RobustnessResults:
+def evaluate_finals(task: Task, arms: list[Arm], settings, train_gamma: float, data_args, pairs) -> RobustnessResults:
     """`eval robustness` on the held-out data over every retrained model, arms of `final_seeds` models each; the
     comparisons of `pairs`. A finished evaluation of the same models and levels (`test/results.json`) is reused,
     its comparisons recomputed from its saved unit scores, so re-running the comparison does not evaluate again."""

@@ -27,7 +27,7 @@ from ..evaluation.report import (
     comparison_blocks,
     write_markdown,
 )
-from ..tasks import Arm, Recipe, is_finished
+from ..tasks import Arm, Recipe, Task, is_finished
 from ..utils.files import atomic_path, read_json, write_json
 from ..utils.folders import (
     OutputDirError,
@@ -42,7 +42,7 @@ from .search import Objective, best_params, run_trial, search, trial_args
 from .space import Params, arm_spaces, check_ranges, load_space
 
 
-def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> SweepResults:
+def run(settings: SweepArguments, task: Task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> SweepResults:
     """Search (`stage` search / all), then retrain and compare (compare / all); everything checked before any
     trial, nothing written on a refusal. `more`: the `--arm` recipes by name."""
     more = more or {}
@@ -86,7 +86,7 @@ def run(settings: SweepArguments, task, recipe: Recipe, more: dict[str, Recipe] 
 
 
 def compare(
-    task, arms: list[Arm], studies, objective, settings, data, bases, script, pairs, out: SweepResults
+    task: Task, arms: list[Arm], studies, objective, settings, data, bases, script, pairs, out: SweepResults
 ) -> None:
     """Each arm's best configuration retrained with the final seeds (every arm's retrained models checked before any
     is trained), then the `pairs` compared on the held-out data with intervals, into `out` (saved)."""
@@ -101,7 +101,7 @@ def compare(
     out.save(settings.sweep_dir)
 
 
-def check_objective(settings: SweepArguments, task) -> None:
+def check_objective(settings: SweepArguments, task: Task) -> None:
     """An objective that floors an accuracy is refused for a task whose headline is lower-is-better."""
     if SWEEP_OBJECTIVES[settings.objective].floors_accuracy and not task.headline.higher_is_better:
         usable = [name for name, kind in SWEEP_OBJECTIVES.items() if not kind.floors_accuracy]
@@ -148,7 +148,7 @@ def check_final(sweep_dir: str, arm: str, params: Params) -> None:
         )
 
 
-def retrain(task, arm: Arm, params: Params, settings: SweepArguments, data, base) -> None:
+def retrain(task: Task, arm: Arm, params: Params, settings: SweepArguments, data, base) -> None:
     """The arm's best configuration with seeds 0..S-1 (a seed the search chose is replaced), each saved; a seed
     whose model is already saved is kept, so a killed comparison resumes (`check_final`: of the same
     configuration)."""

@@ -28,7 +28,7 @@ from transformers import TrainerCallback
 from ..constraints import ERM
 from ..evaluation import evaluate_level, summarize
 from ..evaluation.results import ModelSummary
-from ..tasks import Arm, Headline
+from ..tasks import Arm, Headline, Task
 from .objectives import SWEEP_OBJECTIVES
 from .space import Params, SearchSpace
 
@@ -59,7 +59,7 @@ class Objective:
         return SWEEP_OBJECTIVES[self.name].score(summary, self.ood_floor)
 
 
-def validation_summary(task, trainer, objective: Objective) -> ModelSummary:
+def validation_summary(task: Task, trainer, objective: Objective) -> ModelSummary:
     """The trainer's model on its validation rows at every gamma of the grid, noise seed 0 (the same noisy inputs
     for every trial), summarised as `eval robustness` does."""
     was_training = trainer.model.training
@@ -71,7 +71,7 @@ def validation_summary(task, trainer, objective: Objective) -> ModelSummary:
 class _Report(TrainerCallback):
     """At `steps`, scores the model on the validation rows, reports it to the trial and stops a hopeless one."""
 
-    def __init__(self, task, trial, objective: Objective, steps: set[int]) -> None:
+    def __init__(self, task: Task, trial, objective: Objective, steps: set[int]) -> None:
         self.task, self.trial, self.objective, self.steps = task, trial, objective, steps
         self.trainer = None
         self.pruned = False
@@ -100,7 +100,7 @@ def trial_args(base, arm: Arm, params: Params, output_dir: str):
     )
 
 
-def run_trial(task, trial, data, arm: Arm, space: SearchSpace, base_args, objective: Objective, sweep_dir: str,
+def run_trial(task: Task, trial, data, arm: Arm, space: SearchSpace, base_args, objective: Objective, sweep_dir: str,
               evaluations: int) -> float:  # fmt: skip
     """One trial: the arm trained with the sampled values, scored on the validation rows (pruned on the way)."""
     import optuna
