@@ -184,7 +184,7 @@ def test_a_budget_never_plans_zero_runs_when_one_fits():
 def test_a_run_that_fails_half_way_costs_only_itself(assets, tmp_path, monkeypatch):  # noqa: F811
     """The second run fails while it is measured (after it trained): the first run's record stands; the next call
     measures the second without training it again and trains only what is left."""
-    from constrained_sft.evaluation.after_training import Evaluation
+    from constrained_sft.study.after_training import Evaluation
 
     real = Evaluation.robustness
 

@@ -11,7 +11,6 @@ import os
 import time
 
 from ..comparison import CONSTRAINED, ERM, RunKey
-from ..evaluation.after_training import Evaluation, held_out
 from ..evaluation.alpaca import AlpacaArguments, build_judge, judge_levels
 from ..evaluation.exits import write_exits
 from ..evaluation.loading import versions
@@ -19,6 +18,7 @@ from ..evaluation.measure import finish
 from ..evaluation.results import HeadToHead, RobustnessResults
 from ..tasks import Recipe, Task
 from ..utils.files import write_json
+from .after_training import Evaluation, held_out
 from .arguments import StudyArguments
 from .phases import required
 from .probe import optimizer_steps

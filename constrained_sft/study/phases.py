@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 
 from ..data import delete_weights, has_weights, model_fingerprint
-from ..evaluation.after_training import Evaluation
 from ..evaluation.loading import reference_sigma
 from ..tasks import Recipe, get_task, is_finished
 from . import clock
+from .after_training import Evaluation
 from .record import (
     ANSWERS,
     EXITS,

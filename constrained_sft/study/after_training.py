@@ -16,14 +16,14 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..data import ModelSpec
+from ..evaluation.alpaca.generate import GenerateArguments
+from ..evaluation.alpaca.generate import run as generate
+from ..evaluation.exits import ExitsArguments, measure_exits
+from ..evaluation.instructions import load_instructions
+from ..evaluation.loading import auto_bf16
+from ..evaluation.measure import Measurement, measure_model
+from ..evaluation.results import ExitsModel, ModelResult
 from ..noise import NoiseGrid
-from .alpaca.generate import GenerateArguments
-from .alpaca.generate import run as generate
-from .exits import ExitsArguments, measure_exits
-from .instructions import load_instructions
-from .loading import auto_bf16
-from .measure import Measurement, measure_model
-from .results import ExitsModel, ModelResult
 
 if TYPE_CHECKING:  # the tasks' classes are not imported to run this module
     from ..tasks import Task

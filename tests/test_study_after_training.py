@@ -1,10 +1,10 @@
-"""What a study measures each trained run with (`evaluation.after_training`): the pieces that need no model."""
+"""What a study measures each trained run with (`study.after_training`): the pieces that need no model."""
 
 import json
 from types import SimpleNamespace
 
-from constrained_sft.evaluation import after_training
-from constrained_sft.evaluation.after_training import Evaluation, held_out
+from constrained_sft.study import after_training
+from constrained_sft.study.after_training import Evaluation, held_out
 
 
 def settings(**overrides) -> Evaluation:
