@@ -12,6 +12,7 @@ import time
 
 from ..comparison import CONSTRAINED, ERM, RunKey
 from ..evaluation.alpaca import AlpacaArguments, build_judge, judge_levels
+from ..evaluation.alpaca.generate import output_path
 from ..evaluation.exits import write_exits
 from ..evaluation.loading import versions
 from ..evaluation.measure import finish
@@ -77,8 +78,8 @@ def head_to_head(
     interval. The first pair judges into `judging/`, every other into `judging/<model>-vs-<reference>/`."""
     generations = os.path.join(args.study_dir, GENERATIONS)
 
-    def rows(arm: str, seed: int, gamma: float) -> list[dict]:
-        with open(os.path.join(generations, RunKey(seed, arm).stem, f"gamma_{float(gamma)}.json")) as f:
+    def rows(arm: str, seed: int, gamma: float) -> list[dict]:  # the file `eval generate` names (`output_path`)
+        with open(output_path(generations, RunKey(seed, arm).stem, gamma)) as f:
             return json.load(f)
 
     pairs = {

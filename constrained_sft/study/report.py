@@ -8,6 +8,7 @@ import json
 import os
 
 from ..comparison import CONSTRAINED, ERM, arm_label
+from ..evaluation.alpaca.judging import VERDICTS, level_dir
 from ..evaluation.report import (
     Block,
     Document,
@@ -40,7 +41,7 @@ def examples(study_dir: str, gamma: float, n: int, model: str = CONSTRAINED, ref
     verdicts."""
     if n == 0:
         return []
-    with open(os.path.join(judging_dir(study_dir, model, reference), f"gamma_{float(gamma)}", "verdicts-0.json")) as f:
+    with open(os.path.join(level_dir(judging_dir(study_dir, model, reference), gamma), VERDICTS.format(seed=0))) as f:
         return json.load(f)[:n]
 
 

@@ -175,6 +175,14 @@ def build_judge(args: AlpacaArguments, caching_path: str | None) -> Judge:
     return judge_kind(args.judge).build(args, caching_path)
 
 
+VERDICTS = "verdicts-{seed}.json"  # a level folder's verdicts of one seed pair (`judge_level`)
+
+
+def level_dir(output_dir: str, gamma: float) -> str:
+    """The folder `judge_levels` writes level `gamma`'s verdicts into: <output_dir>/gamma_<g>/."""
+    return os.path.join(output_dir, f"gamma_{float(gamma)}")
+
+
 def judge_level(
     judge: Judge, pairs: list[tuple[list[dict], list[dict]]], workdir: str, n_boot: int, full_set: bool, gamma: float
 ) -> tuple[WinRateLevel, str | None]:
@@ -184,7 +192,7 @@ def judge_level(
     verdicts = []
     for s, (model, reference) in enumerate(pairs):
         v = judge_both_orders(judge, [r["output"] for r in model], [r["output"] for r in reference], model)
-        write_verdicts(os.path.join(workdir, f"verdicts-{s}.json"), v, model, reference)
+        write_verdicts(os.path.join(workdir, VERDICTS.format(seed=s)), v, model, reference)
         if isinstance(judge, AlpacaEvalJudge):
             write_json(os.path.join(workdir, f"annotations-{s}.json"), judge.raw)  # raw completions, both orders
         verdicts.append(v)
@@ -213,7 +221,7 @@ def judge_levels(
     under <output_dir>/gamma_<g>/."""
     levels, reason = [], None
     for gamma, seed_pairs in pairs.items():
-        workdir = os.path.join(output_dir, f"gamma_{float(gamma)}")
+        workdir = level_dir(output_dir, gamma)
         level, reason = judge_level(judge, seed_pairs, workdir, args.bootstrap_samples, full_set, float(gamma))
         levels.append(level)
     cost = getattr(judge, "cost", None)  # an API judge's; the others pay nothing
