@@ -80,7 +80,8 @@ demo-study: $(OFFLINE)
 	@echo "proxy judge): differences it calls 'same' are unresolved, not equal. Report: outputs/smollm2-study-demo/report.md"
 
 # The default suite: tiny offline models, one pytest-xdist worker per core (TEST_WORKERS=1: one process), each test's
-# torch on one thread (tests/conftest.py), the slowest tests started first by work stealing; the README gives its time
+# torch on one thread (tests/conftest.py); a worker that runs out of tests takes queued ones from the other (work
+# stealing), so the few slow tests do not leave one core idle at the end. The README gives its time
 # on a quiet and on a loaded 2-core machine. Its time limits are hang detectors: on a busy machine
 # CONSTRAINED_SFT_TEST_TIME_SCALE=3 stretches them.
 TEST_WORKERS ?= auto

@@ -131,11 +131,11 @@ def sweep_arms(
     return arms + [Arm(n, None, mode_of(r.training.constraints).trains_layers, r.training) for n, r in more.items()]
 
 
-def reference_arm(given: str | None, names: list[str], more: bool) -> str:
-    """The arm every `--arm` is compared with: `given`, else ERM where the comparison has it, else the first arm;
-    refused unless one of `names`. A sweep without `--arm` compares each constrained arm with its own ERM twin, so a
-    `--reference` there is refused (`more`: whether it has `--arm`s)."""
-    if given is not None and not more:
+def reference_arm(given: str | None, names: list[str], twins_only: bool = False) -> str:
+    """The arm every other arm is compared with (study and sweep): `given`, else ERM where the comparison has it,
+    else the first arm; refused unless one of `names`. A sweep without `--arm` compares each constrained arm with its
+    own ERM twin (`twins_only`), so a `--reference` there is refused."""
+    if given is not None and twins_only:
         raise ValueError(
             f"`--reference` {given!r} names the arm each `--arm` is compared with, and this sweep has no `--arm`: its "
             "constrained arms are compared with their ERM twins. Drop `--reference` or add an `--arm`."

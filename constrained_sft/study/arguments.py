@@ -8,7 +8,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
-from ..comparison import ERM, TWINS, arm_recipes, recipe_identity
+from ..comparison import ERM, TWINS, arm_recipes, recipe_identity, reference_arm
 from ..evaluation.alpaca.judge_kinds import judges_help
 from ..evaluation.instructions import ALPACA_EVAL
 from ..noise import NoiseGrid
@@ -170,9 +170,7 @@ class StudyArguments:
             )
         if self.time_budget is not None and not (math.isfinite(self.time_budget) and self.time_budget > 0):
             raise ValueError(f"`--time_budget` must be a number of minutes > 0, got {self.time_budget}.")
-        arms = [*TWINS, *self.extra_arms()]
-        if self.reference not in arms:
-            raise ValueError(f"`--reference` {self.reference!r} must be one of the arms {arms}.")
+        reference_arm(self.reference, [*TWINS, *self.extra_arms()])
         source = self.instructions
         if source not in (HELD_OUT, ALPACA_EVAL) and not (
             os.path.isfile(source) and source.endswith((".json", ".jsonl"))

@@ -49,7 +49,7 @@ def run(settings: SweepArguments, task: Task, recipe: Recipe, more: dict[str, Re
     # every input checked before any trial, nothing written on a refusal; then the folder checked and marked
     arms = sweep_arms(task, recipe, settings.readouts, settings.baseline == ERM, more)
     settings.validate()
-    reference = reference_arm(settings.reference, [a.name for a in arms], bool(more))
+    reference = reference_arm(settings.reference, [a.name for a in arms], twins_only=not more)
     check_objective(settings, task)
     spaces = load_space(settings.space, type(recipe.training), sections=tuple(more))
     searched, not_searched = arm_spaces(spaces, arms, recipe.training)

@@ -10,13 +10,13 @@ from constrained_sft.comparison.recipes import with_config
 
 def test_the_reference_arm():
     names = [CONSTRAINED, ERM, "penalty"]
-    assert reference_arm(None, names, more=True) == ERM
-    assert reference_arm("penalty", names, more=True) == "penalty"
-    assert reference_arm(None, ["constrained-head", "neftune"], more=True) == "constrained-head"
+    assert reference_arm(None, names) == ERM and reference_arm(ERM, names) == ERM  # the study's default is given
+    assert reference_arm("penalty", names) == "penalty"
+    assert reference_arm(None, ["constrained-head", "neftune"]) == "constrained-head"
     with pytest.raises(ValueError, match=r"`--reference` 'nope' must be one of the arms"):
-        reference_arm("nope", names, more=True)
+        reference_arm("nope", names)
     with pytest.raises(ValueError, match="this sweep has no `--arm`"):
-        reference_arm(ERM, names, more=False)
+        reference_arm(ERM, names, twins_only=True)
 
 
 def test_the_arms_names():
