@@ -74,7 +74,7 @@ def held_out(study_dir: str, folders: dict[str, list[str]], recipe_path: str, ev
 def differences(results, a: str, b: str, n_boot: int) -> dict[str, list[float]]:
     """Token accuracy and f_L at gamma 0, arm a - arm b: [estimate, low, high] of the paired bootstrap."""
     from constrained_sft.evaluation import Statistic, paired_bootstrap
-    from constrained_sft.evaluation.compare import arm_scores
+    from constrained_sft.evaluation.robustness import arm_scores
 
     stats = [
         Statistic("accuracy", lambda s: s["correct"][..., 0] / s["count"][..., 0]),

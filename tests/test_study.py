@@ -118,7 +118,7 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
     assert "constrained beats ERM" in printed and "PROXY" in printed.upper() and "resolved" in printed
 
     # resumed: no training and no evaluation run again, the same numbers come back
-    from constrained_sft.evaluation import measure
+    from constrained_sft.evaluation.robustness import measure
     from constrained_sft.tasks import sft
 
     def refuse(*args, **kwargs):
@@ -126,7 +126,7 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
 
     monkeypatch.setattr(sft.SFTTraining, "train", refuse)
     monkeypatch.setattr(measure, "evaluate_level", refuse)
-    from constrained_sft.evaluation import exits as exits_module
+    from constrained_sft.evaluation.exits import command as exits_module
 
     monkeypatch.setattr(exits_module, "measure_model", refuse)  # the finished exits stage is reused too
     assert cli(study_argv(assets, out)) == 0

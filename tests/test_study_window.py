@@ -55,8 +55,8 @@ def test_a_study_without_its_weights_continues_and_reports_the_same(assets, tmp_
     for path in out.glob("train/*/seed*/*.safetensors"):
         path.unlink()
 
-    from constrained_sft.evaluation import measure
     from constrained_sft.evaluation.alpaca import generate
+    from constrained_sft.evaluation.robustness import measure
     from constrained_sft.tasks import sft
 
     def refuse(*args, **kwargs):

@@ -22,7 +22,7 @@ class HarnessCommand(Command):
             raise ValueError(
                 f"`eval harness` needs lm-eval: pip install 'constrained-sft[harness]' ({error})."
             ) from None
-        from ..evaluation.harness.run import run
+        from ..evaluation.harness.command import run
         from ..tasks.recipes import dataclass_parser, parse
 
         description = f"{prog} --models DIR [DIR ...] --tasks TASK [TASK ...] --output_dir DIR: {self.help}."

@@ -32,8 +32,8 @@ class StudyCommand(Command):
         from ..comparison import RunKey, arm_label
         from ..comparison.recipes import arm_recipe, more_recipes
         from ..config import ProcessArguments
+        from ..evaluation.alpaca.report import judge_label
         from ..evaluation.report import comparisons_markdown
-        from ..evaluation.report.headtohead import judge_label
         from ..study import StudyArguments, run
         from ..study.results import StudyResults
         from ..tasks.recipes import dataclass_parser, parse, recipe_and_task, with_shipped

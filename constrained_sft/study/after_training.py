@@ -16,13 +16,13 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from ..data import ModelSpec
+from ..evaluation import ExitsModel, ModelResult
 from ..evaluation.alpaca.generate import GenerateArguments
 from ..evaluation.alpaca.generate import run as generate
 from ..evaluation.exits import ExitsArguments, measure_exits
 from ..evaluation.instructions import load_instructions
 from ..evaluation.loading import auto_bf16
-from ..evaluation.measure import Measurement, measure_model
-from ..evaluation.results import ExitsModel, ModelResult
+from ..evaluation.robustness import Measurement, measure_model
 from ..noise import NoiseGrid
 
 if TYPE_CHECKING:  # the tasks' classes are not imported to run this module

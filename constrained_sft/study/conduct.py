@@ -26,9 +26,9 @@ from ..comparison import RunKey, check_comparison_folder, comparison_levels, stu
 from ..config import training_level
 from ..data import delete_weights, has_weights
 from ..data.instructions import held_out_instructions
+from ..evaluation import ALPACA_EVAL_SIZE
 from ..evaluation.alpaca import check_judge
 from ..evaluation.instructions import ALPACA_EVAL, load_instructions
-from ..evaluation.results import ALPACA_EVAL_SIZE
 from ..tasks import Recipe, Task, is_finished
 from ..utils.files import write_text
 from . import clock

@@ -11,12 +11,12 @@ import os
 import time
 
 from ..comparison import CONSTRAINED, ERM, RunKey
+from ..evaluation import HeadToHead, RobustnessResults
 from ..evaluation.alpaca import AlpacaArguments, build_judge, judge_levels
 from ..evaluation.alpaca.generate import output_path
 from ..evaluation.exits import write_exits
 from ..evaluation.loading import versions
-from ..evaluation.measure import finish
-from ..evaluation.results import HeadToHead, RobustnessResults
+from ..evaluation.robustness import finish
 from ..tasks import Recipe, Task
 from ..utils.files import write_json
 from .after_training import Evaluation, held_out

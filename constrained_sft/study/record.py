@@ -20,7 +20,7 @@ from typing import Any
 
 from ..comparison import RunKey
 from ..data import has_weights, model_fingerprint
-from ..evaluation.results import ExitsModel, ModelResult
+from ..evaluation import ExitsModel, ModelResult
 from ..utils.files import read_json, write_json
 from ..utils.folders import MARKER, child_path
 from ..utils.types import JSONObject

@@ -9,6 +9,8 @@ import os
 
 from ..comparison import CONSTRAINED, ERM, arm_label
 from ..evaluation.alpaca.judging import VERDICTS, level_dir
+from ..evaluation.alpaca.report import cost_text, judge_label, level_table, plot_win_rates
+from ..evaluation.exits import exits_blocks
 from ..evaluation.report import (
     Block,
     Document,
@@ -18,12 +20,10 @@ from ..evaluation.report import (
     Table,
     Text,
     comparison_blocks,
-    summary_table,
     write_html,
     write_markdown,
 )
-from ..evaluation.report.exits import exits_blocks
-from ..evaluation.report.headtohead import cost_text, judge_label, level_table, plot_win_rates
+from ..evaluation.robustness import summary_table
 from ..utils.types import JSONObject
 from .results import StudyResults, StudyTimings, judging_dir
 

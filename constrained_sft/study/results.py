@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..comparison import CONSTRAINED, ERM, TWINS
-from ..evaluation.results import (
+from ..evaluation import (
     Comparison,
     ExitsResults,
     HeadToHead,

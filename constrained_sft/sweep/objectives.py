@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from ..evaluation.results import ModelSummary
+from ..evaluation import ModelSummary
 from ..utils.registry import Registry
 
 

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..evaluation.results import Comparison, ReportFiles
+from ..evaluation import Comparison, ReportFiles
 from ..utils.fields import known_keys
 from ..utils.files import read_saved, write_json
 from ..utils.types import JSONObject

@@ -26,8 +26,7 @@ from dataclasses import dataclass
 from transformers import TrainerCallback
 
 from ..constraints import ERM
-from ..evaluation import evaluate_level, summarize
-from ..evaluation.results import ModelSummary
+from ..evaluation import ModelSummary, evaluate_level, summarize
 from ..tasks import Arm, Headline, Task
 from .objectives import SWEEP_OBJECTIVES
 from .space import Params, SearchSpace

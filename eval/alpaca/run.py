@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
+from constrained_sft.evaluation import HeadToHead
 from constrained_sft.evaluation.alpaca import AlpacaArguments, judge_setup, quiet_alpaca_eval, result_lines
 from constrained_sft.evaluation.alpaca import run as judge
 from constrained_sft.evaluation.alpaca.generate import GenerateArguments
 from constrained_sft.evaluation.alpaca.generate import run as generate
-from constrained_sft.evaluation.results import HeadToHead
 
 # Keys a settings file has besides the generation and judging fields; those fields come from the two dataclasses,
 # less the ones this script sets itself.

@@ -8,15 +8,10 @@ import pytest
 import torch
 
 from constrained_sft.cli import main as cli
-from constrained_sft.evaluation.exits import (
-    ExitsArguments,
-    default_exits,
-    layer_view,
-    measure_model,
-    summarize_exits,
-)
+from constrained_sft.evaluation.exits import ExitsArguments, PromptMeasurements
+from constrained_sft.evaluation.exits.arguments import default_exits
+from constrained_sft.evaluation.exits.command import layer_view, measure_model, summarize_exits
 from constrained_sft.evaluation.instructions import GenerationError
-from constrained_sft.evaluation.results import PromptMeasurements
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
 
 
@@ -110,7 +105,7 @@ def test_bad_options_fail_in_one_line_before_any_model_loads(fields, match):
 def test_a_rerun_reuses_each_models_row_and_measures_only_the_new_model(tmp_path, monkeypatch, capsys):
     """Rows are keyed by the model's weights and the noise scale: the same settings reuse them (no decoding), a model
     added to the command is the only one measured, a model retrained behind its name is refused."""
-    from constrained_sft.evaluation import exits as exits_module
+    from constrained_sft.evaluation.exits import command as exits_module
 
     for name, seed in (("a", 0), ("b", 1)):
         tiny_causal_lm("llama", seed=seed).save_pretrained(tmp_path / name)

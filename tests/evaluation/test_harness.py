@@ -16,8 +16,8 @@ from lm_eval.models.huggingface import HFLM  # noqa: E402
 
 from constrained_sft.cli import console  # noqa: E402
 from constrained_sft.evaluation.harness.arguments import HarnessArguments  # noqa: E402
+from constrained_sft.evaluation.harness.command import compare_arms  # noqa: E402
 from constrained_sft.evaluation.harness.model import NoisyLM  # noqa: E402
-from constrained_sft.evaluation.harness.run import compare_arms  # noqa: E402
 from constrained_sft.testing import SYMBOLS, successor_dataset, tiny_causal_lm, tiny_tokenizer  # noqa: E402
 
 TASK_YAML = """task: successor_mc

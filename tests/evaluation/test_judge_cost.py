@@ -5,9 +5,9 @@ import math
 
 import pytest
 
+from constrained_sft.evaluation.alpaca import HeadToHead, JudgeCost, WinRateLevel
 from constrained_sft.evaluation.alpaca.cost import ALPACA_EVAL_PRICE, PRICES, Spend, list_price, usage_of
-from constrained_sft.evaluation.report.headtohead import cost_text
-from constrained_sft.evaluation.results import HeadToHead, JudgeCost, WinRateLevel
+from constrained_sft.evaluation.alpaca.report import cost_text
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
 """The report writers: one set of blocks, rendered as HTML (self-contained) and as Markdown (linked images)."""
 
 import base64
+import os
 
+from constrained_sft.evaluation import Comparison, Difference, StatisticRow
 from constrained_sft.evaluation.report import (
     Document,
     Heading,
@@ -13,7 +15,6 @@ from constrained_sft.evaluation.report import (
     render_html,
     render_markdown,
 )
-from constrained_sft.evaluation.results import Comparison, Difference, StatisticRow
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
@@ -69,3 +70,43 @@ def test_comparisons_an_earlier_version_wrote_read_back_unchanged():
     for name, rows in study["robustness"]["comparisons"].items():
         comparison = Comparison.from_dict(name, rows)
         assert comparison.to_dict() == rows and comparison.name == name and len(comparison.rows) == len(rows)
+
+
+def test_every_evaluation_has_its_part_of_a_folders_page_whichever_module_is_imported_first():
+    """The parts register when `constrained_sft.evaluation` is imported, which Python does before any of its modules:
+    a fresh interpreter importing only the robustness command still knows the head-to-head's part (or a robustness
+    rerun would drop it from a shared folder's page)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import constrained_sft.evaluation.robustness.command\n"
+        "from constrained_sft.evaluation.report import PARTS\n"
+        "print(sorted((p.position, n) for n, p in PARTS.items()))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[(0, 'robustness'), (1, 'alpaca')]"
+
+
+def test_a_folders_page_shows_every_part_it_holds_in_order_and_refuses_a_folder_with_none(tmp_path):
+    import pytest
+
+    from constrained_sft.evaluation.report import PARTS, PagePart, write_page
+
+    class Notes(PagePart):
+        name, title, position = "notes", "Notes", -1
+
+        @classmethod
+        def blocks(cls, output_dir):
+            path = os.path.join(output_dir, "notes.txt")
+            return [Heading("Notes"), Text(open(path).read())] if os.path.isfile(path) else []
+
+    PARTS.register(Notes)
+    try:
+        with pytest.raises(ValueError, match="holds no results of any evaluation .*no page to write"):
+            write_page(str(tmp_path))
+        (tmp_path / "notes.txt").write_text("kept <here>")
+        page = (tmp_path / "report.html").read_text() if write_page(str(tmp_path)) else ""
+        assert "<title>Notes</title>" in page and "kept &lt;here&gt;" in page
+    finally:
+        del PARTS["notes"]

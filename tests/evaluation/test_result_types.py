@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from constrained_sft.evaluation.results import ExitsResults, HarnessResults, HeadToHead, RobustnessResults
+from constrained_sft.evaluation import ExitsResults, HarnessResults, HeadToHead, RobustnessResults
 from constrained_sft.study.results import StudyResults
 
 DOCS = Path(__file__).parents[2] / "docs" / "study"

@@ -9,7 +9,7 @@ from datasets import Dataset
 from constrained_sft.constraints import LayerLosses, descent_counts
 from constrained_sft.data import DataArguments, DataError, ModelPathError, ModelSpec
 from constrained_sft.evaluation import RobustnessArguments, evaluate_level, run
-from constrained_sft.evaluation.metrics import example_descents, step_ratios
+from constrained_sft.evaluation.robustness.metrics import example_descents, step_ratios
 from constrained_sft.tasks import Measure, get_task
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_tokenizer
 

@@ -1,7 +1,8 @@
 """
 AlpacaEval, the paper's generation benchmark (Section 6), as its own product: noisy generation (`generate`,
 `constrained-sft eval generate`), the judges (`judges`, with alpaca_eval configs in `judge_configs/`), head-to-head
-judging and win rates (`judging`, `constrained-sft eval alpaca`) and their part of the report folder (`report`).
+judging and win rates (`judging`, `constrained-sft eval alpaca`), the results as types (`results`: alpaca_eval.json)
+and their report (`report`: the win-rate table and plot, its part of the folder's report.html).
 """
 
 from .judge_kinds import JUDGES, JudgeKind
@@ -17,12 +18,18 @@ from .judging import (
     result_lines,
     run,
 )
+from .results import ALPACA_EVAL_SIZE, ALPACA_JSON, HeadToHead, JudgeCost, WinRateLevel
 
 __all__ = [
+    "ALPACA_EVAL_SIZE",
+    "ALPACA_JSON",
     "JUDGES",
     "AlpacaArguments",
     "JudgeKind",
+    "JudgeCost",
     "JudgeError",
+    "HeadToHead",
+    "WinRateLevel",
     "build_judge",
     "check_judge",
     "judge_levels",

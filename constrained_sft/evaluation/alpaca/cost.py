@@ -21,7 +21,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..results import JudgeCost
+from .results import JudgeCost
 
 USAGE = ("prompt_tokens", "completion_tokens", "total_tokens")  # beside each API verdict (`usage_of`)
 PRICE = "price_per_example"  # alpaca_eval's column: its decoder's price; ours leave it NaN

@@ -30,7 +30,7 @@ from ...utils.folders import check_folder, check_output_folder, child_path, mark
 from ..arms import check_model_paths, folder_name
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma
-from ..results import ALPACA_EVAL_SIZE
+from .results import ALPACA_EVAL_SIZE
 
 
 @dataclass

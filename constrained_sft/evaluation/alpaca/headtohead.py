@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..bootstrap import Statistic, bootstrap_interval
-from ..results import JudgeCost, WinRateLevel
+from .results import JudgeCost, WinRateLevel
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,12 @@ from ...utils.fields import check_fields
 from ...utils.files import read_json, write_json
 from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
 from ..instructions import GenerationError
-from ..report.headtohead import cost_text
-from ..results import HeadToHead, WinRateLevel
 from .generate import output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
 from .judge_kinds import JudgeError, judge_kind, judges_help
 from .judges import load_alpaca_eval
-from .report import write_alpaca
+from .report import cost_text, write_alpaca
+from .results import HeadToHead, WinRateLevel
 
 COMMAND = "eval alpaca"
 

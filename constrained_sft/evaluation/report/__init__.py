@@ -1,22 +1,24 @@
 """
-Reports, one writer per format: content is built once as format-free blocks (`document`) and rendered by the HTML
-writer (`html`: one self-contained page) or the Markdown writer (`markdown`). The robustness report (`robustness`:
-results.json, results.csv, the plots of `plots`, report.html), the comparisons and models' summary that sweeps and
-studies show too (`sections`), `eval exits`' blocks and plots (`exits`), a noisy lm-eval run's (`harness`) and a
-head-to-head judging's table, plot and section (`headtohead`) are all blocks, built from the typed results.
+The reports' shared writers, one per format: content is built once as format-free blocks (`document`) and rendered
+by the HTML writer (`html`: one self-contained page) or the Markdown writer (`markdown`); the comparisons between
+arms with their intervals, which every evaluation, sweep and study shows (`sections`); a report folder's one page,
+where the evaluations' parts meet (`page`). Each evaluation's own blocks and plots live with it.
 """
 
 from .document import Block, Document, Heading, Image, Preformatted, Table, Text
 from .html import render_html, write_html
 from .markdown import comparisons_markdown, render_markdown, write_markdown
-from .robustness import robustness_blocks, write_csv, write_report
-from .sections import comparison_blocks, comparison_table, summary_table
+from .page import PAGE, PARTS, PagePart, write_page
+from .sections import comparison_blocks, comparison_table
 
 __all__ = [
+    "PAGE",
+    "PARTS",
     "Block",
     "Document",
     "Heading",
     "Image",
+    "PagePart",
     "Preformatted",
     "Table",
     "Text",
@@ -25,10 +27,7 @@ __all__ = [
     "comparisons_markdown",
     "render_html",
     "render_markdown",
-    "robustness_blocks",
-    "summary_table",
-    "write_csv",
     "write_html",
     "write_markdown",
-    "write_report",
+    "write_page",
 ]

@@ -1,9 +1,8 @@
-"""Report content more than one report shows, as blocks: the comparisons with their intervals, the models' summary."""
+"""Report content more than one evaluation shows, as blocks: the comparisons between arms with their intervals."""
 
 from __future__ import annotations
 
-from ...tasks import Headline
-from ..results import Comparison, ModelSummary
+from ..comparisons import Comparison
 from .document import Block, Heading, Table, Text
 
 
@@ -27,15 +26,3 @@ def comparison_blocks(comparisons: dict[str, Comparison], bootstrap_samples: int
     for comparison in comparisons.values():
         out += [Heading(comparison.name, level), Text(note), comparison_table(comparison)]
     return out
-
-
-def summary_table(headline: Headline, summaries: dict[str, ModelSummary], train_gamma: bool = True) -> Table:
-    """One row per model: the headline's AUC, ID and OOD means, the descent share (and the training level)."""
-    key = headline.key
-    headers = ["model", f"AUC ({key})", f"ID {key}", f"OOD {key}", "descent share"]
-    rows = []
-    for name, s in summaries.items():
-        rows.append([name, s.auc, s.id_metric, s.ood_metric, s.descent_share])
-        if train_gamma:
-            rows[-1].append(s.train_gamma)
-    return Table([*headers, "train gamma"] if train_gamma else headers, rows)

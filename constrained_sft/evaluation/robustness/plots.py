@@ -4,7 +4,7 @@ difference with its band, per-layer curves, layer-step ratios and per-sample des
 from __future__ import annotations
 
 from ...utils.figures import pyplot, save_figure
-from ..results import RobustnessResults
+from .results import RobustnessResults
 
 
 def plot_metric(results: RobustnessResults, path: str) -> str:

@@ -1,5 +1,6 @@
 """Writing a robustness evaluation, for every task: results.json, results.csv, PNG plots (the headline per arm with its
-interval band, each comparison's difference with its band) and one self-contained report.html."""
+interval band, each comparison's difference with its band) and its part of the folder's report.html (`report.page`);
+the models' summary table, which sweeps and studies show too."""
 
 from __future__ import annotations
 
@@ -7,12 +8,23 @@ import csv
 import os
 from collections.abc import Sequence
 
+from ...tasks import Headline
 from ...utils.files import atomic_path
-from ..results import RESULTS_JSON, ReportFiles, RobustnessResults
-from .document import Block, Document, Heading, Image, Preformatted, Table, Text
-from .html import write_html
+from ..report import (
+    PAGE,
+    PARTS,
+    Block,
+    Heading,
+    Image,
+    PagePart,
+    Preformatted,
+    Table,
+    Text,
+    comparison_blocks,
+    write_page,
+)
 from .plots import plot_descent, plot_differences, plot_layers, plot_metric, plot_ratios
-from .sections import comparison_blocks, summary_table
+from .results import RESULTS_JSON, ModelSummary, ReportFiles, RobustnessResults
 
 LEVEL_FIELDS = ("loss_mean", "loss_std", "descent_share", "ratio_mean", "ratio_median")
 
@@ -43,9 +55,20 @@ def write_csv(results: RobustnessResults, path: str) -> str:
     return path
 
 
-def robustness_blocks(results: RobustnessResults, images: Sequence[str], more: Sequence[Block] = ()) -> list[Block]:
-    """The report's content: summary, comparisons, each model's levels, the plots, `more` (other parts of the
-    folder), the settings."""
+def summary_table(headline: Headline, summaries: dict[str, ModelSummary], train_gamma: bool = True) -> Table:
+    """One row per model: the headline's AUC, ID and OOD means, the descent share (and the training level)."""
+    key = headline.key
+    headers = ["model", f"AUC ({key})", f"ID {key}", f"OOD {key}", "descent share"]
+    rows = []
+    for name, s in summaries.items():
+        rows.append([name, s.auc, s.id_metric, s.ood_metric, s.descent_share])
+        if train_gamma:
+            rows[-1].append(s.train_gamma)
+    return Table([*headers, "train gamma"] if train_gamma else headers, rows)
+
+
+def robustness_blocks(results: RobustnessResults, images: Sequence[str]) -> list[Block]:
+    """The report's content: summary, comparisons, each model's levels, the plots, the settings."""
     key = results.headline.key
     blocks: list[Block] = [
         Heading("Robustness report", 1),
@@ -61,20 +84,14 @@ def robustness_blocks(results: RobustnessResults, images: Sequence[str], more: S
             Text(f"{model.path} ({model.architecture})"),
             Table(["gamma", key, "std over noise seeds", "loss", "descent share", "median ratio"], rows),
         ]
-    blocks += [Heading("Plots"), *(Image(p) for p in images), *more]
+    blocks += [Heading("Plots"), *(Image(p) for p in images)]
     blocks += [Heading("Settings"), Preformatted(f"{results.settings.to_dict()}\n{results.versions}")]
     return blocks
 
 
-def write_report(
-    results: RobustnessResults,
-    output_dir: str,
-    figures: dict[str, str] | None = None,
-    more_sections: Sequence[Block] = (),
-) -> ReportFiles:
-    """Every output file; returns their paths (also set as `results.files`). `figures`: a task's extra figures (kept
-    when the page is rewritten); `more_sections`: blocks other parts of the folder contribute (the AlpacaEval
-    head-to-head, `report.headtohead.folder_sections`), placed before the settings."""
+def write_report(results: RobustnessResults, output_dir: str, figures: dict[str, str] | None = None) -> ReportFiles:
+    """Every output file, then the folder's report.html (with the other evaluations' parts the folder holds); returns
+    their paths (also set as `results.files`). `figures`: a task's extra figures (kept when the page is rewritten)."""
     os.makedirs(output_dir, exist_ok=True)
     key = results.headline.key
     figures = figures if figures is not None else results.files.get("figures", {})
@@ -90,9 +107,26 @@ def write_report(
     plots["descent"] = plot_descent(results, os.path.join(output_dir, "descent_vs_gamma.png"))
     paths.update(plots)
     paths["figures"] = figures
+    paths["html"] = os.path.join(output_dir, PAGE)
     write_csv(results, paths["csv"])
-    blocks = robustness_blocks(results, [*plots.values(), *figures.values()], more_sections)
-    paths["html"] = write_html(os.path.join(output_dir, "report.html"), Document("Robustness report", blocks))
     results.files = paths
     results.save(output_dir)
+    write_page(output_dir)
     return paths
+
+
+@PARTS.register
+class RobustnessPart(PagePart):
+    """A robustness evaluation's part of a report folder: first on the page, which it names."""
+
+    name, title, position = "robustness", "Robustness report", 0
+
+    @classmethod
+    def blocks(cls, output_dir: str) -> list[Block]:
+        results = RobustnessResults.load(output_dir)
+        if results is None:
+            return []
+        files = results.files
+        plots = [path for name, path in files.items() if name not in ("json", "csv", "html", "figures")]
+        figures = files.get("figures", {})
+        return robustness_blocks(results, [*plots, *(figures.values() if isinstance(figures, dict) else ())])

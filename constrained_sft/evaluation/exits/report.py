@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from ...utils.figures import pyplot, save_figure
-from ..results import ExitsResults
-from .document import Block, Heading, Image, Preformatted, Table, Text
+from ..report import Block, Heading, Image, Preformatted, Table, Text
+from .results import ExitsResults
 
 
 def plot_speedups(results: ExitsResults, path: str) -> str:

@@ -19,12 +19,12 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..data import ModelSpec
-from ..noise import NoiseGrid
-from ..tasks import Measure, Task
+from ...data import ModelSpec
+from ...noise import NoiseGrid
+from ...tasks import Measure, Task
+from ..loading import trained_layers, training_report, versions
 from .compare import bands, compare
 from .levels import evaluate_level
-from .loading import trained_layers, training_report, versions
 from .metrics import summarize
 from .report import write_report
 from .results import ModelResult, RobustnessResults, RobustnessSettings
@@ -143,12 +143,11 @@ def finish(
     pairs: list[tuple[str, str]],
     output_dir: str,
     figures: dict[str, str] | None = None,
-    more_sections=(),
 ) -> RobustnessResults:
     """Bands and comparisons (`pairs`, A - B) from the models' saved unit scores, then results.json, results.csv,
-    the plots and report.html in `output_dir`."""
+    the plots and the folder's report.html in `output_dir`."""
     n_boot = results.settings.bootstrap_samples
     results.bands = bands(results, task, n_boot)
     results.comparisons = compare(results, task, pairs, n_boot)
-    write_report(results, output_dir, figures, more_sections)
+    write_report(results, output_dir, figures)
     return results

@@ -22,9 +22,10 @@ from ...tasks.sft import causal_lm_config
 from ...utils.files import read_json, write_json
 from ...utils.folders import OutputDirError, check_folder, child_path, differences, mark_folder, normalized
 from ..bootstrap import Statistic, bootstrap_interval, paired_bootstrap
+from ..comparisons import Band, Comparison, Difference, StatisticRow
 from ..loading import reference_sigma, versions
-from ..results import HARNESS_JSON, Band, Comparison, Difference, HarnessResults, HarnessSettings, StatisticRow
 from .arguments import HarnessArguments
+from .results import HARNESS_JSON, HarnessResults, HarnessSettings
 
 COMMAND = "eval harness"
 
@@ -142,7 +143,7 @@ def run(args: HarnessArguments) -> HarnessResults:
     from transformers import AutoModelForCausalLM
 
     from ...data import load_pretrained
-    from ..report.harness import write_harness_report
+    from .report import write_harness_report
 
     args.validate()
     check_folder(args.output_dir, COMMAND, args.folder_settings())

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..bootstrap import Interval
+from .bootstrap import Interval
 
 
 @dataclass(frozen=True)

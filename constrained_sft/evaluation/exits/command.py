@@ -27,18 +27,18 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..data import ModelSpec, model_identities
-from ..noise import embedding_sigma, noise_stream, noisy
-from ..readout import CausalLMReadout
-from ..tasks import SFTTask, get_task
-from ..utils.files import read_json, write_json
-from ..utils.folders import check_folder, child_path, differences, mark_folder, normalized
-from .bootstrap import Statistic, bootstrap_interval
-from .exits_arguments import ExitsArguments, check_depths, default_exits
-from .instructions import GenerationError, fingerprint, load_instructions, prompts_for
-from .loading import auto_bf16, reference_sigma, versions
-from .report import Document, write_html
-from .report.exits import exits_report, plot_layer_accuracy, plot_speedups
+from ...data import ModelSpec, model_identities
+from ...noise import embedding_sigma, noise_stream, noisy
+from ...readout import CausalLMReadout
+from ...tasks import SFTTask, get_task
+from ...utils.files import read_json, write_json
+from ...utils.folders import check_folder, child_path, differences, mark_folder, normalized
+from ..bootstrap import Statistic, bootstrap_interval
+from ..instructions import GenerationError, fingerprint, load_instructions, prompts_for
+from ..loading import auto_bf16, reference_sigma, versions
+from ..report import Document, write_html
+from .arguments import ExitsArguments, check_depths, default_exits
+from .report import exits_report, plot_layer_accuracy, plot_speedups
 from .results import EXITS_JSON, ExitsModel, ExitSpeedup, ExitsResults, ExitsSettings, LayerReadout, PromptMeasurements
 
 

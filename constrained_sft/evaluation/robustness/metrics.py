@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..constraints import LayerLosses
-from ..noise import NoiseGrid
+from ...constraints import LayerLosses
+from ...noise import NoiseGrid
 from .results import LevelSummary, ModelSummary
 
 RATIO_BINS = np.linspace(0.0, 2.0, 41)  # histogram of f_l / f_{l-1}; values above 2 land in the last bin

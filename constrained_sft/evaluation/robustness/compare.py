@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ..noise import NoiseGrid
-from .bootstrap import Scores, Statistic, bootstrap_interval, paired_bootstrap, total
-from .results import Band, Comparison, Difference, RobustnessResults, StatisticRow
+from ...noise import NoiseGrid
+from ..bootstrap import Scores, Statistic, bootstrap_interval, paired_bootstrap, total
+from ..comparisons import Band, Comparison, Difference, StatisticRow
+from .results import RobustnessResults
 
 if TYPE_CHECKING:  # the tasks' classes are not imported to run this module
     from ..tasks import Task

@@ -18,7 +18,7 @@ from ...tasks import Headline
 from ...utils.fields import known_keys
 from ...utils.files import read_saved, write_json
 from ...utils.types import JSONObject
-from .comparisons import Band, Comparison
+from ..comparisons import Band, Comparison
 
 RESULTS_JSON = "results.json"
 # a report's files: name -> path ("json", "csv", "html", each plot), and "figures": a task's extra figures, name -> path

@@ -9,102 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
 
-import numpy as np
-
-from ..data import ModelSpec, model_identities
-from ..noise import NoiseGrid, embedding_sigma
-from ..tasks import TASKS, Task, get_task
-from ..utils.fields import check_fields
-from ..utils.folders import check_folder, check_output_folder, mark_folder, read_marker
-from .arms import ArmArguments
+from ...data import ModelSpec, model_identities
+from ...noise import NoiseGrid, embedding_sigma
+from ...tasks import Task, get_task
+from ...utils.folders import check_folder, mark_folder, read_marker
+from ..loading import auto_bf16, recorded_gamma, reference_sigma
+from .arguments import RobustnessArguments
 from .compare import check_pairs, compare
-from .loading import auto_bf16, layer_indices, recorded_gamma, reference_sigma
 from .measure import Measurement, finish, measure_model
 from .results import RobustnessResults
-
-
-@dataclass
-class RobustnessArguments(ArmArguments):
-    task: str | None = field(
-        default=None,
-        metadata={
-            "help": "The models' task: 'sft' (causal LMs, the default), 'classification' or 'video' (denoisers: RMSE "
-            "instead of accuracy); a recipe's `task` sets it.",
-            "choices": list(TASKS),
-        },
-    )
-    output_dir: str = field(
-        default=None, metadata={"help": "Where results.json, results.csv, the plots and report.html go."}
-    )
-    base_model: str | None = field(default=None, metadata={"help": "Base model of adapters that do not name one."})
-    recipe: str | None = field(
-        default=None, metadata={"help": "A training recipe whose data fields define the held-out set."}
-    )
-    gammas: list[float] | None = field(
-        default=None,
-        metadata={"help": "Test noise levels (default: 0 to 4x the training level in 5 steps; 0..2 without one)."},
-    )
-    train_gamma: float | None = field(
-        default=None,
-        metadata={
-            "help": "Training noise level, the ID / OOD boundary (default: from the first model's constraints.json, "
-            "else the recipe)."
-        },
-    )
-    seeds: int = field(default=3, metadata={"help": "Noise seeds per level; results are mean and std over them."})
-    noise_mean: float = field(default=0.0, metadata={"help": "Mean of the noise."})
-    sigma_x: float | None = field(
-        default=None,
-        metadata={
-            "help": "sigma_x for every model compared (default: `noise_sigma_x` in the first model's constraints.json, "
-            "the starting model's scale its training used; else measured on the first model)."
-        },
-    )
-    layers: str = field(
-        default="trained",
-        metadata={
-            "help": "'trained' (the layers in the model's constraints.json, else all), 'all', or comma-separated indices."
-        },
-    )
-    curve_gammas: list[float] | None = field(
-        default=None,
-        metadata={"help": "Levels of the layer-curve plot and frame strip (default: 0, the training level, the top)."},
-    )
-    batch_size: int = field(default=8, metadata={"help": "Evaluation batch size."})
-    max_length: int = field(
-        default=1024,
-        metadata={"help": "Truncate sequences to this many tokens (default: the recipe's max_length, else 1024)."},
-    )
-    bf16: bool | None = field(
-        default=None, metadata={"help": "bf16 weights and autocast (default: on CUDA devices that support it)."}
-    )
-    bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        check_output_folder(self.output_dir, "--output_dir")
-
-    def validate(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> None:
-        """Every field checked before any work; `arms`: models given by the caller instead of --models / --arm."""
-        self.validate_selection(arms)
-        if not self.output_dir:
-            raise ValueError("`--output_dir` is required.")
-        for name in ("gammas", "curve_gammas"):
-            if getattr(self, name) is not None:
-                NoiseGrid.parse(getattr(self, name), f"--{name}")
-        if self.train_gamma is not None and (not np.isfinite(self.train_gamma) or self.train_gamma < 0):
-            raise ValueError(f"`--train_gamma` must be finite and >= 0, got {self.train_gamma}.")
-        if self.sigma_x is not None and not (np.isfinite(self.sigma_x) and self.sigma_x > 0):
-            raise ValueError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
-        for name in ("seeds", "batch_size", "bootstrap_samples"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"`--{name}` must be >= 1, got {getattr(self, name)}.")
-        if self.layers not in ("trained", "all"):
-            layer_indices(self.layers)
-        self.check_paths(self.arms() if arms is None else arms)
-
 
 COMMAND = "eval robustness"
 # arguments that do not decide the measurements: where they go, how the intervals are drawn and which differences
@@ -164,9 +78,7 @@ def run(
         del model, measured
     mark_folder(args.output_dir, COMMAND, settings)
     figures = task.measuring.figures(snapshots, data, args.output_dir)
-    from .report.headtohead import folder_sections  # the AlpacaEval part of a shared report folder, if any
-
-    return finish(results, task, pairs, args.output_dir, figures, folder_sections(args.output_dir))
+    return finish(results, task, pairs, args.output_dir, figures)
 
 
 def saved_results(

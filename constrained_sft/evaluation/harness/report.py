@@ -5,10 +5,8 @@ from __future__ import annotations
 import os
 
 from ...utils.figures import pyplot, save_figure
-from ..results import HarnessResults
-from .document import Document, Heading, Image, Table, Text
-from .markdown import write_markdown
-from .sections import comparison_blocks
+from ..report import Document, Heading, Image, Table, Text, comparison_blocks, write_markdown
+from .results import HarnessResults
 
 
 def plot_task(results: HarnessResults, key: str, path: str) -> str:

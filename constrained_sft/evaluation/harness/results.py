@@ -11,7 +11,7 @@ from typing import Any
 from ...noise import NoiseGrid
 from ...utils.fields import known_keys
 from ...utils.files import read_saved
-from .comparisons import Band, Comparison
+from ..comparisons import Band, Comparison
 
 HARNESS_JSON = "results.json"
 
