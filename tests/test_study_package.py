@@ -97,3 +97,13 @@ def test_the_script_holds_no_python():
     with open(script, encoding="utf-8") as f:
         text = f.read()
     assert "<<" not in text and not [line for line in text.splitlines() if "PY" in line and " -c " in line]
+
+
+def test_the_package_brings_back_the_study_folders_parts_but_weights_and_data():
+    """`study.package` names the parts it packs by hand (importing `study.folder` would load the comparison layer,
+    seconds a refused script call should not wait); they are the study folder's parts, less the trained runs (only
+    their small files travel) and the prepared data."""
+    from constrained_sft.study import folder
+
+    assert set(package.FOLDERS) == set(folder.FOLDERS) - {folder.TRAIN, folder.DATA}
+    assert set(package.FILES) == set(folder.FILES)

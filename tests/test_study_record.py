@@ -5,14 +5,16 @@ import json
 
 import pytest
 
-from constrained_sft.study.record import RunKey, RunRecord, read_record, record_path, write_record
+from constrained_sft.study.folder import StudyFolder
+from constrained_sft.study.record import RunKey, RunRecord, read_record, write_record
 
 
 def test_a_run_key_names_its_run_folder_and_record(tmp_path):
     run = RunKey(1, "early-exit")
     assert run.name == "early-exit/seed1" and RunKey.parse(run.name) == run and run.stem == "early-exit-seed1"
     assert run.folder(str(tmp_path)) == str(tmp_path / "train" / "early-exit" / "seed1")
-    assert record_path(str(tmp_path), run) == str(tmp_path / "runs" / "early-exit-seed1.json")
+    assert StudyFolder(str(tmp_path)).record(run) == str(tmp_path / "runs" / "early-exit-seed1.json")
+    assert StudyFolder(str(tmp_path)).run(run) == run.folder(str(tmp_path))
     assert run.folder(str(tmp_path), "final") == str(tmp_path / "final" / "early-exit" / "seed1")  # a sweep's
     assert sorted([RunKey(1, "a"), RunKey(0, "b"), RunKey(0, "a")]) == [RunKey(0, "a"), RunKey(0, "b"), RunKey(1, "a")]
     with pytest.raises(ValueError, match="not a run name"):
@@ -22,8 +24,8 @@ def test_a_run_key_names_its_run_folder_and_record(tmp_path):
 def test_a_record_grows_phase_by_phase_and_reads_back(tmp_path):
     record = RunRecord("erm/seed0")
     record.seconds["train"], record.estimates["train"], record.jobs["train"] = 12.5, 14.0, 2
-    write_record(str(tmp_path), record, "accuracy")
-    again = read_record(str(tmp_path), RunKey(0, "erm"), "accuracy")
+    write_record(StudyFolder(str(tmp_path)), record, "accuracy")
+    again = read_record(StudyFolder(str(tmp_path)), RunKey(0, "erm"), "accuracy")
     assert again == record and again.done("train") and not again.done("robustness")
 
 
@@ -33,7 +35,7 @@ def test_a_record_of_an_earlier_version_loads_as_its_phases(tmp_path):
     old = {"run": "erm/seed1", "sigma_x": 0.5, "model": "abc", "robustness": None, "exits": None,
            "seconds": {"train": 10.0, "generation": 3.0, "total": 15.0}}  # fmt: skip
     (tmp_path / "runs" / "erm-seed1.json").write_text(json.dumps(old))
-    record = read_record(str(tmp_path), RunKey(1, "erm"), "accuracy")
+    record = read_record(StudyFolder(str(tmp_path)), RunKey(1, "erm"), "accuracy")
     assert record.seconds == {"train": 10.0, "answers": 3.0} and record.estimates == {}
 
 
@@ -53,11 +55,11 @@ def test_a_record_is_checked_before_it_is_trusted(tmp_path, change, said):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "erm-seed0.json").write_text(json.dumps({"run": "erm/seed0", "seconds": {}, **change}))
     with pytest.raises(RecordError, match=r"erm-seed0.json: " + said):
-        read_record(str(tmp_path), RunKey(0, "erm"), "accuracy")
+        read_record(StudyFolder(str(tmp_path)), RunKey(0, "erm"), "accuracy")
 
 
 def test_a_record_of_another_run_is_refused_naming_both(tmp_path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "erm-seed0.json").write_text(json.dumps({"run": "constrained/seed0", "seconds": {}}))
     with pytest.raises(ValueError, match=r"erm-seed0.json is the record of 'constrained/seed0', not of 'erm/seed0'"):
-        read_record(str(tmp_path), RunKey(0, "erm"), "accuracy")
+        read_record(StudyFolder(str(tmp_path)), RunKey(0, "erm"), "accuracy")

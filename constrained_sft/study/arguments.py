@@ -14,6 +14,7 @@ from ..evaluation.instructions import ALPACA_EVAL
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
+from .folder import StudyFolder
 from .phases import KEEP_MODELS
 
 STAGES = ("train", "evaluate", "all")
@@ -179,6 +180,11 @@ class StudyArguments:
                 f"`--instructions` {source!r}: allowed are {HELD_OUT!r}, {ALPACA_EVAL!r} or an existing .json/.jsonl "
                 "file."
             )
+
+    @property
+    def folder(self) -> StudyFolder:
+        """Every path of the study folder (`study_dir`, once `conduct.checked_arms` has given it its default)."""
+        return StudyFolder(self.study_dir)
 
     def folder_settings(self, recipes: dict) -> dict:
         """What decides a study's results, for its folder (`utils.folders`): every arm's recipe (but for the

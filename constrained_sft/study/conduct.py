@@ -5,14 +5,9 @@ it trains, each run is measured (token accuracy and loss against the noise level
 generation levels and, for seed 0, decodes self-speculatively (`phases`); then, from these records alone, the arms
 compared with paired-bootstrap intervals over training seeds and held-out sequences, each arm's answers judged
 against the reference arm's in both orders, seed s against seed s, and one report (`finish`). Writes into
-`study_dir`:
-
-    train/<arm>/seed<s>/   the trained runs (`--keep_models`: whose weights stay once recorded)
-    runs/<arm>-seed<s>.json  each run's measurements and timings: a run with a record is done
-    robustness/            the comparisons over every recorded run (results.json, report.html)
-    instructions.jsonl     the instruction set (held-out first turns with their reference answers, by default)
-    generations/<arm>-seed<s>/gamma_<g>.json, judging/gamma_<g>/verdicts-<s>.json, exits/
-    study.json, timings.json, report.html, report.md
+`study_dir`, whose every path `folder.StudyFolder` names (the trained runs, whose weights `--keep_models` keeps once
+recorded; each run's record: a run with a record is done; the comparisons, answers, verdicts and exit decoding; the
+instruction set, by default the held-out first turns with their reference answers; study.json and the report).
 """
 
 from __future__ import annotations
@@ -37,7 +32,7 @@ from .arguments import HELD_OUT, StudyArguments
 from .finish import compared, finish_study, judge_arguments, seeds_with
 from .phases import Job, required
 from .probe import probed as probe_times
-from .record import DATA_DIR, EXITS, ROBUSTNESS, TRAIN, RunRecord, check_parts, read_record
+from .record import EXITS, ROBUSTNESS, TRAIN, RunRecord, read_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
 from .schedule import choose_jobs, estimate, fitting, plan_lines, run_all
 
@@ -84,7 +79,7 @@ def instruction_set(args: StudyArguments, recipe: Recipe) -> tuple[str, Instruct
         full = args.instructions == ALPACA_EVAL and len(rows) == ALPACA_EVAL_SIZE
         return args.instructions, InstructionSet(args.instructions, len(rows), is_full_alpaca_eval=full)
     rows, counts = held_out_instructions(recipe.script, args.max_instances)
-    path = os.path.join(args.study_dir, "instructions.jsonl")
+    path = args.folder.instructions
     write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
     return path, InstructionSet(f"held-out first turns of {recipe.script.dataset_name}", **counts)
 
@@ -115,7 +110,7 @@ def run(
         from accelerate import PartialState
 
         PartialState().destroy_process_group()
-    folders = {arm: [RunKey(s, arm).folder(args.study_dir) for s in range(args.training_seeds)] for arm in recipes}
+    folders = {arm: [args.folder.run(RunKey(s, arm)) for s in range(args.training_seeds)] for arm in recipes}
     missing = [job.name for job in left]
     if left:
         print(f"not started (the time budget): {', '.join(missing)}; the same command continues with them.")
@@ -130,10 +125,10 @@ def open_study(
     """The study folder's checks (`comparison.check_comparison_folder`), then its records and timings, each checked
     before anything is written (a refused record leaves the folder as it was); then the folder marked, by one
     writer."""
-    check_parts(args.study_dir)
+    args.folder.check_parts()
     folder = check_comparison_folder(args.study_dir, COMMAND, args.folder_settings(recipes), "--study_dir", recipes)
     key = task.headline.key
-    records = {run.name: r for run in runs if (r := read_record(args.study_dir, run, key)) is not None}
+    records = {run.name: r for run in runs if (r := read_record(args.folder, run, key)) is not None}
     timings = StudyTimings.load(args.study_dir)
     if is_main_process():
         folder.mark()
@@ -207,7 +202,7 @@ def drop_weights(args, runs: list[RunKey], records, evaluation: Evaluation, queu
     with `--keep_models none`): deleted, and said; a run with phases left keeps its weights until its last."""
     pending = {job.run for job in queue}
     for run in runs:
-        folder, record = run.folder(args.study_dir), records.get(run.name)
+        folder, record = args.folder.run(run), records.get(run.name)
         keeps = args.keep_models == "all" or (args.keep_models == "seed0" and run.seed == 0)
         if keeps or run in pending or record is None or not has_weights(folder):
             continue
@@ -231,17 +226,16 @@ def jobs_left(args, task: Task, recipes, runs: list[RunKey], records, evaluation
     """Each run's phases still to do as jobs: the runs in seed-major order, then the seed-0 exit decodings. A run
     whose weights are gone with phases left restarts (`phases.start_over`)."""
     main, exits = [], []
-    data_dir = os.path.join(args.study_dir, DATA_DIR)
     for run in runs:
         phases = required(evaluation, run)
-        record, folder = records.get(run.name), run.folder(args.study_dir)
+        record, folder = records.get(run.name), args.folder.run(run)
         left = [p for p in phases if not (record and record.done(p)) and not (p == TRAIN and is_finished(folder))]
         restart = any(p != TRAIN for p in left) and is_finished(folder) and not has_weights(folder)
         if restart:
             left = list(phases)
             records.pop(run.name, None)
-        job = Job(args.study_dir, task.name, run, recipes[run.arm], evaluation, keep=args.keep_models,
-                  data_dir=data_dir)  # fmt: skip
+        job = Job(args.folder, task.name, run, recipes[run.arm], evaluation, keep=args.keep_models,
+                  data_dir=args.folder.data)  # fmt: skip
         if main_phases := tuple(p for p in left if p != EXITS):
             main.append(dataclasses.replace(job, phases=main_phases, restart=restart))
         if EXITS in left:

@@ -7,7 +7,6 @@ the seed-0 exit-layer decoding, the report and study.json.
 from __future__ import annotations
 
 import json
-import os
 import time
 
 from ..comparison import CONSTRAINED, ERM, RunKey
@@ -23,17 +22,15 @@ from .after_training import Evaluation, held_out
 from .arguments import StudyArguments
 from .phases import required
 from .probe import optimizer_steps
-from .record import ANSWERS, DATA_DIR, EXITS_DIR, GENERATIONS, ROBUSTNESS, TRAIN, RunRecord
+from .record import ANSWERS, ROBUSTNESS, TRAIN, RunRecord
 from .report import write_study_report
 from .results import (
-    STUDY_JSON,
     InstructionSet,
     StudyBudget,
     StudyResults,
     StudyRobustness,
     StudySettings,
     StudyTimings,
-    judging_dir,
 )
 
 SIGMA_TOLERANCE = 1e-2  # relative: the runs' recorded scales agree up to the precision they were measured in
@@ -76,7 +73,7 @@ def head_to_head(
 ) -> HeadToHead:
     """`model` seed s vs `reference` seed s (s < `seeds`) at each generation level, both orders, win rate with its
     interval. The first pair judges into `judging/`, every other into `judging/<model>-vs-<reference>/`."""
-    generations = os.path.join(args.study_dir, GENERATIONS)
+    generations = args.folder.generations
 
     def rows(arm: str, seed: int, gamma: float) -> list[dict]:  # the file `eval generate` names (`output_path`)
         with open(output_path(generations, RunKey(seed, arm).stem, gamma)) as f:
@@ -86,10 +83,10 @@ def head_to_head(
         gamma: [(rows(model, s, gamma), rows(reference, s, gamma)) for s in range(seeds)]
         for gamma in args.generation_gammas
     }
-    root = judging_dir(args.study_dir, model, reference)
+    root = args.folder.judging(model, reference)
     judging = judge_arguments(args, model, reference)
     return judge_levels(
-        build_judge(judging, os.path.join(root, "annotations_cache.json")), pairs, root, judging, full_set
+        build_judge(judging, root), pairs, root, judging, full_set
     )
 
 
@@ -159,7 +156,7 @@ def finish_study(
     kept = {name: records[name] for names in arms.values() for name in names}
     sigma = one_scale(kept)
     e = evaluation
-    data = held_out(task, constrained.script, os.path.join(args.study_dir, DATA_DIR))  # the rows the runs measured
+    data = held_out(task, constrained.script, args.folder.data)  # the rows the runs measured
     m = e.measurement(
         task, data, constrained.script, sigma, "the runs' recorded noise_sigma_x (their starting model's)"
     )
@@ -167,7 +164,7 @@ def finish_study(
     results = m.results(arms, args.bootstrap_samples, len(next(iter(units.values()))))
     results.models = {name: r.robustness for name, r in kept.items()}
     pairs = compared(args, list(recipes))
-    results = finish(results, task, pairs, os.path.join(args.study_dir, "robustness"))
+    results = finish(results, task, pairs, args.folder.robustness)
     start = time.perf_counter()
     full_set = bool(instructions.is_full_alpaca_eval)
     judged_pairs = {arm: head_to_head(args, judged, full_set, arm, ref) for arm, ref in pairs} if judged else {}
@@ -177,8 +174,8 @@ def finish_study(
     exits = None
     decoded = [arm for arm in recipes if (r := records.get(RunKey(0, arm).name)) is not None and r.exits is not None]
     if e.exit_prompts and decoded:
-        folders = [RunKey(0, arm).folder(args.study_dir) for arm in decoded]
-        exit_args = e.exits_arguments(os.path.join(args.study_dir, EXITS_DIR), folders, decoded, sigma)
+        folders = [args.folder.run(RunKey(0, arm)) for arm in decoded]
+        exit_args = e.exits_arguments(args.folder.exits, folders, decoded, sigma)
         models = {arm: records[RunKey(0, arm).name].exits for arm in decoded}
         exits = write_exits(exit_args, models, e.exit_rows(), sigma, "cuda" if _cuda() else "cpu")
     missing = phases_missing(records, recipes, e, args.training_seeds, not_started)
@@ -197,8 +194,8 @@ def finish_study(
         exits=exits,
         timings=timings,
     )
-    study.files = write_study_report(study, args.study_dir, args.examples)
-    write_json(os.path.join(args.study_dir, STUDY_JSON), study.to_dict())
+    study.files = write_study_report(study, args.folder, args.examples)
+    write_json(args.folder.study_json, study.to_dict())
     return study
 
 

@@ -22,19 +22,8 @@ from ..evaluation.loading import reference_sigma
 from ..tasks import Recipe, get_task, is_finished
 from . import clock
 from .after_training import Evaluation
-from .record import (
-    ANSWERS,
-    EXITS,
-    EXITS_DIR,
-    GENERATIONS,
-    ROBUSTNESS,
-    TRAIN,
-    RunKey,
-    RunRecord,
-    read_record,
-    record_path,
-    write_record,
-)
+from .folder import StudyFolder
+from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record, write_record
 
 logger = logging.getLogger(__name__)
 KEEP_MODELS = ("all", "seed0", "none")
@@ -54,7 +43,7 @@ class Job:
     gone with phases left, so it trains again from nothing; `estimates`: the plan's seconds per phase, recorded beside
     the measured ones; `jobs`: runs sharing the device; `data_dir`: where runs share their prepared data."""
 
-    study_dir: str
+    study: StudyFolder
     task: str
     run: RunKey
     recipe: Recipe
@@ -72,7 +61,7 @@ class Job:
 
     @property
     def folder(self) -> str:
-        return self.run.folder(self.study_dir)
+        return self.study.run(self.run)
 
     @property
     def last(self) -> bool:
@@ -100,8 +89,8 @@ def start_over(job: Job) -> None:
     logger.warning("%s: its weights are gone with phases left; it trains again and its record starts over.", job.name)
     if os.path.isdir(job.folder):
         shutil.rmtree(job.folder)
-    if os.path.isfile(record_path(job.study_dir, job.run)):
-        os.remove(record_path(job.study_dir, job.run))
+    if os.path.isfile(job.study.record(job.run)):
+        os.remove(job.study.record(job.run))
 
 
 def run_job(job: Job) -> dict:
@@ -111,13 +100,13 @@ def run_job(job: Job) -> dict:
     key = task.headline.key
     if job.restart:
         start_over(job)
-    record = read_record(job.study_dir, job.run, key) or RunRecord(job.run.name)
+    record = read_record(job.study, job.run, key) or RunRecord(job.run.name)
 
     def done(phase: str, started: float) -> None:
         record.seconds[phase], record.jobs[phase] = round(clock.now() - started, 2), job.jobs
         if phase in job.estimates:
             record.estimates[phase] = round(job.estimates[phase], 2)
-        write_record(job.study_dir, record, key)
+        write_record(job.study, record, key)
 
     if TRAIN in job.phases:
         started = clock.now()
@@ -131,8 +120,8 @@ def run_job(job: Job) -> dict:
     record.sigma_x, record.model = sigma, model_fingerprint(job.folder)
     phases = {  # each the evaluation's own measurement of the run's folder, written where the study keeps it
         ROBUSTNESS: lambda: e.robustness(task, job.recipe.script, job.data_dir, job.folder, job.run.name, sigma),
-        ANSWERS: lambda: e.answer(job.folder, job.run.stem, os.path.join(job.study_dir, GENERATIONS), sigma),
-        EXITS: lambda: e.decode(job.folder, job.run.arm, os.path.join(job.study_dir, EXITS_DIR), sigma),
+        ANSWERS: lambda: e.answer(job.folder, job.run.stem, job.study.generations, sigma),
+        EXITS: lambda: e.decode(job.folder, job.run.arm, job.study.exits, sigma),
     }
     kept = {ROBUSTNESS: "robustness", ANSWERS: "empty_answers", EXITS: "exits"}
     for phase in (p for p in (ROBUSTNESS, ANSWERS, EXITS) if p in job.phases):

@@ -34,6 +34,7 @@ from ..data import ModelSpec
 from ..evaluation.loading import auto_bf16, reference_sigma
 from ..tasks import get_task
 from . import clock
+from .folder import StudyFolder
 from .phases import Job, train
 from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN
 
@@ -153,8 +154,8 @@ def probe(job: Job) -> ProbeTimes:
     with tempfile.TemporaryDirectory() as scratch:
         training = dataclasses.replace(job.recipe.training, max_steps=steps, save_strategy="no",
                                        resume_from_checkpoint=None)  # fmt: skip
-        study = os.path.join(scratch, "study")
-        short = dataclasses.replace(job, study_dir=study, recipe=dataclasses.replace(job.recipe, training=training))
+        study = StudyFolder(os.path.join(scratch, "study"))
+        short = dataclasses.replace(job, study=study, recipe=dataclasses.replace(job.recipe, training=training))
         timer = StepTimer()
         start = clock.now()
         train(short, callbacks=[timer])
@@ -177,12 +178,12 @@ def probe(job: Job) -> ProbeTimes:
         one_batch = dataclasses.replace(e, max_instances=min(e.instruction_count, e.generation_batch_size),
                                         generation_gammas=e.generation_gammas[-1:], max_new_tokens=PROBE_TOKENS)  # fmt: skip
         start = clock.now()
-        one_batch.answer(folder, "probe", os.path.join(scratch, "answers"), sigma)
+        one_batch.answer(folder, "probe", study.generations, sigma)
         times.answer_batch = max(clock.now() - start - times.load, 0.0)
         if e.exit_prompts:
             one_prompt = dataclasses.replace(e, exit_prompts=1, exit_new_tokens=PROBE_TOKENS)
             start = clock.now()
-            one_prompt.decode(folder, "probe", os.path.join(scratch, "exits"), sigma)
+            one_prompt.decode(folder, "probe", study.exits, sigma)
             times.exit_prompt = max(clock.now() - start - times.load, 0.0)
     return times
 

@@ -1,7 +1,7 @@
 """
-What a study keeps of each run, phase by phase: where a run's record is (`record_path`; the run itself is a
-`comparison.RunKey`), the phases a run goes through, and `RunRecord`, written to `runs/<arm>-seed<s>.json` as each phase ends. A study
-continues and reports from these records alone, weights deleted or not.
+What a study keeps of each run, phase by phase: the phases a run goes through, and `RunRecord`, written where the
+study folder keeps it (`folder.StudyFolder.record`: `runs/<arm>-seed<s>.json`) as each phase ends. A study continues
+and reports from these records alone, weights deleted or not.
 
     runs/<arm>-seed<s>.json   {"run", "sigma_x", "model", "jobs": {phase: runs at once}, "seconds": {phase: measured},
                                "estimates": {phase: estimated}, "robustness": ModelResult | null,
@@ -22,43 +22,12 @@ from ..comparison import RunKey
 from ..data import has_weights, model_fingerprint
 from ..evaluation import ExitsModel, ModelResult
 from ..utils.files import read_json, write_json
-from ..utils.folders import MARKER, child_path
 from ..utils.types import JSONObject
+from .folder import StudyFolder
 
 TRAIN, ROBUSTNESS, ANSWERS, EXITS = "train", "robustness", "answers", "exits"
 PHASES = (TRAIN, ROBUSTNESS, ANSWERS, EXITS)
-RUNS = "runs"
-# the study folder's other parts the runs write: every run's answers, the seed-0 models' exit-layer decoding, the data
-# prepared once for every run
-GENERATIONS, EXITS_DIR, DATA_DIR = "generations", "exits", "data"
-# the parts of a study folder: the folders the runs and the finish write into, and the files they write whole
-FOLDER_PARTS = (TRAIN, RUNS, GENERATIONS, EXITS_DIR, DATA_DIR, "robustness", "judging")
-FILE_PARTS = ("study.json", "timings.json", "instructions.jsonl", "report.html", "report.md", MARKER)
 LEGACY_PHASES = {"generation": ANSWERS}  # the seconds key of records before phases were recorded one by one
-
-
-def check_parts(study_dir: str) -> None:
-    """Refuse, before any work, a study folder whose parts are in the way: a file where the study writes a folder
-    (`data`, `runs`, ...) or a folder or link where it writes a file (`study.json`, ...), named with what to do."""
-    for name in FOLDER_PARTS:
-        path = os.path.join(study_dir, name)
-        if os.path.lexists(path) and not os.path.isdir(path):
-            raise ValueError(
-                f"`--study_dir` {path} is a file where the study keeps its `{name}` folder; move it away (or give "
-                "another --study_dir)."
-            )
-    for name in FILE_PARTS:
-        path = os.path.join(study_dir, name)
-        if os.path.lexists(path) and (os.path.islink(path) or not os.path.isfile(path)):
-            raise ValueError(
-                f"`--study_dir` {path} is a {'link' if os.path.islink(path) else 'folder'} where the study writes its "
-                f"{name}; move it away (or give another --study_dir)."
-            )
-
-
-def record_path(study_dir: str, run: RunKey) -> str:
-    """Where `run`'s record is: `runs/<arm>-seed<s>.json`."""
-    return child_path(study_dir, RUNS, f"{run.stem}.json")
 
 
 @dataclass
@@ -154,12 +123,12 @@ def check_record(data: Any, where: str) -> None:
             )
 
 
-def read_record(study_dir: str, run: RunKey, key: str) -> RunRecord | None:
+def read_record(study: StudyFolder, run: RunKey, key: str) -> RunRecord | None:
     """The run's record, None when it has none yet, checked before it is trusted (`RecordError` naming the file and
     the field): its fields' kinds and phases (`check_record`), its run (not another run's file), and the weights it
     measured (its `model` fingerprint) against the run folder's where they are kept: the study would otherwise
     report one run's measurements, or another study's, as this run's."""
-    path = record_path(study_dir, run)
+    path = study.record(run)
     if not os.path.isfile(path):
         return None
     data = read_json(path, "--study_dir")
@@ -170,7 +139,7 @@ def read_record(study_dir: str, run: RunKey, key: str) -> RunRecord | None:
             "back or delete it (the run is then done again)."
         )
     record = RunRecord.from_dict(data, key, where)
-    folder = run.folder(study_dir)
+    folder = study.run(run)
     if record.model is not None and has_weights(folder) and (found := model_fingerprint(folder)) != record.model:
         raise RecordError(
             f"{where}: `model` {record.model} is not the fingerprint of the weights in {folder} ({found}): a record of "
@@ -179,9 +148,10 @@ def read_record(study_dir: str, run: RunKey, key: str) -> RunRecord | None:
     return record
 
 
-def write_record(study_dir: str, record: RunRecord, key: str) -> JSONObject:
+def write_record(study: StudyFolder, record: RunRecord, key: str) -> JSONObject:
     """Write the record whole (atomically: a kill leaves the previous version); its JSON form."""
-    os.makedirs(child_path(study_dir, RUNS), exist_ok=True)
+    path = study.record(RunKey.parse(record.run))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
     data = record.to_dict(key)
-    write_json(record_path(study_dir, RunKey.parse(record.run)), data)
+    write_json(path, data)
     return data

@@ -25,7 +25,8 @@ from ..evaluation.report import (
 )
 from ..evaluation.robustness import summary_table
 from ..utils.types import JSONObject
-from .results import StudyResults, StudyTimings, judging_dir
+from .folder import StudyFolder
+from .results import StudyResults, StudyTimings
 
 PLOTS = ("differences", "layers", "ratios", "descent")  # robustness report files shown after the headline's plot
 PROXY_NOTE = (
@@ -36,12 +37,12 @@ PROXY_NOTE = (
 CLIP = 700  # characters of an answer shown in the report (the whole answer is in generations/)
 
 
-def examples(study_dir: str, gamma: float, n: int, model: str = CONSTRAINED, reference: str = ERM) -> list[dict]:
+def examples(folder: StudyFolder, gamma: float, n: int, model: str = CONSTRAINED, reference: str = ERM) -> list[dict]:
     """The first `n` instructions at one level: seed 0's answers of `model` and `reference` and the judge's two
     verdicts."""
     if n == 0:
         return []
-    with open(os.path.join(level_dir(judging_dir(study_dir, model, reference), gamma), VERDICTS.format(seed=0))) as f:
+    with open(os.path.join(level_dir(folder.judging(model, reference), gamma), VERDICTS.format(seed=0))) as f:
         return json.load(f)[:n]
 
 
@@ -56,7 +57,7 @@ def clip(text: str | None) -> str:
     return text if len(text) <= CLIP else text[:CLIP] + " [...]"
 
 
-def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot: str) -> list[Block]:
+def study_blocks(study: StudyResults, folder: StudyFolder, n_examples: int, win_plot: str) -> list[Block]:
     """The report's content, once for both formats: budget, differences, models, plots, head-to-head with examples,
     timings, settings."""
     head, results = study.head_to_head, study.robustness
@@ -84,9 +85,9 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
             Text("Not judged yet: no seed has every arm's answers.", strong=True),
         ]
     else:
-        blocks += head_to_head_blocks(study, head, study_dir, n_examples, win_plot)
+        blocks += head_to_head_blocks(study, head, folder, n_examples, win_plot)
     for arm, other in study.more_head_to_heads.items():
-        plot = plot_win_rates(other, os.path.join(study_dir, f"win_rate_{arm}_vs_gamma.png"))
+        plot = plot_win_rates(other, folder.win_plot(arm))
         blocks += [
             Heading(f"Head-to-head: {arm} vs {arm_label(other.reference)} (judge: {judge_label(other)})"),
             level_table(other),
@@ -111,7 +112,7 @@ def study_blocks(study: StudyResults, study_dir: str, n_examples: int, win_plot:
     return blocks
 
 
-def head_to_head_blocks(study: StudyResults, head, study_dir: str, n_examples: int, win_plot: str) -> list[Block]:
+def head_to_head_blocks(study: StudyResults, head, folder: StudyFolder, n_examples: int, win_plot: str) -> list[Block]:
     """The first head-to-head: the judge, the win rates per level with their intervals, the empty answers, examples."""
     blocks: list[Block] = [Heading(f"Head-to-head answers (judge: {judge_label(head)})")]
     if head.judge_is_proxy:
@@ -133,7 +134,7 @@ def head_to_head_blocks(study: StudyResults, head, study_dir: str, n_examples: i
         rows = [
             [clip(r["instruction"]), clip(r.get("reference")), clip(r["model_output"]), clip(r["reference_output"]),
              verdict_text(r, head.model, head.reference)]
-            for r in examples(study_dir, gamma, n_examples, head.model, head.reference)
+            for r in examples(folder, gamma, n_examples, head.model, head.reference)
         ]  # fmt: skip
         headers = ["instruction", "data's answer", arm_label(head.model), arm_label(head.reference), "verdicts"]
         blocks += [Heading(f"Answers at gamma = {gamma:g} (seed 0)", 3), Table(headers, rows, prose=True)]
@@ -157,15 +158,15 @@ def missing_note(study: StudyResults) -> list[Block]:
     ]
 
 
-def write_study_report(study: StudyResults, study_dir: str, n_examples: int) -> dict[str, str]:
+def write_study_report(study: StudyResults, folder: StudyFolder, n_examples: int) -> dict[str, str]:
     """report.html (plots embedded) and report.md (plots linked) from the same blocks, and the win-rate plot."""
     win_plot = None
     if study.head_to_head is not None:
-        win_plot = plot_win_rates(study.head_to_head, os.path.join(study_dir, "win_rate_vs_gamma.png"))
-    document = Document("Constrained vs ERM study", study_blocks(study, study_dir, n_examples, win_plot))
+        win_plot = plot_win_rates(study.head_to_head, folder.win_plot())
+    document = Document("Constrained vs ERM study", study_blocks(study, folder, n_examples, win_plot))
     return {
-        "html": write_html(os.path.join(study_dir, "report.html"), document),
-        "md": write_markdown(os.path.join(study_dir, "report.md"), document),
+        "html": write_html(folder.report_html, document),
+        "md": write_markdown(folder.report_md, document),
         **({"win_rate_plot": win_plot} if win_plot else {}),
     }
 

@@ -8,7 +8,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..comparison import CONSTRAINED, ERM, TWINS
 from ..evaluation import (
     Comparison,
     ExitsResults,
@@ -23,16 +22,7 @@ from ..utils.fields import known_keys
 from ..utils.files import read_saved, write_json
 from ..utils.types import JSONObject
 from .arguments import StudyArguments
-
-STUDY_JSON = "study.json"
-TIMINGS_JSON = "timings.json"
-
-
-def judging_dir(study_dir: str, model: str = CONSTRAINED, reference: str = ERM) -> str:
-    """Where `model`'s answers judged against `reference`'s go: `judging/` for constrained vs ERM (the layout of
-    two-arm studies), `judging/<model>-vs-<reference>/` for every other pair."""
-    root = os.path.join(study_dir, "judging")
-    return root if (model, reference) == TWINS else os.path.join(root, f"{model}-vs-{reference}")
+from .folder import STUDY_JSON, TIMINGS_JSON
 
 
 @dataclass(frozen=True)

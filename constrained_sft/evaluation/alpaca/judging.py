@@ -169,12 +169,14 @@ def check_judge(args: AlpacaArguments) -> None:
     judge_kind(args.judge).check(args)
 
 
-def build_judge(args: AlpacaArguments, caching_path: str | None) -> Judge:
-    """The judge `args` names, checked (credentials, judge model) before any pair is judged."""
-    return judge_kind(args.judge).build(args, caching_path)
+def build_judge(args: AlpacaArguments, output_dir: str | None) -> Judge:
+    """The judge `args` names, checked (credentials, judge model) before any pair is judged; its verdicts cached in
+    `output_dir` (the folder `judge_levels` writes into; None: no cache)."""
+    return judge_kind(args.judge).build(args, None if output_dir is None else os.path.join(output_dir, JUDGE_CACHE))
 
 
 VERDICTS = "verdicts-{seed}.json"  # a level folder's verdicts of one seed pair (`judge_level`)
+JUDGE_CACHE = "annotations_cache.json"  # alpaca_eval's cache of the judge's verdicts, in the judging folder
 
 
 def level_dir(output_dir: str, gamma: float) -> str:
@@ -281,7 +283,7 @@ def run(args: AlpacaArguments) -> HeadToHead:
     check_folder(args.output_dir, COMMAND, settings)
     mark_folder(args.output_dir, COMMAND, settings)
     root = os.path.join(args.output_dir, "alpaca_eval")
-    judge = build_judge(args, os.path.join(root, "annotations_cache.json"))
+    judge = build_judge(args, root)
     out = judge_levels(judge, pairs, root, args, _full_alpaca_eval(args) and n is None)
     out.files = write_alpaca(out, args.output_dir)
     return out
