@@ -85,9 +85,7 @@ def head_to_head(
     }
     root = args.folder.judging(model, reference)
     judging = judge_arguments(args, model, reference)
-    return judge_levels(
-        build_judge(judging, root), pairs, root, judging, full_set
-    )
+    return judge_levels(build_judge(judging, root), pairs, root, judging, full_set)
 
 
 def budget(
