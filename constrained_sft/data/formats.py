@@ -121,7 +121,8 @@ def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str 
             checked(first, 0, warn=False)  # the first row, read already: its problem before any training
         kept = ds.map(checked, with_indices=True, remove_columns=columns).filter(lambda r: not r[SKIPPED])
         return kept.remove_columns([SKIPPED])
-    rows, skipped = [], Counter()
+    rows: list[dict] = []
+    skipped: Counter[str] = Counter()
     for i, row in enumerate(ds):
         try:
             rows.append(convert(row, conversation_mode))

@@ -132,8 +132,9 @@ class Measuring(ABC):
         """(model, tokenizer or None) of a saved model (`data.ModelSpec`)."""
 
     @abstractmethod
-    def evaluation_data(self, data_args) -> Any:
-        """The held-out data, read once for every model compared."""
+    def evaluation_data(self, data_args, data_dir: str | None = None) -> Any:
+        """The held-out data, read once for every model compared. `data_dir`: where a study prepared its runs' data
+        once (`Training.train`'s); a task that prepares nothing there reads its data as without it."""
 
     @abstractmethod
     def describe(self, data: Any, data_args) -> str:

@@ -178,7 +178,9 @@ class ClassificationMeasuring(Measuring):
     def load_model(self, spec, dtype):
         return load_pretrained(spec, AutoModelForSequenceClassification, dtype)
 
-    def evaluation_data(self, data_args: ClassificationDataArguments) -> ClassificationDataArguments:
+    def evaluation_data(
+        self, data_args: ClassificationDataArguments, data_dir: str | None = None
+    ) -> ClassificationDataArguments:
         """The data fields: each model tokenizes the held-out rows with its own tokenizer (`measuring_trainer`)."""
         return data_args
 

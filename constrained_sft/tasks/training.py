@@ -11,7 +11,7 @@ from ..constraints.feasibility import REPORT
 from ..data import DataError
 from ..trainers import check_output_dir
 from ..trainers.model_card import check_card_path
-from ..trainers.resume import run_identity
+from ..trainers.resume import RunIdentity, run_identity
 from ..utils.content import content_id
 from .base import TrainedModel
 
@@ -29,7 +29,7 @@ def data_identity(script) -> dict:
     return {**fields, **({"files": files} if files else {})}
 
 
-def check_run(recipe, model_source) -> dict:
+def check_run(recipe, model_source) -> RunIdentity:
     """Everything a training run checks before any work, returning its identity: a stream needs `max_steps` (it has
     no length to count epochs in), the output folder must be this run's or free (`trainers.check_output_dir`, the
     data part of the identity included) and have room for the model card (`trainers.model_card.check_card_path`)."""

@@ -190,7 +190,7 @@ class VideoMeasuring(Measuring):
         """Denoisers are measured in fp32 whatever `dtype`: their pixel errors (~1e-3) are below bf16's resolution."""
         return load_pretrained(spec, AutoModel, torch.float32, tokenizer=False)
 
-    def evaluation_data(self, data_args: VideoDataArguments) -> VideoEvalData:
+    def evaluation_data(self, data_args: VideoDataArguments, data_dir: str | None = None) -> VideoEvalData:
         return VideoEvalData(read_clips(data_args, ("test",))[0]["test"], data_args.patch_size)
 
     def describe(self, data: VideoEvalData, data_args) -> str:

@@ -16,7 +16,7 @@ def reconstruct_clip(model, dataset, clip: int, gamma: float, seed: int, sigma: 
     model.eval()
     rows = (dataset.clip_of == clip).nonzero().flatten()
     clean = dataset.examples[rows].to(next(model.parameters()).device)
-    seen = {}
+    seen: dict[str, torch.Tensor] = {}
     with noisy(model, gamma, noise_stream(model, seed), mean, sigma) as noise:
         # after the noise hook: sees the perturbed pixels
         handle = noise.module.register_forward_hook(lambda _m, _a, out: seen.setdefault("x", out.detach()))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -174,7 +175,7 @@ def model_card(
     model_source: str | None,
     data: JSONObject | None,
     model_name: str,
-    tags: list[str] = (),
+    tags: Sequence[str] = (),
 ) -> ModelCard:
     """The card of a run from its feasibility report and its training arguments."""
     objective = getattr(args, "constraints", "descent")

@@ -39,7 +39,7 @@ def prompt_key(prompt: str, kwargs: dict) -> str:
 
 def read_kept(path: str) -> dict[str, dict]:
     """{key: one prompt's answer} from `path`; a line cut by a stop (or otherwise unreadable) is skipped."""
-    kept = {}
+    kept: dict[str, dict] = {}
     if not os.path.isfile(path):
         return kept
     with open(path, encoding="utf-8") as f:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ...utils.figures import pyplot, save_figure
-from ..report import Document, Heading, Image, Table, Text, comparison_blocks, write_markdown
+from ..report import Block, Document, Heading, Image, Table, Text, comparison_blocks, write_markdown
 from .results import HarnessResults
 
 
@@ -29,7 +29,7 @@ def write_harness_report(results: HarnessResults, folder: str) -> dict[str, str]
     settings = results.settings
     gammas = settings.gammas.to_list()
     files = {}
-    blocks = [
+    blocks: list[Block] = [
         Heading("Noisy lm-eval: the models' scores against the noise level", 1),
         Text(
             f"Tasks {settings.tasks} through lm-evaluation-harness at gamma {gammas}, {settings.noise_seeds} noise "
