@@ -3,6 +3,7 @@
 import json
 from types import SimpleNamespace
 
+from constrained_sft.evaluation.alpaca import LevelAnswers
 from constrained_sft.study import after_training
 from constrained_sft.study.after_training import Evaluation, held_out
 
@@ -30,7 +31,7 @@ def test_the_held_out_data_is_loaded_once_per_process_for_the_same_rows(monkeypa
 
 def test_answers_start_fresh_and_count_the_empty_ones(tmp_path, monkeypatch):
     """A killed call's partial answers in the run's folder are removed before answering; the empty answers are
-    counted per level (under heavy noise an empty answer is a result)."""
+    counted per level (under heavy noise an empty answer is a result), as `eval generate` returns them."""
     out = tmp_path / "generations"
     (out / "erm-seed0").mkdir(parents=True)
     (out / "erm-seed0" / "gamma_9.0.json").write_text("[]")  # a level this call does not answer
@@ -39,12 +40,8 @@ def test_answers_start_fresh_and_count_the_empty_ones(tmp_path, monkeypatch):
     def generate(args):
         calls.append(args)
         assert not (out / "erm-seed0").exists()  # removed before the model answers
-        paths = {}
-        for gamma in args.gammas:
-            path = tmp_path / f"answers-{gamma}.json"
-            path.write_text(json.dumps([{"output": "a"}, {"output": "  "}] if gamma else [{"output": "a"}]))
-            paths[gamma] = str(path)
-        return paths
+        return {gamma: LevelAnswers(gamma, str(tmp_path / f"answers-{gamma}.json"), 2, 1 if gamma else 0)
+                for gamma in args.gammas}  # fmt: skip
 
     monkeypatch.setattr(after_training, "generate", generate)
     empty = settings().answer("train/erm/seed0", "erm-seed0", str(out), 0.5)

@@ -18,6 +18,6 @@ class GenerateCommand(Command):
 
         parser = dataclass_parser((GenerateArguments,), prog, f"{prog} --model DIR --output_dir DIR: {self.help}.")
         (args,) = parse(parser, argv, with_config=False)
-        for gamma, path in run(args).items():
-            print(f"gamma={gamma}: {path}")
+        for gamma, level in run(args).items():
+            print(f"gamma={gamma}: {level.path}")
         return 0

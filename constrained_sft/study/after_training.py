@@ -8,7 +8,6 @@ commands' own functions, given the study's settings instead of a command line.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -99,18 +98,14 @@ class Evaluation:
         stale = os.path.join(output_dir, name)
         if os.path.isdir(stale):
             shutil.rmtree(stale)
-        paths = generate(
+        levels = generate(
             GenerateArguments(
                 model=folder, name=name, output_dir=output_dir, instructions=self.instructions,
                 max_instances=self.max_instances, gammas=self.generation_gammas, sigma_x=sigma,
                 batch_size=self.generation_batch_size, max_new_tokens=self.max_new_tokens,
             )
         )  # fmt: skip
-        empty = {}
-        for gamma, path in paths.items():
-            with open(path) as f:
-                empty[str(float(gamma))] = sum(not r["output"].strip() for r in json.load(f))
-        return empty
+        return {str(float(gamma)): level.empty for gamma, level in levels.items()}
 
     def exits_arguments(self, output_dir: str, models: list[str], names: list[str], sigma: float | None):
         """`eval exits`'s settings for these models: each on the first `exit_prompts` instructions."""

@@ -57,21 +57,24 @@ def _load(path):
 
 def test_generation_writes_alpaca_eval_files_with_noise(models, tmp_path):
     paths = _generate(models, tmp_path, "constrained")
-    clean, noisy = (_load(paths[g]) for g in (0.0, 1.5))
+    clean, noisy = (_load(paths[g].path) for g in (0.0, 1.5))
     for rows in (clean, noisy):
         assert len(rows) == 10
         assert all(set(r) == {"instruction", "output", "generator", "dataset"} for r in rows)
         assert all(r["generator"] == "constrained" and r["dataset"] == "toy" and r["output"] for r in rows)
     assert [r["output"] for r in clean] != [r["output"] for r in noisy]  # the noise reached generation
+    for gamma, rows in ((0.0, clean), (1.5, noisy)):  # what the writer knew, returned: no file reread to learn it
+        level = paths[gamma]
+        assert (level.gamma, level.answers, level.empty) == (gamma, 10, sum(not r["output"].strip() for r in rows))
     again = _generate(models, tmp_path / "again", "constrained")
-    assert _load(again[1.5]) == noisy  # seeded: the same noisy answers
+    assert _load(again[1.5].path) == noisy  # seeded: the same noisy answers
 
 
 def test_resume_skips_finished_batches_and_equals_an_uninterrupted_run(models, tmp_path, monkeypatch):
-    full = _load(_generate(models, tmp_path / "full", "constrained")[1.5])
+    full = _load(_generate(models, tmp_path / "full", "constrained")[1.5].path)
     paths = _generate(models, tmp_path, "constrained")
-    first_six = _load(paths[1.5])[:6]
-    with open(paths[1.5], "w") as f:  # interrupted after 6 answers: the batch of 4 at row 4 was half written
+    first_six = _load(paths[1.5].path)[:6]
+    with open(paths[1.5].path, "w") as f:  # interrupted after 6 answers: the batch of 4 at row 4 was half written
         json.dump(first_six, f)
     calls = []
     original = transformers.GenerationMixin.generate
@@ -82,7 +85,7 @@ def test_resume_skips_finished_batches_and_equals_an_uninterrupted_run(models, t
     )
     _generate(models, tmp_path, "constrained")
     assert calls == [4, 2]  # gamma 0 was complete; gamma 1.5 restarts at row 4: rows 4-7 and 8-9
-    assert _load(paths[1.5]) == full
+    assert _load(paths[1.5].path) == full
 
 
 def test_resume_with_other_settings_is_refused(models, tmp_path):
@@ -222,6 +225,6 @@ def test_generation_uses_the_recorded_noise_scale(models, tmp_path):
     recorded = _generate({"erm": str(trained)}, tmp_path / "rec", "erm", max_instances=4)
     assert _load(tmp_path / "rec" / "gens" / "erm" / "settings.json")["sigma_x"] == 0.01
     given = _generate({"erm": str(trained)}, tmp_path / "given", "erm", max_instances=4, sigma_x=0.04)
-    assert _load(given[1.5]) != _load(recorded[1.5])  # the scale reached the noise
+    assert _load(given[1.5].path) != _load(recorded[1.5].path)  # the scale reached the noise
     with pytest.raises(GenerationError, match="sigma_x` must be a finite number > 0"):
         _generate(models, tmp_path / "bad", "erm", sigma_x=0.0)

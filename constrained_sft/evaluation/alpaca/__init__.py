@@ -18,7 +18,7 @@ from .judging import (
     result_lines,
     run,
 )
-from .results import ALPACA_EVAL_SIZE, ALPACA_JSON, HeadToHead, JudgeCost, WinRateLevel
+from .results import ALPACA_EVAL_SIZE, ALPACA_JSON, HeadToHead, JudgeCost, LevelAnswers, WinRateLevel
 
 __all__ = [
     "ALPACA_EVAL_SIZE",
@@ -28,6 +28,7 @@ __all__ = [
     "JudgeKind",
     "JudgeCost",
     "JudgeError",
+    "LevelAnswers",
     "HeadToHead",
     "WinRateLevel",
     "build_judge",

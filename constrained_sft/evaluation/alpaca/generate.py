@@ -30,7 +30,7 @@ from ...utils.folders import check_folder, check_output_folder, child_path, mark
 from ..arms import check_model_paths, folder_name
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma
-from .results import ALPACA_EVAL_SIZE
+from .results import ALPACA_EVAL_SIZE, LevelAnswers
 
 
 @dataclass
@@ -169,9 +169,10 @@ def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, g
     return done
 
 
-def run(args: GenerateArguments) -> dict[float, str]:
-    """Answers at every level into <output_dir>/<name>/; the folder, the instructions and a generator folder of the
-    same name (its settings and model) are checked before the model loads."""
+def run(args: GenerateArguments) -> dict[float, LevelAnswers]:
+    """Answers at every level into <output_dir>/<name>/, each level's as written (`LevelAnswers`); the folder, the
+    instructions and a generator folder of the same name (its settings and model) are checked before the model
+    loads."""
     args.validate()
     rows = load_instructions(args.instructions, args.max_instances)
     name = args.name or folder_name(args.model, "--name")
@@ -194,8 +195,9 @@ def run(args: GenerateArguments) -> dict[float, str]:
         tokenizer.pad_token = tokenizer.eos_token
     os.makedirs(folder, exist_ok=True)
     write_json(os.path.join(folder, "settings.json"), settings)
-    paths = {}
+    levels = {}
     for gamma in NoiseGrid.parse(args.gammas):
-        paths[gamma] = output_path(args.output_dir, name, gamma)
-        generate_level(model, tokenizer, rows, args, name, gamma, paths[gamma])
-    return paths
+        path = output_path(args.output_dir, name, gamma)
+        done = generate_level(model, tokenizer, rows, args, name, gamma, path)
+        levels[gamma] = LevelAnswers(gamma, path, len(done), sum(not r["output"].strip() for r in done))
+    return levels

@@ -1,6 +1,7 @@
-"""A head-to-head judging as types (`eval alpaca`, the study's judging): one `WinRateLevel` per noise level and the
-`HeadToHead` that holds them with its judge and what the judge cost (`JudgeCost`); one JSON form each
-(alpaca_eval.json, a study's `head_to_head`)."""
+"""AlpacaEval's results as types: one level's answers as `eval generate` wrote them (`LevelAnswers`); a head-to-head
+judging (`eval alpaca`, the study's judging): one `WinRateLevel` per noise level and the `HeadToHead` that holds them
+with its judge and what the judge cost (`JudgeCost`); one JSON form each (alpaca_eval.json, a study's
+`head_to_head`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,17 @@ from ...utils.files import read_saved
 
 ALPACA_JSON = "alpaca_eval.json"
 ALPACA_EVAL_SIZE = 805  # AlpacaEval's instructions: the set its length control is fitted on, and a full run's pairs
+
+
+@dataclass(frozen=True)
+class LevelAnswers:
+    """One level's answers as `eval generate` wrote them: where (alpaca_eval's format), how many, and how many are
+    empty (under heavy noise an empty answer is a result; the judging counts it a loss for the side that gave it)."""
+
+    gamma: float
+    path: str
+    answers: int
+    empty: int
 
 
 @dataclass(frozen=True)
