@@ -16,7 +16,7 @@ May import: everything below it (`config`, `utils`, `constraints`, `readout`, `n
 package, in `eval/`.
 """
 
-from . import alpaca  # noqa: F401  (registers the head-to-head's part of a report folder's page)
+# each measurement imported here registers its part of a report folder's page (`report.page.PARTS`)
 from .alpaca import ALPACA_EVAL_SIZE, ALPACA_JSON, HeadToHead, JudgeCost, WinRateLevel
 from .bootstrap import Interval, Statistic, paired_bootstrap, verdict
 from .comparisons import Band, Comparison, Difference, StatisticRow

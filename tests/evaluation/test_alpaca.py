@@ -154,9 +154,11 @@ def test_judge_pipeline_end_to_end_with_the_offline_judge(models, tmp_path, caps
     assert os.path.isfile(report / "alpaca_win_rate.png")
     page = (report / "report.html").read_text()
     assert "Head-to-head: constrained vs erm" in page and "Robustness report" in page
+    assert page.count("data:image/png;base64,") == 6  # the robustness part's 5 plots, read back, and the win rates
     assert cli(robustness) == 0  # the robustness part rewritten: the head-to-head stays
-    page = (report / "report.html").read_text()
-    assert "Head-to-head: constrained vs erm" in page and "Robustness report" in page
+    again = (report / "report.html").read_text()
+    assert "Head-to-head: constrained vs erm" in again and "Robustness report" in again
+    assert again.index("Robustness report") < again.index("Head-to-head") and again.count("data:image/png") == 6
     raw = _load(report / "alpaca_eval" / "gamma_1.5" / "annotations-0.json")
     assert len(raw) == 20 and {(r["output_1"], r["output_2"]) for r in raw[:10]} == {
         (r["output_2"], r["output_1"]) for r in raw[10:]

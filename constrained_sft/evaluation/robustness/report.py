@@ -126,7 +126,7 @@ class RobustnessPart(PagePart):
         results = RobustnessResults.load(output_dir)
         if results is None:
             return []
-        files = results.files
-        plots = [path for name, path in files.items() if name not in ("json", "csv", "html", "figures")]
+        files = results.files  # the plots by name, then the task's figures (`write_report`'s order)
+        plots = [path for path in files.values() if isinstance(path, str) and path.endswith(".png")]
         figures = files.get("figures", {})
         return robustness_blocks(results, [*plots, *(figures.values() if isinstance(figures, dict) else ())])
