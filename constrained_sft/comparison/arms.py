@@ -59,7 +59,7 @@ def twin_differences(constrained: Recipe, other: Recipe, same_noise: bool = True
     fields are listed instead."""
     refused = []
     for label, a, b in (("data", constrained.script, other.script), ("model", constrained.model, other.model)):
-        da, db = dataclasses.asdict(a), dataclasses.asdict(b)
+        da, db = ({} if x is None else dataclasses.asdict(x) for x in (a, b))  # a recipe may have no model fields
         refused += [f"{label} field `{k}` ({da[k]!r} vs {db[k]!r})" for k in da if k != "task" and da[k] != db.get(k)]
     noise = {f.name for f in dataclasses.fields(NoiseArguments)}
     constraint = {f.name for f in dataclasses.fields(ConstraintArguments)}
@@ -120,7 +120,7 @@ def sweep_arms(
         )
     if bad := [r for r in readouts or [] if r not in task.readouts]:
         raise ValueError(f"`readouts` must be among {list(task.readouts)}, got {bad}.")
-    chosen = readouts or [task.searching.recipe_readout(recipe)]
+    chosen: list[str | None] = [*readouts] if readouts else [task.searching.recipe_readout(recipe)]
     arms = [Arm(readout_arm(True, r), r, True) for r in chosen]
     arms += [Arm(readout_arm(False, r), r, False) for r in chosen] if baseline else []
     if not mode_of(recipe.training.constraints).trains_layers:

@@ -44,7 +44,7 @@ class ArmArguments:
                 "Give the models to evaluate with `--models DIR [DIR ...]` or with `--arm NAME=DIR[,DIR...]` (one per "
                 f"arm): {'not both' if given else 'one of them is required'}."
             )
-        if self.names is not None and (self.arm or len(self.names) != len(self.models)):
+        if self.names is not None and (self.arm or len(self.names) != len(self.models or [])):
             raise ValueError(
                 f"`--names` has {len(self.names)} names for {len(self.models or [])} models; give one name per model "
                 "of `--models` (an `--arm` names itself)."
@@ -67,7 +67,7 @@ class ArmArguments:
                 raise ValueError(f"`--names` must be unique (one per model), got {names}; pass distinct `--names`.")
             return {n: [(n, p)] for n, p in zip(names, self.models, strict=True)}
         arms: dict[str, list[tuple[str, str]]] = {}
-        for text in self.arm:
+        for text in self.arm or []:
             name, sep, paths = text.partition("=")
             folders = [p for p in paths.split(",") if p]
             if not sep or not name or not folders or " - " in name:

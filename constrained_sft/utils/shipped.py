@@ -66,9 +66,10 @@ def header_command(text: str) -> str:
 def purpose(text: str) -> str:
     """The first sentence of a YAML's header comment after its command lines (the recipes' convention: the exact
     command first, a blank comment line, then what the file is for)."""
-    paragraphs, current = [], []
-    for line in text.splitlines():
-        line = line[1:].strip() if line.startswith("#") else None
+    paragraphs: list[str] = []
+    current: list[str] = []
+    for raw in text.splitlines():
+        line = raw[1:].strip() if raw.startswith("#") else None
         if line:
             current.append(line)
             continue

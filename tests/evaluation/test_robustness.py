@@ -152,6 +152,8 @@ def test_bad_input(model_dir, data_file, tmp_path):
     Dataset.from_list([{"prompt": "s1 =", "completion": " s2"}]).to_json(empty)
     with pytest.raises(DataError, match="Cannot carve"):
         run(RobustnessArguments(models=[model_dir], output_dir=out), DataArguments(dataset_name=str(empty)))
+    with pytest.raises(ValueError, match="`--names` has 1 names for 0 models"):  # the caller's arms name themselves
+        RobustnessArguments(names=["a"], output_dir=out).validate({"a": [("a", model_dir)]})
     assert not (tmp_path / "r").exists()
 
 
