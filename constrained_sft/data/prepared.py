@@ -123,7 +123,8 @@ def prepared_splits(args: DataArguments, folder: str) -> PreparedData:
             "data: reusing the %s prepared in %s (not read, converted or tokenized again where a run with the same "
             "tokenizer and length has tokenized them).", counts, where
         )  # fmt: skip
-    return PreparedData(*(load_from_disk(os.path.join(where, split)) for split in SPLITS), where)
+    train, held_out = (load_from_disk(os.path.join(where, split)) for split in SPLITS)
+    return PreparedData(train, held_out, where)
 
 
 def damage(where: str) -> str | None:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..bootstrap import Statistic, bootstrap_interval
+from .cost import Spend
 from .results import JudgeCost, WinRateLevel
 
 
@@ -56,7 +57,7 @@ class AlpacaEvalJudge:
         )  # fmt: skip
         self.raw: list[dict] = []  # alpaca_eval's annotations of the last call, raw completions included
         self.verdicts: list[dict] = []  # every call's annotations: what `cost` sums
-        self.spend = None  # an API judge's `cost.Spend`, set where it is built (`judge_kinds`)
+        self.spend: Spend | None = None  # an API judge's, set where it is built (`judge_kinds`)
 
     def prefer(self, pairs: Sequence[Pair]) -> list[float | None]:
         from .endpoint import one_line

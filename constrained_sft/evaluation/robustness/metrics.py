@@ -34,7 +34,7 @@ def example_descents(losses: LayerLosses) -> tuple[torch.Tensor, torch.Tensor]:
     return down * valid, steps * valid
 
 
-def auc(gammas: Sequence[float], values: Sequence[float]) -> float:
+def auc(gammas: Sequence[float], values: Sequence[float] | np.ndarray) -> float:
     """Trapezoidal area under values(gamma)."""
     return float(np.trapezoid(values, gammas)) if len(gammas) > 1 else math.nan
 

@@ -111,9 +111,11 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str, l
             "resuming, or point `output_dir` at the run to resume."
         )
     skipped = []
+    chosen: str | None = None
     for _, path in found:
         problem = checkpoint_problem(path)
         if problem is None:
+            chosen = path
             break
         skipped.append((path, problem))
     else:
@@ -122,10 +124,10 @@ def resolve_resume(resume_from_checkpoint: str | bool | None, output_dir: str, l
             raise CheckpointError(
                 f"`resume_from_checkpoint=True`: no checkpoint in {output_dir} can be resumed ({details})"
             )
-        path = None  # killed before its first checkpoint was complete: nothing was saved, so step 0 it is
+        # else: killed before its first checkpoint was complete, nothing was saved, so step 0 it is (`chosen` None)
     for name, why in skipped if log else []:
-        logger.warning("Skipped %s (%s); resuming from %s.", name, why, path or "step 0, no checkpoint is complete")
-    return path
+        logger.warning("Skipped %s (%s); resuming from %s.", name, why, chosen or "step 0, no checkpoint is complete")
+    return chosen
 
 
 def check_fits(checkpoint: str, model, primal_dual, constraints: str) -> None:
