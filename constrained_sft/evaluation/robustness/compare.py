@@ -12,6 +12,7 @@ descent).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,9 +32,11 @@ def statistics(task: Task, gammas: NoiseGrid, train_gamma: float) -> list[Statis
     g = np.asarray(gammas.levels, dtype=np.float64)
     ind, ood = gammas.split(train_gamma)
     low, high = int(np.argmin(g)), int(np.argmax(g))
-    out = [
-        Statistic(f"{key}@{x:g}", lambda s, k=k: task.measuring.metric(s)[..., k], up) for k, x in enumerate(gammas)
-    ]
+
+    def at_level(k: int) -> Callable[[Scores], np.ndarray]:  # the metric at the k-th level, per resample
+        return lambda s: task.measuring.metric(s)[..., k]
+
+    out = [Statistic(f"{key}@{x:g}", at_level(k), up) for k, x in enumerate(gammas)]
     if ind.any():
         out.append(Statistic(f"id_{key}", lambda s: task.measuring.metric(s)[..., ind].mean(-1), up))
     if ood.any():
@@ -79,7 +82,7 @@ def compare(
             s.name: StatisticRow(
                 value_a=float(s.compute(whole[a])),
                 value_b=float(s.compute(whole[b])),
-                seed_std=tuple(float(np.std(s.compute(per_seed[arm]))) for arm in (a, b)),
+                seed_std=(float(np.std(s.compute(per_seed[a]))), float(np.std(s.compute(per_seed[b])))),
                 difference=Difference.of(intervals[s.name]),
             )
             for s in stats
