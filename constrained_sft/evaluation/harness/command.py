@@ -8,6 +8,7 @@ noise seeds summed), written as results.json and report.md with a metric-vs-gamm
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -193,7 +194,7 @@ def run(args: HarnessArguments) -> HarnessResults:
         source = f"measured on {first}"
     metrics = {t: sorted(cells[(models[0][0], t, args.gammas[0], 0)]["scores"]) for t in tasks}
     comparisons, bands = compare_arms(args, arms, cells, metrics)
-    given = {k: v for k, v in vars(args).items()}
+    given = dataclasses.asdict(args)  # the fields (not what a method cached on the arguments)
     results = HarnessResults(
         settings=HarnessSettings.from_dict({**given, "sigma_x": sigma, "sigma_x_source": source}),
         versions=versions("lm-eval", "transformers", "torch"),
