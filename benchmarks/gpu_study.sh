@@ -32,9 +32,10 @@ refuse() {
 }
 command -v "$PY" > /dev/null 2>&1 || refuse "PY $PY: no such interpreter; give the Python that has constrained-sft"
 # the script's Python is the package's (constrained_sft.study.package): its questions, asked before any work, and the
-# packaging; this first one imports what the study needs and gives device.txt the versions
-versions=$("$PY" -m constrained_sft.study.package versions 2> /dev/null) ||
-  refuse "PY $PY cannot import constrained_sft and its dependencies (transformers, trl, datasets); install them first (docs/guides/gpu.md: install_wheelhouse.sh)"
+# packaging. This first one is cheap (the package imports lazily); the stack is imported once every argument is checked
+# (`versions`, below), so that a refusal costs no torch import (~3 s)
+no_stack="PY $PY cannot import constrained_sft and its dependencies (transformers, trl, datasets); install them first (docs/guides/gpu.md: install_wheelhouse.sh)"
+"$PY" -c "import constrained_sft.study.package" 2> /dev/null || refuse "$no_stack"
 # One pass over the training rows unless STEPS names the optimizer steps. BATCHES: padded (each row padded to the
 # longest of its batch; the default: on a lent H200 a packed step with sdpa attention cost ~2x a padded one, its one
 # [8192 x 8192] mask computing attention across the whole flattened row, so packing lost per token:
@@ -47,10 +48,6 @@ case ${BATCHES:-padded} in
   packed) STEPS_ARGS+=(--packing true --packing_strategy bfd --attn_implementation "${ATTN:-flex_attention}") ;;
   *) refuse "BATCHES '${BATCHES}': give padded or packed" ;;
 esac
-# the trainer's own rule (constrained_sft.trainers.packing), asked before any work where an attention is given or used
-if [[ ${BATCHES:-padded} == packed || -n ${ATTN:-} ]]; then
-  "$PY" -m constrained_sft.study.package attention "${ATTN:-flex_attention}" || exit 2
-fi
 smoke=0
 if [[ ${1:-} == --smoke ]]; then
   smoke=1
@@ -109,6 +106,12 @@ if [[ -n $given_data && ! -e $DATA && $DATA != pkg:* && ! $DATA =~ ^[A-Za-z0-9][
 fi
 # OUT_DIR: new, empty, or holding only what this script wrote there, unchanged (device.txt's mark and record)
 "$PY" -m constrained_sft.study.package check "$OUT"
+# the stack, imported: what the study needs, and device.txt's versions
+versions=$("$PY" -m constrained_sft.study.package versions 2> /dev/null) || refuse "$no_stack"
+# the trainer's own rule (constrained_sft.trainers.packing), asked before any work where an attention is given or used
+if [[ ${BATCHES:-padded} == packed || -n ${ATTN:-} ]]; then
+  "$PY" -m constrained_sft.study.package attention "${ATTN:-flex_attention}" || exit 2
+fi
 if ((smoke)); then smoke_assets; fi
 mkdir -p "$OUT"
 {
