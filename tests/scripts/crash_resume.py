@@ -207,6 +207,18 @@ def main(task: str, output_dir: str, kill: str, overrides: str = "{}") -> None:
         trainer.end()
 
 
+def forked(argv: list[str], env: dict[str, str], stderr_path: str) -> None:
+    """`python crash_resume.py ARGV` with `env`, in a child of the test's fork server, which imported this module (and
+    with it torch, transformers and the package: ~4.5 s a process) once; stderr to `stderr_path`, stdout dropped. The
+    child is a new process like the script's: a kill ends it, and nothing of an earlier attempt is in its memory."""
+    os.environ.update(env)
+    os.dup2(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), 2)
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    main(*argv)
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     main(*sys.argv[1:])
