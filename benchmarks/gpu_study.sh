@@ -35,7 +35,7 @@ command -v "$PY" > /dev/null 2>&1 || refuse "PY $PY: no such interpreter; give t
 # packaging. This first one is cheap (the package imports lazily); the stack is imported once every argument is checked
 # (`versions`, below), so that a refusal costs no torch import (~3 s)
 no_stack="PY $PY cannot import constrained_sft and its dependencies (transformers, trl, datasets); install them first (docs/guides/gpu.md: install_wheelhouse.sh)"
-"$PY" -c "import constrained_sft.study.package" 2> /dev/null || refuse "$no_stack"
+"$PY" -m constrained_sft.study.package installed 2> /dev/null || refuse "$no_stack"
 # One pass over the training rows unless STEPS names the optimizer steps. BATCHES: padded (each row padded to the
 # longest of its batch; the default: on a lent H200 a packed step with sdpa attention cost ~2x a padded one, its one
 # [8192 x 8192] mask computing attention across the whole flattened row, so packing lost per token:

@@ -4,6 +4,8 @@ in tests/test_gpu_study.py."""
 
 import json
 import os
+import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -89,6 +91,23 @@ def test_the_questions_before_any_work(capsys):
         with pytest.raises(SystemExit) as stop:
             package.main(argv)
         assert stop.value.code == 2 and said in capsys.readouterr().err
+
+
+def test_installed_answers_without_importing_the_stack():
+    """The script's first question (`installed`): the package is there, asked in a fresh interpreter without importing
+    torch or transformers, so a refused argument costs no stack import."""
+    program = """
+import runpy, sys
+sys.argv = ["package", "installed"]
+try:
+    runpy.run_module("constrained_sft.study.package", run_name="__main__")
+except SystemExit as stop:
+    assert stop.code == 0, stop.code
+loaded = {"torch", "transformers"} & set(sys.modules)
+assert not loaded, loaded
+"""
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_the_script_holds_no_python():

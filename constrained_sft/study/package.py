@@ -2,6 +2,7 @@
 The Python of `benchmarks/gpu_study.sh` (the study in a borrowed GPU window): what it asks before any work and what it
 brings back, as package code the tests import (the script itself holds no Python):
 
+    python -m constrained_sft.study.package installed           # the interpreter has the package (no stack import)
     python -m constrained_sft.study.package versions            # the interpreter can run the study: its versions
     python -m constrained_sft.study.package attention NAME      # BATCHES=packed: NAME keeps packed documents apart
     python -m constrained_sft.study.package check OUT_DIR       # before any work: OUT_DIR new, empty or the script's own
@@ -149,14 +150,14 @@ def attention(name: str) -> None:
         refuse(f"ATTN '{name}': give an attention that keeps packed documents apart: {', '.join(ISOLATING)}")
 
 
-USAGE = (
-    "usage: python -m constrained_sft.study.package versions | attention NAME | check OUT_DIR | pack STUDY_DIR OUT_DIR"
-)
+USAGE = "usage: python -m constrained_sft.study.package installed | versions | attention NAME | check OUT_DIR | pack STUDY_DIR OUT_DIR"
 
 
 def main(argv: list[str]) -> int:
     command, given = (argv[0], argv[1:]) if argv else ("", [])
-    if command == "versions" and not given:
+    if command == "installed" and not given:
+        pass  # reaching here is the answer: the package imports (lazily: 0.08 s, without torch)
+    elif command == "versions" and not given:
         print(versions())
     elif command == "attention" and len(given) == 1:
         attention(given[0])
