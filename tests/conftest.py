@@ -55,6 +55,14 @@ def hang_message(limit: float, what: str) -> str:
     )
 
 
+def pytest_collection_modifyitems(session, config, items):
+    """The doc examples first, the rest in their order: the examples' shell runs are one fixture that keeps two threads
+    busy for minutes on one worker (tests/test_examples.py: `shell_runs`); started first they run beside the other
+    tests, where met midway they were the suite's tail (pytest-xdist's work stealing moves tests, not a fixture's
+    pool). Every worker sorts alike, so xdist's check that all collected the same order holds."""
+    items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_examples.py")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     """A `subprocess.TimeoutExpired` out of a test is reported as a fired hang limit (`hang_message`), with the
