@@ -150,7 +150,10 @@ def attention(name: str) -> None:
         refuse(f"ATTN '{name}': give an attention that keeps packed documents apart: {', '.join(ISOLATING)}")
 
 
-USAGE = "usage: python -m constrained_sft.study.package installed | versions | attention NAME | check OUT_DIR | pack STUDY_DIR OUT_DIR"
+USAGE = (
+    "usage: python -m constrained_sft.study.package installed | versions | attention NAME | check OUT_DIR"
+    " | pack STUDY_DIR OUT_DIR"
+)
 
 
 def main(argv: list[str]) -> int:
