@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -60,7 +61,8 @@ def pytest_collection_modifyitems(session, config, items):
     busy for minutes on one worker (tests/test_examples.py: `shell_runs`); started first they run beside the other
     tests, where met midway they were the suite's tail (pytest-xdist's work stealing moves tests, not a fixture's
     pool). Every worker sorts alike, so xdist's check that all collected the same order holds."""
-    items.sort(key=lambda item: item.nodeid.split("::")[0] != "tests/test_examples.py")
+    examples = Path(__file__).with_name("test_examples.py")
+    items.sort(key=lambda item: item.path != examples)
 
 
 @pytest.hookimpl(hookwrapper=True)
