@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..constraints import DUAL_OPTIMIZERS as DUAL_OPTIMIZER_CLASSES
 from ..constraints import EARLY_EXIT_SCALES as SCALES
@@ -297,7 +298,7 @@ def _parse_alpha(value: object) -> float | list[float]:
         value = parts[0] if len(parts) == 1 else parts
     if isinstance(value, (list, tuple)) and len(value) == 1:
         value = value[0]
-    values = value if isinstance(value, (list, tuple)) else [value]
+    values: list[Any] = list(value) if isinstance(value, (list, tuple)) else [value]
     parsed = []
     for item in values:
         try:

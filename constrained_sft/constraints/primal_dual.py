@@ -98,10 +98,10 @@ class PrimalDual:
         or skips the step.
         """
         totals = self.train_stats.pop(reduce)
-        if torch.is_tensor(grad_norm):  # [n + 3] totals and the norm: one device -> host copy
-            if hasattr(grad_norm, "full_tensor"):  # FSDP2 clips sharded gradients: the norm is a replicated DTensor
-                grad_norm = grad_norm.full_tensor()
-            *values, grad_norm = torch.cat([totals, grad_norm.detach().reshape(1).to(totals)]).tolist()
+        if isinstance(grad_norm, torch.Tensor):  # [n + 3] totals and the norm: one device -> host copy
+            # FSDP2 clips sharded gradients: the norm is a replicated DTensor
+            norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm
+            *values, grad_norm = torch.cat([totals, norm.detach().reshape(1).to(totals)]).tolist()
         else:
             values = totals.tolist()
         self.last_grad_norm = None if grad_norm is None else float(grad_norm)

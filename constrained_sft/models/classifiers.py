@@ -33,8 +33,9 @@ class ClassifierKind:
     problem: Callable[[Any], str | None] = lambda recipe: None
 
     def builds(self, config) -> bool:
-        """Whether a model of this kind is built anew from a model with `config` (not already one)."""
-        return self.build is not None and not isinstance(config, self.saved)
+        """Whether a model of this kind is built anew from a model with `config` (not already one; a kind that names no
+        `saved` config class cannot tell, and builds)."""
+        return self.build is not None and (self.saved is None or not isinstance(config, self.saved))
 
 
 def _linear(path: str, labels: dict, recipe: Any, kwargs: dict):
