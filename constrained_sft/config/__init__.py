@@ -26,7 +26,7 @@ from .process_fields import HOST_ALLOCATORS, ProcessArguments
 from .run_fields import NONFINITE_POLICIES, RunArguments, clearer_precision_error
 
 
-def validate_then(config, parent: type) -> None:
+def validate_then(config, parent: type[TrainingArguments]) -> None:
     """Both configs' `__post_init__`: this library's fields first (naming the field), then `parent`'s own checks."""
     config._validate_constraint_arguments()
     config._validate_noise_arguments()
