@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from torch.utils.cpp_extension import get_default_build_root
 
 # One torch (OpenMP / MKL) thread per process, for this process and every subprocess a test starts (issue 68): the
 # models are tiny, so a second thread buys nothing, and several processes at once (pytest-xdist's workers, a 2-rank
@@ -14,6 +15,10 @@ import pytest
 for _variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_variable, "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# One folder for the C++ extensions the suite's processes build (DeepSpeed's CPU accelerator builds its shared-memory
+# collectives on first use, ~30 s on one core), whatever HOME a test gives them (the doc examples run in a temporary
+# one): built once per machine, not once per HOME
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", get_default_build_root())
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # every test that asks for a help sees it built from the parsers, never a text cached by an earlier run
 # (tests/cli/test_imports.py turns the cache on, in a folder of its own)

@@ -79,9 +79,6 @@ inputs.pop("token_type_ids", None)
 }
 
 
-# where torch builds C++ extensions for this user (torch.utils.cpp_extension.get_default_build_root, on Linux)
-TORCH_EXTENSIONS = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "torch_extensions")
-
 SHELL_SUBSTITUTIONS = [  # (pattern, replacement, why, only in the small run): applied in order, printed when applied
     (r"\bmake test\b", "make -n test", "`make test` is this suite (CI runs it): its command is printed, not rerun", False),
     (r"\bmake ", 'make -o .venv/.installed -o .venv/.offline-assets BIN="$BIN" ',
@@ -127,9 +124,8 @@ def run_shell(
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin", "BIN": bin_dir, "PORT": free_port(), "HOME": str(cwd),
         "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-        # DeepSpeed's CPU accelerator builds a C++ op (its shared-memory collectives) on first use, ~30 s on one core,
-        # into torch's extension folder under HOME: the suite's own, so not once more per example
-        "TORCH_EXTENSIONS_DIR": os.environ.get("TORCH_EXTENSIONS_DIR") or TORCH_EXTENSIONS,
+        # the suite's C++ extension folder (tests/conftest.py), not one under this temporary HOME
+        "TORCH_EXTENSIONS_DIR": os.environ["TORCH_EXTENSIONS_DIR"],
         **(standins or {}),
     }  # fmt: skip
     if SHELL_PRELUDES[prelude]:
