@@ -2,6 +2,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -117,6 +118,48 @@ def _native_stacks(processes) -> str:
     return "\n".join(dumps)
 
 
+def clear_stale_build_locks(root: str | os.PathLike | None = None, recheck_s: float = 1.0) -> list[Path]:
+    """Removes the C++ extension build locks under `root` (the suite's TORCH_EXTENSIONS_DIR) that no process holds;
+    returns them. Every process that loads a JIT extension (each rank of a DeepSpeed launch on CPU loads its
+    shared-memory op) takes `<root>/<name>/lock` while ninja checks the build: torch's FileBaton creates it with
+    O_EXCL, keeps it open and removes it after; a process killed in between (a hang limit's SIGABRT, a killed run, a
+    machine restarted) leaves it, and every later load on the machine waits on it forever, with no message. A lock
+    nobody has open, still the same file `recheck_s` later (not one released and taken again meanwhile), is such a
+    leftover. Written here because torch has no stale-lock check (its `warn_after_seconds` is not passed by
+    `cpp_extension`); processes of other users that psutil may not inspect are not seen."""
+    import psutil
+
+    def held(path: Path) -> bool:
+        for process in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if any(Path(f.path) == path for f in process.open_files()):
+                    return True
+        return False
+
+    def identity(path: Path):
+        with contextlib.suppress(FileNotFoundError):
+            stat = path.stat()
+            return stat.st_ino, stat.st_mtime_ns
+        return None
+
+    candidates = {}
+    for lock in Path(root or os.environ["TORCH_EXTENSIONS_DIR"]).glob("*/lock"):
+        if identity(lock) is not None and not held(lock):
+            candidates[lock] = identity(lock)
+    if not candidates:
+        return []
+    time.sleep(recheck_s)
+    removed = []
+    for lock, before in candidates.items():
+        if identity(lock) == before and not held(lock):
+            with contextlib.suppress(FileNotFoundError):
+                lock.unlink()
+                removed.append(lock)
+                warnings.warn(f"removed {lock}: a C++ extension build lock no process held (left by a process "
+                              "killed while building or loading the extension)", stacklevel=2)  # fmt: skip
+    return removed
+
+
 def launch_on_cpu(num_processes: int, *target: str, timeout: float | None = None, config_file: str | None = None):
     """`accelerate launch --multi_gpu` (or with `config_file`) of `target` (a script and its arguments, or
     `-m module ...`) as `num_processes` gloo CPU processes; a crash at any rank prints its Python stack
@@ -137,6 +180,8 @@ def launch_on_cpu(num_processes: int, *target: str, timeout: float | None = None
     timeout = hang_limit(60) if timeout is None else timeout
     if config_file is None:
         env["ACCELERATE_USE_CPU"] = "true"
+    else:  # DeepSpeed's ranks load its C++ op: never wait on a lock an earlier, killed launch left
+        clear_stale_build_locks()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=timeout)

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import free_port, hang_limit
+from conftest import clear_stale_build_locks, free_port, hang_limit
 from standins import offline_standins
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -150,6 +150,7 @@ def shell_runs(tmp_path_factory):
     """Every runnable shell example, started together two at a time: each is one thread (most of its time is
     importing the stack, ~4 s per command), so on 2 cores the pages' tests wait on runs already under way."""
     standins = offline_standins(tmp_path_factory.mktemp("standins"))
+    clear_stale_build_locks()  # the DeepSpeed examples load its C++ op (tests/conftest.py)
     runs = {}
     with ThreadPoolExecutor(2) as pool:
         for param in examples():

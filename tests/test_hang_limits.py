@@ -40,3 +40,32 @@ def test_a_fired_limit_is_reported_as_one(tmp_path):
     assert result.returncode == 1
     assert "still ran after 0.5 s, 10x what it takes on 2 quiet cores (~0.05 s)" in result.stdout, result.stdout
     assert "time.sleep(30)" in result.stdout and "working" in result.stdout
+
+
+def test_a_build_lock_left_by_a_killed_process_is_removed_and_a_held_one_kept(tmp_path):
+    """The C++ extension lock a killed process leaves (CI's DeepSpeed tests each waited 600 s on one) is removed
+    before a DeepSpeed launch; one a live process holds (a build under way) is kept."""
+    import signal
+
+    from conftest import clear_stale_build_locks
+
+    take = "from torch.utils.file_baton import FileBaton; import sys, time; FileBaton(sys.argv[1]).try_acquire(); " \
+           "print('held', flush=True); time.sleep(600)"  # fmt: skip
+    locks = {name: tmp_path / name / "lock" for name in ("killed", "building")}
+    holders = {}
+    for name, lock in locks.items():
+        lock.parent.mkdir()
+        holders[name] = subprocess.Popen([sys.executable, "-c", take, str(lock)], stdout=subprocess.PIPE, text=True)
+        assert holders[name].stdout.readline() == "held\n"
+    holders["killed"].send_signal(signal.SIGKILL)
+    holders["killed"].wait()
+    try:
+        assert locks["killed"].exists() and locks["building"].exists()
+        with pytest.warns(UserWarning, match="no process held"):
+            assert clear_stale_build_locks(tmp_path, recheck_s=0.1) == [locks["killed"]]
+        assert not locks["killed"].exists() and locks["building"].exists()
+    finally:
+        holders["building"].kill()
+        holders["building"].wait()
+    with pytest.warns(UserWarning, match="no process held"):  # now its holder is gone too
+        assert clear_stale_build_locks(tmp_path, recheck_s=0.1) == [locks["building"]]
