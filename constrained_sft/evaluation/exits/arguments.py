@@ -16,12 +16,12 @@ from ..instructions import ALPACA_EVAL, GenerationError
 
 @dataclass
 class ExitsArguments:
-    models: list[str] = field(
+    models: list[str] | None = field(
         default=None, metadata={"help": "Causal LM folders, Hub ids, `pkg:` aliases or LoRA adapter folders."}
     )
     names: list[str] | None = field(default=None, metadata={"help": "A name per model (default: folder names)."})
     base_model: str | None = field(default=None, metadata={"help": "Base model of an adapter that does not name one."})
-    output_dir: str = field(default=None, metadata={"help": "Where exits.json, the plot and report.html go."})
+    output_dir: str | None = field(default=None, metadata={"help": "Where exits.json, the plot and report.html go."})
     exit_layers: list[int] | None = field(
         default=None,
         metadata={"help": "Layers l whose readout drafts (1 <= l < L; default: L/4, L/2 and 3L/4, rounded)."},
@@ -73,7 +73,7 @@ class ExitsArguments:
         check_model_paths(self.models, "--models")  # after the options: every model, before any loads
 
     def model_names(self) -> list[str]:
-        return self.names or [folder_name(p) for p in self.models]
+        return self.names or [folder_name(p) for p in self.models or []]
 
 
 def default_exits(num_layers: int) -> list[int]:

@@ -28,7 +28,7 @@ class HarnessArguments(ArmArguments):
             "`offline` = the tasks this library ships, which read local files)."
         },
     )
-    output_dir: str = field(
+    output_dir: str | None = field(
         default=None, metadata={"help": "Where the per-cell results, results.json and report.md go (resumable)."}
     )
     gammas: list[float] = field(

@@ -25,7 +25,7 @@ class RobustnessArguments(ArmArguments):
             "choices": list(TASKS),
         },
     )
-    output_dir: str = field(
+    output_dir: str | None = field(
         default=None, metadata={"help": "Where results.json, results.csv, the plots and report.html go."}
     )
     base_model: str | None = field(default=None, metadata={"help": "Base model of adapters that do not name one."})
