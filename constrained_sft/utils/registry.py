@@ -30,13 +30,12 @@ class Registry(dict):
         `@REGISTRY.register(replace=True)` to replace a variant of that name on purpose), after `check`."""
         if cls is None:
             return lambda later: self.register(later, replace=replace)
-        self.check(cls, replace)
-        self[cls.name] = cls
+        self[self.check(cls, replace)] = cls
         return cls
 
-    def check(self, cls: Any, replace: bool = False) -> None:
-        """Refuse (`VariantError`, one line naming the class and what is missing or taken) a class that cannot be a
-        variant of this registry."""
+    def check(self, cls: Any, replace: bool = False) -> str:
+        """The name `cls` registers under; refuses (`VariantError`, one line naming the class and what is missing or
+        taken) a class that cannot be a variant of this registry."""
         what = getattr(cls, "__qualname__", repr(cls))
         if not (isinstance(cls, type) and issubclass(cls, self.base)):
             raise VariantError(
@@ -49,7 +48,7 @@ class Registry(dict):
                 f"{what} cannot be registered as a {self.kind}: it does not define {', '.join(f'`{m}`' for m in missing)}"
                 f", which every {self.kind} defines (see {self.base.__name__})."
             )
-        name = cls.name
+        name = getattr(cls, "name", None)  # None where `needs` leaves `name` out: refused here, not an AttributeError
         if not isinstance(name, str) or not name.strip() or name != name.strip():
             raise VariantError(
                 f"{what} cannot be registered as a {self.kind}: its `name` must be a word, got {name!r}."
@@ -61,6 +60,7 @@ class Registry(dict):
                 f"{what} cannot be registered as {self.kind} {name!r}: the name is taken by {taken.__module__}."
                 f"{taken.__qualname__}; choose another name, or replace it on purpose with `register(replace=True)`."
             )
+        return name
 
 
 class VariantError(ValueError):

@@ -62,6 +62,12 @@ def test_a_class_missing_what_its_kind_needs_is_refused_naming_it():
     with pytest.raises(VariantError, match=r"its `name` must be a word, got ' '"):
         things.register(blank)
     assert list(things) == ["builtin"]
+    unnamed = Registry("thing", Kind, needs=("help",))  # `needs` leaving `name` out: still refused in one line
+    nameless = type("Nameless", (Kind,), {"help": "x", "build": classmethod(lambda cls: 3)})  # no `name` at all
+    with pytest.raises(VariantError, match=r"Nameless cannot be registered as a thing: its `name` must be a word"):
+        unnamed.register(nameless)
+    named = type("Named", (NoHelp,), {"help": "x"})
+    assert unnamed.check(named) == "nohelp" and unnamed.register(named) is named and list(unnamed) == ["nohelp"]
 
 
 def test_a_taken_name_is_refused_unless_replaced_on_purpose():
