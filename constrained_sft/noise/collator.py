@@ -67,8 +67,8 @@ class NoiseLevels:
         elif self.gamma_range is not None:
             low, high = map(float, self.gamma_range)
             levels = low + (high - low) * torch.rand(n, generator=generator)
-        else:
-            choices = torch.tensor([float(v) for v in self.gamma_levels])
+        else:  # gamma_levels: __post_init__ left exactly one of the three given (frozen, so it stays)
+            choices = torch.tensor([float(v) for v in self.gamma_levels or ()])
             levels = choices[torch.randint(len(choices), (n,), generator=generator)]
         if self.clean_prob > 0:
             levels = torch.where(torch.rand(n, generator=generator) < self.clean_prob, torch.zeros(n), levels)

@@ -1,6 +1,7 @@
 """`eval exits`: self-speculative decoding returns exactly greedy decoding's tokens, its counts and intervals are
 what they say, and the command writes its report; bad options fail in one line."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -11,6 +12,7 @@ from constrained_sft.cli import main as cli
 from constrained_sft.evaluation.exits import ExitsArguments, PromptMeasurements
 from constrained_sft.evaluation.exits.arguments import default_exits
 from constrained_sft.evaluation.exits.command import layer_view, measure_model, summarize_exits
+from constrained_sft.evaluation.exits.results import ExitsResults
 from constrained_sft.evaluation.instructions import GenerationError
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
 
@@ -85,6 +87,11 @@ def test_the_command_writes_its_report(tmp_path, capsys):
     layers = results["models"]["tiny"]["layers"]
     assert set(layers) == {"0.0", "1.0"} and set(layers["1.0"]["accuracy"]) == {"1", "2", "3", "4"}
     assert (out / "layer_accuracy.png").stat().st_size > 0 and "reference answers" in page
+    assert "accuracy (gamma 1)" in page and "loss (gamma 0)" in page  # the model's per-layer table
+    loaded = ExitsResults.load(str(out))
+    assert list(loaded.layer_views()) == ["tiny"] and set(loaded.layer_views()["tiny"]) == {0.0, 1.0}
+    loaded.models["other"] = dataclasses.replace(loaded.models["tiny"], layers=None)
+    assert loaded.layer_views() == {} and not loaded.has_layer_view  # every model's view, or none
 
 
 @pytest.mark.parametrize(

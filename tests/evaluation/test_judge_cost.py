@@ -34,6 +34,8 @@ def test_verdicts_are_priced_by_the_list_price_or_as_their_decoder_priced_them()
     assert (cost.verdicts, cost.requests, cost.prompt_tokens, cost.completion_tokens, cost.total_tokens) == (
         2, 1, 4000, 400, 4400)  # fmt: skip
     assert cost.price_usd == pytest.approx((4000 * 1.25 + 400 * 10) / 1e6)
+    assert cost.price_basis.startswith("at gpt-5's list price ($1.25 / $10 per million")
+    assert list_price("gpt-5").label(None).startswith("at the list price ($1.25")  # a price with no model named
     alpaca = Spend("gpt-4-1106-preview", list_price("gpt-4-1106-preview"))  # its decoder: a total and its own price
     cost = alpaca.result([verdict({"completions_all": {"total_tokens": 500.0}}, 0.005)], "preference_")
     assert cost.total_tokens == 500 and cost.prompt_tokens is None and cost.price_usd == 0.005

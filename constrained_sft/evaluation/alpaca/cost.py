@@ -36,10 +36,11 @@ class ListPrice:
     def usd(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (prompt_tokens * self.input_per_million + completion_tokens * self.output_per_million) / 1e6
 
-    def label(self, model: str) -> str:
+    def label(self, model: str | None) -> str:
         """How the report names the rate: "at gpt-5's list price ($1.25 / $10 per million ...; source)"."""
+        whose = f"{model}'s" if model else "the"
         return (
-            f"at {model}'s list price (${self.input_per_million:g} / ${self.output_per_million:g} per million input / "
+            f"at {whose} list price (${self.input_per_million:g} / ${self.output_per_million:g} per million input / "
             f"output tokens; {self.source})"
         )
 
@@ -110,8 +111,8 @@ class Spend:
         known = [row for row in verdicts if value(row, "total_tokens") is not None]
 
         def total(name: str) -> float | None:
-            values = [value(row, name) for row in known]
-            return sum(values) if known and None not in values else None
+            values = [v for row in known if (v := value(row, name)) is not None]
+            return sum(values) if known and len(values) == len(known) else None
 
         prompt, completion, tokens = (None if (t := total(name)) is None else int(t) for name in USAGE)
         if prompt is not None and completion is not None and self.price is not None:

@@ -34,8 +34,8 @@ def plot_layer_accuracy(results: ExitsResults, path: str) -> str:
     gammas = results.settings.gammas
     fig, axes = plt.subplots(1, len(gammas), figsize=(4.5 * len(gammas), 3.8), squeeze=False)
     for ax, gamma in zip(axes[0], gammas, strict=True):
-        for name, model in results.models.items():
-            accuracy = model.layers[float(gamma)].accuracy
+        for name, layers in results.layer_views().items():
+            accuracy = layers[float(gamma)].accuracy
             ax.plot(list(accuracy), list(accuracy.values()), marker=".", label=name)
         ax.set(xlabel="layer", ylabel="token accuracy of the layer's readout", title=f"gamma = {gamma:g}")
         ax.grid(alpha=0.3)
@@ -66,8 +66,8 @@ def exits_blocks(results: ExitsResults, level: int = 1) -> list[Block]:
             Heading("Each layer's readout of the reference answers", level + 1),
             Image(results.files["layer_plot"]),
         ]
-        for name, model in results.models.items():
-            views = [model.layers[g] for g in gammas]
+        for name, layers in results.layer_views().items():
+            views = [layers[g] for g in gammas]
             table = [[x] + [v for view in views for v in (view.accuracy[x], view.loss[x])] for x in views[0].accuracy]
             headers = ["layer"] + [f"{what} (gamma {g:g})" for g in gammas for what in ("accuracy", "loss")]
             blocks += [Heading(name, level + 2), Table(headers, table)]

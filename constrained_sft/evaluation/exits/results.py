@@ -145,6 +145,12 @@ class ExitsResults:
     def has_layer_view(self) -> bool:
         return all(m.layers is not None for m in self.models.values())
 
+    def layer_views(self) -> dict[str, dict[float, LayerReadout]]:
+        """Each model's per-layer readout by noise level, by model name; empty unless every model has one (the
+        instructions held reference answers)."""
+        views = {name: m.layers for name, m in self.models.items() if m.layers is not None}
+        return views if len(views) == len(self.models) else {}
+
     def to_dict(self) -> dict[str, Any]:
         return {"settings": dataclasses.asdict(self.settings), "versions": self.versions,
                 "models": {name: m.to_dict() for name, m in self.models.items()}, "files": self.files}  # fmt: skip
