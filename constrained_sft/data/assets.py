@@ -48,8 +48,8 @@ def dequantize_gguf(folder: str, gguf_file: str, target: str) -> str:
     model = AutoModelForCausalLM.from_pretrained(
         folder, gguf_file=gguf_file, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
     )
-    if getattr(model, "hf_quantizer", None) is not None:  # otherwise saving and training refuse
-        model.hf_quantizer.remove_quantization_config(model)
+    if (quantizer := getattr(model, "hf_quantizer", None)) is not None:  # otherwise saving and training refuse
+        quantizer.remove_quantization_config(model)
     partial = f"{target}.partial-{os.getpid()}"
     model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)

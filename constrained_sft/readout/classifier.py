@@ -36,12 +36,12 @@ class ClassifierReadout:
         name = type(base).__name__
         classifier = getattr(base, "classifier", None)
         dropout = getattr(base, "dropout", None)
-        if callable(getattr(base, "readout", None)):
-            return cls(base.readout, f"shared readout of {name}", takes_mask=True)
-        if isinstance(getattr(base, "pre_classifier", None), nn.Module) and isinstance(classifier, nn.Module):
+        if callable(readout := getattr(base, "readout", None)):
+            return cls(readout, f"shared readout of {name}", takes_mask=True)
+        if isinstance(pre := getattr(base, "pre_classifier", None), nn.Module) and isinstance(classifier, nn.Module):
 
             def distilbert(h: torch.Tensor) -> torch.Tensor:
-                pooled = torch.relu(base.pre_classifier(h[:, 0]))
+                pooled = torch.relu(pre(h[:, 0]))
                 return classifier(dropout(pooled) if dropout is not None else pooled)
 
             return cls(distilbert, "[CLS] -> pre_classifier -> ReLU -> dropout -> classifier")

@@ -13,12 +13,12 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     from torch import nn  # here, not at the top: `import constrained_sft.utils` (the CLI's help) stays torch-free
 
     for _ in range(4):
-        if hasattr(model, "get_base_model"):
-            model = model.get_base_model()
-        elif hasattr(model, "module") and isinstance(model.module, nn.Module):
-            model = model.module
-        elif hasattr(model, "_orig_mod"):
-            model = model._orig_mod
+        if callable(base := getattr(model, "get_base_model", None)):  # PEFT
+            model = base()
+        elif isinstance(inner := getattr(model, "module", None), nn.Module):  # DDP, DeepSpeed's engine
+            model = inner
+        elif isinstance(compiled := getattr(model, "_orig_mod", None), nn.Module):  # torch.compile
+            model = compiled
         else:
             break
     return model
