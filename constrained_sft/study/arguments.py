@@ -23,7 +23,7 @@ HELD_OUT = "held_out"
 
 @dataclass
 class StudyArguments:
-    erm_config: str = field(
+    erm_config: str | None = field(
         default=None,
         metadata={"help": "The ERM twin's recipe: the constrained recipe (--config) with `constraints: none`."},
     )
@@ -184,6 +184,8 @@ class StudyArguments:
     @property
     def folder(self) -> StudyFolder:
         """Every path of the study folder (`study_dir`, once `conduct.checked_arms` has given it its default)."""
+        if self.study_dir is None:  # a caller's order, never a user's input: said, not a TypeError in StudyFolder
+            raise RuntimeError("the study folder was asked for before `study_dir` was given its default")
         return StudyFolder(self.study_dir)
 
     def folder_settings(self, recipes: dict) -> dict:

@@ -19,7 +19,9 @@ BASELINES = ("none", ERM)  # `baseline`: none, or an ERM twin of each constraine
 
 @dataclass
 class SweepArguments:
-    space: str = field(default=None, metadata={"help": "The search-space YAML (sections `constrained`, `erm`)."})
+    space: str | None = field(
+        default=None, metadata={"help": "The search-space YAML (sections `constrained`, `erm`)."}
+    )
     sweep_dir: str | None = field(
         default=None, metadata={"help": "Where the sweep writes (default: <output_dir>-sweep)."}
     )
@@ -125,6 +127,8 @@ class SweepArguments:
     def study(self, arm: str, objective: Objective):
         """The Optuna study of one arm (after `locate`), created or loaded."""
         name = f"{self.study_name}-{arm}"
+        if self.storage is None:  # a caller's order, never a user's input: `locate` gives it its default
+            raise RuntimeError("the sweep's Optuna study was asked for before `locate` gave `storage` its default")
         return open_study(name, self.storage, self.sampler_seed, self.pruner, objective, self.heartbeat_interval)
 
     def folder_settings(self, recipes: dict, spaces: dict, given_storage: str | None) -> dict:

@@ -51,9 +51,12 @@ class Param:
     def suggest(self, trial) -> ParamValue:
         if self.choices is not None:
             return trial.suggest_categorical(self.name, list(self.choices))
+        low, high = self.low, self.high
+        if low is None or high is None:  # a Param made by hand; _param gives every range both ends
+            raise SearchSpaceError(f"search space `{self.name}`: give `choices`, or `low` and `high`.")
         if self.int:
-            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.log)
-        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
+            return trial.suggest_int(self.name, int(low), int(high), log=self.log)
+        return trial.suggest_float(self.name, float(low), float(high), log=self.log)
 
 
 def _param(section: str, name: str, spec: Any, config_class: type) -> Param:
