@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+from typing import Any
 
 from trl import TrlParser
 
@@ -50,7 +51,9 @@ def dataclass_parser(
     classes: tuple[type, ...], prog: str, description: str, epilog: str | None = None
 ) -> RecipeParser:
     """A parser over `classes` whose `--help` shows `prog`, what it does, and the fields with their defaults."""
-    return RecipeParser(classes, prog=prog, description=description, epilog=epilog)
+    # TRL's parser types its dataclass types as a NewType of Any (`DataClassType`) that no class is declared as
+    types: Any = classes
+    return RecipeParser(types, prog=prog, description=description, epilog=epilog)
 
 
 def read_recipe(path: str | None, flag: str = "--config") -> dict:
@@ -138,13 +141,15 @@ def parse(parser: RecipeParser, argv: list[str] | None, with_config: bool = True
     refused with the closest known fields, so a typo in a recipe never passes as a default.
     """
     argv = list(argv or [])
+    # the dataclasses, then the strings they left (TRL types the whole tuple as dataclasses)
+    from_recipe: list[str]
+    from_flags: list[str]
     if with_config:
-        *parsed, from_recipe, from_flags = parser.parse_args_and_config(
-            argv, return_remaining_strings=True, separate_remaining_strings=True
-        )
+        out = parser.parse_args_and_config(argv, return_remaining_strings=True, separate_remaining_strings=True)
+        parsed, from_recipe, from_flags = out[:-2], out[-2], out[-1]
     else:
-        *parsed, from_flags = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
-        from_recipe = []
+        out = parser.parse_args_into_dataclasses(argv, return_remaining_strings=True)
+        parsed, from_recipe, from_flags = out[:-1], [], out[-1]
     for source, unknown in (("flag", from_flags), ("recipe key", from_recipe)):
         if unknown:
             raise ValueError(f"Unknown {source}(s): {_hints(unknown, parser.known_fields())}. Recipe keys and flags "

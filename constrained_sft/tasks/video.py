@@ -137,7 +137,7 @@ def denoiser_trainer(model, args, train=None, held_out=None, callbacks=()) -> Co
 class VideoEvalData:
     """The test clips, decoded once, and their denoising datasets per sequence axis (built when a model needs one)."""
 
-    clips: tuple  # (clips [C, T, F, F], video names, clip -> video)
+    clips: tuple[torch.Tensor, list[str], list[int]]  # (clips [C, T, F, F], video names, clip -> video)
     patch_size: int
     datasets: dict[str, VideoDenoisingDataset] = field(default_factory=dict)
 

@@ -23,7 +23,7 @@ from ..utils.modules import unwrap_model
 from .callbacks import handle_nonfinite
 from .model_card import CARD, check_card_path, model_card, save_card
 from .noise import TrainingNoise
-from .resume import TrainerOverrides, model_source, start_run, trl_eval_metrics
+from .resume import RunIdentity, TrainerOverrides, model_source, start_run, trl_eval_metrics
 from .setup import ConstrainedSetup
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,9 @@ class ConstrainedTrainerMixin(TrainerOverrides):
     ConstrainedSetup`: the problem, the noise, the statistics, the callbacks); these are the hooks."""
 
     setup: ConstrainedSetup
+    # what the run is (`resume.RunIdentity`): set by the setup from the arguments and model, then by the task with the
+    # data it trains on; the model card and the output-folder check read it
+    run_identity: RunIdentity | None = None
 
     @property
     def primal_dual(self) -> PrimalDual:
@@ -204,7 +207,7 @@ class ConstrainedTrainerMixin(TrainerOverrides):
     def write_model_card(self, folder: str, model_name: str | None = None, tags: list[str] | None = None) -> str:
         """The run's model card (`model_card.model_card`: the constraint table of the report so far) as `folder`'s
         README.md; the output folder's at every save and at the end, each checkpoint's as it is saved."""
-        identity = getattr(self, "run_identity", None)
+        identity = self.run_identity
         card = model_card(
             self.constraint_report(),
             self.args,
