@@ -144,8 +144,8 @@ def clear_stale_build_locks(root: str | os.PathLike | None = None, recheck_s: fl
 
     candidates = {}
     for lock in Path(root or os.environ["TORCH_EXTENSIONS_DIR"]).glob("*/lock"):
-        if identity(lock) is not None and not held(lock):
-            candidates[lock] = identity(lock)
+        if (before := identity(lock)) is not None and not held(lock):
+            candidates[lock] = before
     if not candidates:
         return []
     time.sleep(recheck_s)

@@ -143,7 +143,7 @@ class ExitsResults:
 
     @property
     def has_layer_view(self) -> bool:
-        return all(m.layers is not None for m in self.models.values())
+        return bool(self.layer_views())
 
     def layer_views(self) -> dict[str, dict[float, LayerReadout]]:
         """Each model's per-layer readout by noise level, by model name; empty unless every model has one (the
