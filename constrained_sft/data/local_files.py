@@ -68,9 +68,9 @@ def check_text_file(path: str) -> None:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
-        line = raw[: error.start].count(b"\n") + 1
+        number = raw[: error.start].count(b"\n") + 1
         raise DataError(
-            f"`dataset_name` {path}:{line}: not UTF-8 text ({error.reason} at byte {error.start})."
+            f"`dataset_name` {path}:{number}: not UTF-8 text ({error.reason} at byte {error.start})."
         ) from None
     if ext == ".json":
         try:

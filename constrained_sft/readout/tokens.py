@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, replace
+from typing import overload
 
 import torch
 import torch.nn.functional as F
@@ -81,6 +82,10 @@ NEVER = 1 << 32
 LAYOUTS = 16
 
 
+@overload
+def _mix32(x: int) -> int: ...
+@overload
+def _mix32(x: torch.Tensor) -> torch.Tensor: ...
 def _mix32(x: torch.Tensor | int) -> torch.Tensor | int:
     """A 32-bit integer hash (two xor-shift-multiply rounds) on int64 values < 2^32; every product stays < 2^59."""
     for _ in range(2):
