@@ -180,7 +180,7 @@ def launch_on_cpu(num_processes: int, *target: str, timeout: float | None = None
     timeout = hang_limit(60) if timeout is None else timeout
     if config_file is None:
         env["ACCELERATE_USE_CPU"] = "true"
-    else:  # DeepSpeed's ranks load its C++ op: never wait on a lock an earlier, killed launch left
+    else:  # a DeepSpeed config among them, whose ranks load its C++ op: never wait on a lock a killed process left
         clear_stale_build_locks()
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) as proc:
         try:
