@@ -22,11 +22,16 @@ class RobustnessCommand(Command):
     help = "the headline metric vs noise, layer curves, descent; differences between arms with 95% intervals"
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..utils.recipe_files import recipe_and_task_name, with_shipped
+
+        # the recipe found and read before the stack loads: a mistyped `--recipe` is answered at once
+        recipe, task_name, argv = recipe_and_task_name(with_shipped(argv, ("--recipe",)), prog, flag="--recipe")
         from ..evaluation import RobustnessArguments, run
         from ..evaluation.robustness import console_lines
-        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task, with_shipped
+        from ..tasks import get_task
+        from ..tasks.recipes import dataclass_parser, parse
 
-        recipe, task, argv = recipe_and_task(with_shipped(argv, ("--recipe",)), prog, flag="--recipe")
+        task = get_task(task_name)
         description = (
             f"{prog} (--models DIR [DIR ...] | --arm NAME=DIR[,DIR...] --arm ...) --output_dir DIR [--recipe "
             "<recipe.yaml>]: evaluate models against the noise level and compare arms with intervals."

@@ -29,6 +29,10 @@ class StudyCommand(Command):
     )
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..utils.recipe_files import recipe_and_task_name, with_shipped
+
+        # every arm's recipe found and read before the stack loads: a mistyped one is answered at once
+        _, task_name, argv = recipe_and_task_name(with_shipped(argv, ("--config", "--erm_config"), "--arm"), prog)
         from ..comparison import RunKey, arm_label
         from ..comparison.recipes import arm_recipe, more_recipes
         from ..config import ProcessArguments
@@ -36,9 +40,10 @@ class StudyCommand(Command):
         from ..evaluation.report import comparisons_markdown
         from ..study import StudyArguments, run
         from ..study.results import StudyResults
-        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task, with_shipped
+        from ..tasks import get_task
+        from ..tasks.recipes import dataclass_parser, parse
 
-        _, task, argv = recipe_and_task(with_shipped(argv, ("--config", "--erm_config"), "--arm"), prog)
+        task = get_task(task_name)
         description = (
             f"{prog} --config <constrained recipe.yaml> --erm_config <ERM recipe.yaml> [--arm NAME=RECIPE.yaml ...] "
             "[--training_seeds N] [--field value ...]: train every arm with N seeds, measure them, judge each arm's "

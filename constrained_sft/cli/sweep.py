@@ -21,14 +21,20 @@ class SweepCommand(Command):
     )
 
     def run(self, argv: list[str], prog: str) -> int:
+        from ..utils.recipe_files import recipe_and_task_name, with_shipped
+
+        # the recipes and the search space found (the recipes read) before the stack loads: a mistyped one is
+        # answered at once
+        _, task_name, argv = recipe_and_task_name(with_shipped(argv, ("--config", "--space"), "--arm"), prog)
         from ..comparison.recipes import more_recipes
         from ..config import ProcessArguments
         from ..evaluation.report import comparisons_markdown
         from ..sweep import SweepArguments, run
         from ..sweep.run import searched_line
-        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task, with_shipped
+        from ..tasks import get_task
+        from ..tasks.recipes import dataclass_parser, parse
 
-        _, task, argv = recipe_and_task(with_shipped(argv, ("--config", "--space"), "--arm"), prog)
+        task = get_task(task_name)
         description = (
             f"{prog} --config <constrained recipe.yaml> --space <sweep.yaml> [--baseline erm] [--field value ...]: "
             "search the recipe's hyperparameters, then compare the best configurations."

@@ -22,11 +22,16 @@ class TrainCommand(Command):
     help = "fine-tune from a YAML recipe: constrained-sft train --config <recipe.yaml> [--field value ...]"
 
     def run(self, argv: list[str], prog: str) -> int:
-        from ..config import ProcessArguments
-        from ..tasks.base import require_model
-        from ..tasks.recipes import dataclass_parser, parse, recipe_and_task, with_shipped
+        from ..utils.recipe_files import recipe_and_task_name, with_shipped
 
-        recipe, task, argv = recipe_and_task(with_shipped(argv, ("--config",)), prog)
+        # the recipe found and read before the training stack loads: a mistyped `--config` is answered at once
+        recipe, task_name, argv = recipe_and_task_name(with_shipped(argv, ("--config",)), prog)
+        from ..config import ProcessArguments
+        from ..tasks import get_task
+        from ..tasks.base import require_model
+        from ..tasks.recipes import dataclass_parser, parse
+
+        task = get_task(task_name)
         description = (
             f"Fine-tune from a YAML recipe: {prog} --config <recipe.yaml> [--field value ...]. Command-line values "
             "override the recipe's; `task` (sft, classification or video) chooses what is trained."

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..tasks import Recipe, Task
-from ..tasks.recipes import RecipeParser, parse, read_recipe
+from ..tasks.recipes import RecipeParser, parse
+from ..utils.recipe_files import read_recipe
 
 
 def with_config(argv: list[str], config: str) -> list[str]:

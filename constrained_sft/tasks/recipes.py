@@ -1,13 +1,13 @@
 """
 Recipes from the command line or a script: a YAML file of field names and values plus `--field value` overrides,
 parsed by TRL's `TrlParser` into the dataclasses of the recipe's task. Everything is checked before any work: a flag
-without its value is argparse's error, a recipe that is not a mapping is refused naming the file, an unknown key or
-flag is refused with the closest known fields, so a typo never passes as a default.
+without its value is argparse's error, a recipe that is not a mapping is refused naming the file
+(`utils.recipe_files`, which the commands ask before this module's stack loads), an unknown key or flag is refused
+with the closest known fields, so a typo never passes as a default.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
 from typing import Any
@@ -15,11 +15,9 @@ from typing import Any
 from trl import TrlParser
 
 from ..utils import shipped
-from ..utils.files import read_yaml
 from ..utils.help_text import percent
-from . import DEFAULT_TASK, Recipe, Task, get_task
-
-HELP = ("-h", "--help")
+from ..utils.recipe_files import recipe_and_task_name
+from . import Recipe, Task, get_task
 
 
 def _escaped(kwargs: dict) -> dict:
@@ -56,83 +54,11 @@ def dataclass_parser(
     return RecipeParser(types, prog=prog, description=description, epilog=epilog)
 
 
-def read_recipe(path: str | None, flag: str = "--config") -> dict:
-    """The YAML recipe at `path` ({} without one), refused unless it is a mapping of field names to values."""
-    if path is None:
-        return {}
-    recipe = read_yaml(shipped.find(path, flag), flag)  # a local file, else a shipped name (else refused)
-    if not isinstance(recipe, dict):
-        got = "an empty file" if recipe is None else f"a {type(recipe).__name__}"
-        raise ValueError(
-            f"`{flag}` {path} must be a YAML mapping of field names to values (`constrained-sft recipes` lists the shipped ones), got {got}."
-        )
-    if shipped.yaml_kind(recipe) == "search space":
-        raise ValueError(
-            f"`{flag}` {path} is a search space (sections {sorted(recipe)} of field ranges, what `sweep --space` "
-            "reads), not a recipe; give a recipe of field names and values (`constrained-sft recipes` lists both)."
-        )
-    return recipe
-
-
-def with_shipped(argv: list[str], flags: tuple[str, ...], arm_flag: str | None = None) -> list[str]:
-    """
-    `argv` with the recipe files `flags` name (`--flag VALUE`, `--flag=VALUE`; `arm_flag`: `NAME=VALUE` items) given
-    as paths: a local file stays as given, a shipped recipe's name (`constrained-sft recipes`) becomes its installed
-    path, so TRL's parser and every later read see a file. An unknown name is refused with the close names (under
-    `--help` it is left for the help to ignore).
-    """
-    loose = any(a in HELP for a in argv)
-
-    def path(value: str, flag: str) -> str:
-        try:
-            return shipped.find(value, flag, what="search space" if flag == "--space" else "recipe")
-        except ValueError:
-            if loose:
-                return value
-            raise
-
-    def arm(item: str) -> str:
-        name, sep, value = item.partition("=")
-        return f"{name}={path(value, f'{arm_flag} {name}')}" if sep and value else item
-
-    out, current = [], None  # current: the flag whose values follow
-    for token in argv:
-        flag, eq, value = token.partition("=")
-        if token.startswith("--"):
-            current = flag if flag in (*flags, arm_flag) else None
-            if eq and current:
-                out.append(f"{flag}={arm(value) if flag == arm_flag else path(value, flag)}")
-                current = flag if flag == arm_flag else None
-                continue
-            out.append(token)
-        elif arm_flag and current == arm_flag:
-            out.append(arm(token))  # `--arm a=x b=y`: every item until the next flag
-        elif current:
-            out.append(path(token, current))
-            current = None
-        else:
-            out.append(token)
-    return out
-
-
 def recipe_and_task(argv: list[str], prog: str, flag: str = "--config") -> tuple[dict, Task, list[str]]:
-    """
-    (the recipe, its task, `argv`) from `flag` and `--task` (the last given, as the parser reads it; else the
-    recipe's `task`; else SFT). A flag without its value is argparse's error. With `--help`, a recipe that cannot be
-    read is left out of `argv`, so the help shows whatever the recipe says.
-    """
-    pre = argparse.ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
-    pre.add_argument(flag)
-    pre.add_argument("--task")
-    known, _ = pre.parse_known_args(argv)
-    path = getattr(known, flag.lstrip("-"))
-    try:
-        recipe = read_recipe(path, flag)
-    except ValueError:
-        if not any(a in HELP for a in argv):
-            raise
-        recipe, argv = {}, [a for i, a in enumerate(argv) if a != flag and (i == 0 or argv[i - 1] != flag)]
-    return recipe, get_task(known.task or recipe.get("task", DEFAULT_TASK)), argv
+    """(the recipe, its task, `argv`) from `flag` and `--task` (`utils.recipe_files.recipe_and_task_name`); an
+    unknown task is refused with the allowed ones."""
+    recipe, name, argv = recipe_and_task_name(argv, prog, flag)
+    return recipe, get_task(name), argv
 
 
 def parse(parser: RecipeParser, argv: list[str] | None, with_config: bool = True) -> tuple:

@@ -191,3 +191,38 @@ print(len(names), [str(f) for f in warnings.filters if f not in before])
     _, out = _python(body)
     count, added = out.strip().split(" ", 1)
     assert int(count) > 150 and added == "[]", out
+
+
+def test_a_refused_recipe_file_is_answered_before_the_stack_loads(tmp_path):
+    """A recipe that is missing, mistyped, not a mapping or a search space, given to any command that reads recipes,
+    is refused naming its flag with none of torch, transformers, peft or TRL loaded (they take seconds to import)."""
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- 0.1\n")
+    good, space = "smollm2-135m/sharegpt/constrained", "smollm2-135m/sharegpt/sweep"
+    rows = [  # (argv, what the one-line error starts with)
+        (["train", "--config", str(tmp_path / "none.yaml")], "`--config` '"),
+        (["train", "--config", "smollm2-135m/sharegpt/constraned"], "`--config` 'smollm2"),
+        (["train", f"--config={listed}"], f"`--config` {listed} must be a YAML mapping"),
+        (["train", "--config", space, "--max_steps", "1"], f"`--config` {space} is a search space"),
+        (["study", "--config", good, "--erm_config", str(listed)], f"`--erm_config` {listed} must be"),
+        (["study", "--config", good, "--arm", f"penalty={space}"], f"`--arm penalty` {space} is a search space"),
+        (["sweep", "--config", good, "--space", "nope"], "`--space` 'nope' is neither a file nor a shipped search"),
+        (["eval", "robustness", "--recipe", "nope", "--models", "x"], "`--recipe` 'nope' is neither a file"),
+    ]
+    body = f"""
+from constrained_sft.cli import main
+for argv in {[argv for argv, _ in rows]!r}:
+    try:
+        main(argv)
+    except ValueError as error:
+        print(str(error).replace(chr(10), " "))
+    else:
+        raise AssertionError(argv)
+"""
+    loaded, out = _python(body)
+    errors = out.splitlines()
+    assert len(errors) == len(rows)
+    for (argv, start), error in zip(rows, errors, strict=True):
+        assert error.startswith(start), (argv, error)
+    assert "Close: smollm2-135m/sharegpt/constrained" in errors[1]
+    assert not set(HEAVY) & set(loaded), sorted(set(HEAVY) & set(loaded))

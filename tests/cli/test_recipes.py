@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from constrained_sft.cli import console
-from constrained_sft.tasks.recipes import load_recipe, with_shipped
+from constrained_sft.tasks.recipes import load_recipe
 from constrained_sft.utils import shipped
+from constrained_sft.utils.recipe_files import with_shipped
 
 ROOT = Path(__file__).parents[2]
 
@@ -96,18 +97,22 @@ def test_a_name_and_the_checkout_path_read_the_same_recipe_and_a_local_file_wins
     assert own.training.max_steps == 7 and own.model.model_name_or_path == "mine"
 
 
-def test_every_recipe_flag_resolves_names_and_leaves_other_flags_alone():
+def test_every_recipe_flag_resolves_names_and_leaves_other_flags_alone(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("max_steps: 1\n")
     constrained = str(shipped.RECIPES / "smollm2-135m/sharegpt/constrained.yaml")
     penalty = str(shipped.RECIPES / "smollm2-135m/sharegpt/penalty.yaml")
     space = str(shipped.RECIPES / "smollm2-135m/sharegpt/sweep.yaml")
     argv = ["--config=smollm2-135m/sharegpt/constrained", "--space", "smollm2-135m/sharegpt/sweep", "--arm",
-            "penalty=smollm2-135m/sharegpt/penalty", "mine=" + __file__, "--output_dir", "smollm2-135m/sharegpt/erm"]  # fmt: skip
+            "penalty=smollm2-135m/sharegpt/penalty", f"mine={mine}", "--output_dir", "smollm2-135m/sharegpt/erm"]  # fmt: skip
     assert with_shipped(argv, ("--config", "--space"), "--arm") == [
-        f"--config={constrained}", "--space", space, "--arm", f"penalty={penalty}", "mine=" + __file__,
+        f"--config={constrained}", "--space", space, "--arm", f"penalty={penalty}", f"mine={mine}",
         "--output_dir", "smollm2-135m/sharegpt/erm",
     ]  # fmt: skip
     with pytest.raises(ValueError, match="`--arm penalty` 'nope'"):
         with_shipped(["--arm", "penalty=nope"], (), "--arm")
+    with pytest.raises(ValueError, match=f"`--arm mine` {__file__}:1:3: not valid YAML"):  # a file, but no recipe
+        with_shipped(["--arm", f"mine={__file__}"], (), "--arm")
     assert with_shipped(["--config", "nope", "--help"], ("--config",)) == ["--config", "nope", "--help"]
 
 
