@@ -75,7 +75,8 @@ def console(argv: list[str] | None = None) -> int:
     """
     The `constrained-sft` executable: `main`, with a refused input (every error of the package is a `ValueError` or
     `FileNotFoundError` that names the field and its allowed values) printed as one line instead of a stack trace.
-    `CONSTRAINED_SFT_TRACEBACK=1` shows the trace.
+    `CONSTRAINED_SFT_TRACEBACK=1` shows the trace. Output piped to a reader that stops early (`| head`) ends the
+    command quietly with 141, as a shell tool does on SIGPIPE, instead of a `BrokenPipeError` trace.
     """
     import os
 
@@ -86,6 +87,9 @@ def console(argv: list[str] | None = None) -> int:
             raise
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # Python's documented recipe (`signal` docs): nothing more goes to the closed pipe
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13  # SIGPIPE
 
 
 if __name__ == "__main__":

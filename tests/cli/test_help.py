@@ -52,6 +52,17 @@ def test_the_executable_prints_help_and_the_commands():
     assert bare.returncode == 0 and "robustness" in bare.stdout and "generate" in bare.stdout
 
 
+def test_output_piped_to_a_reader_that_stops_ends_quietly():
+    """`constrained-sft recipes | head -1`: the reader closes the pipe first, and the command ends with SIGPIPE's
+    status and no trace (before: a `BrokenPipeError` trace and status 1)."""
+    listing = subprocess.Popen(
+        [sys.executable, "-m", "constrained_sft", "recipes"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    listing.stdout.close()  # before the child has imported anything: its first write meets a closed pipe
+    _, err = listing.communicate(timeout=60)
+    assert listing.returncode == 141 and err == b"", err.decode()[-2000:]
+
+
 @pytest.mark.parametrize("command", ["train", "sweep"])
 def test_train_help_shows_the_sft_fields_and_says_how_to_see_another_task(command, capsys):
     text = helped([command], capsys)
