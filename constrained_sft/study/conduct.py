@@ -103,7 +103,7 @@ def run(
     check_trained(args, queue)
     if evaluation is not None:
         drop_weights(args, runs, records, evaluation, queue)
-    book = Bookkeeper(args.study_dir, task.headline.key, records, timings, queue)
+    book = Bookkeeper(args.study_dir, records, timings, queue)
     jobs, est, budget = plan(args, queue, book, len(runs), started)
     left = run_all(queue, jobs, budget, est, book.on_done)
     if world_size() > 1:  # the runs kept the process group for each other; the last one is done with it
@@ -152,14 +152,13 @@ class Bookkeeper:
     the estimate the plan then goes on from (`probed`: the probe's figures, where it ran)."""
 
     study_dir: str
-    key: str
     records: dict[str, RunRecord]
     timings: StudyTimings
     queue: list[Job]
     probed: object = None
 
-    def on_done(self, job: Job, record: dict):
-        done = self.records[job.run.name] = RunRecord.from_dict(record, self.key)
+    def on_done(self, job: Job, done: RunRecord):
+        self.records[job.run.name] = done
         for phase in job.phases:
             self.timings.add_phase(job.run.name, phase, done.seconds[phase], job.estimates.get(phase))
         if is_main_process():  # one writer: ranks renaming the same temporary file over each other fail

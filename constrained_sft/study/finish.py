@@ -12,7 +12,6 @@ import time
 from ..comparison import CONSTRAINED, ERM, RunKey
 from ..evaluation import HeadToHead, RobustnessResults
 from ..evaluation.alpaca import AlpacaArguments, build_judge, judge_levels
-from ..evaluation.alpaca.generate import output_path
 from ..evaluation.exits import write_exits
 from ..evaluation.loading import versions
 from ..evaluation.robustness import finish
@@ -73,10 +72,9 @@ def head_to_head(
 ) -> HeadToHead:
     """`model` seed s vs `reference` seed s (s < `seeds`) at each generation level, both orders, win rate with its
     interval. The first pair judges into `judging/`, every other into `judging/<model>-vs-<reference>/`."""
-    generations = args.folder.generations
 
-    def rows(arm: str, seed: int, gamma: float) -> list[dict]:  # the file `eval generate` names (`output_path`)
-        with open(output_path(generations, RunKey(seed, arm).stem, gamma)) as f:
+    def rows(arm: str, seed: int, gamma: float) -> list[dict]:
+        with open(args.folder.answers(RunKey(seed, arm), gamma)) as f:
             return json.load(f)
 
     pairs = {

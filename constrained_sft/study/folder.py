@@ -6,8 +6,8 @@ hand, and a reader finds a file where its writer put it.
     runs/<arm>-seed<s>.json              each run's record (`record`)
     data/                                the data prepared once for every run
     robustness/                          the comparisons over every recorded run (results.json, report.html)
-    generations/<arm>-seed<s>/gamma_<g>.json   every run's answers (`eval generate`'s layout)
-    judging/[<model>-vs-<reference>/]    the head-to-heads (`eval alpaca`'s layout: gamma_<g>/verdicts-<s>.json)
+    generations/<arm>-seed<s>/gamma_<g>.json   every run's answers (`answers`: `eval generate`'s layout)
+    judging/[<model>-vs-<reference>/]    the head-to-heads (`verdicts`: `eval alpaca`'s gamma_<g>/verdicts-<s>.json)
     exits/                               the seed-0 models' exit-layer decoding
     instructions.jsonl, study.json, timings.json, report.html, report.md, win_rate[_<arm>]_vs_gamma.png, the marker
 """
@@ -18,6 +18,8 @@ import os
 from dataclasses import dataclass
 
 from ..comparison import CONSTRAINED, ERM, TWINS, RunKey
+from ..evaluation.alpaca.generate import output_path
+from ..evaluation.alpaca.judging import level_dir, verdicts_file
 from ..utils.folders import MARKER, child_path
 
 TRAIN, RUNS, DATA, ROBUSTNESS, GENERATIONS, JUDGING, EXITS = (
@@ -80,6 +82,16 @@ class StudyFolder:
         two-arm studies), `judging/<model>-vs-<reference>/` for every other pair."""
         root = os.path.join(self.root, JUDGING)
         return root if (model, reference) == TWINS else child_path(root, f"{model}-vs-{reference}")
+
+    def answers(self, run: RunKey, gamma: float) -> str:
+        """The run's answers at level `gamma`, `generations/<arm>-seed<s>/gamma_<g>.json` (`eval generate`'s
+        layout)."""
+        return output_path(self.generations, run.stem, gamma)
+
+    def verdicts(self, gamma: float, seed: int, model: str = CONSTRAINED, reference: str = ERM) -> str:
+        """`model`'s answers judged against `reference`'s at level `gamma`, training seed pair `seed` (`eval
+        alpaca`'s layout under `judging`)."""
+        return verdicts_file(level_dir(self.judging(model, reference), gamma), seed)
 
     def win_plot(self, arm: str | None = None) -> str:
         """The win-rate plot of the first head-to-head (`arm` None), or of `arm`'s against the reference."""

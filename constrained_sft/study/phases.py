@@ -93,9 +93,9 @@ def start_over(job: Job) -> None:
         os.remove(job.study.record(job.run))
 
 
-def run_job(job: Job) -> dict:
+def run_job(job: Job) -> RunRecord:
     """The job's phases in order, each written to the run's record as it ends; returns the record as written. Runs
-    in the study's process or in a worker of `--jobs`."""
+    in the study's process or in a worker of `--jobs` (the record comes back pickled)."""
     task = get_task(job.task)
     key = task.headline.key
     if job.restart:
@@ -114,7 +114,7 @@ def run_job(job: Job) -> dict:
             started = clock.now()
         done(TRAIN, started)
     if job.evaluation is None:
-        return record.to_dict(key)
+        return record
     e = job.evaluation
     sigma = reference_sigma(e.sigma_x, job.folder)[0]  # the study's, else the one the run recorded
     record.sigma_x, record.model = sigma, model_fingerprint(job.folder)
@@ -130,4 +130,4 @@ def run_job(job: Job) -> dict:
         done(phase, started)
     if job.last and (job.keep == "none" or (job.keep == "seed0" and job.run.seed != 0)) and has_weights(job.folder):
         delete_weights(job.folder)  # after the last record: a kill in between keeps the weights, never loses the run
-    return record.to_dict(key)
+    return record

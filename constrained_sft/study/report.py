@@ -5,10 +5,8 @@ with its interval and the judge's order agreement, a few answers side by side pe
 from __future__ import annotations
 
 import json
-import os
 
 from ..comparison import CONSTRAINED, ERM, arm_label
-from ..evaluation.alpaca.judging import VERDICTS, level_dir
 from ..evaluation.alpaca.report import cost_text, judge_label, level_table, plot_win_rates
 from ..evaluation.exits import exits_blocks
 from ..evaluation.report import (
@@ -42,7 +40,7 @@ def examples(folder: StudyFolder, gamma: float, n: int, model: str = CONSTRAINED
     verdicts."""
     if n == 0:
         return []
-    with open(os.path.join(level_dir(folder.judging(model, reference), gamma), VERDICTS.format(seed=0))) as f:
+    with open(folder.verdicts(gamma, 0, model, reference)) as f:
         return json.load(f)[:n]
 
 

@@ -184,6 +184,11 @@ def level_dir(output_dir: str, gamma: float) -> str:
     return os.path.join(output_dir, f"gamma_{float(gamma)}")
 
 
+def verdicts_file(level_folder: str, seed: int) -> str:
+    """A level folder's verdicts of training seed pair `seed`, both orders (`judge_level` writes it)."""
+    return os.path.join(level_folder, VERDICTS.format(seed=seed))
+
+
 def judge_level(
     judge: Judge, pairs: list[tuple[list[dict], list[dict]]], workdir: str, n_boot: int, full_set: bool, gamma: float
 ) -> tuple[WinRateLevel, str | None]:
@@ -193,7 +198,7 @@ def judge_level(
     verdicts = []
     for s, (model, reference) in enumerate(pairs):
         v = judge_both_orders(judge, [r["output"] for r in model], [r["output"] for r in reference], model)
-        write_verdicts(os.path.join(workdir, VERDICTS.format(seed=s)), v, model, reference)
+        write_verdicts(verdicts_file(workdir, s), v, model, reference)
         if isinstance(judge, AlpacaEvalJudge):
             write_json(os.path.join(workdir, f"annotations-{s}.json"), judge.raw)  # raw completions, both orders
         verdicts.append(v)
