@@ -124,6 +124,8 @@ def run_shell(
     env = {
         "PATH": f"{bin_dir}:/usr/bin:/bin", "BIN": bin_dir, "PORT": free_port(), "HOME": str(cwd),
         "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+        # this checkout's package, whichever checkout the environment installed (a worktree's suite tests its own)
+        "PYTHONPATH": str(ROOT),
         # the suite's C++ extension folder (tests/conftest.py), not one under this temporary HOME
         "TORCH_EXTENSIONS_DIR": os.environ["TORCH_EXTENSIONS_DIR"],
         **(standins or {}),
