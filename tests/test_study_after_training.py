@@ -3,6 +3,8 @@
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from constrained_sft.evaluation.alpaca import LevelAnswers
 from constrained_sft.study import after_training
 from constrained_sft.study.after_training import Evaluation, held_out
@@ -61,3 +63,15 @@ def test_the_exit_decoding_reads_the_first_exit_prompts(tmp_path):
     assert e.instruction_count == 4
     args = e.exits_arguments(str(tmp_path / "exits"), ["m"], ["erm"], None)
     assert (args.max_instances, args.gammas, args.max_new_tokens) == (2, [0.0, 1.5], 8)
+
+
+def test_a_run_is_measured_at_the_studys_scale_else_its_recorded_one_else_refused(tmp_path):
+    """sigma_x: the study's (the recipe's `noise_sigma`), else what the run's training recorded; a run that recorded
+    none (trained by an older version) is refused naming its folder, not measured at its own trained scale."""
+    run = tmp_path / "train" / "erm" / "seed0"
+    run.mkdir(parents=True)
+    assert settings(sigma_x=0.5).run_sigma(str(run)) == 0.5
+    with pytest.raises(ValueError, match=f"{run}: its constraints.json records no noise_sigma_x"):
+        settings().run_sigma(str(run))
+    (run / "constraints.json").write_text(json.dumps({"noise_sigma_x": 0.0123}))
+    assert settings().run_sigma(str(run)) == 0.0123

@@ -45,9 +45,9 @@ class SweepCommand(Command):
                 (SweepArguments, ProcessArguments, *task.parser_classes()), prog, description, other_tasks(prog, task)
             )
 
-        settings, process, *recipe = parse(parser(), argv)
+        settings, process, *fields = parse(parser(), argv)
         more = more_recipes(task, parser, argv, settings.extra_arms())
-        recipe = task.recipe(tuple(recipe))
+        recipe = task.recipe(tuple(fields))
         own_process(process, recipe.training)
         out = run(settings, task, recipe, more)
         for arm, info in out.arms.items():
@@ -57,7 +57,7 @@ class SweepCommand(Command):
                 + ("none" if best is None else f"{best.value:.4f} (trial {best.trial})")
                 + f". {searched_line(info)}"
             )
-        if out.compared:
+        if out.comparisons is not None:  # compared
             print(comparisons_markdown(out.comparisons))
         print(f"report: {out.settings.sweep_dir}/report.md")
         return 0

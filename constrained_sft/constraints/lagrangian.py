@@ -28,7 +28,11 @@ class DescentConstraints:
         cls, num_layers: int, constrained_layers: str | list[int], alpha: float | list[float], epsilon: float | None
     ) -> DescentConstraints:
         """Check the config fields against a model with `num_layers` layers; errors name the field."""
-        layers = list(range(1, num_layers + 1)) if constrained_layers == "all" else list(constrained_layers)
+        if isinstance(constrained_layers, str) and constrained_layers != "all":
+            raise ValueError(
+                f"`constrained_layers` must be 'all' or a list of layer indices, got {constrained_layers!r}."
+            )
+        layers = list(range(1, num_layers + 1)) if isinstance(constrained_layers, str) else list(constrained_layers)
         if bad := [layer for layer in layers if not 1 <= layer <= num_layers]:
             raise ValueError(
                 f"`constrained_layers` contains {bad}, outside the model's layers 1..{num_layers}; use 'all' or "
@@ -67,8 +71,9 @@ class DescentConstraints:
         `g_c x N = sum(a x S_i for (i, a) in pairs_c) + b_c x N`, one `(pairs_c, b_c)` per constraint, in constraint
         order. The host-side formulas (`constraint_values`, `penalty_coefficients`) read it.
         """
-        first = [(((0, 1.0),), -self.epsilon)] if self.epsilon is not None else []
-        steps = [(((j, 1.0), (j - 1, -(1 - alpha))), 0.0) for j, alpha in enumerate(self.alphas, start=1)]
+        Term = tuple[tuple[tuple[int, float], ...], float]
+        first: list[Term] = [(((0, 1.0),), -self.epsilon)] if self.epsilon is not None else []
+        steps: list[Term] = [(((j, 1.0), (j - 1, -(1 - a))), 0.0) for j, a in enumerate(self.alphas, start=1)]
         return tuple(first + steps)
 
 

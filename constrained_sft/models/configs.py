@@ -65,13 +65,20 @@ class PooledLinearConfig(RegistersModels, PreTrainedConfig):
         if self.pooling not in POOLINGS:
             raise ValueError(f"`pooling` must be one of {list(POOLINGS)}, got {self.pooling!r}.")
 
+    def encoder_config(self) -> PreTrainedConfig:
+        """The encoder's config (a dict given for `encoder` is one once the config is built). An AttributeError
+        before then, as a missing attribute gives, so `getattr(config, name, default)` still answers its default."""
+        if not isinstance(self.encoder, PreTrainedConfig):
+            raise AttributeError(f"`encoder` is not an encoder's config yet (got {type(self.encoder).__name__})")
+        return self.encoder
+
     @property
     def num_hidden_layers(self) -> int:
-        return self.encoder.num_hidden_layers
+        return self.encoder_config().num_hidden_layers
 
     @property
     def hidden_size(self) -> int:
-        return self.encoder.hidden_size
+        return self.encoder_config().hidden_size
 
 
 @strict

@@ -37,7 +37,8 @@ class EmbeddingNoiseError(ValueError):
 def input_embedding_module(model: nn.Module) -> nn.Module:
     """The module whose output are the token embeddings, for plain, PEFT-wrapped and distributed models."""
     base = unwrap_model(model)
-    module = base.get_input_embeddings() if hasattr(base, "get_input_embeddings") else None
+    getter = getattr(base, "get_input_embeddings", None)
+    module = getter() if callable(getter) else None
     if isinstance(module, nn.Module) and getattr(module, "sigma", None) is not None:
         return module  # pixel inputs (video denoisers): no table, sigma_x is the data's, carried by the module
     if not isinstance(module, nn.Module) or not isinstance(getattr(module, "weight", None), torch.Tensor):
@@ -66,12 +67,14 @@ def module_sigma(module: nn.Module) -> float:
     table without bumping the weight's version counter (fused AdamW does not), so no cache could tell. Under ZeRO-3
     the gather is a collective: every rank must call it. A module without a table carries its sigma_x (`sigma`).
     """
-    if getattr(module, "sigma", None) is not None:
-        return float(module.sigma)
+    if (sigma := getattr(module, "sigma", None)) is not None:
+        return float(sigma)
     weight = module.weight
+    if not isinstance(weight, torch.Tensor):
+        raise EmbeddingNoiseError(f"{type(module).__name__} has no embedding table (`weight`) to measure sigma_x on.")
     with torch.no_grad(), zero3_gathered(weight):
-        table = weight.full_tensor() if hasattr(weight, "full_tensor") else weight  # FSDP2 shards: a DTensor
-        std = table_std(table)
+        full = getattr(weight, "full_tensor", None)  # FSDP2 shards: a DTensor
+        std = table_std(full() if callable(full) else weight)
     scale = getattr(module, "embed_scale", 1.0)
     return std * abs(float(scale.item()) if torch.is_tensor(scale) else float(scale))
 

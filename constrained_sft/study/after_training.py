@@ -20,7 +20,7 @@ from ..evaluation.alpaca.generate import GenerateArguments
 from ..evaluation.alpaca.generate import run as generate
 from ..evaluation.exits import ExitsArguments, measure_exits
 from ..evaluation.instructions import load_instructions
-from ..evaluation.loading import auto_bf16
+from ..evaluation.loading import auto_bf16, reference_sigma
 from ..evaluation.robustness import Measurement, measure_model
 from ..noise import NoiseGrid
 
@@ -63,6 +63,17 @@ class Evaluation:
     exit_new_tokens: int
     bootstrap_samples: int
     sigma_x: float | None = None
+
+    def run_sigma(self, folder: str) -> float:
+        """The sigma_x a run is measured with: the study's, else the one the run in `folder` recorded (every run
+        records its starting model's); refused naming the run when neither says."""
+        sigma = reference_sigma(self.sigma_x, folder)[0]
+        if sigma is None:
+            raise ValueError(
+                f"{folder}: its constraints.json records no noise_sigma_x and the recipe sets no `noise_sigma`; "
+                "train the run with this version (it records its starting model's), or set `noise_sigma`."
+            )
+        return sigma
 
     @cached_property
     def instruction_count(self) -> int:

@@ -24,13 +24,14 @@ from ..data.instructions import held_out_instructions
 from ..evaluation import ALPACA_EVAL_SIZE
 from ..evaluation.alpaca import check_judge
 from ..evaluation.instructions import ALPACA_EVAL, load_instructions
-from ..tasks import Recipe, Task, is_finished
+from ..tasks import Recipe, SharedDataTraining, Task, is_finished
 from ..utils.files import write_text
 from . import clock
 from .after_training import Evaluation
 from .arguments import HELD_OUT, StudyArguments
 from .finish import compared, finish_study, judge_arguments, seeds_with
 from .phases import Job, required
+from .probe import ProbeTimes
 from .probe import probed as probe_times
 from .record import EXITS, ROBUSTNESS, TRAIN, RunRecord, read_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
@@ -46,7 +47,7 @@ def checked_arms(
     default), the task, the arms (`comparison.study_arms`), the launch and the judge. Returns the resolved options,
     the arms ({name: recipe}) and the training fields on which the arms differ."""
     args.validate()
-    if not task.generates:
+    if not task.generates or not isinstance(task.training, SharedDataTraining):
         raise ValueError(f"`task: {task.name}` models do not answer instructions; the study compares LLM recipes.")
     recipes, differences = study_arms(constrained, erm, more)
     if world_size() > 1 and (args.stage != "train" or args.jobs > 1):
@@ -103,7 +104,7 @@ def run(
     check_trained(args, queue)
     if evaluation is not None:
         drop_weights(args, runs, records, evaluation, queue)
-    book = Bookkeeper(args.study_dir, records, timings, queue)
+    book = Bookkeeper(args.folder.root, records, timings, queue)
     jobs, est, budget = plan(args, queue, book, len(runs), started)
     left = run_all(queue, jobs, budget, est, book.on_done)
     if world_size() > 1:  # the runs kept the process group for each other; the last one is done with it
@@ -114,7 +115,7 @@ def run(
     missing = [job.name for job in left]
     if left:
         print(f"not started (the time budget): {', '.join(missing)}; the same command continues with them.")
-    if evaluation is None or seeds_with(records, recipes, ROBUSTNESS) == 0:
+    if evaluation is None or instructions is None or seeds_with(records, recipes, ROBUSTNESS) == 0:
         return TrainedRuns(folders, timings, missing)
     return finish_study(args, task, recipes, records, evaluation, instructions, differences, timings, missing)
 
@@ -126,10 +127,10 @@ def open_study(
     before anything is written (a refused record leaves the folder as it was); then the folder marked, by one
     writer."""
     args.folder.check_parts()
-    folder = check_comparison_folder(args.study_dir, COMMAND, args.folder_settings(recipes), "--study_dir", recipes)
+    folder = check_comparison_folder(args.folder.root, COMMAND, args.folder_settings(recipes), "--study_dir", recipes)
     key = task.headline.key
     records = {run.name: r for run in runs if (r := read_record(args.folder, run, key)) is not None}
-    timings = StudyTimings.load(args.study_dir)
+    timings = StudyTimings.load(args.folder.root)
     if is_main_process():
         folder.mark()
     return records, timings
@@ -155,7 +156,7 @@ class Bookkeeper:
     records: dict[str, RunRecord]
     timings: StudyTimings
     queue: list[Job]
-    probed: object = None
+    probed: ProbeTimes | None = None
 
     def on_done(self, job: Job, done: RunRecord):
         self.records[job.run.name] = done
@@ -177,13 +178,13 @@ def plan(args: StudyArguments, queue: list[Job], book: Bookkeeper, total: int, s
     if budget is not None and queue and unpriced(est, queue):
         book.probed, book.timings.probe = probe_times(queue[0], book.timings.probe)
         if is_main_process():
-            book.timings.save(args.study_dir)
+            book.timings.save(args.folder.root)
         est = estimate(book.records, book.probed, queue[0])
     spent = clock.now() - started
     if budget is not None:
         budget = max(budget - spent, 0.0)
     jobs = choose_jobs(queue, est, args.jobs, budget)
-    if budget is not None and queue and not fitting(queue, est, jobs, budget):
+    if budget is not None and queue and est is not None and not fitting(queue, est, jobs, budget):
         alone = est.total(queue[0], 1) / 60
         raise ValueError(
             f"`--time_budget` {args.time_budget:g} min: no job can finish in it ({queue[0].name} alone is estimated at "

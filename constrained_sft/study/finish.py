@@ -156,9 +156,11 @@ def finish_study(
     m = e.measurement(
         task, data, constrained.script, sigma, "the runs' recorded noise_sigma_x (their starting model's)"
     )
-    units = next(iter(next(iter(kept.values())).robustness.scores.values()))
+    # every kept run has its measurement (`seeds_with` counts the seeds whose every arm has one)
+    measured = {name: result for name, r in kept.items() if (result := r.robustness) is not None}
+    units = next(iter(next(iter(measured.values())).scores.values()))
     results = m.results(arms, args.bootstrap_samples, len(next(iter(units.values()))))
-    results.models = {name: r.robustness for name, r in kept.items()}
+    results.models = measured
     pairs = compared(args, list(recipes))
     results = finish(results, task, pairs, args.folder.robustness)
     start = time.perf_counter()
@@ -166,14 +168,15 @@ def finish_study(
     judged_pairs = {arm: head_to_head(args, judged, full_set, arm, ref) for arm, ref in pairs} if judged else {}
     if judged_pairs:
         timings.add_stage("judging", time.perf_counter() - start)
-    timings.save(args.study_dir)
+    timings.save(args.folder.root)
     exits = None
-    decoded = [arm for arm in recipes if (r := records.get(RunKey(0, arm).name)) is not None and r.exits is not None]
+    decoded = {
+        arm: x for arm in recipes if (r := records.get(RunKey(0, arm).name)) is not None and (x := r.exits) is not None
+    }
     if e.exit_prompts and decoded:
         folders = [args.folder.run(RunKey(0, arm)) for arm in decoded]
-        exit_args = e.exits_arguments(args.folder.exits, folders, decoded, sigma)
-        models = {arm: records[RunKey(0, arm).name].exits for arm in decoded}
-        exits = write_exits(exit_args, models, e.exit_rows(), sigma, "cuda" if _cuda() else "cpu")
+        exit_args = e.exits_arguments(args.folder.exits, folders, list(decoded), sigma)
+        exits = write_exits(exit_args, decoded, e.exit_rows(), sigma, "cuda" if _cuda() else "cpu")
     missing = phases_missing(records, recipes, e, args.training_seeds, not_started)
     study = StudyResults(
         settings=StudySettings(

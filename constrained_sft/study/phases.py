@@ -18,8 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..data import delete_weights, has_weights, model_fingerprint
-from ..evaluation.loading import reference_sigma
-from ..tasks import Recipe, get_task, is_finished
+from ..tasks import Recipe, SharedDataTraining, get_task, is_finished
 from . import clock
 from .after_training import Evaluation
 from .folder import StudyFolder
@@ -80,7 +79,10 @@ def train(job: Job, callbacks=()) -> float:
     )  # fmt: skip
     start = time.perf_counter()
     recipe = Recipe(job.recipe.script, job.recipe.model, training)
-    get_task(job.task).training.train(recipe, more_runs=True, data_dir=job.data_dir, callbacks=callbacks)
+    training = get_task(job.task).training
+    if not isinstance(training, SharedDataTraining):  # `conduct.checked_arms` refuses such a task before any work
+        raise TypeError(f"`task: {job.task}` cannot train a study's runs (they share prepared data).")
+    training.train(recipe, more_runs=True, data_dir=job.data_dir, callbacks=callbacks)
     return time.perf_counter() - start
 
 
@@ -116,7 +118,7 @@ def run_job(job: Job) -> RunRecord:
     if job.evaluation is None:
         return record
     e = job.evaluation
-    sigma = reference_sigma(e.sigma_x, job.folder)[0]  # the study's, else the one the run recorded
+    sigma = e.run_sigma(job.folder)
     record.sigma_x, record.model = sigma, model_fingerprint(job.folder)
     phases = {  # each the evaluation's own measurement of the run's folder, written where the study keeps it
         ROBUSTNESS: lambda: e.robustness(task, job.recipe.script, job.data_dir, job.folder, job.run.name, sigma),

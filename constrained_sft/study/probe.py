@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from transformers import TrainerCallback
 
 from ..data import ModelSpec
-from ..evaluation.loading import auto_bf16, reference_sigma
+from ..evaluation.loading import auto_bf16
 from ..tasks import get_task
 from . import clock
 from .folder import StudyFolder
@@ -47,7 +47,9 @@ class StepTimer(TrainerCallback):
 
     def __init__(self) -> None:
         self.steps: list[float] = []
-        self.begun = self.train_begin = self.train_end = None
+        self.begun: float | None = None
+        self.train_begin: float | None = None
+        self.train_end: float | None = None
         self.epoch_steps = 0  # optimizer steps of one pass over the training rows
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -160,13 +162,14 @@ def probe(job: Job) -> ProbeTimes:
         start = clock.now()
         train(short, callbacks=[timer])
         end = clock.now()
-        times = ProbeTimes(
-            timer.train_begin - start, timer.steps, end - timer.train_end, epoch_steps=timer.epoch_steps
-        )
+        begun, ended = timer.train_begin, timer.train_end
+        if begun is None or ended is None:  # a fresh folder always trains: the trainer skipped its callbacks
+            raise RuntimeError(f"the probe's short run of {job.name} did not report its training's start and end.")
+        times = ProbeTimes(begun - start, timer.steps, end - ended, epoch_steps=timer.epoch_steps)
         if e is None:
             return times
         folder, task = short.folder, get_task(job.task)
-        sigma = reference_sigma(e.sigma_x, folder)[0]  # the study's, else the one the short run recorded
+        sigma = e.run_sigma(folder)  # the study's, else the one the short run recorded
         start = clock.now()
         model, tokenizer = task.measuring.load_model(ModelSpec("probe", folder), _dtype())
         times.load = clock.now() - start

@@ -46,7 +46,7 @@ def examples(folder: StudyFolder, gamma: float, n: int, model: str = CONSTRAINED
 
 def verdict_text(row: JSONObject, model: str = CONSTRAINED, reference: str = ERM) -> str:
     a, b = arm_label(model), arm_label(reference)
-    words = {1.0: a, 0.0: b, 0.5: "draw", None: "unparsed"}
+    words: dict[object, str] = {1.0: a, 0.0: b, 0.5: "draw", None: "unparsed"}
     return f"{a} shown first: {words[row['model_first']]}; {b} shown first: {words[row['model_second']]}"
 
 
@@ -55,13 +55,13 @@ def clip(text: str | None) -> str:
     return text if len(text) <= CLIP else text[:CLIP] + " [...]"
 
 
-def study_blocks(study: StudyResults, folder: StudyFolder, n_examples: int, win_plot: str) -> list[Block]:
+def study_blocks(study: StudyResults, folder: StudyFolder, n_examples: int, win_plot: str | None) -> list[Block]:
     """The report's content, once for both formats: budget, differences, models, plots, head-to-head with examples,
-    timings, settings."""
+    timings, settings. `win_plot`: the first head-to-head's plot (None: nothing judged yet)."""
     head, results = study.head_to_head, study.robustness
     shown = {k: v for k, v in study.budget.to_dict().items() if k != "runs_missing"}
     budget_text = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in shown.items())
-    plots = [results.files[k] for k in (results.headline.key, *PLOTS) if k in results.files]
+    plots = [p for k in (results.headline.key, *PLOTS) if isinstance(p := results.files.get(k), str)]
     reference = head.reference if head is not None else study.settings.study.reference
     blocks: list[Block] = [
         Heading("Constrained vs ERM study", 1),
@@ -77,7 +77,7 @@ def study_blocks(study: StudyResults, folder: StudyFolder, n_examples: int, win_
         Heading("Robustness plots"),
         *(Image(p) for p in plots),
     ]
-    if head is None:
+    if head is None or win_plot is None:
         blocks += [
             Heading("Head-to-head answers"),
             Text("Not judged yet: no seed has every arm's answers.", strong=True),
@@ -96,14 +96,13 @@ def study_blocks(study: StudyResults, folder: StudyFolder, n_examples: int, win_
     blocks += [
         Heading("Wall time per stage (seconds, summed over the invocations that did its work)"),
         Table(["stage", "seconds"], [[k, v] for k, v in _timings(study.timings).items()]),
-        *(
-            [
-                Heading("Each run's phases: estimated and measured seconds", 3),
-                Table(["run", "phase", "estimated", "measured"], _phase_rows(study.timings)),
-            ]
-            if study.timings.runs
-            else []
-        ),  # fmt: skip
+    ]
+    if study.timings.runs:
+        blocks += [
+            Heading("Each run's phases: estimated and measured seconds", 3),
+            Table(["run", "phase", "estimated", "measured"], _phase_rows(study.timings)),
+        ]
+    blocks += [
         Heading("Settings"),
         Preformatted(f"{json.dumps(study.settings.to_dict(), indent=1, default=str)}\n{study.versions}"),
     ]

@@ -176,7 +176,11 @@ def follow_parent(parent: int, every: float = 1.0) -> None:
 
 
 def run_all(
-    queue: list[Job], jobs: int, budget: float | None, est: Estimate | None, on_done: Callable[[Job, RunRecord], object]
+    queue: list[Job],
+    jobs: int,
+    budget: float | None,
+    est: Estimate | None,
+    on_done: Callable[[Job, RunRecord], object],
 ) -> list[Job]:
     """Run `queue` with at most `jobs` at once; with `budget` (seconds from now) start a job only if its estimate
     ends inside it (runs stop at the first that does not fit; exits jobs are each tried, once their run is done).

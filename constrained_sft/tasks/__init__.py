@@ -13,7 +13,7 @@ protocol; this registry is the only place a task is chosen by its name.
 May import: `utils`, `config`, `constraints`, `readout`, `noise`, `data`, `models`, `trainers`.
 """
 
-from .base import Arm, Headline, Measure, Recipe, Task, TrainedModel, measure_only
+from .base import Arm, Headline, Measure, Recipe, SharedDataTraining, Task, TrainedModel, measure_only
 from .classification import ClassificationTask, ClassifierScriptArguments, build_classifier
 from .sft import ScriptArguments, SFTTask
 from .training import finish, is_finished, summary_table, train_and_report
@@ -48,6 +48,7 @@ __all__ = [
     "Measure",
     "Recipe",
     "SFTTask",
+    "SharedDataTraining",
     "ScriptArguments",
     "Task",
     "TrainedModel",

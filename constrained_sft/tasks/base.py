@@ -123,6 +123,18 @@ class Training(ABC):
         the distributed process group is kept."""
 
 
+class SharedDataTraining(Training):
+    """A training whose runs can share their prepared data and take more callbacks: what a study's runs and its
+    probe need (SFT's)."""
+
+    @abstractmethod
+    def train(
+        self, recipe: Recipe, more_runs: bool = False, data_dir: str | None = None, callbacks=()
+    ) -> TrainedModel:
+        """`Training.train`; `data_dir`: a folder where runs on the same data share it, prepared once; `callbacks`:
+        more `TrainerCallback`s."""
+
+
 class Measuring(ABC):
     """How a task's saved models are measured: loaded, fed the held-out data through the training code path, scored
     per example into units, summarised by the headline (`eval robustness`, a sweep's test, a study)."""

@@ -42,9 +42,9 @@ from .base import (
     Measuring,
     Recipe,
     Searching,
+    SharedDataTraining,
     Task,
     TrainedModel,
-    Training,
     measure_only,
     ratio,
     require_model,
@@ -90,7 +90,7 @@ def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) ->
     return {**base, **(training_args.model_init_kwargs or {})}
 
 
-class SFTTraining(Training):
+class SFTTraining(SharedDataTraining):
     """`task: sft`: a causal LM fine-tuned by `ConstrainedSFTTrainer` from the recipe's model, data and config."""
 
     def train(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
 
@@ -24,13 +25,14 @@ def unwrap_model(model: nn.Module) -> nn.Module:
     return model
 
 
-def zero3_gathered(*params: nn.Parameter | None):
+def zero3_gathered(*params: torch.Tensor | None):
     """
     TRL's `maybe_gather_lm_head_ctx` (gather under DeepSpeed ZeRO-3, else a no-op) for the parameters ZeRO-3 has
     converted (they carry `ds_id`). A model built before the config enabled ZeRO-3 (outside `deepspeed.zero.Init`)
     keeps whole, plain parameters until the trainer prepares it, and the trainer measures it before that (sigma_x):
     TRL's helper would fail on them, and they need no gather.
     """
+    from torch import nn
     from trl.trainer.utils import maybe_gather_lm_head_ctx
 
-    return maybe_gather_lm_head_ctx(*[p for p in params if p is not None and hasattr(p, "ds_id")])
+    return maybe_gather_lm_head_ctx(*[p for p in params if isinstance(p, nn.Parameter) and hasattr(p, "ds_id")])

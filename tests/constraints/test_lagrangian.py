@@ -53,6 +53,8 @@ def test_resolve_all_layers_and_errors():
     with pytest.raises(ValueError, match="descent_epsilon"):
         DescentConstraints.resolve(4, [3], 0.1, None)
     assert DescentConstraints.resolve(4, [3], 0.1, 2.0).keys == (3,)
+    with pytest.raises(ValueError, match="`constrained_layers` must be 'all' or a list of layer indices, got 'first'"):
+        DescentConstraints.resolve(4, "first", 0.1, None)  # the API's own check (the config refuses it first)
 
 
 def test_primal_dual_step_uses_the_global_batch_and_skips_empty_batches():

@@ -94,11 +94,11 @@ def write_report(results: RobustnessResults, output_dir: str, figures: dict[str,
     their paths (also set as `results.files`). `figures`: a task's extra figures (kept when the page is rewritten)."""
     os.makedirs(output_dir, exist_ok=True)
     key = results.headline.key
-    figures = figures if figures is not None else results.files.get("figures", {})
-    paths: ReportFiles = {
-        "json": os.path.join(output_dir, RESULTS_JSON),
-        "csv": os.path.join(output_dir, "results.csv"),
-    }
+    if figures is None:  # the ones the folder's results carry (a dict of name -> path, or none)
+        kept = results.files.get("figures")
+        figures = kept if isinstance(kept, dict) else {}
+    csv = os.path.join(output_dir, "results.csv")
+    paths: ReportFiles = {"json": os.path.join(output_dir, RESULTS_JSON), "csv": csv}
     plots = {key: plot_metric(results, os.path.join(output_dir, f"{key}_vs_gamma.png"))}
     if results.comparisons:
         plots["differences"] = plot_differences(results, os.path.join(output_dir, "difference_vs_gamma.png"))
@@ -108,7 +108,7 @@ def write_report(results: RobustnessResults, output_dir: str, figures: dict[str,
     paths.update(plots)
     paths["figures"] = figures
     paths["html"] = os.path.join(output_dir, PAGE)
-    write_csv(results, paths["csv"])
+    write_csv(results, csv)
     results.files = paths
     results.save(output_dir)
     write_page(output_dir)
