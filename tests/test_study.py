@@ -116,6 +116,15 @@ def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsy
     assert set(record["seconds"]) == {"train", "robustness", "answers", "exits"} and record["run"] == "erm/seed0"
     assert set(record["empty_answers"]) == {"0.0", "1.5"}  # empty answers per level, counted
     assert "constrained beats ERM" in printed and "PROXY" in printed.upper() and "resolved" in printed
+    # results with no head-to-head yet (no seed has every arm's answers) print as such; before: an AttributeError
+    from constrained_sft.cli.study import summary_lines
+    from constrained_sft.study.results import StudyResults
+
+    unjudged = StudyResults.from_dict({k: v for k, v in study.items() if k != "head_to_head"})
+    unjudged.files = {"html": "report.html", "md": "report.md"}
+    lines = summary_lines(unjudged)
+    assert "head to head: not judged yet" in lines[1] and "differences are resolved" in lines[2]
+    assert not any("beats" in line or "proxy" in line for line in lines)
 
     # resumed: no training and no evaluation run again, the same numbers come back
     from constrained_sft.evaluation.robustness import measure

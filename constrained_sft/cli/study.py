@@ -17,8 +17,12 @@ fields of `StudyArguments` (`constrained_sft.study`).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from .base import Command, other_tasks, own_process
+
+if TYPE_CHECKING:
+    from ..study.results import StudyResults
 
 
 class StudyCommand(Command):
@@ -33,11 +37,9 @@ class StudyCommand(Command):
 
         # every arm's recipe found and read before the stack loads: a mistyped one is answered at once
         _, task_name, argv = recipe_and_task_name(with_shipped(argv, ("--config", "--erm_config"), "--arm"), prog)
-        from ..comparison import RunKey, arm_label
+        from ..comparison import RunKey
         from ..comparison.recipes import arm_recipe, more_recipes
         from ..config import ProcessArguments
-        from ..evaluation.alpaca.report import judge_label
-        from ..evaluation.report import comparisons_markdown
         from ..study import StudyArguments, run
         from ..study.results import StudyResults
         from ..tasks import get_task
@@ -55,8 +57,8 @@ class StudyCommand(Command):
                 (StudyArguments, ProcessArguments, *task.parser_classes()), prog, description, other_tasks(prog, task)
             )
 
-        args, process, *constrained = parse(parser(), argv)
-        constrained = task.recipe(tuple(constrained))
+        args, process, *fields = parse(parser(), argv)
+        constrained = task.recipe(tuple(fields))
         erm = arm_recipe(task, parser, argv, args.erm_config, "--erm_config") if args.erm_config else constrained
         more = more_recipes(task, parser, argv, args.extra_arms())
         own_process(process, constrained.training)
@@ -72,25 +74,39 @@ class StudyCommand(Command):
             if out.missing:
                 print(f"still to do: {', '.join(out.missing)} (run the same command again)")
             return 0
-        print(comparisons_markdown(out.robustness.comparisons))
-        for head in (out.head_to_head, *out.more_head_to_heads.values()):
-            a, b = arm_label(head.model), arm_label(head.reference)
-            for lv in head.levels:
-                agreement = "-" if lv.order_agreement is None else f"{lv.order_agreement:.2f}"
-                print(
-                    f"gamma={lv.gamma:g}: {a} beats {b} {lv.win_rate:.1f}% [{lv.low:.1f}, {lv.high:.1f}] "
-                    f"({lv.n_verdicts} verdicts, both orders; order agreement {agreement}; judge: {judge_label(head)})"
-                )
-        print(can_show(out))
-        print(f"report: {out.files['html']} and {out.files['md']}")
+        print("\n".join(summary_lines(out)))
         return 0
 
 
-def can_show(study) -> str:
-    """What this budget resolved and what it did not, in words (`study`: the study's results)."""
+def summary_lines(study: StudyResults) -> list[str]:
+    """What the command prints of a study's results: each arm's differences, each head-to-head per level (or that
+    none is judged yet: no seed has every arm's answers), what the budget resolved, where the report is."""
+    from ..comparison import arm_label
+    from ..evaluation.alpaca.report import judge_label
+    from ..evaluation.report import comparisons_markdown
+
+    lines = [comparisons_markdown(study.robustness.comparisons)]
+    heads = [h for h in (study.head_to_head, *study.more_head_to_heads.values()) if h is not None]
+    if not heads:
+        lines.append("head to head: not judged yet (no seed has every arm's answers; the same command continues)")
+    for head in heads:
+        a, b = arm_label(head.model), arm_label(head.reference)
+        for lv in head.levels:
+            agreement = "-" if lv.order_agreement is None else f"{lv.order_agreement:.2f}"
+            lines.append(
+                f"gamma={lv.gamma:g}: {a} beats {b} {lv.win_rate:.1f}% [{lv.low:.1f}, {lv.high:.1f}] "
+                f"({lv.n_verdicts} verdicts, both orders; order agreement {agreement}; judge: {judge_label(head)})"
+            )
+    return [*lines, can_show(study), f"report: {study.files['html']} and {study.files['md']}"]
+
+
+def can_show(study: StudyResults) -> str:
+    """What this budget resolved and what it did not, in words."""
     rows = next(iter(study.robustness.comparisons.values())).rows
     resolved = [k for k, row in rows.items() if row.difference.verdict != "same"]
-    widths = [lv.high - lv.low for lv in study.head_to_head.judged_levels]
+    head = study.head_to_head
+    levels = head.judged_levels if head is not None else []
+    widths = [lv.high - lv.low for lv in levels if lv.high is not None and lv.low is not None]
     budget = study.budget
     text = (
         f"At this budget ({budget.training_seeds_per_arm} training seed(s) per arm, {budget.max_steps} steps, "
@@ -100,6 +116,6 @@ def can_show(study) -> str:
     )
     if widths and math.isfinite(max(widths)):
         text += f" Win-rate intervals are up to {max(widths):.0f} points wide."
-    if study.head_to_head.judge_is_proxy:
+    if head is not None and head.judge_is_proxy:
         text += " The judge is a proxy (similarity to the reference answer), not a judge of quality."
     return text

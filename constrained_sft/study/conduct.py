@@ -35,7 +35,7 @@ from .probe import ProbeTimes
 from .probe import probed as probe_times
 from .record import EXITS, ROBUSTNESS, TRAIN, RunRecord, read_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
-from .schedule import choose_jobs, estimate, fitting, plan_lines, run_all
+from .schedule import Estimate, choose_jobs, estimate, fitting, plan_lines, run_all
 
 COMMAND = "study"
 
@@ -158,7 +158,7 @@ class Bookkeeper:
     queue: list[Job]
     probed: ProbeTimes | None = None
 
-    def on_done(self, job: Job, done: RunRecord):
+    def on_done(self, job: Job, done: RunRecord) -> Estimate | None:
         self.records[job.run.name] = done
         for phase in job.phases:
             self.timings.add_phase(job.run.name, phase, done.seconds[phase], job.estimates.get(phase))

@@ -24,6 +24,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
 
+from ..comparison import RunKey
 from . import clock
 from .phases import Job, run_job
 from .probe import ProbeTimes, optimizer_steps
@@ -70,7 +71,7 @@ def estimate(records: dict[str, RunRecord], probed: ProbeTimes | None, first: Jo
     ]
     if not observed and probed is None:
         return None
-    figures = probed.phases(first) if probed is not None else {}
+    figures = probed.phases(first) if probed is not None and first is not None else {}
     finished = len({name for name, r in records.items() if r.seconds})
     sources = ([f"the phases of {finished} run(s) this study has recorded"] if observed else []) + (
         [f"a {len(probed.steps)}-step probe ({probed.describe()})"] if probed is not None else []
@@ -82,7 +83,9 @@ def fitting(queue: list[Job], est: Estimate, jobs: int, budget: float) -> list[J
     """The jobs that start and finish inside `budget` seconds with `jobs` slots, each starting when a slot frees and
     (an exits job) once its run's other phases are done: runs in order, the first that cannot fit stopping the runs
     after it (seed-major); each exits job then on its own."""
-    slots, ends, out, blocked = [0.0] * jobs, {}, [], set()
+    slots, out = [0.0] * jobs, []
+    ends: dict[RunKey, float] = {}  # when each run's main job ends (its exits job starts after)
+    blocked: set[RunKey] = set()
     for i, job in enumerate(queue):
         exits = job.phases == (EXITS,)
         if job.run in blocked:
@@ -180,14 +183,15 @@ def run_all(
     jobs: int,
     budget: float | None,
     est: Estimate | None,
-    on_done: Callable[[Job, RunRecord], object],
+    on_done: Callable[[Job, RunRecord], Estimate | None],
 ) -> list[Job]:
     """Run `queue` with at most `jobs` at once; with `budget` (seconds from now) start a job only if its estimate
     ends inside it (runs stop at the first that does not fit; exits jobs are each tried, once their run is done).
     Each job carries its phases' estimates and `jobs`; `on_done(job, record)` is called here as each ends and may
     return a better estimate. Returns the jobs not started."""
     deadline = None if budget is None else clock.now() + budget
-    queue, left, blocked = list(queue), [], set()
+    queue, left = list(queue), []
+    blocked: set[RunKey] = set()
 
     def fits(job: Job) -> bool:
         return deadline is None or est is None or clock.now() + est.total(job, jobs) <= deadline
