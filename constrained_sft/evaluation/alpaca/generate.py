@@ -87,8 +87,14 @@ class GenerateArguments:
             raise GenerationError(f"need temperature > 0 and top_p in (0, 1], got {self.temperature}, {self.top_p}.")
 
 
+def answers_folder(output_dir: str, name: str) -> str:
+    """Where `name`'s answers go: `<output_dir>/<name>/` (its settings.json and one file per level)."""
+    return child_path(output_dir, name)
+
+
 def output_path(output_dir: str, name: str, gamma: float) -> str:
-    return child_path(output_dir, name, f"gamma_{float(gamma)}.json")
+    """`name`'s answers at level `gamma`: `<output_dir>/<name>/gamma_<g>.json`."""
+    return os.path.join(answers_folder(output_dir, name), f"gamma_{float(gamma)}.json")
 
 
 RESUME_KEYS = (  # what fixes an answer: the same values are required to resume
@@ -178,7 +184,7 @@ def run(args: GenerateArguments) -> dict[float, LevelAnswers]:
     name = args.name or folder_name(args.model, "--name")
     check_folder(args.output_dir, COMMAND, {})
     args = replace(args, sigma_x=reference_sigma(args.sigma_x, args.model)[0])  # else measured below
-    folder = child_path(args.output_dir, name)
+    folder = answers_folder(args.output_dir, name)
     later = ("sigma_x",) if args.sigma_x is None else ()
     _check_resume(os.path.join(folder, "settings.json"), _settings(args, rows, name), later)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
