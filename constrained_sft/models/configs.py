@@ -22,6 +22,7 @@ from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
 from transformers.models.auto.configuration_auto import AutoConfig
 
 POOLINGS = ("cls", "mean")
+Pooling = Literal["cls", "mean"]
 # the modules that define (and register) the model classes, imported once a configuration of theirs is built
 MODEL_MODULES = ("pooled_linear", "ut", "dust", "video_ut", "vit_denoiser")
 
@@ -41,6 +42,14 @@ class RegistersModels:
         register_models()
 
 
+def label_count(config: PreTrainedConfig) -> int:
+    """C, the classes a classifier's readout predicts (`num_labels`, which a built config always has: it defaults
+    to 2)."""
+    if config.num_labels is None:
+        raise ValueError(f"{type(config).__name__} has no `num_labels` (nor `id2label`): a classifier needs them.")
+    return config.num_labels
+
+
 def set_regression(config) -> None:
     """Denoisers are scored by squared error: what `ConstrainedTrainer` reads to pick its per-example loss."""
     config.problem_type = "regression"
@@ -58,7 +67,7 @@ class PooledLinearConfig(RegistersModels, PreTrainedConfig):
     sub_configs_defaults = {"encoder": SubConfigSpec(config_class=AutoConfig, model_type="bert")}
 
     encoder: dict | PreTrainedConfig | None = None
-    pooling: Literal["cls", "mean"] = "cls"
+    pooling: Pooling = "cls"
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)

@@ -17,6 +17,8 @@ carries sigma_x (`config.data_std`, measured on the clean training frames and sa
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -52,6 +54,11 @@ class PixelInput(nn.Module):
 
 class DenoiserMixin:
     """The readout-contract plumbing of a denoiser; the class defines `backbone(x) -> hidden states` and `readout`."""
+
+    config: Any  # the model's config; `patch_size` is read here
+    pixels: nn.Module
+    backbone: Callable[[torch.Tensor], Sequence[torch.Tensor]]  # pixel tokens [B, T, P] -> (h_0, ..., h_L)
+    readout: Callable[[torch.Tensor], torch.Tensor]  # h [B, T, D] -> pixels [B, T, P]
 
     def get_input_embeddings(self) -> nn.Module:
         return self.pixels

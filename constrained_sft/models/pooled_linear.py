@@ -11,12 +11,14 @@ between the encoder and W: a pretrained encoder's pooler / head is not used.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 from transformers import AutoModel, AutoModelForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
-from .configs import PooledLinearConfig
+from .configs import PooledLinearConfig, Pooling, label_count
 
 
 class PooledLinearForSequenceClassification(PreTrainedModel):
@@ -25,10 +27,11 @@ class PooledLinearForSequenceClassification(PreTrainedModel):
     supports_gradient_checkpointing = True
     _supports_sdpa = True
 
-    def __init__(self, config: PooledLinearConfig, encoder: nn.Module | None = None):
+    def __init__(self, config: PooledLinearConfig, encoder: PreTrainedModel | None = None):
         super().__init__(config)
-        self.encoder = _without_pooler(encoder if encoder is not None else AutoModel.from_config(config.encoder))
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)  # W, b: D -> C
+        built = encoder if encoder is not None else AutoModel.from_config(config.encoder_config())
+        self.encoder = _without_pooler(built)
+        self.classifier = nn.Linear(config.hidden_size, label_count(config))  # W, b: D -> C
         self.post_init()
 
     def _init_weights(self, module):
@@ -38,19 +41,23 @@ class PooledLinearForSequenceClassification(PreTrainedModel):
 
     @classmethod
     def from_encoder(
-        cls, path: str, num_labels: int, pooling: str = "cls", id2label=None, label2id=None, **kwargs
+        cls, path: str, num_labels: int, pooling: Pooling = "cls", id2label=None, label2id=None, **kwargs
     ) -> PooledLinearForSequenceClassification:
-        """A pretrained encoder (a folder or Hub id; any pretrained head is dropped) with a new readout W."""
+        """A pretrained encoder (a folder or Hub id; any pretrained head is dropped) with a new readout W, in the
+        encoder's dtype."""
         encoder = _without_pooler(AutoModel.from_pretrained(path, **kwargs))
+        labels: dict[str, Any] = {"num_labels": num_labels}  # PreTrainedConfig's keyword (it sets id2label), no field
         config = PooledLinearConfig(
             encoder=encoder.config.to_dict(),
             pooling=pooling,
-            num_labels=num_labels,
             id2label=id2label,
             label2id=label2id,
             architectures=[cls.__name__],
+            **labels,
         )
-        return cls(config, encoder).to(next(encoder.parameters()).dtype)  # the pretrained encoder, no random one
+        model = cls(config, encoder)  # the pretrained encoder, no random one
+        model.classifier.to(next(encoder.parameters()).dtype)
+        return model
 
     def get_input_embeddings(self) -> nn.Module:
         return self.encoder.get_input_embeddings()
@@ -96,11 +103,11 @@ class PooledLinearForSequenceClassification(PreTrainedModel):
         return SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=out.hidden_states)
 
 
-def _without_pooler(encoder: nn.Module) -> nn.Module:
+def _without_pooler(encoder: PreTrainedModel) -> PreTrainedModel:
     """BERT-likes build a pooler (dense + tanh on [CLS]) that the readout replaces; their forward skips a None one,
     and an unused module would hold parameters that DDP reports as unused."""
     if isinstance(getattr(encoder, "pooler", None), nn.Module):
-        encoder.pooler = None
+        encoder.add_module("pooler", None)
     return encoder
 
 

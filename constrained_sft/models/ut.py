@@ -25,19 +25,30 @@ Readings where the paper leaves a choice (each a config field where it could mat
 from __future__ import annotations
 
 import math
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOutput
 
-from .configs import UTConfig
+from .configs import UTConfig, label_count
+
+
+class UTSizes(Protocol):
+    """What the shared attention and a layer read of a config (the text UT's and the video UT's)."""
+
+    @property
+    def hidden_size(self) -> int: ...
+
+    @property
+    def attention_scale(self) -> bool: ...
 
 
 class UTAttention(nn.Module):
     """Z = V X softmax[(Q X)^T (K X)] (eq. 1), one instance shared by every layer: `[B, T, D]` -> `[B, T, D]`."""
 
-    def __init__(self, config: UTConfig) -> None:
+    def __init__(self, config: UTSizes) -> None:
         super().__init__()
         d = config.hidden_size
         self.q, self.k, self.v = (nn.Linear(d, d, bias=False) for _ in range(3))
@@ -53,7 +64,7 @@ class UTAttention(nn.Module):
 class UTLayer(nn.Module):
     """X_l = ReLU(W_l Z_l + U_l X_{l-1}) (eq. 2): the perceptron with its residual input, per layer."""
 
-    def __init__(self, config: UTConfig) -> None:
+    def __init__(self, config: UTSizes) -> None:
         super().__init__()
         d = config.hidden_size
         self.w = nn.Linear(d, d, bias=False)
@@ -85,7 +96,9 @@ class UTModel(UTPreTrainedModel):
 
     def __init__(self, config: UTConfig) -> None:
         super().__init__(config)
-        self.embeddings = nn.Embedding(config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id)
+        self.embeddings: nn.Module = nn.Embedding(
+            config.vocab_size, config.hidden_size, padding_idx=config.pad_token_id
+        )
         self.positions = (
             nn.Embedding(config.max_position_embeddings, config.hidden_size) if config.position_embeddings else None
         )
@@ -118,7 +131,7 @@ class UTForSequenceClassification(UTPreTrainedModel):
     def __init__(self, config: UTConfig) -> None:
         super().__init__(config)
         self.ut = UTModel(config)
-        self.classifier = nn.Linear(config.hidden_size, config.num_labels)  # C, c: D -> classes
+        self.classifier = nn.Linear(config.hidden_size, label_count(config))  # C, c: D -> classes
         self.post_init()
 
     @classmethod
@@ -129,18 +142,19 @@ class UTForSequenceClassification(UTPreTrainedModel):
         `hidden_size` and `vocab_size` follow the encoder's table."""
         table = AutoModel.from_pretrained(path, revision=revision).get_input_embeddings().weight.detach()  # [V, D]
         encoder = AutoConfig.from_pretrained(path, revision=revision)
+        labels: dict[str, Any] = {"num_labels": num_labels}  # PreTrainedConfig's keyword (it sets id2label), no field
         config = UTConfig(
             vocab_size=table.shape[0],
             hidden_size=table.shape[1],
             num_hidden_layers=num_layers,
             pad_token_id=encoder.pad_token_id,
-            num_labels=num_labels,
             architectures=[cls.__name__],
+            **labels,
             **config_kwargs,
         )
         model = cls(config)
         with torch.no_grad():
-            model.ut.embeddings.weight.copy_(table)
+            model.ut.get_parameter("embeddings.weight").copy_(table)
         return model
 
     def get_input_embeddings(self) -> nn.Module:

@@ -55,8 +55,8 @@ class VideoUTForDenoising(DenoiserMixin, VideoUTPreTrainedModel):
         self.analysis.weight.copy_(torch.cat([D.T, -D.T]))
         self.synthesis.weight.copy_(torch.linalg.solve(D @ D.T, torch.cat([D, -D], 1)))
         for layer in self.layers:
-            nn.init.eye_(layer.u.weight)
-            nn.init.zeros_(layer.w.weight)
+            nn.init.eye_(layer.get_parameter("u.weight"))
+            nn.init.zeros_(layer.get_parameter("w.weight"))
         for proj in (self.attention.q, self.attention.k, self.attention.v):
             nn.init.xavier_uniform_(proj.weight)
 

@@ -29,11 +29,20 @@ class ViTDenoiserConfig(RegistersModels, ViTConfig):
 
     def __post_init__(self, **kwargs):
         super().__post_init__(**kwargs)
+        if not isinstance(self.patch_size, int):
+            raise ValueError(f"`patch_size` must be one integer (square patches), got {self.patch_size!r}.")
         if self.frame_size % self.patch_size:
             raise ValueError(
                 f"`frame_size` ({self.frame_size}) must be a multiple of `patch_size` ({self.patch_size})."
             )
         set_regression(self)
+
+    @property
+    def patch_pixels(self) -> int:
+        """P, the grey levels of one square patch (`patch_size`^2)."""
+        if not isinstance(self.patch_size, int):
+            raise ValueError(f"`patch_size` must be one integer (square patches), got {self.patch_size!r}.")
+        return self.patch_size**2
 
 
 register_configs(ViTDenoiserConfig)

@@ -35,14 +35,14 @@ class ViTForDenoising(DenoiserMixin, ViTPreTrainedModel):
     def __init__(self, config: ViTDenoiserConfig) -> None:
         super().__init__(config)
         self.vit = ViTModel(config, add_pooling_layer=False)
-        self.unpatch = nn.Linear(config.hidden_size, config.patch_size**2)  # the shared linear un-patching
+        self.unpatch = nn.Linear(config.hidden_size, config.patch_pixels)  # the shared linear un-patching
         self.pixels = PixelInput(config.data_std)
         self.post_init()
 
     @classmethod
     def from_pretrained_vit(cls, path: str, revision: str | None = None, **config_kwargs):
         """A denoiser whose ViT is the pretrained `path` (a folder or Hub id); the readout starts at random."""
-        vit = ViTModel.from_pretrained(path, revision=revision, add_pooling_layer=False)
+        vit = ViTModel.from_pretrained(path, revision=revision or "main", add_pooling_layer=False)
         fields = {k: v for k, v in vit.config.to_dict().items() if k in ViTConfig.__dataclass_fields__}
         fields.pop("model_type", None)
         model = cls(ViTDenoiserConfig(**{**fields, "architectures": [cls.__name__], **config_kwargs}))

@@ -38,7 +38,8 @@ def _logit_transform(config) -> tuple[float, float | None]:
 def _text_decoder(model: nn.Module) -> nn.Module | None:
     """The module that turns token ids into the last hidden state: `get_decoder()` (the language model of a
     vision-language model), else the backbone."""
-    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    get_decoder = getattr(model, "get_decoder", None)
+    decoder = get_decoder() if callable(get_decoder) else None
     if not isinstance(decoder, nn.Module) or decoder is model:
         decoder = getattr(model, "base_model", None)
     return decoder if isinstance(decoder, nn.Module) and decoder is not model else None
@@ -97,7 +98,8 @@ class CausalLMReadout:
             f"Pass `readout=CausalLMReadout(final_norm=<the norm applied before the LM head>, lm_head=<the output "
             f"projection>)` to the trainer to read out {name}'s layers."
         )
-        lm_head = base.get_output_embeddings() if hasattr(base, "get_output_embeddings") else None
+        head_of = getattr(base, "get_output_embeddings", None)
+        lm_head = head_of() if callable(head_of) else None
         if lm_head is None or not isinstance(getattr(lm_head, "weight", None), torch.Tensor):
             raise ReadoutError(f"{name} has no LM head (`get_output_embeddings()` returned {lm_head!r}). {hint}")
         decoder = _text_decoder(base)
@@ -115,8 +117,17 @@ class CausalLMReadout:
     def head_shape(self) -> tuple[int, int]:
         """(V, D) of the LM head's weight, whole even where DeepSpeed ZeRO-3 leaves this rank an empty partition
         (`ds_shape`; an FSDP2 DTensor reports its global shape)."""
+        weight = self.weight
+        vocab, dim = getattr(weight, "ds_shape", weight.shape)
+        return vocab, dim
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The LM head's weight `[V, D]` (a DTensor under FSDP2, this rank's partition under ZeRO-3)."""
         weight = self.lm_head.weight
-        return tuple(getattr(weight, "ds_shape", weight.shape))
+        if not isinstance(weight, torch.Tensor):
+            raise ReadoutError(f"the readout's LM head {type(self.lm_head).__name__} has no weight tensor.")
+        return weight
 
     def token_nll(self, hidden: torch.Tensor, targets: torch.Tensor, apply_norm: bool = True) -> torch.Tensor:
         """
@@ -128,7 +139,7 @@ class CausalLMReadout:
         otherwise, so f_{L-1} and f_L would differ by kernel, not by layer.
         """
         x = self.final_norm(hidden) if apply_norm and self.final_norm is not None else hidden
-        weight, bias = self.lm_head.weight, getattr(self.lm_head, "bias", None)
+        weight, bias = self.weight, getattr(self.lm_head, "bias", None)
         # the head's precision, with or without autocast (the kernels accumulate in fp32), on the head's device
         x, targets = x.to(weight.device, weight.dtype), targets.to(weight.device)
         sharded = hasattr(weight, "full_tensor") or hasattr(weight, "ds_id")

@@ -6,9 +6,8 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Mapping
 from typing import Any
-
-from .types import JSONObject
 
 
 def check_fields(instance: Any, owner: type | tuple[type, ...] | None = None) -> None:
@@ -71,10 +70,11 @@ def _describe(hint: Any) -> str:
     return names.get(hint, "a string" if hint is str else getattr(hint, "__name__", str(hint)))
 
 
-def known_keys(cls: type, data: JSONObject, what: str) -> JSONObject:
-    """`data` unchanged once every key names a field of the dataclass `cls`: a saved result read back with a key this
-    version does not know is an error naming it (`what`), not a number silently dropped."""
+def known_keys(cls: type, data: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """`data` as a dict once every key names a field of the dataclass `cls`: a saved result read back with a key this
+    version does not know is an error naming it (`what`), not a number silently dropped. The values are returned as
+    `Any`: they are what a JSON file held, and it is `cls(**...)` that gives them their fields' types."""
     names = {f.name for f in dataclasses.fields(cls)}
     if unknown := sorted(set(data) - names):
         raise ValueError(f"{what}: unknown key(s) {unknown}; known: {sorted(names)}")
-    return data
+    return dict(data)

@@ -7,7 +7,7 @@ import pytest
 import transformers
 
 from constrained_sft.cli import main as cli
-from constrained_sft.evaluation.alpaca import AlpacaArguments, JudgeError, length_controlled
+from constrained_sft.evaluation.alpaca import AlpacaArguments, JudgeError, judge_setup, length_controlled
 from constrained_sft.evaluation.alpaca import run as judge
 from constrained_sft.evaluation.alpaca.generate import GenerateArguments
 from constrained_sft.evaluation.alpaca.generate import run as generate
@@ -173,6 +173,13 @@ def test_lc_reports_why_it_is_missing_instead_of_failing():
     assert lc is None and "805" in reason
     lc, reason = length_controlled(annotations, full_set=True)  # offline: the Hub file cannot be fetched
     assert lc is None and reason.startswith("alpaca_eval could not compute LC")
+
+
+def test_judge_setup_names_the_annotator_config_or_refuses_a_judge_without_one(tmp_path):
+    config, extra = judge_setup(_judge_args(tmp_path, judge="test"))
+    assert config.startswith(JUDGE_CONFIGS) and extra == {"fn_completions": offline_test_completions}
+    with pytest.raises(JudgeError, match="'proxy' does not run through alpaca_eval's annotator"):
+        judge_setup(_judge_args(tmp_path, judge="proxy"))  # an AttributeError before
 
 
 def _judge_args(tmp_path, **kw):

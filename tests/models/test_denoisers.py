@@ -91,6 +91,11 @@ def test_dust_layers_follow_the_equations_and_train_only_dictionaries():
         DUSTConfig(attention_weight=1.5)
 
 
+def test_a_vit_denoiser_takes_square_patches_only():
+    with pytest.raises(ValueError, match=r"`patch_size` must be one integer \(square patches\), got \[8, 8\]"):
+        ViTDenoiserConfig(patch_size=[8, 8], frame_size=16)  # a TypeError in `%` before
+
+
 def test_video_ut_starts_as_the_identity_with_attention_tied():
     model = tiny("ut").eval()
     x = _input("ut")

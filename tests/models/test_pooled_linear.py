@@ -48,6 +48,11 @@ def test_mean_pooling_ignores_padding(tmp_path):
     torch.testing.assert_close(model.readout(h2, mask), model.readout(h, mask))
 
 
+def test_the_new_readout_takes_the_pretrained_encoders_dtype(tmp_path):
+    model = PooledLinearForSequenceClassification.from_encoder(encoder_dir(tmp_path), 2, dtype=torch.bfloat16)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+
+
 def test_refuses_an_unknown_pooling():
     with pytest.raises(ValueError, match=r"`pooling` must be one of \['cls', 'mean'\]"):
         from constrained_sft.models import PooledLinearConfig

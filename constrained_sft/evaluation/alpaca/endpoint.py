@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 DEFAULT_BASE = "https://api.openai.com/v1"  # the openai client's, where OPENAI_BASE_URL is unset
@@ -68,8 +69,10 @@ def reach(judge: str, url: str | None = None, key: str | None = None, timeout: f
     import openai
 
     try:
-        client = openai.OpenAI(timeout=timeout, max_retries=1, **({"base_url": url} if url else {}),
-                               **({"api_key": key} if key else {}))  # fmt: skip
+        options: dict[str, Any] = {"timeout": timeout, "max_retries": 1}  # unset ones: the client's environment
+        options.update({"base_url": url} if url else {})
+        options.update({"api_key": key} if key else {})
+        client = openai.OpenAI(**options)
         return [model.id for model in client.models.list()]
     except openai.APIStatusError as error:
         if error.status_code in (404, 405):

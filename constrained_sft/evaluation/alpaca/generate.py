@@ -17,6 +17,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -35,8 +36,10 @@ from .results import ALPACA_EVAL_SIZE, LevelAnswers
 
 @dataclass
 class GenerateArguments:
-    model: str = field(default=None, metadata={"help": "Model folder, Hub id, `pkg:` alias or LoRA adapter folder."})
-    output_dir: str = field(default=None, metadata={"help": "Writes <output_dir>/<name>/gamma_<g>.json."})
+    model: str | None = field(
+        default=None, metadata={"help": "Model folder, Hub id, `pkg:` alias or LoRA adapter folder."}
+    )
+    output_dir: str | None = field(default=None, metadata={"help": "Writes <output_dir>/<name>/gamma_<g>.json."})
     name: str | None = field(
         default=None, metadata={"help": "Generator name in the files and the folder (default: the model folder name)."}
     )
@@ -69,7 +72,8 @@ class GenerateArguments:
         check_fields(self)
         check_output_folder(self.output_dir, "--output_dir")
 
-    def validate(self) -> None:
+    def validate(self) -> tuple[str, str]:
+        """Every setting checked before any work; (`--model`, `--output_dir`), the two that have no default."""
         if not self.model or not self.output_dir:
             raise GenerationError("`--model` and `--output_dir` are required.")
         check_model_paths([self.model], "--model")
@@ -85,6 +89,7 @@ class GenerateArguments:
             raise GenerationError(f"`--max_instances` must be >= 1 or unset, got {self.max_instances}.")
         if self.do_sample and not (self.temperature > 0 and 0 < self.top_p <= 1):
             raise GenerationError(f"need temperature > 0 and top_p in (0, 1], got {self.temperature}, {self.top_p}.")
+        return self.model, self.output_dir
 
 
 def answers_folder(output_dir: str, name: str) -> str:
@@ -104,11 +109,11 @@ RESUME_KEYS = (  # what fixes an answer: the same values are required to resume
 COMMAND = "eval generate"  # one folder per `--name` below its --output_dir, each with its settings.json
 
 
-def _settings(args: GenerateArguments, rows: list[dict[str, str]], name: str) -> dict:
+def _settings(args: GenerateArguments, model: str, rows: list[dict[str, str]], name: str) -> dict[str, Any]:
     settings = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "name", "gammas", "bf16")}
     return {
         **settings,
-        "model_fingerprint": model_fingerprint(args.model),
+        "model_fingerprint": model_fingerprint(model),
         "generator": name,
         "n_instructions": len(rows),
         "instructions_sha": fingerprint(rows),
@@ -157,7 +162,7 @@ def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, g
         ).to(device)
         seed = args.seed * 1_000_003 + b  # a function of the position only: resumed batches see the same noise
         torch.manual_seed(seed)
-        decoding = {"do_sample": args.do_sample, "max_new_tokens": args.max_new_tokens}
+        decoding: dict[str, Any] = {"do_sample": args.do_sample, "max_new_tokens": args.max_new_tokens}
         if args.do_sample:
             decoding.update(temperature=args.temperature, top_p=args.top_p)
         else:
@@ -179,31 +184,31 @@ def run(args: GenerateArguments) -> dict[float, LevelAnswers]:
     """Answers at every level into <output_dir>/<name>/, each level's as written (`LevelAnswers`); the folder, the
     instructions and a generator folder of the same name (its settings and model) are checked before the model
     loads."""
-    args.validate()
+    model_path, output_dir = args.validate()
     rows = load_instructions(args.instructions, args.max_instances)
-    name = args.name or folder_name(args.model, "--name")
-    check_folder(args.output_dir, COMMAND, {})
-    args = replace(args, sigma_x=reference_sigma(args.sigma_x, args.model)[0])  # else measured below
-    folder = answers_folder(args.output_dir, name)
+    name = args.name or folder_name(model_path, "--name")
+    check_folder(output_dir, COMMAND, {})
+    args = replace(args, sigma_x=reference_sigma(args.sigma_x, model_path)[0])  # else measured below
+    folder = answers_folder(output_dir, name)
     later = ("sigma_x",) if args.sigma_x is None else ()
-    _check_resume(os.path.join(folder, "settings.json"), _settings(args, rows, name), later)
+    _check_resume(os.path.join(folder, "settings.json"), _settings(args, model_path, rows, name), later)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
-    spec = ModelSpec(name, args.model, args.base_model, "--model")
+    spec = ModelSpec(name, model_path, args.base_model, "--model")
     model, tokenizer = get_task(SFTTask.name).measuring.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
     if args.sigma_x is None:
         args = replace(args, sigma_x=embedding_sigma(model))
-    settings = _settings(args, rows, name)
+    settings = _settings(args, model_path, rows, name)
     _check_resume(os.path.join(folder, "settings.json"), settings)
-    mark_folder(args.output_dir, COMMAND, {})
+    mark_folder(output_dir, COMMAND, {})
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     os.makedirs(folder, exist_ok=True)
     write_json(os.path.join(folder, "settings.json"), settings)
-    levels = {}
+    levels: dict[float, LevelAnswers] = {}
     for gamma in NoiseGrid.parse(args.gammas):
-        path = output_path(args.output_dir, name, gamma)
+        path = output_path(output_dir, name, gamma)
         done = generate_level(model, tokenizer, rows, args, name, gamma, path)
         levels[gamma] = LevelAnswers(gamma, path, len(done), sum(not r["output"].strip() for r in done))
     return levels

@@ -98,19 +98,18 @@ def judge_both_orders(judge: Judge, model: list[str], reference: list[str], rows
     if not shown and hasattr(judge, "raw"):
         judge.raw = []  # nothing asked: no raw annotations of an earlier call left behind
     n, out = len(shown), []
-    for i, r in enumerate(rows):
-        if empty[i] is not None:
-            share = {"model": 0.0, "reference": 1.0, "both": 0.5}[empty[i]]
-            out.append(
-                {"instruction": r["instruction"], "model_first": share, "model_second": share, "empty": empty[i]}
-            )
+    for i, (r, side) in enumerate(zip(rows, empty, strict=True)):
+        if side is not None:
+            share = {"model": 0.0, "reference": 1.0, "both": 0.5}[side]
+            out.append({"instruction": r["instruction"], "model_first": share, "model_second": share, "empty": side})
             continue
         k = asked.index(i)
+        first, second = prefs[k], prefs[n + k]  # the model's answer shown first, then second
         out.append(
             {
                 "instruction": r["instruction"],
-                "model_first": None if prefs[k] is None else 2.0 - prefs[k],  # preference 1: the first shown won
-                "model_second": None if prefs[n + k] is None else prefs[n + k] - 1.0,
+                "model_first": None if first is None else 2.0 - first,  # preference 1: the first shown won
+                "model_second": None if second is None else second - 1.0,
             }
         )
     return out

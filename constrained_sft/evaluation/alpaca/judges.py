@@ -23,12 +23,16 @@ import re
 import time
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ...utils.shipped import package_data
 from .cost import USAGE, usage_fields
 from .endpoint import self_hosted_key
+
+if TYPE_CHECKING:  # openai is imported by the judges that ask it
+    from openai.types.shared_params import ReasoningEffort
 
 
 def load_alpaca_eval() -> None:
@@ -52,17 +56,17 @@ CREDENTIALS = {
 }
 
 
-def _result(completions: list[str], seconds: float, usage: list[dict] | None = None) -> dict[str, list]:
+def _result(completions: list[str], seconds: float, usage: list[dict] | None = None) -> dict[str, list[Any]]:
     """What alpaca_eval expects of a completions function, and each request's `usage` (`cost.usage_fields`) where
     a server answered; the price is left to `cost.Spend` (alpaca_eval's column: NaN, not a price of 0)."""
     n = max(len(completions), 1)
-    out = {
+    out: dict[str, list[Any]] = {
         "completions": completions,
         "price_per_example": [math.nan] * len(completions),
         "time_per_example": [seconds / n] * len(completions),
     }
-    for name in ("prompt_tokens", "completion_tokens") if usage is not None else ():
-        out[name] = [u[name] for u in usage]
+    if usage is not None:
+        out |= {name: [u[name] for u in usage] for name in ("prompt_tokens", "completion_tokens")}
     return out
 
 
@@ -147,7 +151,7 @@ def openai_reasoning_completions(
     prompts: Sequence[str],
     model_name: str = GPT5,
     max_completion_tokens: int = 4096,
-    reasoning_effort: str = "low",
+    reasoning_effort: ReasoningEffort = "low",
     max_workers: int = 8,
     client_kwargs: dict | None = None,
     **_,

@@ -30,9 +30,9 @@ from ...utils.fields import check_fields
 from ...utils.files import read_json, write_json
 from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
 from ..instructions import GenerationError
-from .generate import output_path
+from .generate import answers_folder, output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
-from .judge_kinds import JudgeError, judge_kind, judges_help
+from .judge_kinds import AnnotatorConfig, JudgeError, judge_kind, judges_help
 from .judges import load_alpaca_eval
 from .report import cost_text, write_alpaca
 from .results import HeadToHead, WinRateLevel
@@ -42,8 +42,8 @@ COMMAND = "eval alpaca"
 
 @dataclass
 class AlpacaArguments:
-    generations: str = field(default=None, metadata={"help": "The --output_dir of `eval generate`."})
-    output_dir: str = field(default=None, metadata={"help": "Report folder (e.g. the robustness report's)."})
+    generations: str | None = field(default=None, metadata={"help": "The --output_dir of `eval generate`."})
+    output_dir: str | None = field(default=None, metadata={"help": "Report folder (e.g. the robustness report's)."})
     model: str = field(default=CONSTRAINED, metadata={"help": "Generator folder judged as the model."})
     reference: str = field(default=ERM, metadata={"help": "Generator folder used as the reference."})
     judge: str = field(default="gpt4", metadata={"help": judges_help()})
@@ -101,11 +101,12 @@ def levels(generations: str, name: str) -> list[float]:
     return sorted(float(os.path.basename(f)[len("gamma_") : -len(".json")]) for f in files)
 
 
-def load_pair(args: AlpacaArguments, gamma: float) -> tuple[list[dict], list[dict]]:
-    """Both generators' rows at one level, checked to answer the same instructions in the same order."""
+def load_pair(args: AlpacaArguments, generations: str, gamma: float) -> tuple[list[dict], list[dict]]:
+    """Both generators' rows at one level in `generations`, checked to answer the same instructions in the same
+    order."""
     rows = []
     for name in (args.model, args.reference):
-        path = output_path(args.generations, name, gamma)
+        path = output_path(generations, name, gamma)
         if not os.path.isfile(path):
             raise GenerationError(f"{path} does not exist: run `constrained-sft eval generate` for {name} at {gamma}.")
         rows.append(read_json(path, "--generations", GenerationError))
@@ -142,7 +143,10 @@ def check_judge_limits(args: AlpacaArguments) -> None:
 def judge_setup(args: AlpacaArguments) -> tuple[str, dict[str, Any]]:
     """(annotator config for alpaca_eval, extra annotator kwargs) of a judge that runs through alpaca_eval's
     annotator; fails early on a missing credential (`judge_kinds`)."""
-    return judge_kind(args.judge).setup(args)
+    kind = judge_kind(args.judge)
+    if not issubclass(kind, AnnotatorConfig):
+        raise JudgeError(f"judge {args.judge!r} does not run through alpaca_eval's annotator: it has no config.")
+    return kind.setup(args)
 
 
 def length_controlled(annotations: list[dict], full_set: bool) -> tuple[dict | None, str | None]:
@@ -211,11 +215,12 @@ def judge_level(
         )
     per_seed = [length_controlled(lc_annotations(v, *pair), full_set) for v, pair in zip(verdicts, pairs, strict=True)]
     reason = next((r for _, r in per_seed if r), None)
-    if reason is None:  # one LC win rate per training seed pair; their mean (and its SE when there is one pair)
+    fits = [fit for fit, _ in per_seed if fit is not None]
+    if len(fits) == len(per_seed):  # one LC win rate per training seed pair; their mean (and its SE when there is one)
         level = dataclasses.replace(
             level,
-            lc_win_rate=float(np.mean([x["lc_win_rate"] for x, _ in per_seed])),
-            lc_standard_error=per_seed[0][0]["lc_standard_error"] if len(per_seed) == 1 else None,
+            lc_win_rate=float(np.mean([fit["lc_win_rate"] for fit in fits])),
+            lc_standard_error=fits[0]["lc_standard_error"] if len(fits) == 1 else None,
         )
     return level, reason
 
@@ -245,10 +250,10 @@ def judge_levels(
     )
 
 
-def _full_alpaca_eval(args: AlpacaArguments) -> bool:
+def _full_alpaca_eval(generations: str, names: tuple[str, str]) -> bool:
     """Whether both generators answered the whole AlpacaEval set in order (settings.json of `eval generate`)."""
-    for name in (args.model, args.reference):
-        path = os.path.join(args.generations, name, "settings.json")
+    for name in names:
+        path = os.path.join(answers_folder(generations, name), "settings.json")
         if not os.path.isfile(path):
             return False
         with open(path) as f:
@@ -280,7 +285,9 @@ def run(args: AlpacaArguments) -> HeadToHead:
             f"{args.generations} (it has {sorted(os.listdir(args.generations))}); run `constrained-sft eval generate` "
             "for both, or name generators that exist."
         )
-    pairs = {gamma: [load_pair(args, gamma)] for gamma in gammas}  # every level checked before any is judged
+    pairs = {
+        gamma: [load_pair(args, args.generations, gamma)] for gamma in gammas
+    }  # every level checked before any is judged
     n = args.judge_max_instances
     pairs = {gamma: [(m[:n], r[:n]) for m, r in seed_pairs] for gamma, seed_pairs in pairs.items()}
     settings = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples", "judge_timeout")}
@@ -289,7 +296,9 @@ def run(args: AlpacaArguments) -> HeadToHead:
     mark_folder(args.output_dir, COMMAND, settings)
     root = os.path.join(args.output_dir, "alpaca_eval")
     judge = build_judge(args, root)
-    out = judge_levels(judge, pairs, root, args, _full_alpaca_eval(args) and n is None)
+    out = judge_levels(
+        judge, pairs, root, args, _full_alpaca_eval(args.generations, (args.model, args.reference)) and n is None
+    )
     out.files = write_alpaca(out, args.output_dir)
     return out
 

@@ -61,21 +61,22 @@ class ReferenceProxyJudge:
         return torch.cat(out)
 
     def prefer(self, pairs: Sequence[Pair]) -> list[float | None]:
+        references = [p.reference for p in pairs if p.reference]
         if missing := [p.instruction[:60] for p in pairs if not p.reference]:
             raise ValueError(
                 f"the proxy judge compares answers with a reference answer, and {len(missing)} instruction(s) have "
                 f"none (first: {missing[0]!r}); give instructions with a `reference` (or `output`) field, or another "
                 "judge."
             )
-        texts = sorted({t for p in pairs for t in (p.first, p.second, p.reference)})
+        texts = sorted({t for p in pairs for t in (p.first, p.second)} | set(references))
         index = {t: i for i, t in enumerate(texts)}
         vectors = self.embed(texts)
 
         def cosine(a: str, b: str) -> float:
             return float(vectors[index[a]] @ vectors[index[b]])
 
-        out = []
-        for p in pairs:
-            a, b = cosine(p.first, p.reference), cosine(p.second, p.reference)
+        out: list[float | None] = []
+        for p, reference in zip(pairs, references, strict=True):
+            a, b = cosine(p.first, reference), cosine(p.second, reference)
             out.append(1.5 if abs(a - b) <= TIE else 1.0 if a > b else 2.0)
         return out

@@ -82,12 +82,13 @@ def cost_text(cost: JudgeCost | None) -> str | None:
         parts.append(f"${cost.price_usd:.4f} {cost.price_basis}")
     else:
         parts.append(f"no price (a self-hosted judge, or no list price here for {cost.model})")
-    per = [f"{2 * cost.per_verdict(cost.total_tokens):,.0f} tokens"]
-    if cost.price_usd is not None:
-        comparison = 2 * cost.per_verdict(cost.price_usd)
+    tokens, price = cost.per_verdict(cost.total_tokens), cost.per_verdict(cost.price_usd)
+    per = [] if tokens is None else [f"{2 * tokens:,.0f} tokens"]
+    if price is not None:
+        comparison = 2 * price
         per += [f"${comparison:.4f}; a full AlpacaEval level ({ALPACA_EVAL_SIZE} pairs) at this rate: "
                 f"${ALPACA_EVAL_SIZE * comparison:.2f} per seed pair"]  # fmt: skip
-    return ", ".join(parts) + f". Per comparison (one pair, both orders): {', '.join(per)}."
+    return ", ".join(parts) + (f". Per comparison (one pair, both orders): {', '.join(per)}." if per else ".")
 
 
 def alpaca_blocks(head: HeadToHead, output_dir: str) -> list[Block]:
