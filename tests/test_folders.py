@@ -36,3 +36,20 @@ def test_check_folder_migrates_and_refuses_naming_the_setting(tmp_path):
         check_folder(
             str(tmp_path), "study", {**current, "arms": {"erm": {"training": {"lr": 0.2}, "data": {"name": "d"}}}}
         )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"commands": ',
+        '["commands"]',
+        '{"commands": []}',
+        '{"commands": {"study": "x"}}',
+        '{"commands": {"study": {"settings": 3}}}',
+    ],  # fmt: skip
+)
+def test_a_damaged_marker_is_one_line_naming_the_folder(tmp_path, text):
+    (tmp_path / "results.json").write_text("{}")
+    (tmp_path / "written_by.json").write_text(text)
+    with pytest.raises(OutputDirError, match=r"^`--output_dir` .*: its written_by.json is damaged"):
+        check_folder(str(tmp_path), "study", SAVED)  # the last two: an AttributeError, then a TypeError, before

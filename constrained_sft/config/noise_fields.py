@@ -52,7 +52,7 @@ class NoiseArguments:
 
     def _validate_noise_arguments(self) -> None:
         check_fields(self, NoiseArguments)
-        gamma = self.noise_gamma
+        gamma: object = self.noise_gamma
         if isinstance(gamma, str):
             gamma = gamma.replace(",", " ").split()
         if isinstance(gamma, (list, tuple)):
@@ -62,11 +62,8 @@ class NoiseArguments:
                 raise ValueError(
                     f"`noise_gamma` must be a level >= 0 or a range [gamma_min, gamma_max], got {self.noise_gamma!r}."
                 )
-        values = list(gamma) if isinstance(gamma, (list, tuple)) else [gamma]
-        try:
-            values = [float(v) for v in values if not isinstance(v, bool)]
-        except (TypeError, ValueError):
-            values = []
+        given = list(gamma) if isinstance(gamma, (list, tuple)) else [gamma]
+        values = [v for v in map(_level, given) if v is not None]
         if len(values) != (2 if isinstance(gamma, (list, tuple)) else 1) or any(
             not math.isfinite(v) or v < 0 for v in values
         ):
@@ -96,8 +93,7 @@ class NoiseArguments:
     @property
     def trains_with_noise(self) -> bool:
         """Whether training batches get noise (gamma 0 leaves an example exactly clean, whatever the mean)."""
-        gamma = self.noise_gamma
-        return max(gamma) > 0 if isinstance(gamma, list) else gamma > 0
+        return training_level(self.noise_gamma) > 0
 
 
 def training_level(noise_gamma: object) -> float:
@@ -107,5 +103,19 @@ def training_level(noise_gamma: object) -> float:
     from the value a run recorded in its `constraints.json`.
     """
     if isinstance(noise_gamma, (list, tuple)):
-        return float(max(noise_gamma)) if noise_gamma else 0.0
-    return float(noise_gamma or 0.0)
+        return max(float(v) for v in noise_gamma) if noise_gamma else 0.0
+    if not noise_gamma:
+        return 0.0
+    if isinstance(noise_gamma, (int, float, str)):
+        return float(noise_gamma)
+    raise ValueError(f"`noise_gamma` must be a level or a [gamma_min, gamma_max] range, got {noise_gamma!r}.")
+
+
+def _level(value: object) -> float | None:
+    """A `noise_gamma` entry as a number (a number or its text); None where it is none (a boolean is none)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None

@@ -11,6 +11,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from ..constraints.variants import is_number
 from ..utils.fields import check_fields
 from ..utils.folders import OutputDirError, check_output_folder
 
@@ -47,8 +48,9 @@ class RunArguments:
     def _validate_run_arguments(self) -> None:
         check_fields(self, RunArguments)
         _check_inherited(self)
-        if isinstance(self.output_dir, str):  # before any model or data is loaded: the config is built first
-            check_output_folder(self.output_dir, "output_dir", OutputDirError)
+        output_dir = getattr(self, "output_dir", None)  # TrainingArguments' field
+        if isinstance(output_dir, str):  # before any model or data is loaded: the config is built first
+            check_output_folder(output_dir, "output_dir", OutputDirError)
         deepspeed_without_gpu(self)
         whole_sequences(self)
         no_liger(self)
@@ -93,8 +95,7 @@ def _integer(args, name: str, low: int) -> None:
 
 def _number(args, name: str, low: float, strict: bool = False) -> None:
     value = getattr(args, name, None)
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or value < low or (strict and value == low):
+    if not is_number(value) or not math.isfinite(value) or value < low or (strict and value == low):
         raise ValueError(f"`{name}` must be a finite number {'>' if strict else '>='} {low:g}, got {value!r}.")
 
 

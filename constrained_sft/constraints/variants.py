@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeGuard
 
 # a variant's settings as its `__init__` takes them: keyword argument -> the value of the config field carrying it
 SettingValues: TypeAlias = "dict[str, float | int | bool | str | None]"
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[float]:
     """A real number (int or float), not a bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -151,7 +152,7 @@ def read_frames(video: VideoSource, size: int, limit: int | None = None) -> np.n
         names = sorted(f for f in os.listdir(video.path) if f.lower().endswith(FRAME_EXTENSIONS))
         for f in names[:limit]:
             with Image.open(os.path.join(video.path, f)) as image:
-                frames.append(np.asarray(image.convert("L").resize((size, size), Image.BILINEAR)))
+                frames.append(np.asarray(image.convert("L").resize((size, size), Image.Resampling.BILINEAR)))
     else:
         try:
             import av
@@ -225,7 +226,9 @@ class VideoSplits:
     summary: dict
 
 
-def read_clips(args: VideoDataArguments, splits: tuple[str, ...] = ("train", "test")) -> tuple[dict, dict]:
+def read_clips(
+    args: VideoDataArguments, splits: tuple[str, ...] = ("train", "test")
+) -> tuple[dict[str, tuple[torch.Tensor, list[str], list[int]]], dict[str, Any]]:
     """
     Find the videos, split them by video (module docstring) and decode only the `splits` asked for: per split the
     clips `[C, T, F, F]`, its video names and each clip's video index; and a summary of what was read.
@@ -237,11 +240,10 @@ def read_clips(args: VideoDataArguments, splits: tuple[str, ...] = ("train", "te
         if unknown := [n for n in getattr(args, key) or [] if n not in names]:
             raise VideoDataError(f"`{key}` names {unknown}, which are not videos of {root}; allowed: {names}.")
     videos = [v for v in found if v.name not in set(args.video_exclude or [])]
+    by_split: dict[str, list] = {"train": [], "test": []}
     for v in videos:
         if v.split is None:
             v.split = "test" if v.name in set(args.video_test or []) else "train"
-    by_split: dict[str, list] = {"train": [], "test": []}
-    for v in videos:
         by_split[v.split].append(v)
     for split, members in by_split.items():
         if not members:
@@ -249,7 +251,8 @@ def read_clips(args: VideoDataArguments, splits: tuple[str, ...] = ("train", "te
                 f"No {split} video in {root} (videos: {names}); name test videos with `video_test`, or use "
                 "train*/test* folders."
             )
-    built, summary = {}, {"source": args.video_source, "root": root}
+    built: dict[str, tuple[torch.Tensor, list[str], list[int]]] = {}
+    summary: dict[str, Any] = {"source": args.video_source, "root": root}
     for split in splits:
         members = by_split[split]
         clips, clip_video = [], []

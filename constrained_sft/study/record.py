@@ -15,8 +15,9 @@ and `total`, every phase at once) load as records of their phases.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ..comparison import RunKey
 from ..data import has_weights, model_fingerprint
@@ -24,6 +25,8 @@ from ..evaluation import ExitsModel, ModelResult
 from ..utils.files import read_json, write_json
 from ..utils.types import JSONObject
 from .folder import StudyFolder
+
+T = TypeVar("T")
 
 TRAIN, ROBUSTNESS, ANSWERS, EXITS = "train", "robustness", "answers", "exits"
 PHASES = (TRAIN, ROBUSTNESS, ANSWERS, EXITS)
@@ -59,18 +62,21 @@ class RunRecord:
         """A record as any version wrote it, checked first (`check_record`: refused naming `where` and the field)."""
         check_record(data, where)
         seconds = {LEGACY_PHASES.get(k, k): v for k, v in data.get("seconds", {}).items() if k != "total"}
-        results = {}
-        for name, parse, what in (("robustness", lambda v: ModelResult.from_dict(v, key), "a measurement"),
-                                  ("exits", ExitsModel.from_dict, "an exit-layer result")):  # fmt: skip
-            try:
-                results[name] = None if data.get(name) is None else parse(data[name])
-            except (KeyError, TypeError, AttributeError, ValueError) as error:
-                raise RecordError(f"{where}: `{name}` is not {what} this version reads ({error!r:.80}).") from None
+        robustness = _parsed(data, "robustness", lambda v: ModelResult.from_dict(v, key), "a measurement", where)
+        exits = _parsed(data, "exits", ExitsModel.from_dict, "an exit-layer result", where)
         return cls(
             run=data["run"], sigma_x=data.get("sigma_x"), model=data.get("model"), jobs=dict(data.get("jobs", {})),
-            seconds=seconds, estimates=data.get("estimates", {}), robustness=results["robustness"],
-            empty_answers=data.get("empty_answers"), exits=results["exits"],
+            seconds=seconds, estimates=data.get("estimates", {}), robustness=robustness,
+            empty_answers=data.get("empty_answers"), exits=exits,
         )  # fmt: skip
+
+
+def _parsed(data: dict[str, Any], name: str, parse: Callable[[Any], T], what: str, where: str) -> T | None:
+    """`data[name]` read by `parse` (None where absent); a value this version cannot read is a `RecordError`."""
+    try:
+        return None if data.get(name) is None else parse(data[name])
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise RecordError(f"{where}: `{name}` is not {what} this version reads ({error!r:.80}).") from None
 
 
 class RecordError(ValueError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +35,8 @@ class Trial:
         return {"trial": self.trial, "state": self.state, "value": self.value, **self.params, **self.records}
 
     @classmethod
-    def from_row(cls, row: JSONObject, searched: list[str]) -> Trial:
+    def from_row(cls, row: Mapping[str, Any], searched: list[str]) -> Trial:
+        """A trial as `row()` wrote it (the values of a CSV / JSON row: the dataclass types them)."""
         fixed = ("trial", "state", "value")
         params = {k: v for k, v in row.items() if k in searched}
         records = {k: v for k, v in row.items() if k not in fixed and k not in searched}
@@ -86,7 +88,7 @@ class SweepResults:
         return self.comparisons is not None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"settings": dataclasses.asdict(self.settings),
+        out: dict[str, Any] = {"settings": dataclasses.asdict(self.settings),
                "arms": {name: a.to_dict() for name, a in self.arms.items()}}  # fmt: skip
         if self.comparisons is not None:
             out["comparison"] = {name: c.to_dict() for name, c in self.comparisons.items()}

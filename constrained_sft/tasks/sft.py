@@ -87,7 +87,17 @@ def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) ->
         "attn_implementation": model_args.attn_implementation,
         "dtype": model_args.dtype,
     }
-    return {**base, **(training_args.model_init_kwargs or {})}
+    extra = training_args.model_init_kwargs or {}
+    if not isinstance(extra, dict):  # TrainingArguments reads a JSON string into a dict as it is built
+        raise ValueError(f"`model_init_kwargs` must be a mapping of `from_pretrained` arguments, got {extra!r}.")
+    return {**base, **extra}
+
+
+def model_config(recipe: Recipe) -> ModelConfig:
+    """The recipe's TRL `ModelConfig` (an SFT recipe always has one: `tasks.recipes` parses it)."""
+    if not isinstance(recipe.model, ModelConfig):
+        raise ValueError(f"an SFT recipe needs TRL's model fields (`model_name_or_path`, ...), got {recipe.model!r}.")
+    return recipe.model
 
 
 class SFTTraining(SharedDataTraining):
@@ -99,9 +109,10 @@ class SFTTraining(SharedDataTraining):
         """`data_dir`: a folder where runs on the same data share it, read, converted and tokenized once
         (`data.prepared_splits`: a study's arms and seeds); None reads the source for this run alone. `callbacks`:
         more `TrainerCallback`s (a study's probe times its steps with one)."""
-        require_model(recipe.model.model_name_or_path)
-        model_path = resolve_model_path(recipe.model.model_name_or_path)
-        recipe.training.model_init_kwargs = init_kwargs(recipe.model, recipe.training)
+        model = model_config(recipe)
+        require_model(model.model_name_or_path)
+        model_path = resolve_model_path(model.model_name_or_path)
+        recipe.training.model_init_kwargs = init_kwargs(model, recipe.training)
         identity = check_run(recipe, model_path)  # before any work
         if data_dir is None:
             data = PreparedData(*load_train_eval(recipe.script), None)
@@ -113,7 +124,7 @@ class SFTTraining(SharedDataTraining):
                 args=recipe.training,
                 train_dataset=data.train,
                 eval_dataset=data.held_out,
-                peft_config=get_peft_config(recipe.model),
+                peft_config=get_peft_config(model),
                 callbacks=list(callbacks),
             )
         trainer.run_identity = identity  # with the data it trains on
@@ -159,10 +170,11 @@ class SFTSearching(Searching):
 
     def sweep_data(self, recipe: Recipe, validation_size: float) -> SFTSweepData:
         train, validation = load_chat_train_validation(recipe.script, validation_size)
+        model = model_config(recipe)
         return SFTSweepData(
-            model_path=resolve_model_path(recipe.model.model_name_or_path),
-            init_kwargs=init_kwargs(recipe.model, recipe.training),
-            peft_config=get_peft_config(recipe.model),
+            model_path=resolve_model_path(model.model_name_or_path),
+            init_kwargs=init_kwargs(model, recipe.training),
+            peft_config=get_peft_config(model),
             train=train,
             validation=validation,
         )

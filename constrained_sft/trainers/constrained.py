@@ -226,12 +226,12 @@ class ConstrainedTrainerMixin(TrainerOverrides):
             )  # fmt: skip
         return path
 
-    def init_hf_repo(self, token: str | None = None):
+    def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:
         """transformers' hook that creates the Hub repository of `push_to_hub` (in the constructor, before training):
         a Hub that cannot be reached, or refuses the repository, is refused in one line naming `push_to_hub` instead
         of a traceback, and nothing trains."""
         try:
-            return super().init_hf_repo(token)
+            return super().init_hf_repo(token, private)
         except Exception as error:  # the Hub client's errors vary with its HTTP library (connection, HTTP, offline)
             repo = self.args.hub_model_id or os.path.basename(os.path.normpath(self.args.output_dir))
             raise ValueError(

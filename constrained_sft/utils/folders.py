@@ -24,6 +24,7 @@ import json
 import os
 import re
 import tempfile
+from typing import Any
 
 from ..version import VERSION
 from .files import json_safe
@@ -104,21 +105,22 @@ def normalized(settings: JSONObject) -> JSONObject:
     return json.loads(json.dumps(json_safe(settings), sort_keys=True, default=str))
 
 
-def read_marker(path: str, flag: str) -> JSONObject | None:
+def read_marker(path: str, flag: str) -> dict[str, dict[str, Any]] | None:
     """The folder's marker ({command: {"settings", "version"}}), None where it has none."""
     marker = os.path.join(path, MARKER)
     if not os.path.isfile(marker):
         return None
     try:
         with open(marker, encoding="utf-8") as f:
-            value = json.load(f)
-        commands = value["commands"]
-        assert isinstance(commands, dict)
-    except (OSError, ValueError, KeyError, TypeError, AssertionError):
+            commands = json.load(f)["commands"]
+    except (OSError, ValueError, KeyError, TypeError):
+        commands = None
+    entries = commands.values() if isinstance(commands, dict) else [None]
+    if not all(isinstance(e, dict) and isinstance(e.get("settings", {}), dict) for e in entries):
         raise OutputDirError(
             f"`{flag}` {path}: its {MARKER} is damaged, so what wrote the folder cannot be checked; give another "
             "folder."
-        ) from None
+        )
     return commands
 
 
@@ -171,7 +173,8 @@ def migration(saved: JSONObject, current: JSONObject, vouch=None) -> tuple[list[
         parent = key.rpartition(".")[0]
         return not parent or any(k.startswith(parent + ".") for k in side)
 
-    refused, migrated = [], []
+    refused: list[str] = []
+    migrated: list[str] = []
     for key in changed_keys(a, b):
         if key in a and key in b:
             refused.append(key)
@@ -188,9 +191,9 @@ def check_folder(
     """Refuse, before any work, to write `command`'s results with `settings` into `path` (see the module docstring);
     reads only. A missing or empty folder is always fine. Returns the settings an earlier version's marker is
     migrated in (`migration`; `vouch`: which settings it lacks the folder's own work confirms)."""
-    found = (
-        sorted(f for f in os.listdir(path) if not f.startswith(f".{MARKER}.")) if path and os.path.isdir(path) else []
-    )
+    if not path or not os.path.isdir(path):
+        return []
+    found = sorted(f for f in os.listdir(path) if not f.startswith(f".{MARKER}."))
     if not found:
         return []  # missing, empty, or another worker of one sweep marking it this instant
     commands = read_marker(path, flag)
@@ -221,7 +224,7 @@ def check_folder(
     return migrated
 
 
-def saved_settings(path: str | None, command: str, flag: str) -> JSONObject | None:
+def saved_settings(path: str | None, command: str, flag: str) -> dict[str, Any] | None:
     """The settings `command` recorded in the folder's marker (None: no folder, no marker, or not `command`'s)."""
     commands = read_marker(path, flag) if path and os.path.isdir(path) else None
     entry = (commands or {}).get(command)
@@ -245,7 +248,7 @@ def mark_folder(path: str, command: str, settings: JSONObject) -> None:
     marker is written only when it changes, through a temporary file of this process's own."""
     os.makedirs(path, exist_ok=True)
     commands = read_marker(path, "--output_dir") or {}
-    entry = {"settings": normalized(settings), "version": VERSION}
+    entry: dict[str, Any] = {"settings": normalized(settings), "version": VERSION}
     if commands.get(command) == entry:
         return
     commands[command] = entry

@@ -5,7 +5,8 @@ The shapes of the plain dicts that cross the library's seams, named once so a si
   `pixel_values` [B, C, T, H, W], ...), as the Trainer hands it to `compute_loss` and `prediction_step`.
 - `Logs`: what `Trainer.log` receives and the console prints: metric name -> number.
 - `JSONValue` / `JSONObject`: what a JSON (or YAML) file holds: a folder's marker, a run's identity, a data row, the
-  settings a command recorded. Values are checked by a type checker, unlike `Any`.
+  settings a command recorded. Values are checked by a type checker, unlike `Any`; nested ones are read-only
+  (`Mapping`, `Sequence`), so a `dict[str, int]` or a tuple is one (a `dict[str, JSONValue]` alone would refuse it).
 
 `dict[str, Any]` stays where the values really are anything: keyword arguments handed on to a library we do not own
 (`from_pretrained`, alpaca_eval's judges) and torch-style `state_dict()`s (tensors beside numbers and lists).
@@ -13,6 +14,7 @@ The shapes of the plain dicts that cross the library's seams, named once so a si
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, TypeAlias
 
 if TYPE_CHECKING:  # torch is not imported when the package is
@@ -20,5 +22,5 @@ if TYPE_CHECKING:  # torch is not imported when the package is
 
 Batch: TypeAlias = "dict[str, torch.Tensor]"
 Logs: TypeAlias = "dict[str, float]"
-JSONValue: TypeAlias = "str | int | float | bool | None | list[JSONValue] | dict[str, JSONValue]"
+JSONValue: TypeAlias = "str | int | float | bool | None | Sequence[JSONValue] | Mapping[str, JSONValue]"
 JSONObject: TypeAlias = "dict[str, JSONValue]"

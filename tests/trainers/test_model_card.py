@@ -120,6 +120,30 @@ def test_push_to_hub_uploads_the_card_and_the_report(make_trainer, tmp_path, mon
     assert "model_name: tiny-constrained" not in uploaded["README.md"]  # the output folder names the model
 
 
+def test_push_to_hub_after_a_run_without_it_creates_the_repository_as_asked(make_trainer, monkeypatch):
+    """A run trained without `push_to_hub`, pushed afterwards: transformers creates the repository through
+    `init_hf_repo(token=, private=)`, which the trainer's hook must take (a TypeError on `private` before)."""
+    import types
+
+    import transformers.trainer as hf_trainer
+
+    asked = {}
+
+    class Api:
+        def create_repo(self, repo_id, **kwargs):
+            asked.update(kwargs, repo_id=repo_id)
+            return types.SimpleNamespace(repo_id=f"me/{repo_id}")
+
+        def upload_folder(self, **kwargs):
+            asked["uploaded"] = True
+
+    monkeypatch.setattr(hf_trainer, "hf_api", lambda: Api())
+    trainer = make_trainer(max_steps=1)
+    trainer.push_to_hub(private=True)
+    assert asked == {"repo_id": "out", "token": None, "private": True, "exist_ok": True, "uploaded": True}
+    assert trainer.hub_model_id == "me/out"
+
+
 def test_push_to_hub_to_a_hub_out_of_reach_is_refused_before_training(make_trainer, tmp_path, monkeypatch):
     """The Hub online but unreachable when the trainer creates the repository: one line naming `push_to_hub`, and
     nothing trains (the offline case is refused at config time: the bad-input matrix)."""
