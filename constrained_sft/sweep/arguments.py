@@ -6,7 +6,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 
-from ..comparison import ERM, arm_recipes, recipe_identity
+from ..comparison import ERM, arm_recipes, comparison_levels, recipe_identity
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
@@ -89,7 +89,8 @@ class SweepArguments:
         check_fields(self)
         check_output_folder(self.sweep_dir, "--sweep_dir")
 
-    def validate(self) -> None:
+    def validate(self) -> str:
+        """Every option checked before any work; returns `space`, which has no default."""
         for name, allowed in (("objective", SWEEP_OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
@@ -112,24 +113,24 @@ class SweepArguments:
             raise ValueError(
                 "`stage` 'compare' / 'all' compares with a baseline: pass `--baseline erm` (or --stage search)."
             )
+        return self.space
 
-    def locate(self, output_dir: str) -> None:
-        """Fills the derived defaults: `sweep_dir` (<output_dir>-sweep), `study_name` (that folder's name) and
-        `storage` (a SQLite file in it)."""
-        self.sweep_dir = self.sweep_dir or f"{output_dir.rstrip('/')}-sweep"
-        self.study_name = self.study_name or os.path.basename(os.path.normpath(self.sweep_dir))
-        self.storage = self.storage or f"sqlite:///{os.path.abspath(os.path.join(self.sweep_dir, 'study.db'))}"
+    def plan(self, output_dir: str, noise_gamma: object) -> SweepPlan:
+        """The options checked (`validate`) and resolved once, for the recipe's `output_dir` and `noise_gamma`:
+        `sweep_dir` (<output_dir>-sweep), `study_name` (that folder's name), `storage` (a SQLite file in it) and the
+        noise grid (`comparison.comparison_levels`: 0 to 4x the training level). The caller's options are left as
+        given."""
+        space = self.validate()
+        sweep_dir = self.sweep_dir or f"{output_dir.rstrip('/')}-sweep"
+        study_name = self.study_name or os.path.basename(os.path.normpath(sweep_dir))
+        storage = self.storage or f"sqlite:///{os.path.abspath(os.path.join(sweep_dir, 'study.db'))}"
+        gammas = comparison_levels(self.gammas, noise_gamma, "gammas")
+        options = dataclasses.replace(self, sweep_dir=sweep_dir, study_name=study_name, storage=storage, gammas=gammas)
+        return SweepPlan(options, space, sweep_dir, study_name, storage, gammas)
 
     def extra_arms(self) -> dict[str, str]:
         """{name: recipe path} of every `--arm` (`comparison.arm_recipes`; the twins' names are taken)."""
         return arm_recipes(self.arm)
-
-    def study(self, arm: str, objective: Objective):
-        """The Optuna study of one arm (after `locate`), created or loaded."""
-        name = f"{self.study_name}-{arm}"
-        if self.storage is None:  # a caller's order, never a user's input: `locate` gives it its default
-            raise RuntimeError("the sweep's Optuna study was asked for before `locate` gave `storage` its default")
-        return open_study(name, self.storage, self.sampler_seed, self.pruner, objective, self.heartbeat_interval)
 
     def folder_settings(self, recipes: dict, spaces: dict, given_storage: str | None) -> dict:
         """What decides a sweep's results, for its folder (`utils.folders`): the options (a continuation may
@@ -144,3 +145,22 @@ class SweepArguments:
 
             settings["storage"] = make_url(given_storage).render_as_string(hide_password=True)
         return settings
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """A sweep's settings resolved once, before any work (`SweepArguments.plan`), as TRL's scripts turn their
+    dataclasses into arguments once: every step reads these, none is unset and none is filled again."""
+
+    options: SweepArguments  # as given, the derived values below filled in (what the sweep's report records)
+    space: str
+    sweep_dir: str
+    study_name: str
+    storage: str
+    gammas: list[float]  # the objective's and the test's noise levels, sorted
+
+    def study(self, arm: str, objective: Objective):
+        """The Optuna study of one arm, created or loaded."""
+        o = self.options
+        return open_study(f"{self.study_name}-{arm}", self.storage, o.sampler_seed, o.pruner, objective,
+                          o.heartbeat_interval)  # fmt: skip

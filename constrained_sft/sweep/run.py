@@ -13,7 +13,7 @@ import os
 import warnings
 from functools import partial
 
-from ..comparison import ERM, check_comparison_folder, comparison_levels, reference_arm, sweep_arms
+from ..comparison import ERM, check_comparison_folder, reference_arm, sweep_arms
 from ..config import training_level
 from ..data.splits import refuse_streamed_selection
 from ..evaluation.report import (
@@ -34,7 +34,7 @@ from ..utils.folders import (
     child_path,
     normalized,
 )
-from .arguments import SweepArguments
+from .arguments import SweepArguments, SweepPlan
 from .compare import evaluate_finals, seed_dir
 from .objectives import SWEEP_OBJECTIVES
 from .results import ArmTrials, SweepResults, Trial
@@ -48,57 +48,58 @@ def run(settings: SweepArguments, task: Task, recipe: Recipe, more: dict[str, Re
     more = more or {}
     # every input checked before any trial, nothing written on a refusal; then the folder checked and marked
     arms = sweep_arms(task, recipe, settings.readouts, settings.baseline == ERM, more)
-    settings.validate()
-    reference = reference_arm(settings.reference, [a.name for a in arms], twins_only=not more)
-    check_objective(settings, task)
-    spaces = load_space(settings.space, type(recipe.training), sections=tuple(more))
+    plan = settings.plan(recipe.training.output_dir, recipe.training.noise_gamma)  # checked and resolved once
+    options = plan.options
+    reference = reference_arm(options.reference, [a.name for a in arms], twins_only=not more)
+    check_objective(options, task)
+    spaces = load_space(plan.space, type(recipe.training), sections=tuple(more))
     searched, not_searched = arm_spaces(spaces, arms, recipe.training)
     check_ranges({k: v for k, v in spaces.items() if k not in more}, recipe.training)  # every section, arm or not
     refuse_streamed_selection(recipe.script)
-    settings, given_storage = resolved(settings, recipe.training), settings.storage
     recipes = {"recipe": recipe, **more}  # the ERM twins train the recipe
-    folder_settings = settings.folder_settings(recipes, spaces, given_storage)
-    check_comparison_folder(settings.sweep_dir, COMMAND, folder_settings, "--sweep_dir", recipes).mark()
+    folder_settings = options.folder_settings(recipes, spaces, settings.storage)
+    check_comparison_folder(plan.sweep_dir, COMMAND, folder_settings, "--sweep_dir", recipes).mark()
     train_gamma = training_level(recipe.training.noise_gamma)
-    objective = Objective(settings.objective, settings.gammas, train_gamma, task.headline, settings.ood_floor)
-    data = task.searching.sweep_data(recipe, settings.validation_size)
-    bases = {a.name: dataclasses.replace(a.training or recipe.training, per_device_eval_batch_size=settings.eval_batch_size)
+    objective = Objective(options.objective, plan.gammas, train_gamma, task.headline, options.ood_floor)
+    data = task.searching.sweep_data(recipe, options.validation_size)
+    bases = {a.name: dataclasses.replace(a.training or recipe.training, per_device_eval_batch_size=options.eval_batch_size)
              for a in arms}  # fmt: skip
-    studies = {arm.name: settings.study(arm.name, objective) for arm in arms}
-    if settings.stage in ("search", "all"):
+    studies = {arm.name: plan.study(arm.name, objective) for arm in arms}
+    if options.stage in ("search", "all"):
         for arm in arms:
             trial = partial(run_trial, task, data=data, arm=arm, space=searched[arm.name], base_args=bases[arm.name],
-                            objective=objective, sweep_dir=settings.sweep_dir,
-                            evaluations=settings.evaluations_per_trial)  # fmt: skip
-            search(studies[arm.name], settings.n_trials, trial, desc=f"sweep {arm.name}")
+                            objective=objective, sweep_dir=plan.sweep_dir,
+                            evaluations=options.evaluations_per_trial)  # fmt: skip
+            search(studies[arm.name], options.n_trials, trial, desc=f"sweep {arm.name}")
     from sqlalchemy.engine import make_url  # Optuna's storage driver: imported by the sweep alone
 
-    shown = make_url(settings.storage).render_as_string(hide_password=True)  # reports never carry a database password
-    out = SweepResults(dataclasses.replace(settings, storage=shown), {})
+    shown = make_url(plan.storage).render_as_string(hide_password=True)  # reports never carry a database password
+    out = SweepResults(dataclasses.replace(options, storage=shown), {})
     for arm in arms:
-        out.arms[arm.name] = trials_summary(studies[arm.name], arm, settings.sweep_dir, searched[arm.name].names,
+        out.arms[arm.name] = trials_summary(studies[arm.name], arm, plan.sweep_dir, searched[arm.name].names,
                                             not_searched[arm.name], objective.maximize)  # fmt: skip
-    if settings.stage in ("compare", "all"):
+    if options.stage in ("compare", "all"):
         pairs = compared_pairs(arms, more, reference)
-        compare(task, arms, studies, objective, settings, data, bases, recipe.script, pairs, out)
-    write_report(out, settings.sweep_dir)
+        compare(task, arms, studies, objective, plan, data, bases, recipe.script, pairs, out)
+    write_report(out, plan.sweep_dir)
     return out
 
 
 def compare(
-    task: Task, arms: list[Arm], studies, objective, settings, data, bases, script, pairs, out: SweepResults
+    task: Task, arms: list[Arm], studies, objective, plan: SweepPlan, data, bases, script, pairs, out: SweepResults
 ) -> None:
     """Each arm's best configuration retrained with the final seeds (every arm's retrained models checked before any
     is trained), then the `pairs` compared on the held-out data with intervals, into `out` (saved)."""
     best = {arm.name: best_params(studies[arm.name], objective.maximize) for arm in arms}
     for arm in arms:
-        check_final(settings.sweep_dir, arm.name, best[arm.name])
+        check_final(plan.sweep_dir, arm.name, best[arm.name])
     for arm in arms:
-        retrain(task, arm, best[arm.name], settings, data, bases[arm.name])
-    results = evaluate_finals(task, arms, settings, objective.train_gamma, script, pairs)
+        retrain(task, arm, best[arm.name], plan, data, bases[arm.name])
+    results = evaluate_finals(task, arms, plan, objective.train_gamma, script, pairs)
     out.comparisons, out.test_report = results.comparisons, results.files
-    out.arm_plot = results.files[task.headline.key]
-    out.save(settings.sweep_dir)
+    plot = results.files[task.headline.key]
+    out.arm_plot = plot if isinstance(plot, str) else None  # a plot's path (the "figures" entry is a table)
+    out.save(plan.sweep_dir)
 
 
 def check_objective(settings: SweepArguments, task: Task) -> None:
@@ -109,15 +110,6 @@ def check_objective(settings: SweepArguments, task: Task) -> None:
             f"`objective: {settings.objective}` floors an accuracy; `task: {task.name}` reports {task.headline.key} "
             f"(lower is better): use one of {usable}."
         )
-
-
-def resolved(settings: SweepArguments, training) -> SweepArguments:
-    """The options with their derived defaults filled (`locate`: the folder, study name and storage; the noise
-    grid: `comparison.comparison_levels`), as a new value: the caller's are left as given."""
-    out = dataclasses.replace(settings)
-    out.locate(training.output_dir)
-    out.gammas = comparison_levels(settings.gammas, training.noise_gamma, "gammas")
-    return out
 
 
 def compared_pairs(arms: list[Arm], more: dict[str, Recipe], reference: str) -> list[tuple[str, str]]:
@@ -148,14 +140,14 @@ def check_final(sweep_dir: str, arm: str, params: Params) -> None:
         )
 
 
-def retrain(task: Task, arm: Arm, params: Params, settings: SweepArguments, data, base) -> None:
+def retrain(task: Task, arm: Arm, params: Params, plan: SweepPlan, data, base) -> None:
     """The arm's best configuration with seeds 0..S-1 (a seed the search chose is replaced), each saved; a seed
     whose model is already saved is kept, so a killed comparison resumes (`check_final`: of the same
     configuration)."""
-    os.makedirs(child_path(settings.sweep_dir, "final", arm.name), exist_ok=True)
-    write_json(child_path(settings.sweep_dir, "final", arm.name, FINAL_PARAMS), normalized(params))
-    for seed in range(settings.final_seeds):
-        folder = seed_dir(settings.sweep_dir, arm.name, seed)
+    os.makedirs(child_path(plan.sweep_dir, "final", arm.name), exist_ok=True)
+    write_json(child_path(plan.sweep_dir, "final", arm.name, FINAL_PARAMS), normalized(params))
+    for seed in range(plan.options.final_seeds):
+        folder = seed_dir(plan.sweep_dir, arm.name, seed)
         if is_finished(folder):
             continue
         trainer = task.searching.trial_trainer(data, arm, trial_args(base, arm, {**params, "seed": seed}, folder))
@@ -178,8 +170,8 @@ def trials_summary(
         writer = csv.DictWriter(f, fieldnames=keys)
         writer.writeheader()
         writer.writerows(rows)
-    complete = [t for t in trials if t.state == "COMPLETE"]
-    best = (max if maximize else min)(complete, key=lambda t: t.value) if complete else None
+    scored = [(t.value, t) for t in trials if t.state == "COMPLETE" and t.value is not None]
+    best = (max if maximize else min)(scored, key=lambda pair: pair[0])[1] if scored else None
     return ArmTrials(trials, best, optuna_plots(study, arm.name, sweep_dir), searched, not_searched)
 
 
@@ -189,6 +181,8 @@ def optuna_plots(study, arm: str, sweep_dir: str) -> dict[str, str]:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
     from optuna.visualization import matplotlib as ovm
 
     files = {}
@@ -199,7 +193,9 @@ def optuna_plots(study, arm: str, sweep_dir: str) -> dict[str, str]:
                 ax = plot(study)
             except (ValueError, RuntimeError):  # too few complete trials, or a single searched value
                 continue
-            fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
+            fig = (ax if isinstance(ax, Axes) else ax.flat[0]).figure  # an Axes, or an array of them
+            if not isinstance(fig, Figure):
+                raise TypeError(f"Optuna's {kind} plot is not on a figure of its own ({type(fig).__name__}).")
             path = os.path.join(sweep_dir, f"{kind}-{arm}.png")
             fig.set_size_inches(7, 4)
             fig.tight_layout()
@@ -219,10 +215,11 @@ def write_report(out: SweepResults, sweep_dir: str) -> str:
         if info.best:
             blocks.append(Text(f"Best trial {info.best.trial}: value {info.best.value:.4f}"))
         blocks += [Image(p, kind) for kind, p in info.plots.items()]
-    if out.compared:
+    if out.comparisons is not None:  # `compared`
         n_boot = out.settings.bootstrap_samples
         blocks += [Heading("Held-out data: constrained - ERM (paired bootstrap, 95%)")]
-        blocks += [*comparison_blocks(out.comparisons, n_boot, level=3), Image(out.arm_plot, "headline vs gamma")]
+        blocks += comparison_blocks(out.comparisons, n_boot, level=3)
+        blocks += [Image(out.arm_plot, "headline vs gamma")] if out.arm_plot else []
     return write_markdown(os.path.join(sweep_dir, "report.md"), Document("Sweep report", blocks))
 
 

@@ -1,5 +1,7 @@
 """Search-space files: what is accepted, what is refused and how, and what a trial gets."""
 
+import dataclasses
+
 import optuna
 import pytest
 
@@ -73,8 +75,11 @@ def test_what_is_read_before_it_has_a_value_is_said_not_a_type_error(tmp_path):
     assert Param("lr", low=1e-4, high=1e-3, log=True).suggest(trial) == pytest.approx(trial.params["lr"])
     with pytest.raises(RuntimeError, match="before `study_dir` was given its default"):
         _ = StudyArguments().folder
-    sweep = SweepArguments()
-    with pytest.raises(RuntimeError, match="before `locate` gave `storage` its default"):
-        sweep.study("constrained", None)
-    sweep.locate(str(tmp_path / "run"))
-    assert sweep.storage == f"sqlite:///{tmp_path / 'run-sweep' / 'study.db'}"
+    sweep = SweepArguments(space="space.yaml", stage="search")
+    plan = sweep.plan(str(tmp_path / "run"), 0.5)  # a study is asked of the plan, whose storage is always set
+    assert plan.storage == f"sqlite:///{tmp_path / 'run-sweep' / 'study.db'}" and plan.study_name == "run-sweep"
+    assert plan.sweep_dir == plan.options.sweep_dir == str(tmp_path / "run-sweep")
+    assert plan.gammas == plan.options.gammas == [0.0, 0.5, 1.0, 1.5, 2.0]  # 0 to 4x the training level
+    assert sweep.sweep_dir is None and sweep.gammas is None  # the caller's options as given
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.sweep_dir = "elsewhere"
