@@ -139,7 +139,7 @@ docs: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check constrained_sft tests benchmarks eval docs scripts
 	$(BIN)/ruff format --check constrained_sft tests benchmarks eval docs scripts
-	$(BIN)/mypy  # the package, at the strictness and with the not-yet-checked modules pyproject.toml's [tool.mypy] states
+	$(BIN)/mypy  # every module of the package, at the strictness pyproject.toml's [tool.mypy] states
 
 format: $(STAMP)
 	$(BIN)/ruff format constrained_sft tests benchmarks eval scripts

@@ -8,6 +8,7 @@ CPU rehearsal (`study_assets`, `python -m constrained_sft.testing study-assets R
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import transformers
 from datasets import Dataset
@@ -50,6 +51,7 @@ def tiny_causal_lm(
 ):
     """A random causal LM built from a config: `arch` in llama, qwen2, mistral, gpt2, lfm2. No dropout."""
     transformers.set_seed(seed)
+    config: transformers.PretrainedConfig
     if arch == "gpt2":
         config = transformers.GPT2Config(
             n_embd=hidden, n_layer=num_layers, n_head=4, n_positions=256, resid_pdrop=0.0, embd_pdrop=0.0,
@@ -76,14 +78,16 @@ def tiny_vlm(arch: str = "llava", num_layers: int = 4, hidden: int = 32, vocab: 
     """
     transformers.set_seed(seed)
     text = _decoder(num_layers, hidden, vocab)
-    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=8)
+    vision: dict[str, Any] = dict(
+        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=8
+    )
     if arch == "llava":
-        config = transformers.LlavaConfig(
+        llava = transformers.LlavaConfig(
             text_config=transformers.LlamaConfig(**text),
             vision_config=transformers.CLIPVisionConfig(**vision, patch_size=4),
             image_token_index=vocab - 1,
         )
-        return transformers.LlavaForConditionalGeneration(config)
+        return transformers.LlavaForConditionalGeneration(llava)
     config = transformers.Gemma3Config(
         text_config=transformers.Gemma3TextConfig(**text, head_dim=hidden // 4),
         vision_config=transformers.SiglipVisionConfig(**vision, patch_size=4),
@@ -188,14 +192,14 @@ def tiny_videos(root, frames: int = 16, size: tuple[int, int] = (48, 40)) -> str
 def sharegpt_rows(n: int = 96) -> list[dict]:
     """`n` ShareGPT conversations of the successor task (`s3 s1 =` -> `s4 s1`), where, as in real ShareGPT, some first
     exchanges have no answer (every 16th from the 6th: two user turns, or an empty reply), which training skips."""
-    rows = [{"id": str(i), "conversations": [{"from": "human", "value": f"s{i % 24} s{i // 24} ="},
-                                             {"from": "gpt", "value": f"s{(i % 24 + 1) % 24} s{i // 24}"}]}
+
+    def reply(i: int) -> dict[str, str]:
+        if i % 16 != 5:
+            return {"from": "gpt", "value": f"s{(i % 24 + 1) % 24} s{i // 24}"}
+        return {"from": "human", "value": "s1 ="} if i % 32 == 5 else {"from": "gpt", "value": " "}
+
+    return [{"id": str(i), "conversations": [{"from": "human", "value": f"s{i % 24} s{i // 24} ="}, reply(i)]}
             for i in range(n)]  # fmt: skip
-    for i in range(5, n, 16):
-        rows[i]["conversations"][1] = (
-            {"from": "human", "value": "s1 ="} if i % 32 == 5 else {"from": "gpt", "value": " "}
-        )
-    return rows
 
 
 def study_assets(root) -> str:

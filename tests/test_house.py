@@ -13,8 +13,9 @@ import re
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "constrained_sft"
 MODULES = sorted(PACKAGE.rglob("*.py"))
-# annotations still `dict[str, Any]` outside a JSON boundary (to_dict / from_dict): keyword arguments handed on to a
-# library we do not own, torch-style state dicts, a task's own snapshots (see utils/types.py); 19 at 2026-11-27
+# annotations still `dict[str, Any]` outside a JSON boundary (to_dict / from_dict, and `JSONRead` where a reader takes a
+# file's JSON): keyword arguments handed on to a library we do not own (a forward hook's included), torch-style state
+# dicts, a task's own snapshots (see utils/types.py); 19 at 2026-11-27, 26 at 2026-11-29
 UNTYPED_DICTS = 30
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any
 
 from ..tasks import Recipe
 from ..tasks.training import data_identity
 from ..trainers.resume import RUN_JSON
 from ..utils.content import same_source
 from ..utils.folders import OutputDirError, check_folder, mark_folder, migrated_line, saved_settings
-from ..utils.types import JSONObject
+from ..utils.types import JSONObject, JSONRead
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class CheckedFolder:
     command: str
     settings: JSONObject
     flag: str
-    saved: dict[str, Any] | None  # as the marker holds them (`saved_settings`)
+    saved: JSONRead | None  # as the marker holds them (`saved_settings`)
     migrated: list[str]
 
     def mark(self) -> None:
@@ -48,7 +47,7 @@ def check_comparison_folder(
     return CheckedFolder(root, command, settings, flag, saved, migrated)
 
 
-def check_same_data(saved: dict[str, Any] | None, recipes: dict[str, Recipe], root: str, flag: str) -> None:
+def check_same_data(saved: JSONRead | None, recipes: dict[str, Recipe], root: str, flag: str) -> None:
     """Refuse in one line, before any work, to continue a comparison folder (`root`, a study's or a sweep's) whose
     data has changed since its runs trained: against the content ids its marker's settings (`saved`) recorded, and
     against those its runs recorded (`run.json`; an earlier version's marker records none, its runs a fingerprint of

@@ -161,6 +161,16 @@ class ConstraintArguments(VariantArguments):
         },
     )
 
+    @property
+    def layer_setting(self) -> str | list[int]:
+        """`constrained_layers` as validation leaves it: 'all' or 1-based indices (the parse is idempotent)."""
+        return _parse_layers(self.constrained_layers)
+
+    @property
+    def alpha_setting(self) -> float | list[float]:
+        """`descent_alpha` as validation leaves it: one alpha, or one per descent step."""
+        return _parse_alpha(self.descent_alpha)
+
     def _validate_constraint_arguments(self) -> None:
         check_fields(self, ConstraintArguments)
         if self.constraints not in CONSTRAINT_MODES:

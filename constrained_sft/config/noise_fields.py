@@ -86,6 +86,13 @@ class NoiseArguments:
             self.eval_noise_gammas = [float(v) for v in levels]
 
     @property
+    def gamma_setting(self) -> float | list[float]:
+        """`noise_gamma` as validation leaves it: a level, or a `[gamma_min, gamma_max]` range (text is read then)."""
+        if isinstance(self.noise_gamma, str):
+            raise ValueError(f"`noise_gamma` {self.noise_gamma!r} is read when the config is built.")
+        return self.noise_gamma
+
+    @property
     def uses_noise(self) -> bool:
         """Whether training or evaluation perturbs the embeddings."""
         return self.trains_with_noise or bool(self.eval_noise_gammas)

@@ -10,10 +10,17 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..constraints.variants import is_number
 from ..utils.fields import check_fields
 from ..utils.folders import OutputDirError, check_output_folder
+
+if TYPE_CHECKING:  # the type checker reads the mixin as the arguments it is mixed into; at run time: `object`
+    from transformers import TrainingArguments
+    from transformers import TrainingArguments as MixedInto
+else:
+    MixedInto = object
 
 NONFINITE_POLICIES = ("stop", "skip")
 STRATEGIES = {"eval_strategy": ("no", "steps", "epoch"), "save_strategy": ("no", "steps", "epoch", "best")}
@@ -21,7 +28,7 @@ STRATEGIES["logging_strategy"] = STRATEGIES["eval_strategy"]
 
 
 @dataclass
-class RunArguments:
+class RunArguments(MixedInto):
     """The run's output folder and its guard against non-finite steps (shared by every trainer config)."""
 
     overwrite_output_dir: bool = field(
@@ -57,7 +64,7 @@ class RunArguments:
         hub_reachable(self)
 
 
-def no_liger(args) -> None:
+def no_liger(args: TrainingArguments) -> None:
     """`use_liger_kernel` refused before any work. Liger patches the model class: its forward becomes a fused linear
     cross-entropy (`lce_forward`) that skips the logits in training and knows none of TRL's fused-head arguments,
     which this package's evaluation passes, and its norms and MLPs become Triton kernels (GPU only); the constrained
@@ -72,7 +79,7 @@ def no_liger(args) -> None:
         )
 
 
-def hub_reachable(args) -> None:
+def hub_reachable(args: TrainingArguments) -> None:
     """`push_to_hub` with the Hub declared offline (HF_HUB_OFFLINE) is refused before any work: the push would fail
     after training. (An online Hub that cannot be reached is refused when the trainer creates the repository, also
     before training: `ConstrainedTrainerMixin.init_hf_repo`.)"""
@@ -87,19 +94,19 @@ def hub_reachable(args) -> None:
         )
 
 
-def _integer(args, name: str, low: int) -> None:
+def _integer(args: object, name: str, low: int) -> None:
     value = getattr(args, name, None)
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ValueError(f"`{name}` must be an integer >= {low}, got {value!r}.")
 
 
-def _number(args, name: str, low: float, strict: bool = False) -> None:
+def _number(args: object, name: str, low: float, strict: bool = False) -> None:
     value = getattr(args, name, None)
     if not is_number(value) or not math.isfinite(value) or value < low or (strict and value == low):
         raise ValueError(f"`{name}` must be a finite number {'>' if strict else '>='} {low:g}, got {value!r}.")
 
 
-def _check_inherited(args) -> None:
+def _check_inherited(args: TrainingArguments) -> None:
     """The inherited fields users set most, checked before `TrainingArguments.__post_init__` sees them."""
     for name in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
         _integer(args, name, 1)
@@ -137,7 +144,7 @@ def _check_inherited(args) -> None:
             )
 
 
-def deepspeed_without_gpu(args) -> None:
+def deepspeed_without_gpu(args: TrainingArguments) -> None:
     """
     Under `accelerate launch` with a DeepSpeed config on a machine without a GPU (DeepSpeed's CPU accelerator, as in
     this library's CI), accelerate turns DeepSpeed off when `use_cpu` is set, and otherwise starts no process group
@@ -169,7 +176,7 @@ def deepspeed_without_gpu(args) -> None:
         raise ValueError(f"`ddp_backend` must be 'gloo' for DeepSpeed without a GPU, got {args.ddp_backend!r}.")
 
 
-def whole_sequences(args) -> None:
+def whole_sequences(args: TrainingArguments) -> None:
     """
     Refuse context and sequence parallelism before any work. Both split every sequence across ranks, and transformers
     then hands the loss pre-shifted `shift_labels` chunks: the layers' losses (and a classifier's pooled token) are

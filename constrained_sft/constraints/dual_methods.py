@@ -52,7 +52,8 @@ class NuPIDual(DualOptimizer):
 
     @classmethod
     def settings_problem(cls, values: SettingValues) -> str | None:
-        if not values["kp"] + values["ki"] > 0:
+        kp, ki = values["kp"], values["ki"]  # each checked a finite number >= 0 by now
+        if is_number(kp) and is_number(ki) and not kp + ki > 0:
             return "`nupi_kp` and `nupi_ki` are both 0: nuPI would never move the multipliers; set one > 0."
         return None
 

@@ -225,7 +225,13 @@ def load_classification(args: ClassificationDataArguments, tokenizer, num_labels
     return _prepared(args, tokenizer, num_labels, train, held_out, "held-out")
 
 
-def _streamed(args, tokenizer, num_labels: int | None, train: IterableDataset, test: IterableDataset | None):
+def _streamed(
+    args: ClassificationDataArguments,
+    tokenizer,
+    num_labels: int | None,
+    train: IterableDataset,
+    test: IterableDataset | None,
+):
     """`load_classification` of a stream: the held-out rows in memory (prepared as map-style rows are), the training
     rows checked, labelled and tokenized lazily as training reads them."""
     held_out, train = carve_stream(args, train, test, features=(train if test is None else test).features)
@@ -300,7 +306,9 @@ def _train_split(source: DatasetDict, args: ClassificationDataArguments) -> Data
     return source[args.dataset_train_split]
 
 
-def _prepared(args, tokenizer, num_labels, train: Dataset, held_out: Dataset, held_out_name: str):
+def _prepared(
+    args: ClassificationDataArguments, tokenizer, num_labels, train: Dataset, held_out: Dataset, held_out_name: str
+):
     """Columns checked, classes matched to the head, rows subsampled (`max_*_samples`), both splits tokenized."""
     for split, ds in (("train", train), (held_out_name, held_out)):
         if args.label_column not in ds.column_names:

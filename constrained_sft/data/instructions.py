@@ -8,16 +8,19 @@ model is asked was ever trained on, with or without `max_train_samples`.
 
 from __future__ import annotations
 
-from ..utils.types import JSONObject
+from collections.abc import Mapping
+from typing import Any
+
 from .chat import DataArguments
 from .errors import DataError
 from .formats import to_trl_format
 from .splits import source_splits
 
 
-def first_exchange(row: JSONObject) -> tuple[str, str] | None:
-    """(instruction, reference answer) of a row in TRL's format: the last user message before the first answer,
-    and that answer; None for a row without both (plain `text` rows, a prompt without a user turn)."""
+def first_exchange(row: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(instruction, reference answer) of a row in TRL's format (`to_trl_format` has checked its shape: the values
+    are read as such): the last user message before the first answer, and that answer; None for a row without both
+    (plain `text` rows, a prompt without a user turn)."""
     if "messages" in row:
         messages = row["messages"]
         answer = next((j for j, m in enumerate(messages) if m["role"] == "assistant" and m["content"].strip()), None)

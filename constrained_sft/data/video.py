@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -36,6 +35,7 @@ from torch.utils.data import Dataset
 
 from ..utils.fields import check_fields
 from ..utils.patches import patchify, unpatchify
+from ..utils.types import JSONObject
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".mpg", ".mpeg")
 FRAME_EXTENSIONS = (".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp")
@@ -228,7 +228,7 @@ class VideoSplits:
 
 def read_clips(
     args: VideoDataArguments, splits: tuple[str, ...] = ("train", "test")
-) -> tuple[dict[str, tuple[torch.Tensor, list[str], list[int]]], dict[str, Any]]:
+) -> tuple[dict[str, tuple[torch.Tensor, list[str], list[int]]], JSONObject]:
     """
     Find the videos, split them by video (module docstring) and decode only the `splits` asked for: per split the
     clips `[C, T, F, F]`, its video names and each clip's video index; and a summary of what was read.
@@ -252,7 +252,7 @@ def read_clips(
                 "train*/test* folders."
             )
     built: dict[str, tuple[torch.Tensor, list[str], list[int]]] = {}
-    summary: dict[str, Any] = {"source": args.video_source, "root": root}
+    summary: JSONObject = {"source": args.video_source, "root": root}
     for split in splits:
         members = by_split[split]
         clips, clip_video = [], []

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import nn
@@ -118,7 +119,7 @@ class EmbeddingNoise:
         self.segments: torch.Tensor | None = None  # [B, T] document ids (padding-free rows)
         self.calls = 0  # forward calls that were perturbed (tests count generation steps with it)
 
-    def _capture_call(self, _module, args, kwargs) -> None:
+    def _capture_call(self, _module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.mask = kwargs.get("attention_mask")
         position_ids = kwargs.get("position_ids")
         self.segments = None

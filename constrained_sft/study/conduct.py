@@ -197,7 +197,7 @@ def plan(args: StudyArguments, queue: list[Job], book: Bookkeeper, total: int, s
     return jobs, est, budget
 
 
-def drop_weights(args, runs: list[RunKey], records, evaluation: Evaluation, queue: list[Job]) -> None:
+def drop_weights(args: StudyArguments, runs: list[RunKey], records, evaluation: Evaluation, queue: list[Job]) -> None:
     """Weights `--keep_models` no longer keeps, of runs whose phases are all recorded (a rerun of a finished study
     with `--keep_models none`): deleted, and said; a run with phases left keeps its weights until its last."""
     pending = {job.run for job in queue}
@@ -222,7 +222,9 @@ def data_processes(recipe: Recipe, jobs: int) -> Recipe:
     return dataclasses.replace(recipe, training=training)
 
 
-def jobs_left(args, task: Task, recipes, runs: list[RunKey], records, evaluation: Evaluation | None) -> list[Job]:
+def jobs_left(
+    args: StudyArguments, task: Task, recipes, runs: list[RunKey], records, evaluation: Evaluation | None
+) -> list[Job]:
     """Each run's phases still to do as jobs: the runs in seed-major order, then the seed-0 exit decodings. A run
     whose weights are gone with phases left restarts (`phases.start_over`)."""
     main, exits = [], []

@@ -176,7 +176,7 @@ def finish_study(
     if e.exit_prompts and decoded:
         folders = [args.folder.run(RunKey(0, arm)) for arm in decoded]
         exit_args = e.exits_arguments(args.folder.exits, folders, list(decoded), sigma)
-        exits = write_exits(exit_args, decoded, e.exit_rows(), sigma, "cuda" if _cuda() else "cpu")
+        exits = write_exits(exit_args, args.folder.exits, decoded, e.exit_rows(), sigma, "cuda" if _cuda() else "cpu")
     missing = phases_missing(records, recipes, e, args.training_seeds, not_started)
     study = StudyResults(
         settings=StudySettings(

@@ -27,6 +27,7 @@ import os
 import statistics
 import tempfile
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from transformers import TrainerCallback
 
@@ -37,6 +38,9 @@ from . import clock
 from .folder import StudyFolder
 from .phases import Job, train
 from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN
+
+if TYPE_CHECKING:  # what transformers hands every callback
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 PROBE_STEPS, WARMUP_STEPS = 12, 4  # steps of the probe, of which the first are warm-up (timed, left out)
 PROBE_TOKENS = 32  # new tokens per probed answer and exit decode
@@ -52,19 +56,20 @@ class StepTimer(TrainerCallback):
         self.train_end: float | None = None
         self.epoch_steps = 0  # optimizer steps of one pass over the training rows
 
-    def on_train_begin(self, args, state, control, **kwargs):
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
         self.train_begin = clock.now()
         loader = kwargs.get("train_dataloader")
         if loader is not None and hasattr(loader, "__len__"):
             self.epoch_steps = math.ceil(len(loader) / args.gradient_accumulation_steps)
 
-    def on_step_begin(self, args, state, control, **kwargs):
+    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
         self.begun = clock.now()
 
-    def on_step_end(self, args, state, control, **kwargs):
-        self.steps.append(clock.now() - self.begun)
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+        if self.begun is not None:  # every step begins before it ends
+            self.steps.append(clock.now() - self.begun)
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
         self.train_end = clock.now()
 
 

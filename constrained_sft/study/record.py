@@ -23,7 +23,7 @@ from ..comparison import RunKey
 from ..data import has_weights, model_fingerprint
 from ..evaluation import ExitsModel, ModelResult
 from ..utils.files import read_json, write_json
-from ..utils.types import JSONObject
+from ..utils.types import JSONObject, JSONRead
 from .folder import StudyFolder
 
 T = TypeVar("T")
@@ -71,7 +71,7 @@ class RunRecord:
         )  # fmt: skip
 
 
-def _parsed(data: dict[str, Any], name: str, parse: Callable[[Any], T], what: str, where: str) -> T | None:
+def _parsed(data: JSONRead, name: str, parse: Callable[[Any], T], what: str, where: str) -> T | None:
     """`data[name]` read by `parse` (None where absent); a value this version cannot read is a `RecordError`."""
     try:
         return None if data.get(name) is None else parse(data[name])

@@ -22,6 +22,7 @@ import socket
 import time
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from transformers import TrainerCallback
 
@@ -30,6 +31,9 @@ from ..evaluation import ModelSummary, evaluate_level, summarize
 from ..tasks import Arm, Headline, Task
 from .objectives import SWEEP_OBJECTIVES
 from .space import Params, SearchSpace
+
+if TYPE_CHECKING:  # what transformers hands every callback
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 FINISHED = ("COMPLETE", "PRUNED")
 GRACE_BEATS = 3  # a trial is stale after this many heartbeat intervals without a beat
@@ -75,7 +79,7 @@ class _Report(TrainerCallback):
         self.trainer = None
         self.pruned = False
 
-    def on_step_end(self, args, state, control, **kwargs):
+    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
         if state.global_step in self.steps:
             value = self.objective(validation_summary(self.task, self.trainer, self.objective))
             self.trial.report(value, state.global_step)
@@ -123,7 +127,7 @@ def run_trial(task: Task, trial, data, arm: Arm, space: SearchSpace, base_args, 
     return objective(summary)
 
 
-def _total_steps(args, rows: int) -> int:
+def _total_steps(args: TrainingArguments, rows: int) -> int:
     if args.max_steps and args.max_steps > 0:
         return args.max_steps
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps

@@ -21,8 +21,9 @@ tokens, RMSE as the root of the pooled squared error).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -30,6 +31,10 @@ import torch
 from ..constraints import ERM
 from ..trainers import BatchScore
 from ..utils.types import Batch
+
+if TYPE_CHECKING:  # TRL is imported by the tasks that use it
+    from transformers import TrainingArguments
+    from trl import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,16 @@ class Recipe:
     script: Any
     model: Any | None
     training: Any
+
+    def model_config(self) -> ModelConfig:
+        """The recipe's TRL `ModelConfig`, for the tasks that have one (SFT and classification: `tasks.recipes`)."""
+        from trl import ModelConfig
+
+        if not isinstance(self.model, ModelConfig):
+            raise ValueError(
+                f"this task's recipe needs TRL's model fields (`model_name_or_path`, ...), got {self.model!r}."
+            )
+        return self.model
 
 
 @dataclass(frozen=True)
@@ -195,7 +210,7 @@ class Searching(ABC):
         held-out / test data is never touched)."""
 
     @abstractmethod
-    def trial_trainer(self, data: Any, arm: Arm, args, callbacks=()):
+    def trial_trainer(self, data: Any, arm: Arm, args: TrainingArguments, callbacks=()):
         """A trainer of `arm` on the sweep data's training rows, evaluating on its validation rows."""
 
     def recipe_readout(self, recipe: Recipe) -> str | None:
@@ -213,7 +228,7 @@ class Task(ABC):
     name: ClassVar[str]
     headline: ClassVar[Headline]
     data_arguments: ClassVar[type]  # the held-out data fields `eval robustness` takes (the recipe's data fields)
-    readouts: ClassVar[tuple[str, ...]] = ()  # readouts a sweep may compare (one arm each); () = the model's own
+    readouts: ClassVar[Collection[str]] = ()  # readouts a sweep may compare (one arm each); () = the model's own
     layer_curve: ClassVar[tuple[str, str]] = ("layer_loss", "held-out loss of the layer's readout")
     generates: ClassVar[bool] = False  # its models answer instructions (`eval generate`, the study's head-to-head)
     training: Training

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import AutoConfig, AutoModelForSequenceClassification, DataCollatorWithPadding
+from transformers import AutoConfig, AutoModelForSequenceClassification, DataCollatorWithPadding, TrainingArguments
 from trl import ModelConfig, get_peft_config
 
 from ..config import ConstrainedConfig
@@ -117,7 +117,7 @@ def build_classifier(path: str, config, names: list[str], recipe, **kwargs):
         "label2id": {n: i for i, n in enumerate(names)},
     }
     for kind in (ARCHITECTURES[recipe.classifier_architecture], READOUTS[recipe.classifier_readout]):
-        if kind.builds(config):
+        if kind.build is not None and kind.builds(config):
             return kind.build(path, labels, recipe, kwargs)
     if has_classification_head(config):
         return AutoModelForSequenceClassification.from_pretrained(path, **kwargs)
@@ -143,7 +143,7 @@ class ClassificationTraining(Training):
     `ConstrainedTrainer`."""
 
     def train(self, recipe: Recipe, more_runs: bool = False) -> TrainedModel:
-        script, model_args = recipe.script, recipe.model
+        script, model_args = recipe.script, recipe.model_config()
         require_model(model_args.model_name_or_path)
         path = resolve_model_path(model_args.model_name_or_path)
         identity = check_run(recipe, path)  # before any work
@@ -210,18 +210,20 @@ class ClassificationSearching(Searching):
         return recipe.script.classifier_readout
 
     def sweep_data(self, recipe: Recipe, validation_size: float) -> ClassifierSweepData:
-        model_args = recipe.model
+        model_args = recipe.model_config()
         path = resolve_model_path(model_args.model_name_or_path)
         config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
         tokenizer = load_tokenizer(path, model_args.model_revision)
         train, validation, names = load_train_validation(recipe.script, tokenizer, None, validation_size)
         return ClassifierSweepData(recipe.script, path, config, tokenizer, names, train, validation, model_args.dtype)
 
-    def trial_trainer(self, data: ClassifierSweepData, arm: Arm, args, callbacks=()) -> ConstrainedTrainer:
+    def trial_trainer(
+        self, data: ClassifierSweepData, arm: Arm, args: TrainingArguments, callbacks=()
+    ) -> ConstrainedTrainer:
         torch.manual_seed(args.seed)  # the new readout's initialisation follows the trial's seed
         script = data.recipe
         recipe = copy.copy(script)
-        recipe.classifier_readout = arm.readout  # the arm's readout
+        recipe.classifier_readout = arm.readout or script.classifier_readout  # the arm's readout
         model = build_classifier(data.path, data.config, data.names, recipe, dtype=data.dtype)
         return ConstrainedTrainer(
             model=model,

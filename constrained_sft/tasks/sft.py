@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from transformers import AutoConfig, AutoModelForCausalLM
-from trl import ModelConfig, get_peft_config
+from transformers import AutoConfig, AutoModelForCausalLM, TrainingArguments
+from trl import ModelConfig, SFTConfig, get_peft_config
 
 from ..config import ConstrainedSFTConfig
 from ..data import (
@@ -34,6 +34,7 @@ from ..data import (
     resolve_model_path,
 )
 from ..trainers import ConstrainedSFTTrainer
+from ..utils.fields import mapping_field
 from ..utils.files import write_json
 from .base import (
     Arm,
@@ -87,17 +88,7 @@ def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) ->
         "attn_implementation": model_args.attn_implementation,
         "dtype": model_args.dtype,
     }
-    extra = training_args.model_init_kwargs or {}
-    if not isinstance(extra, dict):  # TrainingArguments reads a JSON string into a dict as it is built
-        raise ValueError(f"`model_init_kwargs` must be a mapping of `from_pretrained` arguments, got {extra!r}.")
-    return {**base, **extra}
-
-
-def model_config(recipe: Recipe) -> ModelConfig:
-    """The recipe's TRL `ModelConfig` (an SFT recipe always has one: `tasks.recipes` parses it)."""
-    if not isinstance(recipe.model, ModelConfig):
-        raise ValueError(f"an SFT recipe needs TRL's model fields (`model_name_or_path`, ...), got {recipe.model!r}.")
-    return recipe.model
+    return {**base, **mapping_field(training_args.model_init_kwargs, "model_init_kwargs")}
 
 
 class SFTTraining(SharedDataTraining):
@@ -109,7 +100,7 @@ class SFTTraining(SharedDataTraining):
         """`data_dir`: a folder where runs on the same data share it, read, converted and tokenized once
         (`data.prepared_splits`: a study's arms and seeds); None reads the source for this run alone. `callbacks`:
         more `TrainerCallback`s (a study's probe times its steps with one)."""
-        model = model_config(recipe)
+        model = recipe.model_config()
         require_model(model.model_name_or_path)
         model_path = resolve_model_path(model.model_name_or_path)
         recipe.training.model_init_kwargs = init_kwargs(model, recipe.training)
@@ -170,7 +161,7 @@ class SFTSearching(Searching):
 
     def sweep_data(self, recipe: Recipe, validation_size: float) -> SFTSweepData:
         train, validation = load_chat_train_validation(recipe.script, validation_size)
-        model = model_config(recipe)
+        model = recipe.model_config()
         return SFTSweepData(
             model_path=resolve_model_path(model.model_name_or_path),
             init_kwargs=init_kwargs(model, recipe.training),
@@ -179,7 +170,11 @@ class SFTSearching(Searching):
             validation=validation,
         )
 
-    def trial_trainer(self, data: SFTSweepData, arm: Arm, args, callbacks=()) -> ConstrainedSFTTrainer:
+    def trial_trainer(
+        self, data: SFTSweepData, arm: Arm, args: TrainingArguments, callbacks=()
+    ) -> ConstrainedSFTTrainer:
+        if not isinstance(args, SFTConfig):  # what `trial_args` makes of an SFT recipe's config
+            raise TypeError(f"an SFT trial trains with an SFTConfig, got {type(args).__name__}.")
         args = dataclasses.replace(args, model_init_kwargs=data.init_kwargs)
         return ConstrainedSFTTrainer(
             model=data.model_path,

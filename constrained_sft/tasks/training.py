@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import os
+from typing import TYPE_CHECKING
 
 from ..constraints.feasibility import REPORT
 from ..data import DataError
@@ -14,6 +15,9 @@ from ..trainers.model_card import check_card_path
 from ..trainers.resume import RunIdentity, run_identity
 from ..utils.content import content_id
 from .base import TrainedModel
+
+if TYPE_CHECKING:  # what transformers hands every callback
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 DONE = "training_args.json"  # Trainer.save_model writes it last: a run folder holding it is finished
 # data fields that decide nothing of the trained weights
@@ -83,7 +87,7 @@ def evaluate_at_train_start(trainer) -> dict:
     metrics: dict = {}
 
     class EvaluateFirst(TrainerCallback):
-        def on_train_begin(self, args, state, control, **kwargs):
+        def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
             metrics.update(trainer.evaluate(metric_key_prefix="before"))
 
     callback = EvaluateFirst()

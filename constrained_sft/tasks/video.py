@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import AutoModel, default_data_collator
+from transformers import AutoModel, TrainingArguments, default_data_collator
 
 from ..config import ConstrainedConfig
 from ..data import load_pretrained
@@ -120,7 +120,7 @@ def build_denoiser(args: VideoScriptArguments, sigma_x: float):
     return DENOISERS[args.architecture].build(args, sigma_x)
 
 
-def denoiser_trainer(model, args, train=None, held_out=None, callbacks=()) -> ConstrainedTrainer:
+def denoiser_trainer(model, args: TrainingArguments, train=None, held_out=None, callbacks=()) -> ConstrainedTrainer:
     """`ConstrainedTrainer` on clean clips with the per-example squared error as the loss."""
     return ConstrainedTrainer(
         model=model,
@@ -231,7 +231,9 @@ class VideoSearching(Searching):
         splits = load_video_validation(recipe.script, recipe.script.sequence_axis, validation_size)
         return VideoSweepData(recipe.script, splits.train, splits.test, splits.sigma_x)
 
-    def trial_trainer(self, data: VideoSweepData, arm: Arm, args, callbacks=()) -> ConstrainedTrainer:
+    def trial_trainer(
+        self, data: VideoSweepData, arm: Arm, args: TrainingArguments, callbacks=()
+    ) -> ConstrainedTrainer:
         torch.manual_seed(args.seed)  # a config-built ViT's initialisation follows the trial's seed
         model = build_denoiser(data.recipe, data.sigma_x)
         return denoiser_trainer(model, args, data.train, data.validation, callbacks)

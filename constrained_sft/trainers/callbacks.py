@@ -13,11 +13,15 @@ from __future__ import annotations
 import logging
 import math
 import os
+from typing import TYPE_CHECKING
 
 from transformers import PrinterCallback, ProgressCallback, TrainerCallback
 
 from .console import CompactConsole
 from .resume.select import checkpoint_problem, checkpoints
+
+if TYPE_CHECKING:  # what transformers hands every callback
+    from transformers import TrainerControl, TrainerState, TrainingArguments
 
 logger = logging.getLogger(__name__)
 
@@ -69,18 +73,20 @@ class DualStepCallback(TrainerCallback):
     def __init__(self, trainer) -> None:
         self.trainer = trainer
 
-    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+    def on_pre_optimizer_step(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
         self.trainer.dual_step()
 
-    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, train_dataloader=None, **kwargs
+    ):
         """`constraint_warmup_epochs` in optimizer steps, now that the epoch length is known."""
         epochs = getattr(args, "constraint_warmup_epochs", 0)
         if epochs and train_dataloader is not None:
             per_epoch = max(math.ceil(len(train_dataloader) / args.gradient_accumulation_steps), 1)
             pd = self.trainer.primal_dual
-            pd.warmup_steps = max(args.constraint_warmup_steps, epochs * per_epoch)
+            pd.warmup_steps = max(getattr(args, "constraint_warmup_steps", 0), epochs * per_epoch)
 
-    def on_epoch_begin(self, args, state, control, **kwargs):
+    def on_epoch_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
         """Resilience restarts: u = 0 when an epoch after the first starts (not when a run resumes inside one)."""
         if getattr(args, "resilience_restarts", False) and state.epoch and float(state.epoch).is_integer():
             self.trainer.primal_dual.dual.reset_relaxation()
@@ -93,7 +99,7 @@ class CompactProgressCallback(ProgressCallback):
         super().__init__(*args, **kwargs)
         self.console = CompactConsole()
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs=None, **kwargs):
         if state.is_world_process_zero and self.training_bar is not None and logs:
             for line in self.console.lines(logs, state.global_step, state.max_steps):
                 self.training_bar.write(line)
@@ -105,7 +111,7 @@ class CompactPrinterCallback(PrinterCallback):
     def __init__(self) -> None:
         self.console = CompactConsole()
 
-    def on_log(self, args, state, control, logs=None, **kwargs):
+    def on_log(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, logs=None, **kwargs):
         if state.is_local_process_zero and logs:
             for line in self.console.lines(logs, state.global_step, state.max_steps):
                 print(line)

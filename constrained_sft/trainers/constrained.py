@@ -12,9 +12,10 @@ import dataclasses
 import logging
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import nn
 
 from ..constraints import LayerLosses, PrimalDual, stats_metrics
 from ..constraints.feasibility import REPORT, FeasibilityReport, bound_message, verdict_message
@@ -25,6 +26,9 @@ from .model_card import CARD, check_card_path, model_card, save_card
 from .noise import TrainingNoise
 from .resume import RunIdentity, TrainerOverrides, model_source, start_run, trl_eval_metrics
 from .setup import ConstrainedSetup
+
+if TYPE_CHECKING:
+    from ..config import ConstrainedConfig, ConstrainedSFTConfig
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +55,17 @@ class ConstrainedTrainerMixin(TrainerOverrides):
     # what the run is (`resume.RunIdentity`): set by the setup from the arguments and model, then by the task with the
     # data it trains on; the model card and the output-folder check read it
     run_identity: RunIdentity | None = None
+    if TYPE_CHECKING:  # the Trainer's, as these hooks read them once it is built
+        model: nn.Module  # never None: a Trainer needs a model or a model_init
+        args: ConstrainedConfig | ConstrainedSFTConfig
+
+    @property
+    def output_folder(self) -> str:
+        """`output_dir`, which `TrainingArguments` always sets (to 'trainer_output' where none was given)."""
+        folder = self.args.output_dir
+        if folder is None:
+            raise ValueError("the trainer's `output_dir` is unset.")
+        return folder
 
     @property
     def primal_dual(self) -> PrimalDual:
@@ -176,7 +191,7 @@ class ConstrainedTrainerMixin(TrainerOverrides):
         run; then the feasibility report (`write_constraint_report`).
         """
         if self.is_world_process_zero():
-            check_card_path(self.args.output_dir)  # room for the model card, before any step
+            check_card_path(self.output_folder)  # room for the model card, before any step
         checkpoint = start_run(self, resume_from_checkpoint)
         output = super().train(checkpoint, *args, **kwargs)
         self.write_constraint_report()
@@ -188,7 +203,7 @@ class ConstrainedTrainerMixin(TrainerOverrides):
         return dataclasses.replace(
             self.primal_dual.summary(),
             global_step=self.state.global_step,
-            noise_gamma=self.args.noise_gamma,  # the evaluation's ID / OOD boundary
+            noise_gamma=self.args.gamma_setting,  # the evaluation's ID / OOD boundary
             noise_sigma_x=self.noise_sigma,  # the scale every evaluation of this run's models should share
         )
 
@@ -196,12 +211,12 @@ class ConstrainedTrainerMixin(TrainerOverrides):
         """Write `constraints.json` to `output_dir`; warn when constrained training ended infeasible (see [`verdict_message`])."""
         summary = self.constraint_report()
         if self.args.should_save:
-            os.makedirs(self.args.output_dir, exist_ok=True)
-            write_json(os.path.join(self.args.output_dir, REPORT), summary.to_dict())
+            os.makedirs(self.output_folder, exist_ok=True)
+            write_json(os.path.join(self.output_folder, REPORT), summary.to_dict())
         message = verdict_message(summary, self.args.dual_max)
         if message is not None and self.is_world_process_zero():
             level, text = message
-            logger.log(level, "%s See %s.", text, os.path.join(self.args.output_dir, REPORT))
+            logger.log(level, "%s See %s.", text, os.path.join(self.output_folder, REPORT))
         return summary
 
     def write_model_card(self, folder: str, model_name: str | None = None, tags: list[str] | None = None) -> str:
@@ -213,10 +228,10 @@ class ConstrainedTrainerMixin(TrainerOverrides):
             self.args,
             (identity.model if identity else None) or model_source(self.model),
             identity.data if identity else None,
-            model_name or os.path.basename(os.path.normpath(self.args.output_dir)),
+            model_name or os.path.basename(os.path.normpath(self.output_folder)),
             [*(tags or []), *(getattr(unwrap_model(self.model), "model_tags", None) or [])],
         )
-        output = os.path.normpath(folder) == os.path.normpath(self.args.output_dir)  # else a checkpoint's, new
+        output = os.path.normpath(folder) == os.path.normpath(self.output_folder)  # else a checkpoint's, new
         path = save_card(card, folder, record=output)
         if path != os.path.join(folder, CARD) and not getattr(self, "_told_card_beside", False):
             self._told_card_beside = True
@@ -233,17 +248,21 @@ class ConstrainedTrainerMixin(TrainerOverrides):
         try:
             return super().init_hf_repo(token, private)
         except Exception as error:  # the Hub client's errors vary with its HTTP library (connection, HTTP, offline)
-            repo = self.args.hub_model_id or os.path.basename(os.path.normpath(self.args.output_dir))
+            repo = self.args.hub_model_id or os.path.basename(os.path.normpath(self.output_folder))
             raise ValueError(
                 f"`push_to_hub`: the Hub repository {repo!r} cannot be created ({type(error).__name__}: "
                 f"{str(error).splitlines()[0][:160]}); log in (`huggingface-cli login`) and go online, or train without "
                 "`push_to_hub`."
             ) from None
 
-    def create_model_card(self, model_name: str | None = None, dataset_name: str | None = None, tags=None, **_):
+    def create_model_card(self, *args: Any, **kwargs: Any) -> None:
         """TRL's and transformers' hook (every checkpoint save, `push_to_hub`): this run's card in `output_dir`,
-        which `push_to_hub` uploads with `constraints.json`. transformers' card options (language, license, ...)
-        are not used."""
+        which `push_to_hub` uploads with `constraints.json`. Both call it by keyword, with different signatures
+        (TRL's `model_name, dataset_name, tags`; transformers' `language, license, tags, model_name, ...`): the
+        card reads `model_name` and `tags`; transformers' card options are not used."""
+        if args:
+            raise TypeError("create_model_card takes keyword arguments (model_name=..., tags=...).")
+        model_name, tags = kwargs.get("model_name"), kwargs.get("tags")
         if self.is_world_process_zero():
-            os.makedirs(self.args.output_dir, exist_ok=True)
-            self.write_model_card(self.args.output_dir, model_name, [tags] if isinstance(tags, str) else tags)
+            os.makedirs(self.output_folder, exist_ok=True)
+            self.write_model_card(self.output_folder, model_name, [tags] if isinstance(tags, str) else tags)

@@ -26,6 +26,12 @@ documents attend to each other, and a row is one sequence for the statistics).
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
+
+from ..utils.fields import mapping_field
+
+if TYPE_CHECKING:  # TRL's config, whose fields decide the packing
+    from trl import SFTConfig
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +41,7 @@ logger = logging.getLogger(__name__)
 ISOLATING = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3", "flash_attention_4")
 
 
-def padding_free(args) -> bool:
+def padding_free(args: SFTConfig) -> bool:
     """Whether TRL flattens each batch into one row of documents (as `SFTTrainer.__init__` decides)."""
     return bool(args.padding_free or (args.packing and args.packing_strategy in {"bfd", "bfd_split"}))
 
@@ -48,7 +54,7 @@ def isolates(implementation: str | None) -> bool:
     return name in ISOLATING or (name.startswith("kernels-") or "/" in name) and "flash" in name
 
 
-def check_isolation(model, args) -> None:
+def check_isolation(model: object, args: SFTConfig) -> None:
     """Refuse, naming `attn_implementation`, padding-free or packed training where the attention cannot keep the
     documents apart (their tokens would attend across documents: every per-document loss contaminated)."""
     if not padding_free(args):
@@ -64,11 +70,11 @@ def check_isolation(model, args) -> None:
         )
 
 
-def prepare_rows(prepare, dataset, processing_class, args, formatting_func, dataset_name: str):
+def prepare_rows(prepare, dataset, processing_class, args: SFTConfig, formatting_func, dataset_name: str):
     """`prepare` (TRL's `_prepare_dataset`) unpacked, with a line saying how many rows it left out: truncated to
     `max_length`, a row whose prompt fills it has no supervised token, and TRL drops it silently."""
     rows = prepare(dataset, processing_class, args, False, formatting_func, dataset_name)
-    skipped = (args.dataset_kwargs or {}).get("skip_prepare_dataset")
+    skipped = mapping_field(args.dataset_kwargs, "dataset_kwargs").get("skip_prepare_dataset")
     if hasattr(dataset, "__len__") and hasattr(rows, "__len__") and len(rows) < len(dataset) and not skipped:
         logger.warning(
             f"{dataset_name} dataset: {len(dataset) - len(rows)} of {len(dataset)} rows have no supervised token in "
@@ -77,7 +83,7 @@ def prepare_rows(prepare, dataset, processing_class, args, formatting_func, data
     return rows
 
 
-def prepare_packed(prepare, dataset, processing_class, args, formatting_func, dataset_name: str):
+def prepare_packed(prepare, dataset, processing_class, args: SFTConfig, formatting_func, dataset_name: str):
     """
     `prepare` (TRL's `_prepare_dataset`) for bfd packing: the rows prepared unpacked (`prepare_rows`: tokenized,
     labelled, truncated to `max_length` by `truncation_mode`, the rows left without a supervised token dropped), then
@@ -87,7 +93,7 @@ def prepare_packed(prepare, dataset, processing_class, args, formatting_func, da
     from datasets import Dataset
     from trl.data_utils import pack_dataset
 
-    skipped = (args.dataset_kwargs or {}).get("skip_prepare_dataset")
+    skipped = mapping_field(args.dataset_kwargs, "dataset_kwargs").get("skip_prepare_dataset")
     if args.packing_strategy != "bfd" or not isinstance(dataset, Dataset) or args.max_length is None or skipped:
         return prepare(dataset, processing_class, args, True, formatting_func, dataset_name)
     shuffle = args.shuffle_dataset

@@ -6,12 +6,17 @@ the ascent rule), or a user's own passed as `primal_dual=`, checked against the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ..constraints import DescentConstraints, PrimalDual, mode_of
 
+if TYPE_CHECKING:
+    from ..config import ConstraintArguments
 
-def primal_dual_from_config(args, num_layers: int) -> PrimalDual:
+
+def primal_dual_from_config(args: ConstraintArguments, num_layers: int) -> PrimalDual:
     """The `PrimalDual` the config's constraint fields describe, for a model of `num_layers` layers."""
-    spec = DescentConstraints.resolve(num_layers, args.constrained_layers, args.descent_alpha, args.descent_epsilon)
+    spec = DescentConstraints.resolve(num_layers, args.layer_setting, args.alpha_setting, args.descent_epsilon)
     settings = {"enabled": True, **mode_of(args.constraints).primal_dual_settings(args, spec, num_layers)}
     return PrimalDual(
         spec,

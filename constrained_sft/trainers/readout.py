@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset, IterableDataset
-from transformers import Trainer
+from transformers import Trainer, TrainingArguments
 from transformers.modeling_outputs import SequenceClassifierOutput
 
 from ..config import ConstrainedConfig
@@ -58,7 +58,7 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
     def __init__(
         self,
         model,
-        args: ConstrainedConfig | None = None,
+        args: TrainingArguments | None = None,  # a plain one is converted (`setup.constrained_args`)
         *rest: Any,
         readout: ClassifierReadout | None = None,
         loss=None,
@@ -69,10 +69,10 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
         def default() -> ConstrainedConfig:  # transformers' default output folder, named after the model
             return ConstrainedConfig(output_dir=f"{type(unwrap_model(model)).__name__}-Constrained")
 
-        args = constrained_args(args, ConstrainedConfig, type(self).__name__, default)
+        checked = constrained_args(args, ConstrainedConfig, type(self).__name__, default)
         datasets = {name: kwargs.get(name) for name in ("train_dataset", "eval_dataset")}
-        with building(self, args, model, datasets):
-            super().__init__(model, args, *rest, **kwargs)
+        with building(self, checked, model, datasets):
+            super().__init__(model, checked, *rest, **kwargs)
             base = unwrap_model(self.model)
             config = getattr(base, "config", None)
             if loss is None:
@@ -85,12 +85,13 @@ class ConstrainedTrainer(ConstrainedTrainerMixin, Trainer):
                     self.readout_loss.name,
                 )
             self.readout = readout if readout is not None else ClassifierReadout.from_model(base)
-            self.num_layers = num_layers if num_layers is not None else getattr(config, "num_hidden_layers", None)
-            if not isinstance(self.num_layers, int) or self.num_layers < 1:
+            layers = num_layers if num_layers is not None else getattr(config, "num_hidden_layers", None)
+            if not isinstance(layers, int) or layers < 1:
                 raise ValueError(
                     f"`num_layers`: {type(base).__name__} has no `config.num_hidden_layers`; pass num_layers=L, the "
                     "number of layers whose outputs `hidden_states` holds after the input (an integer >= 1)."
                 )
+            self.num_layers: int = layers
             self.model_accepts_loss_kwargs = False
             num_labels = getattr(config, "num_labels", None)
             for name, dataset in (("train_dataset", self.train_dataset), ("eval_dataset", self.eval_dataset)):

@@ -14,7 +14,7 @@ import logging
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from transformers import TrainingArguments
 
@@ -35,7 +35,10 @@ def check_not_empty(**datasets: Any) -> None:
             raise ValueError(f"`{name}` has no rows; give at least one example (or leave it None).")
 
 
-def constrained_args(args: Any, config_class: type, trainer: str, default: Callable[[], Any]) -> Any:
+C = TypeVar("C")  # the config class a trainer converts its arguments to
+
+
+def constrained_args(args: object, config_class: type[C], trainer: str, default: Callable[[], C]) -> C:
     """
     `args` for a constrained trainer: a config with the constraint fields as it is; None: `default()`; a plain
     `TrainingArguments` (or `SFTConfig`) converted to `config_class`, as TRL's `SFTTrainer` converts
@@ -44,8 +47,8 @@ def constrained_args(args: Any, config_class: type, trainer: str, default: Calla
     """
     if args is None:
         return default()
-    if isinstance(args, ConstraintArguments):
-        return args
+    if isinstance(args, ConstraintArguments):  # any constrained config, as it is (TRL converts what it must)
+        return cast(C, args)
     if not isinstance(args, TrainingArguments):
         raise TypeError(
             f"`args` must be a {config_class.__name__} (or TrainingArguments to convert), got {type(args).__name__}."

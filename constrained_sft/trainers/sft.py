@@ -7,18 +7,25 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from trl import SFTTrainer
+from transformers import TrainingArguments
+from trl import SFTConfig, SFTTrainer
 from trl.trainer.utils import compute_flops_per_token, get_config_model_id
 
 from ..config import ConstrainedSFTConfig
 from ..constraints import LayerLosses, PrimalDual
 from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
-from ..utils.modules import unwrap_model
+from ..utils.fields import mapping_field
+from ..utils.modules import model_text_config, unwrap_model
 from ..utils.types import Batch
 from .constrained import BatchScore, ConstrainedTrainerMixin
 from .packing import check_isolation, prepare_packed, prepare_rows
 from .resume import prepare_inputs
 from .setup import ConstrainedSetup, building, constrained_args
+
+
+def batch_shape(labels: torch.Tensor) -> tuple[int, int]:
+    """(B, T) of a batch's `labels` `[B, T]`."""
+    return int(labels.shape[0]), int(labels.shape[1])
 
 
 def _flops_per_token(config, seq_len: int) -> float:
@@ -93,7 +100,8 @@ def check_batch_positions(inputs: Batch, args: ConstrainedSFTConfig, positions: 
         return
     longest = ids.shape[-1]
     if "position_ids" in inputs and ids.shape[0] == 1:  # padding-free: documents side by side in one row
-        longest = inputs.get("max_length_q") or int(inputs["position_ids"].max()) + 1
+        given = inputs.get("max_length_q")  # flash-attention's packed-batch keyword, an int
+        longest = int(given) if given else int(inputs["position_ids"].max()) + 1
     if longest > positions:
         raise _positions_error(args, longest, positions)
 
@@ -110,7 +118,8 @@ def checked_stream(dataset, args: ConstrainedSFTConfig, name: str = "train_datas
     """
     from datasets import IterableDataset
 
-    if not isinstance(dataset, IterableDataset) or (args.dataset_kwargs or {}).get("skip_prepare_dataset"):
+    skip = mapping_field(args.dataset_kwargs, "dataset_kwargs").get("skip_prepare_dataset")
+    if not isinstance(dataset, IterableDataset) or skip:
         return dataset
     field = args.dataset_text_field
 
@@ -140,7 +149,7 @@ def refuse_non_generative(model_id: str, args: ConstrainedSFTConfig) -> None:
     A class transformers does not know (remote code) is left to TRL."""
     import transformers
 
-    init = args.model_init_kwargs or {}
+    init = mapping_field(args.model_init_kwargs, "model_init_kwargs")
     try:
         config = transformers.AutoConfig.from_pretrained(
             model_id, trust_remote_code=init.get("trust_remote_code", False)
@@ -180,7 +189,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
     def __init__(
         self,
         model,
-        args: ConstrainedSFTConfig | None = None,
+        args: TrainingArguments | None = None,  # a plain one (or an SFTConfig) is converted
         *rest: Any,
         readout: CausalLMReadout | None = None,
         primal_dual: PrimalDual | None = None,
@@ -190,14 +199,14 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             name = model if isinstance(model, str) else get_config_model_id(model.config)
             return ConstrainedSFTConfig(f"{name.split('/')[-1]}-ConstrainedSFT")
 
-        args = constrained_args(args, ConstrainedSFTConfig, type(self).__name__, default)
+        checked = constrained_args(args, ConstrainedSFTConfig, type(self).__name__, default)
         for name in ("train_dataset", "eval_dataset"):
             if name in kwargs:
-                kwargs[name] = checked_stream(kwargs[name], args, name)
+                kwargs[name] = checked_stream(kwargs[name], checked, name)
         datasets = {name: kwargs.get(name) for name in ("train_dataset", "eval_dataset")}
-        with building(self, args, model, datasets):
+        with building(self, checked, model, datasets):
             if isinstance(model, str):
-                refuse_non_generative(model, args)
+                refuse_non_generative(model, checked)
             elif not hasattr(model, "generation_config"):
                 raise ReadoutError(
                     f"`model`: ConstrainedSFTTrainer trains causal language models; {type(model).__name__} has no LM "
@@ -205,20 +214,20 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
                     "ConstrainedTrainer."
                 )
             if not isinstance(model, str):
-                check_isolation(model, args)
-            super().__init__(model, args, *rest, **kwargs)
-            check_isolation(self.model, args)  # a model TRL loaded from its name
+                check_isolation(model, checked)
+            super().__init__(model, checked, *rest, **kwargs)
+            check_isolation(self.model, checked)  # a model TRL loaded from its name
             base = unwrap_model(self.model)
-            text_config = base.config.get_text_config()
+            text_config = model_text_config(base)
             self._positions = model_positions(text_config)
-            check_positions(self.train_dataset, args, self._positions)
+            check_positions(self.train_dataset, checked, self._positions)
             self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
             self._sample_sizes: dict[tuple, int] = {}  # per batch shape
             num_layers = text_config.num_hidden_layers
             self.setup = ConstrainedSetup(self, num_layers, primal_dual)
             sharded = self.is_deepspeed_enabled or self.is_fsdp_enabled  # the head may be gathered per readout call
             self.probe = LayerProbe(
-                self.readout, self.primal_dual.spec.layers, num_layers, args.readout_final_norm, sharded=sharded
+                self.readout, self.primal_dual.spec.layers, num_layers, checked.readout_final_norm, sharded=sharded
             )
             self.probe.attach(base)
             self._rows_bound = self._shared_rows_bound()
@@ -226,12 +235,12 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             # goes, or at `detach_probe()`
             self._detach_probe = weakref.finalize(self, self.probe.detach, base)
 
-    def prepare_dataset(self, prepare, dataset, processing_class, args, packing, formatting_func, dataset_name):
+    def prepare_dataset(self, prepare, dataset, processing_class, args: SFTConfig, packing, formatting_func, name):
         """TRL's preparation (`prepare`, its `_prepare_dataset`) saying which rows it leaves out; packed, the documents
         unpacked training trains on (`trainers.packing`)."""
         if not packing:
-            return prepare_rows(prepare, dataset, processing_class, args, formatting_func, dataset_name)
-        return prepare_packed(prepare, dataset, processing_class, args, formatting_func, dataset_name)
+            return prepare_rows(prepare, dataset, processing_class, args, formatting_func, name)
+        return prepare_packed(prepare, dataset, processing_class, args, formatting_func, name)
 
     def detach_probe(self) -> None:
         """Give the model back its own forward (idempotent); the trainer cannot train or evaluate afterwards."""
@@ -263,6 +272,8 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         inputs = prepare_inputs(self, inputs)
         inputs.pop("noise_gamma", None)
         request = self._probe_request(inputs)
+        if request is None:
+            raise ValueError("A held-out batch without `labels` cannot be scored: give the evaluation data labels.")
         with self.compute_loss_context_manager(), self.probe.serving(unwrap_model(self.model), request):
             out = self.model(**inputs, use_cache=False, fused_lm_head=True)
         # TRL's fused head: `[B, T-1]` per shifted position, zero where the label is masked
@@ -286,7 +297,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
     def _sample_size(self, labels: torch.Tensor, position_ids: torch.Tensor | None) -> int | None:
         """Tokens per sequence for the intermediate readouts: `layer_loss_tokens`, or with 'auto' the budgeted k."""
         k = self.args.layer_loss_tokens
-        if k != "auto":
+        if k is None or isinstance(k, int):
             return k
         readouts = len(self.probe.below)
         if readouts == 0:
@@ -294,12 +305,12 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         sequences = labels.shape[0] if position_ids is None else max(1, int(position_ids.eq(0).sum()))
         key = (tuple(labels.shape), sequences, readouts)
         if key not in self._sample_sizes:  # a few batch shapes per run; TRL's FLOP estimate is Python work
-            self._sample_sizes[key] = self._auto_tokens(readouts, tuple(labels.shape), sequences)
+            self._sample_sizes[key] = self._auto_tokens(readouts, batch_shape(labels), sequences)
         return self._sample_sizes[key]
 
     def _auto_tokens(self, readouts: int, batch_shape: tuple[int, int], sequences: int) -> int:
         """The 'auto' k for a batch shape (see `auto_tokens_per_sequence`), with this model's head and budget."""
-        config = unwrap_model(self.model).config.get_text_config()
+        config = model_text_config(self.model)
         head = self.readout.head_shape
         return auto_tokens_per_sequence(config, head, readouts, batch_shape, sequences, self.args.readout_budget)
 
@@ -320,7 +331,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         selection = select_tokens(labels, inputs.get("position_ids"), sample, seed, first_row)
         bound = self._rows_bound if sample is not None and inputs.get("position_ids") is None else None
         return ProbeRequest(
-            selection=selection, grad=self._constraints_active(), shape=tuple(labels.shape), max_rows=bound
+            selection=selection, grad=self._constraints_active(), shape=batch_shape(labels), max_rows=bound
         )
 
     def _shared_rows_bound(self) -> int | None:
@@ -334,6 +345,5 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         T, B, k = self.args.max_length, self.args.per_device_train_batch_size, self.args.layer_loss_tokens
         if T is None or T < 2 or k is None:
             return None
-        if k == "auto":
-            k = self._auto_tokens(max(len(self.probe.below), 1), (B, T), B)
-        return B * min(k + 1, T)
+        per_sequence = k if isinstance(k, int) else self._auto_tokens(max(len(self.probe.below), 1), (B, T), B)
+        return B * min(per_sequence + 1, T)

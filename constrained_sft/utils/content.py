@@ -99,10 +99,11 @@ def legacy_fingerprint(path: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def same_source(recorded: object, path: str) -> bool:
+def same_source(recorded: object, path: object) -> bool:
     """Whether `path` holds what a record's id says it held: a content id compared whole, an earlier version's
-    fingerprint through `legacy_fingerprint` (all such a record can tell)."""
-    if not isinstance(recorded, str) or not os.path.exists(path):
+    fingerprint through `legacy_fingerprint` (all such a record can tell). No path (a field the data no longer
+    sets) holds nothing."""
+    if not isinstance(recorded, str) or not isinstance(path, str) or not os.path.exists(path):
         return False
     if recorded.startswith(PREFIX):
         return recorded == content_id(path)

@@ -9,6 +9,8 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+from .types import JSONRead
+
 
 def check_fields(instance: Any, owner: type | tuple[type, ...] | None = None) -> None:
     """
@@ -70,7 +72,7 @@ def _describe(hint: Any) -> str:
     return names.get(hint, "a string" if hint is str else getattr(hint, "__name__", str(hint)))
 
 
-def known_keys(cls: type, data: Mapping[str, Any], what: str) -> dict[str, Any]:
+def known_keys(cls: type, data: Mapping[str, Any], what: str) -> JSONRead:
     """`data` as a dict once every key names a field of the dataclass `cls`: a saved result read back with a key this
     version does not know is an error naming it (`what`), not a number silently dropped. The values are returned as
     `Any`: they are what a JSON file held, and it is `cls(**...)` that gives them their fields' types."""
@@ -78,3 +80,13 @@ def known_keys(cls: type, data: Mapping[str, Any], what: str) -> dict[str, Any]:
     if unknown := sorted(set(data) - names):
         raise ValueError(f"{what}: unknown key(s) {unknown}; known: {sorted(names)}")
     return dict(data)
+
+
+def mapping_field(value: object, name: str) -> dict[str, Any]:
+    """A keyword-arguments field (`model_init_kwargs`, `dataset_kwargs`): unset is {}; `TrainingArguments` has read
+    a JSON string into a dict by the time it is used, so anything else is an error naming the field."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"`{name}` must be a mapping of keyword arguments, got {value!r}.")
+    return value

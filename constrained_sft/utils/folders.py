@@ -24,11 +24,11 @@ import json
 import os
 import re
 import tempfile
-from typing import Any
+from collections.abc import Mapping
 
 from ..version import VERSION
 from .files import json_safe
-from .types import JSONObject
+from .types import JSONObject, JSONRead
 
 
 def plain_name(name: object, flag: str, error: type[ValueError] = ValueError) -> str:
@@ -99,13 +99,13 @@ MARKER = "written_by.json"
 SHARED = {"eval alpaca": {"eval robustness"}, "eval robustness": {"eval alpaca"}}
 
 
-def normalized(settings: JSONObject) -> JSONObject:
+def normalized(settings: Mapping[str, object]) -> JSONObject:
     """`settings` as they read back from JSON (tuples as lists, keys as strings), so that a saved and a new set compare
     equal when they are."""
     return json.loads(json.dumps(json_safe(settings), sort_keys=True, default=str))
 
 
-def read_marker(path: str, flag: str) -> dict[str, dict[str, Any]] | None:
+def read_marker(path: str, flag: str) -> dict[str, JSONRead] | None:
     """The folder's marker ({command: {"settings", "version"}}), None where it has none."""
     marker = os.path.join(path, MARKER)
     if not os.path.isfile(marker):
@@ -224,7 +224,7 @@ def check_folder(
     return migrated
 
 
-def saved_settings(path: str | None, command: str, flag: str) -> dict[str, Any] | None:
+def saved_settings(path: str | None, command: str, flag: str) -> JSONRead | None:
     """The settings `command` recorded in the folder's marker (None: no folder, no marker, or not `command`'s)."""
     commands = read_marker(path, flag) if path and os.path.isdir(path) else None
     entry = (commands or {}).get(command)
@@ -248,7 +248,7 @@ def mark_folder(path: str, command: str, settings: JSONObject) -> None:
     marker is written only when it changes, through a temporary file of this process's own."""
     os.makedirs(path, exist_ok=True)
     commands = read_marker(path, "--output_dir") or {}
-    entry: dict[str, Any] = {"settings": normalized(settings), "version": VERSION}
+    entry: JSONObject = {"settings": normalized(settings), "version": VERSION}
     if commands.get(command) == entry:
         return
     commands[command] = entry

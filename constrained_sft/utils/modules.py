@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
     from torch import nn
+    from transformers import PretrainedConfig
 
 
 def unwrap_model(model: nn.Module) -> nn.Module:
@@ -23,6 +24,16 @@ def unwrap_model(model: nn.Module) -> nn.Module:
         else:
             break
     return model
+
+
+def model_text_config(model: nn.Module) -> PretrainedConfig:
+    """The text config of the transformers model inside `model`'s wrappers (a multimodal model's language model's)."""
+    from transformers import PretrainedConfig
+
+    config = getattr(unwrap_model(model), "config", None)
+    if not isinstance(config, PretrainedConfig):
+        raise TypeError(f"{type(unwrap_model(model)).__name__} has no transformers config (`.config`).")
+    return config.get_text_config()
 
 
 def zero3_gathered(*params: torch.Tensor | None):

@@ -4,9 +4,11 @@ The shapes of the plain dicts that cross the library's seams, named once so a si
 - `Batch`: a collated model batch, name -> tensor (`input_ids` [B, T], `attention_mask` [B, T], `labels` [B, T],
   `pixel_values` [B, C, T, H, W], ...), as the Trainer hands it to `compute_loss` and `prediction_step`.
 - `Logs`: what `Trainer.log` receives and the console prints: metric name -> number.
-- `JSONValue` / `JSONObject`: what a JSON (or YAML) file holds: a folder's marker, a run's identity, a data row, the
-  settings a command recorded. Values are checked by a type checker, unlike `Any`; nested ones are read-only
+- `JSONValue` / `JSONObject`: what the library writes to a JSON (or YAML) file: a folder's marker, a run's identity,
+  the settings a command recorded. Values are checked by a type checker, unlike `Any`; nested ones are read-only
   (`Mapping`, `Sequence`), so a `dict[str, int]` or a tuple is one (a `dict[str, JSONValue]` alone would refuse it).
+- `JSONRead`: a JSON object as a reader gets it from a file (a folder's marker, a saved state, a record), before a
+  dataclass (`from_dict`, `known_keys`) or the reader's own checks type its values: the JSON boundary, by name.
 
 `dict[str, Any]` stays where the values really are anything: keyword arguments handed on to a library we do not own
 (`from_pretrained`, alpaca_eval's judges) and torch-style `state_dict()`s (tensors beside numbers and lists).
@@ -15,7 +17,7 @@ The shapes of the plain dicts that cross the library's seams, named once so a si
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 if TYPE_CHECKING:  # torch is not imported when the package is
     import torch
@@ -24,3 +26,4 @@ Batch: TypeAlias = "dict[str, torch.Tensor]"
 Logs: TypeAlias = "dict[str, float]"
 JSONValue: TypeAlias = "str | int | float | bool | None | Sequence[JSONValue] | Mapping[str, JSONValue]"
 JSONObject: TypeAlias = "dict[str, JSONValue]"
+JSONRead: TypeAlias = "dict[str, Any]"

@@ -40,6 +40,7 @@ def test_a_same_size_edit_in_the_middle_of_a_large_file_is_other_data(tmp_path, 
     assert legacy_fingerprint(str(rows)) == legacy  # what earlier versions keyed on: blind to it
     assert not same_source(cid, str(rows)) and same_source(content_id(str(rows)), str(rows))
     assert same_source(legacy, str(rows))  # an earlier record compared as it can be: through its own fingerprint
+    assert not same_source(cid, None)  # a field the data no longer sets (a TypeError from os.stat before)
 
     folder = tmp_path / "folder"
     (folder / "sub").mkdir(parents=True)

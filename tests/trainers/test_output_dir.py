@@ -113,3 +113,13 @@ def test_the_model_folder_itself_is_refused(tmp_path):
     with pytest.raises(OutputDirError, match="is the folder of the model training starts from"):
         trainer(tmp_path / "model", model=model).train()
     assert sorted(os.listdir(tmp_path / "model")) == files
+
+
+def test_a_data_field_the_run_no_longer_sets_is_a_named_change_not_a_crash():
+    from constrained_sft.trainers.resume import RunIdentity
+
+    saved = RunIdentity("a", None, {}, {"train_file": "x.jsonl", "files": {"train_file": "sha256:abc"}})
+    now = RunIdentity("a", None, {}, {"dataset_name": "someone/data"})
+    changes = ["data.dataset_name", "data.train_file", "data.files.train_file"]
+    assert now.data_changes(saved) == changes  # a TypeError from os.stat(None) before
+    assert not now.same_run(saved)

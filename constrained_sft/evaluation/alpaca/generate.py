@@ -28,6 +28,7 @@ from ...tasks import SFTTask, get_task
 from ...utils.fields import check_fields
 from ...utils.files import write_json
 from ...utils.folders import check_folder, check_output_folder, child_path, mark_folder, plain_name
+from ...utils.types import JSONObject
 from ..arms import check_model_paths, folder_name
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma
@@ -109,7 +110,7 @@ RESUME_KEYS = (  # what fixes an answer: the same values are required to resume
 COMMAND = "eval generate"  # one folder per `--name` below its --output_dir, each with its settings.json
 
 
-def _settings(args: GenerateArguments, model: str, rows: list[dict[str, str]], name: str) -> dict[str, Any]:
+def _settings(args: GenerateArguments, model: str, rows: list[dict[str, str]], name: str) -> JSONObject:
     settings = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "name", "gammas", "bf16")}
     return {
         **settings,

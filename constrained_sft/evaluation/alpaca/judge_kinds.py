@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol, TypeAlias
 from urllib.parse import urlsplit
 
 from ...utils.registry import Registry
@@ -30,6 +30,19 @@ from .kept import kept_completions
 from .proxy import PROXY_ENCODER, ReferenceProxyJudge
 
 
+class JudgeFields(Protocol):
+    """What a judge reads of the judging arguments (`judging.JudgeFields`, which import this registry)."""
+
+    judge: str
+    judge_model: str | None
+    judge_base_url: str | None
+    judge_batch_size: int
+    judge_timeout: float | None
+
+
+AnnotatorSetup: TypeAlias = "tuple[str, dict[str, Any]]"  # (alpaca_eval annotator config, its extra keyword arguments)
+
+
 def our_config(folder: str) -> str:
     """The path of one of our annotator configs (`judges.JUDGE_CONFIGS/<folder>/configs.yaml`)."""
     return os.path.join(JUDGE_CONFIGS, folder, "configs.yaml")
@@ -44,12 +57,12 @@ class JudgeKind(ABC):
     config: ClassVar[str | None] = None  # its alpaca_eval annotator config: a name, or one of ours (`our_config`)
 
     @classmethod  # noqa: B027 (an optional hook: a judge that needs nothing checks nothing)
-    def check(cls, args) -> None:
+    def check(cls, args: JudgeFields) -> None:
         """What the judge needs, checked before any work (raises `JudgeError` naming what is missing)."""
 
     @classmethod
     @abstractmethod
-    def build(cls, args, caching_path: str | None) -> Judge:
+    def build(cls, args: JudgeFields, caching_path: str | None) -> Judge:
         """The judge, ready to compare two answer sets."""
 
 
@@ -62,7 +75,7 @@ class AnnotatorConfig(JudgeKind):
     help = "an alpaca_eval annotator config name or a path to a configs.yaml"
 
     @classmethod
-    def setup(cls, args) -> tuple[str, dict[str, Any]]:
+    def setup(cls, args: JudgeFields) -> AnnotatorSetup:
         config = cls.config or args.judge  # a registered judge's own, else the name or path given
         load_alpaca_eval()
         from alpaca_eval import constants
@@ -81,7 +94,7 @@ class AnnotatorConfig(JudgeKind):
         return config, {}
 
     @classmethod
-    def check(cls, args) -> None:
+    def check(cls, args: JudgeFields) -> None:
         config, _ = cls.setup(args)
         if cls.calls_openai(config):
             reach(args.judge)  # nothing answering, a refused key: said before any work
@@ -97,7 +110,7 @@ class AnnotatorConfig(JudgeKind):
         return list_price(model)
 
     @classmethod
-    def build(cls, args, caching_path: str | None) -> Judge:
+    def build(cls, args: JudgeFields, caching_path: str | None) -> Judge:
         config, judge_kwargs = cls.setup(args)
         if caching_path:
             os.makedirs(os.path.dirname(caching_path), exist_ok=True)
@@ -108,7 +121,7 @@ class AnnotatorConfig(JudgeKind):
             path = os.path.join(os.path.dirname(caching_path), "completions_kept.jsonl")
             model = model or args.judge_model or cls.default_model
             judge.spend = Spend(model, cls.price(model))
-            timeout = getattr(args, "judge_timeout", None)
+            timeout = args.judge_timeout
             for single in judge.annotator.annotators.values():  # the config's decoder, resolved by alpaca_eval
                 single.fn_completions = kept_completions(single.fn_completions, path, spend=judge.spend)
                 if timeout is not None:  # the openai client's, in every decoder's `client_kwargs`
@@ -128,7 +141,7 @@ class GPT5Judge(AnnotatorConfig):
     config = our_config("openai_reasoning")
 
     @classmethod
-    def setup(cls, args):
+    def setup(cls, args: JudgeFields) -> AnnotatorSetup:
         if not os.environ.get("OPENAI_API_KEY"):
             raise JudgeError(
                 "judge 'gpt5' calls the OpenAI API and needs OPENAI_API_KEY in the environment; set it, or use "
@@ -160,8 +173,9 @@ class OpenAICompatibleJudge(AnnotatorConfig):
     )
 
     @classmethod
-    def setup(cls, args):
-        url, model = getattr(args, "judge_base_url", None), args.judge_model
+    def server(cls, args: JudgeFields) -> tuple[str, str]:
+        """(`--judge_base_url`, `--judge_model`), both given and the URL an http(s) one."""
+        url, model = args.judge_base_url, args.judge_model
         if not url or not model:
             raise JudgeError(
                 "`--judge openai-compatible` needs `--judge_base_url` (the server's OpenAI API root, e.g. "
@@ -171,19 +185,23 @@ class OpenAICompatibleJudge(AnnotatorConfig):
             raise JudgeError(
                 f"`--judge_base_url` {url!r}: give the server's http(s) URL, e.g. http://localhost:8000/v1."
             )
+        return url, model
+
+    @classmethod
+    def setup(cls, args: JudgeFields) -> AnnotatorSetup:
+        url, model = cls.server(args)
         kwargs = {"model_name": model, "base_url": url}
         return cls.config, {"fn_completions": openai_compatible_completions, "completions_kwargs": kwargs}
 
     @classmethod
-    def check(cls, args) -> None:
-        cls.setup(args)
-        served = reach(args.judge, args.judge_base_url, self_hosted_key())
-        if served and args.judge_model not in served:
+    def check(cls, args: JudgeFields) -> None:
+        url, model = cls.server(args)
+        served = reach(args.judge, url, self_hosted_key())
+        if served and model not in served:
             raise JudgeError(
-                f"`--judge_model` {args.judge_model!r}: {host(args.judge_base_url)} serves {', '.join(served[:10])}; "
-                "give one of them."
+                f"`--judge_model` {model!r}: {host(url)} serves {', '.join(served[:10])}; give one of them."
             )
-        print(f"judge: {host(args.judge_base_url)} answered, serving {args.judge_model}")
+        print(f"judge: {host(url)} answered, serving {model}")
 
     @classmethod
     def calls_openai(cls, config: str) -> bool:
@@ -194,9 +212,10 @@ class OpenAICompatibleJudge(AnnotatorConfig):
         return None  # a server of one's own: tokens only, whatever its model is called
 
     @classmethod
-    def build(cls, args, caching_path: str | None) -> Judge:
+    def build(cls, args: JudgeFields, caching_path: str | None) -> Judge:
         judge = super().build(args, caching_path)
-        judge.name = f"{cls.name} at {host(args.judge_base_url)} ({args.judge_model})"
+        url, model = cls.server(args)
+        judge.name = f"{cls.name} at {host(url)} ({model})"
         return judge
 
 
@@ -207,7 +226,7 @@ class LocalJudge(AnnotatorConfig):
     help = "a chat model from --judge_model, on the GPU when there is one"
 
     @classmethod
-    def setup(cls, args):
+    def setup(cls, args: JudgeFields) -> AnnotatorSetup:
         if not args.judge_model:
             raise JudgeError("`--judge local` needs `--judge_model` (a local chat model folder, Hub id or alias).")
         kwargs = {"model_name": args.judge_model, "batch_size": args.judge_batch_size}
@@ -223,13 +242,13 @@ class ProxyJudge(JudgeKind):
     )
 
     @classmethod
-    def check(cls, args) -> None:
+    def check(cls, args: JudgeFields) -> None:
         from ...data import resolve_model_path
 
         resolve_model_path(args.judge_model or PROXY_ENCODER, "judge_model")
 
     @classmethod
-    def build(cls, args, caching_path: str | None) -> Judge:
+    def build(cls, args: JudgeFields, caching_path: str | None) -> Judge:
         return ReferenceProxyJudge(args.judge_model, args.judge_batch_size)
 
 
@@ -240,7 +259,7 @@ class TestJudge(AnnotatorConfig):
     help = "deterministic and offline, for tests"
 
     @classmethod
-    def setup(cls, args):
+    def setup(cls, args: JudgeFields) -> AnnotatorSetup:
         return cls.config, {"fn_completions": offline_test_completions}
 
 

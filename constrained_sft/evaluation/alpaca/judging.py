@@ -20,7 +20,6 @@ import json
 import logging
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -32,7 +31,7 @@ from ...utils.folders import check_folder, check_output_folder, mark_folder, pla
 from ..instructions import GenerationError
 from .generate import answers_folder, output_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
-from .judge_kinds import AnnotatorConfig, JudgeError, judge_kind, judges_help
+from .judge_kinds import AnnotatorConfig, AnnotatorSetup, JudgeError, judge_kind, judges_help
 from .judges import load_alpaca_eval
 from .report import cost_text, write_alpaca
 from .results import HeadToHead, WinRateLevel
@@ -140,7 +139,7 @@ def check_judge_limits(args: AlpacaArguments) -> None:
         raise JudgeError(f"`--judge_max_instances` must be >= 1, got {args.judge_max_instances}.")
 
 
-def judge_setup(args: AlpacaArguments) -> tuple[str, dict[str, Any]]:
+def judge_setup(args: AlpacaArguments) -> AnnotatorSetup:
     """(annotator config for alpaca_eval, extra annotator kwargs) of a judge that runs through alpaca_eval's
     annotator; fails early on a missing credential (`judge_kinds`)."""
     kind = judge_kind(args.judge)

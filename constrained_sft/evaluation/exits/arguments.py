@@ -50,8 +50,9 @@ class ExitsArguments:
         check_fields(self)
         check_output_folder(self.output_dir, "--output_dir")
 
-    def validate(self) -> None:
-        """Everything checkable before a model loads; errors name the field."""
+    def validate(self) -> tuple[list[str], str]:
+        """Everything checkable before a model loads; errors name the field. Returns (`--models`, `--output_dir`),
+        which have no default."""
         if not self.models or not self.output_dir:
             raise GenerationError("`--models` and `--output_dir` are required.")
         if self.names is not None and (len(self.names) != len(self.models) or len(set(self.names)) != len(self.names)):
@@ -71,6 +72,7 @@ class ExitsArguments:
         if self.sigma_x is not None and not (math.isfinite(self.sigma_x) and self.sigma_x > 0):
             raise GenerationError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
         check_model_paths(self.models, "--models")  # after the options: every model, before any loads
+        return self.models, self.output_dir
 
     def model_names(self) -> list[str]:
         return self.names or [folder_name(p) for p in self.models or []]

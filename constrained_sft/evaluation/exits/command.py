@@ -22,6 +22,7 @@ import math
 import os
 import time
 from dataclasses import asdict
+from typing import Any
 
 import numpy as np
 import torch
@@ -33,6 +34,7 @@ from ...readout import CausalLMReadout
 from ...tasks import SFTTask, get_task
 from ...utils.files import read_json, write_json
 from ...utils.folders import check_folder, child_path, differences, mark_folder, normalized
+from ...utils.types import JSONObject
 from ..bootstrap import Statistic, bootstrap_interval
 from ..instructions import GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma, versions
@@ -50,7 +52,7 @@ class ForwardCounter:
         self.depths: list[int] = []
         self.handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
 
-    def _record(self, module, args, kwargs) -> None:
+    def _record(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.depths.append(self.config.num_hidden_layers)
 
     def take(self) -> list[int]:
@@ -120,7 +122,9 @@ def layer_view(
     readout = CausalLMReadout.from_model(model)
     out = {}
     for gamma in gammas:
-        nll, hits, count = None, None, 0
+        nll_rows: list[torch.Tensor] = []  # per prompt: [L] summed NLL, then [L] top-1 hits, of its answer tokens
+        hit_rows: list[torch.Tensor] = []
+        count = 0
         for i, (prompt, answer) in enumerate(zip(prompts, answers, strict=True)):
             head = tokenizer(prompt, add_special_tokens=False)["input_ids"]
             tail = tokenizer(answer, add_special_tokens=False)["input_ids"]
@@ -134,11 +138,12 @@ def layer_view(
             for layer in range(1, L + 1):
                 h = hidden[layer][0, positions]  # [K, D]
                 rows_nll.append(readout.token_nll(h, targets, apply_norm=layer < L).double().sum())
-                x = readout.final_norm(h) if layer < L else h
+                x = readout.final_norm(h) if layer < L and readout.final_norm is not None else h
                 rows_hit.append((readout.lm_head(x).argmax(-1) == targets).double().sum())  # [K, V] logits, small K
-            nll = torch.stack(rows_nll) + (0 if nll is None else nll)
-            hits = torch.stack(rows_hit) + (0 if hits is None else hits)
+            nll_rows.append(torch.stack(rows_nll))
+            hit_rows.append(torch.stack(rows_hit))
             count += int(targets.numel())
+        nll, hits = torch.stack(nll_rows).sum(0), torch.stack(hit_rows).sum(0)  # [L] each
         layers = range(1, len(nll) + 1)
         out[float(gamma)] = LayerReadout(
             loss={x: float(v) / count for x, v in zip(layers, nll.tolist(), strict=True)},
@@ -175,12 +180,12 @@ COMMAND = "eval exits"
 ROWS = "rows"  # <output_dir>/rows/<model>.json: each model's measurements, reused by a rerun of the same settings
 
 
-def saved_rows(args: ExitsArguments, keys: dict[str, dict]) -> dict[str, dict]:
+def saved_rows(output_dir: str, keys: dict[str, JSONObject]) -> dict[str, dict]:
     """{model: its saved row} for the models whose row was measured from the same weights at the same noise scale
     (`keys`); a row of another model behind the same name is refused, naming it."""
     out = {}
     for name, key in keys.items():
-        path = child_path(args.output_dir, ROWS, f"{name}.json")
+        path = child_path(output_dir, ROWS, f"{name}.json")
         if not os.path.isfile(path):
             continue
         row = read_json(path, "--output_dir", GenerationError)
@@ -197,23 +202,23 @@ def saved_rows(args: ExitsArguments, keys: dict[str, dict]) -> dict[str, dict]:
 def run(args: ExitsArguments) -> ExitsResults:
     """Every model at every exit layer (a model measured before with the same settings and weights is reused);
     exits.json, the plot and report.html in `args.output_dir`. Every model and the folder are checked first."""
-    args.validate()
+    paths, output_dir = args.validate()
     rows = load_instructions(args.instructions, args.max_instances)
-    specs = [ModelSpec(n, p, args.base_model) for n, p in zip(args.model_names(), args.models, strict=True)]
+    specs = [ModelSpec(n, p, args.base_model) for n, p in zip(args.model_names(), paths, strict=True)]
     check_depths(args, specs)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    settings = {
+    settings: JSONObject = {
         k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples", "models", "names")
     }
     settings.update(bf16=bf16, device=device, n_prompts=len(rows), instructions_sha=fingerprint(rows))
-    check_folder(args.output_dir, COMMAND, settings)
+    check_folder(output_dir, COMMAND, settings)
     identities = model_identities([(s.name, s.path) for s in specs])
-    sigma = reference_sigma(args.sigma_x, args.models[0])[0]
+    sigma = reference_sigma(args.sigma_x, paths[0])[0]
     scale = {"sigma_x": sigma} if sigma is not None else {"sigma_x_measured_on": identities[specs[0].name]}
-    keys = {s.name: {"model": identities[s.name], **scale} for s in specs}
-    saved = saved_rows(args, keys)
-    mark_folder(args.output_dir, COMMAND, settings)
+    keys: dict[str, JSONObject] = {s.name: {"model": identities[s.name], **scale} for s in specs}
+    saved = saved_rows(output_dir, keys)
+    mark_folder(output_dir, COMMAND, settings)
     models: dict[str, ExitsModel] = {}
     for spec in specs:
         if spec.name in saved:
@@ -222,9 +227,9 @@ def run(args: ExitsArguments) -> ExitsResults:
             continue
         models[spec.name], sigma = measure_exits(args, spec, rows, sigma, bf16)
         row = {"key": normalized(keys[spec.name]), "sigma_x": sigma, "result": models[spec.name].to_dict()}
-        os.makedirs(child_path(args.output_dir, ROWS), exist_ok=True)
-        write_json(child_path(args.output_dir, ROWS, f"{spec.name}.json"), row)
-    return write_exits(args, models, rows, sigma, device)
+        os.makedirs(child_path(output_dir, ROWS), exist_ok=True)
+        write_json(child_path(output_dir, ROWS, f"{spec.name}.json"), row)
+    return write_exits(args, output_dir, models, rows, sigma, device)
 
 
 def measure_exits(
@@ -241,9 +246,9 @@ def measure_exits(
         raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {spec.name} ({L} layers).")
     prompts = prompts_for(tokenizer, rows, args.system_prompt)
     measured = measure_model(model, tokenizer, prompts, exits, args.max_new_tokens, f"decoding {spec.name}")
-    answers = [r.get("reference") for r in rows]
+    answers = [r["reference"] for r in rows if r.get("reference")]
     view = None
-    if all(answers):  # one scale for every model compared: the first's, recorded or measured
+    if answers and len(answers) == len(rows):  # one scale for every model compared: the first's, recorded or measured
         sigma = sigma if sigma is not None else embedding_sigma(model)
         view = layer_view(model, tokenizer, prompts, answers, sorted(set(args.gammas)), sigma)
     result = ExitsModel(
@@ -258,9 +263,14 @@ def measure_exits(
 
 
 def write_exits(
-    args: ExitsArguments, models: dict[str, ExitsModel], rows: list[dict], sigma: float | None, device: str
+    args: ExitsArguments,
+    output_dir: str,
+    models: dict[str, ExitsModel],
+    rows: list[dict],
+    sigma: float | None,
+    device: str,
 ) -> ExitsResults:
-    """exits.json, the plots and report.html in `args.output_dir` from the measured `models`."""
+    """exits.json, the plots and report.html in `output_dir` from the measured `models`."""
     description = (
         f"{len(rows)} prompts of {args.instructions}, {args.max_new_tokens} new tokens each, greedy, batch 1 "
         f"(transformers' assisted generation decodes one sequence at a time), on {device}. Speed-up: plain greedy "
@@ -273,12 +283,12 @@ def write_exits(
         versions=versions("torch", "transformers"),
         models=models,
     )
-    os.makedirs(args.output_dir, exist_ok=True)
-    plot = plot_speedups(results, os.path.join(args.output_dir, "speedup_vs_exit_layer.png"))
-    results.files = {"json": os.path.join(args.output_dir, EXITS_JSON), "plot": plot}
+    os.makedirs(output_dir, exist_ok=True)
+    plot = plot_speedups(results, os.path.join(output_dir, "speedup_vs_exit_layer.png"))
+    results.files = {"json": os.path.join(output_dir, EXITS_JSON), "plot": plot}
     if results.has_layer_view:
-        results.files["layer_plot"] = plot_layer_accuracy(results, os.path.join(args.output_dir, "layer_accuracy.png"))
-    page = write_html(os.path.join(args.output_dir, "report.html"), Document("Exits", exits_report(results)))
+        results.files["layer_plot"] = plot_layer_accuracy(results, os.path.join(output_dir, "layer_accuracy.png"))
+    page = write_html(os.path.join(output_dir, "report.html"), Document("Exits", exits_report(results)))
     results.files["html"] = page
     write_json(results.files["json"], results.to_dict())
     return results

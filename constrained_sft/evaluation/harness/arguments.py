@@ -69,8 +69,9 @@ class HarnessArguments(ArmArguments):
         check_fields(self)
         check_output_folder(self.output_dir, "--output_dir")
 
-    def validate(self) -> None:
-        """Every field checked before any model loads: the models, the numbers, the tasks lm-eval knows."""
+    def validate(self) -> str:
+        """Every field checked before any model loads: the models, the numbers, the tasks lm-eval knows. Returns
+        `--output_dir`, which has no default."""
         self.validate_selection()
         if not self.output_dir:
             raise ValueError("`--output_dir` is required.")
@@ -106,6 +107,7 @@ class HarnessArguments(ArmArguments):
                     "local dataset) or `custom_dataset`, or lm-eval cannot load its documents."
                 )
         self.check_paths(self.arms())
+        return self.output_dir
 
     def task_versions(self, manager) -> dict[str, str]:
         """{task: 'v<metadata version>:<hash of its YAML file>'}: a harness cell is reused only for the same task

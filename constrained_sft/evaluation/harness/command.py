@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,6 +23,7 @@ from ...noise import embedding_sigma
 from ...tasks.sft import causal_lm_config
 from ...utils.files import read_json, write_json
 from ...utils.folders import OutputDirError, check_folder, child_path, differences, mark_folder, normalized
+from ...utils.types import JSONObject
 from ..bootstrap import Statistic, bootstrap_interval, paired_bootstrap
 from ..comparisons import Band, Comparison, Difference, StatisticRow
 from ..loading import reference_sigma, versions
@@ -31,23 +33,22 @@ from .results import HARNESS_JSON, HarnessResults, HarnessSettings
 COMMAND = "eval harness"
 
 
-def cell_path(args: HarnessArguments, model: str, task: str, gamma: float, seed: int) -> str:
+def cell_path(output_dir: str, model: str, task: str, gamma: float, seed: int) -> str:
     """Where a cell is kept: its model, task, exact level (`repr`: 0.1 and 0.10000001 are two levels) and seed."""
-    return child_path(args.output_dir, "cells", model.replace("/", "__"), task, f"gamma={gamma!r},seed={seed}.json")
+    return child_path(output_dir, "cells", model.replace("/", "__"), task, f"gamma={gamma!r},seed={seed}.json")
 
 
-def reusable_cells(args: HarnessArguments, todo, keys: dict[str, dict]) -> dict[tuple, dict]:
+def reusable_cells(output_dir: str, todo, keys: dict[str, JSONObject], versions_: dict[str, str]) -> dict[tuple, dict]:
     """The finished cells of `todo` ((model, path, task, gamma, seed) rows) that match their `keys` ({model: {model
     fingerprint, sigma_x, task versions}}); a cell of the same place made from another model behind the name, another
     noise scale or another task definition is refused before any work, naming it."""
     cells = {}
     for name, _, task, gamma, seed in todo:
-        target = cell_path(args, name, task, gamma, seed)
+        target = cell_path(output_dir, name, task, gamma, seed)
         if not os.path.isfile(target):
             continue
         cell = read_json(target, "--output_dir")
-        wanted = {**keys[name], "task": keys[name]["tasks"][task]}
-        wanted.pop("tasks")
+        wanted = {**keys[name], "task": versions_[task]}
         if not isinstance(cell, dict) or cell.get("key") != normalized(wanted):
             saved = cell.get("key", {}) if isinstance(cell, dict) else {}
             raise OutputDirError(
@@ -72,7 +73,9 @@ def sample_scores(samples: list[dict]) -> dict[str, dict[int, list[float]]]:
     return out
 
 
-def evaluate_cell(args, model, tokenizer, task: str, gamma: float, seed: int, sigma: float, manager) -> dict:
+def evaluate_cell(
+    args: HarnessArguments, model, tokenizer, task: str, gamma: float, seed: int, sigma: float, manager
+) -> dict:
     import lm_eval
 
     from .model import NoisyLM
@@ -110,14 +113,19 @@ def arm_arrays(cells: dict, members: list[str], task: str, metric: str, gammas: 
 
 
 def level_statistic(task: str, metric: str, gamma: float, k: int) -> Statistic:
-    return Statistic(f"{task}/{metric}@{gamma:g}", lambda sums, k=k: sums["passed"][..., k] / sums["counted"][..., k])
+    def rate(sums: dict[str, np.ndarray]) -> np.ndarray:  # [..., levels, ...] sums -> the pass rate at level k
+        return sums["passed"][..., k] / sums["counted"][..., k]
+
+    return Statistic(f"{task}/{metric}@{gamma:g}", rate)
 
 
 def compare_arms(
-    args, arms: dict, cells: dict, metrics: dict[str, list[str]]
+    args: HarnessArguments, arms: dict, cells: dict, metrics: dict[str, list[str]]
 ) -> tuple[dict[str, Comparison], dict[str, dict[str, Band]]]:
     """(comparisons {name: Comparison}, bands {arm: {task/metric: Band}})."""
-    names, comparisons, bands = list(arms), {}, {a: {} for a in arms}
+    names = list(arms)
+    comparisons: dict[str, Comparison] = {}
+    bands: dict[str, dict[str, Band]] = {a: {} for a in arms}
     pairs = args.pairs(names)
     for task, task_metrics in metrics.items():
         for metric in task_metrics:
@@ -134,7 +142,7 @@ def compare_arms(
                 for k, stat in enumerate(stats):
                     per_seed = [(arr["passed"][k].sum(1) / arr["counted"][k].sum(1)) for arr in (arrays[a], arrays[b])]
                     value_a, value_b = (float(arr["passed"][k].sum() / arr["counted"][k].sum()) for arr in (arrays[a], arrays[b]))  # fmt: skip
-                    std = tuple(float(np.std(v)) for v in per_seed)
+                    std = (float(np.std(per_seed[0])), float(np.std(per_seed[1])))
                     rows[stat.name] = StatisticRow(value_a, value_b, std, Difference.of(intervals[stat.name]))
     return comparisons, bands
 
@@ -146,8 +154,8 @@ def run(args: HarnessArguments) -> HarnessResults:
     from ...data import load_pretrained
     from .report import write_harness_report
 
-    args.validate()
-    check_folder(args.output_dir, COMMAND, args.folder_settings())
+    output_dir = args.validate()
+    check_folder(output_dir, COMMAND, args.folder_settings())
     arms = args.arms()
     tasks = args.task_names()
     manager = args.task_manager()
@@ -161,14 +169,14 @@ def run(args: HarnessArguments) -> HarnessResults:
     # one scale for every cell: as given or recorded, else measured on the first model (the same model, the same scale)
     scale = {"sigma_x": sigma} if sigma is not None else {"sigma_x_measured_on": identities[models[0][0]]}
     versions_ = args.task_versions(manager)
-    keys = {name: {"model": identities[name], **scale, "tasks": versions_} for name, _ in models}
+    keys: dict[str, JSONObject] = {name: {"model": identities[name], **scale} for name, _ in models}  # + the task's
     started = time.time()
     todo = [(m, p, t, g, s) for m, p in models for t in tasks for g in args.gammas for s in range(args.noise_seeds)]
-    cells = reusable_cells(args, todo, keys)  # every finished cell checked before any model loads
-    mark_folder(args.output_dir, COMMAND, args.folder_settings())
-    loaded: tuple[str, object, object] | None = None
+    cells = reusable_cells(output_dir, todo, keys, versions_)  # every finished cell checked before any model loads
+    mark_folder(output_dir, COMMAND, args.folder_settings())
+    loaded: tuple[str, torch.nn.Module, Any] | None = None  # (path, model, tokenizer)
     for name, path, task, gamma, seed in tqdm(todo, desc="harness cells", unit="cell"):
-        target = cell_path(args, name, task, gamma, seed)
+        target = cell_path(output_dir, name, task, gamma, seed)
         if (name, task, gamma, seed) in cells:
             continue
         if loaded is None or loaded[0] != path:
@@ -182,7 +190,6 @@ def run(args: HarnessArguments) -> HarnessResults:
         with torch.no_grad():
             cell = evaluate_cell(args, loaded[1], loaded[2], task, gamma, seed, sigma, manager)
         key = {**keys[name], "task": versions_[task]}
-        key.pop("tasks")
         cell["key"], cell["sigma_x"] = normalized(key), sigma
         os.makedirs(os.path.dirname(target), exist_ok=True)
         write_json(target, cell)
@@ -214,8 +221,8 @@ def run(args: HarnessArguments) -> HarnessResults:
         cell_seconds=round(sum(c["seconds"] for c in cells.values()), 1),
         wall_seconds=round(time.time() - started, 1),
     )
-    write_json(os.path.join(args.output_dir, HARNESS_JSON), results.to_dict())
-    results.files = write_harness_report(results, args.output_dir)
+    write_json(os.path.join(output_dir, HARNESS_JSON), results.to_dict())
+    results.files = write_harness_report(results, output_dir)
     return results
 
 

@@ -76,8 +76,9 @@ class RobustnessArguments(ArmArguments):
         check_fields(self)
         check_output_folder(self.output_dir, "--output_dir")
 
-    def validate(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> None:
-        """Every field checked before any work; `arms`: models given by the caller instead of --models / --arm."""
+    def validate(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> str:
+        """Every field checked before any work; `arms`: models given by the caller instead of --models / --arm.
+        Returns `--output_dir`, which has no default."""
         self.validate_selection(arms)
         if not self.output_dir:
             raise ValueError("`--output_dir` is required.")
@@ -94,3 +95,4 @@ class RobustnessArguments(ArmArguments):
         if self.layers not in ("trained", "all"):
             layer_indices(self.layers)
         self.check_paths(self.arms() if arms is None else arms)
+        return self.output_dir

@@ -14,6 +14,7 @@ from ...data import ModelSpec, model_identities
 from ...noise import NoiseGrid, embedding_sigma
 from ...tasks import Task, get_task
 from ...utils.folders import check_folder, mark_folder, read_marker
+from ...utils.types import JSONObject
 from ..loading import auto_bf16, recorded_gamma, reference_sigma
 from .arguments import RobustnessArguments
 from .compare import check_pairs, compare
@@ -38,7 +39,7 @@ def run(
     """
     recipe = recipe or {}
     task = get_task(args.task or recipe.get("task"))
-    args.validate(arms)
+    output_dir = args.validate(arms)
     arms = args.arms() if arms is None else arms
     pairs = args.pairs(list(arms)) if pairs is None else pairs
     check_pairs({arm: len(members) for arm, members in arms.items()}, pairs)
@@ -49,7 +50,7 @@ def run(
     curve = args.curve_gammas or sorted({gammas[0], min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]})
     if missing := [g for g in curve if g not in gammas]:
         raise ValueError(f"`--curve_gammas` {missing} are not among the evaluated levels {gammas.to_list()}.")
-    settings = {
+    settings: JSONObject = {
         **{k: v for k, v in dataclasses.asdict(args).items() if k not in PRESENTATION},
         **dict(task=task.name, gammas=gammas.to_list(), curve_gammas=curve, train_gamma=train_gamma),
         "arms": {arm: [name for name, _ in members] for arm, members in arms.items()},
@@ -57,7 +58,7 @@ def run(
         "data": dataclasses.asdict(data_args),
     }
     if claim:
-        check_folder(args.output_dir, COMMAND, settings)
+        check_folder(output_dir, COMMAND, settings)
     data = task.measuring.evaluation_data(data_args)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
     sigma, source = reference_sigma(args.sigma_x, first)
@@ -76,9 +77,9 @@ def run(
         if measured.snapshot is not None:
             snapshots[name] = measured.snapshot
         del model, measured
-    mark_folder(args.output_dir, COMMAND, settings)
-    figures = task.measuring.figures(snapshots, data, args.output_dir)
-    return finish(results, task, pairs, args.output_dir, figures)
+    mark_folder(output_dir, COMMAND, settings)
+    figures = task.measuring.figures(snapshots, data, output_dir)
+    return finish(results, task, pairs, output_dir, figures)
 
 
 def saved_results(

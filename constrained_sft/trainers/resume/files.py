@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import zipfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from safetensors import SafetensorError
@@ -20,7 +20,10 @@ from safetensors.torch import load_file, save_file
 
 from ...constraints import ConstraintStateError, PrimalDual
 from ...utils.files import atomic_path, write_json
-from ...utils.types import JSONObject
+from ...utils.types import JSONObject, JSONRead
+
+if TYPE_CHECKING:
+    from transformers import TrainingArguments
 
 STATE_TENSORS = "constraint_state.safetensors"
 STATE_JSON = "constraint_state.json"
@@ -51,8 +54,9 @@ def to_files(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], JSONObject
     return tensors, {**state, "dual_optimizer": meta}
 
 
-def from_files(tensors: dict[str, torch.Tensor], meta: JSONObject) -> dict[str, Any]:
-    """The inverse of `to_files`: a state for `PrimalDual.load_state_dict`."""
+def from_files(tensors: dict[str, torch.Tensor], meta: JSONRead) -> dict[str, Any]:
+    """The inverse of `to_files`: a state for `PrimalDual.load_state_dict` (`meta` as JSON holds it; the
+    multipliers' own `load_state_dict` checks what it reads)."""
     saved = meta["dual_optimizer"]
     per_param = {k.removeprefix("optimizer."): v for k, v in tensors.items() if k.startswith("optimizer.")}
     per_param.update(saved.get("scalars", {}))
@@ -80,7 +84,7 @@ def save_state(primal_dual: PrimalDual, directory: str) -> None:
     write_json(os.path.join(directory, STATE_JSON), {"format_version": FORMAT_VERSION, **meta})
 
 
-def read_state(directory: str) -> tuple[dict[str, torch.Tensor], JSONObject]:
+def read_state(directory: str) -> tuple[dict[str, torch.Tensor], JSONRead]:
     """
     The tensors and settings saved in `directory`, checked for what a reader can check without a run: both files
     present, whole and of a format this version reads. Raises [`ConstraintStateError`] naming the file otherwise.
@@ -184,7 +188,7 @@ def remove_if_incomplete(directory: str) -> bool:
     return False
 
 
-def write_training_args(args, output_dir: str) -> None:
+def write_training_args(args: TrainingArguments, output_dir: str) -> None:
     """
     The training arguments as JSON (`*_token` secrets masked by `to_dict()`; the tokenizer's own `eos_token` and
     `pad_token` are no secret), replacing the pickled `training_args.bin` transformers writes, which holds the

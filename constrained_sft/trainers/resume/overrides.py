@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
@@ -37,12 +37,42 @@ def prepare_inputs(trainer: Any, inputs: Batch) -> Batch:
     return trainer._prepare_inputs(inputs)
 
 
-class TrainerOverrides:
+if TYPE_CHECKING:  # the type checker reads the mixins as the Trainer they are mixed into; at run time: `object`
+    from transformers import Trainer
+    from trl import SFTConfig
+
+    from ...constraints import PrimalDual
+
+    class TrainerBase(Trainer):
+        def _prepare_dataset(
+            self, dataset, processing_class, args: SFTConfig, packing, formatting_func, dataset_name
+        ) -> Any: ...  # `SFTTrainer`'s (TRL), the only caller of the override below
+else:
+    TrainerBase = object
+
+
+class TrainerOverrides(TrainerBase):
     """
     Mixed in before a `transformers.Trainer` subclass that has a `primal_dual`: the constraint state saved beside
     the optimizer's and restored with it, saves a kill cannot leave half-done, every load failure named in one line,
     no step past the end, and the step's gradient norm kept for the non-finite guard.
     """
+
+    if TYPE_CHECKING:  # the constrained trainer's (`ConstrainedTrainerMixin`), which these overrides serve
+
+        @property
+        def primal_dual(self) -> PrimalDual: ...
+
+        def write_model_card(
+            self, folder: str, model_name: str | None = None, tags: list[str] | None = None
+        ) -> str: ...
+
+        @property
+        def output_folder(self) -> str: ...
+
+        def prepare_dataset(
+            self, prepare, dataset, processing_class, args: SFTConfig, packing, formatting_func, dataset_name
+        ) -> Any: ...  # `ConstrainedSFTTrainer`'s
 
     # transformers writes the optimizer and scheduler; the constraint state (multipliers, dual-optimizer moments)
     # is written beside them, so a checkpoint holds both halves of the primal-dual state.
@@ -83,7 +113,7 @@ class TrainerOverrides:
     def _save(self, output_dir: str | None = None, state_dict=None) -> None:
         super()._save(output_dir, state_dict)
         if self.args.should_save:
-            write_training_args(self.args, output_dir if output_dir is not None else self.args.output_dir)
+            write_training_args(self.args, output_dir if output_dir is not None else self.output_folder)
 
     # transformers saves a checkpoint's files one by one and rotates old checkpoints inside the save, so a kill can
     # leave a half-written `checkpoint-N` that `resume_from_checkpoint=True` would pick, after the complete one was
@@ -121,7 +151,7 @@ class TrainerOverrides:
     # TRL drops the rows truncation leaves without a supervised token silently, and keeps them when it packs (they
     # take token slots and carry no loss); here a line says how many, and bfd packing packs the rows unpacked training
     # keeps (`ConstrainedSFTTrainer.prepare_dataset`, `trainers.packing`). Only `SFTTrainer` calls it.
-    def _prepare_dataset(self, dataset, processing_class, args, packing, formatting_func, dataset_name):
+    def _prepare_dataset(self, dataset, processing_class, args: SFTConfig, packing, formatting_func, dataset_name):
         prepare = super()._prepare_dataset
         return self.prepare_dataset(prepare, dataset, processing_class, args, packing, formatting_func, dataset_name)
 

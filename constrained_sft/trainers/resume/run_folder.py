@@ -27,7 +27,7 @@ from typing import Any
 from ...utils.content import same_source
 from ...utils.files import write_json
 from ...utils.folders import OutputDirError, check_output_folder
-from ...utils.types import JSONObject
+from ...utils.types import JSONObject, JSONRead
 from .files import TRAINER_STATE
 from .select import CheckpointError, check_fits, checkpoint_problem, checkpoints, resolve_resume, resume_value
 
@@ -71,15 +71,15 @@ class RunIdentity:
 
     id: str | None
     model: str | None
-    config: JSONObject
-    data: JSONObject | None = None
+    config: JSONRead  # the settings as JSON holds them (`normalized`)
+    data: JSONRead | None = None
 
     def to_dict(self) -> JSONObject:
-        out = {"id": self.id, "model": self.model, "config": self.config}
+        out: JSONObject = {"id": self.id, "model": self.model, "config": self.config}
         return out if self.data is None else {**out, "data": self.data}
 
     @classmethod
-    def from_dict(cls, data: JSONObject) -> RunIdentity:
+    def from_dict(cls, data: JSONRead) -> RunIdentity:
         """A run.json as any version wrote it (missing keys: unknown)."""
         return cls(data.get("id"), data.get("model"), data.get("config") or {}, data.get("data"))
 

@@ -178,7 +178,7 @@ def _shape(config) -> dict:
     return {k: getattr(config, k) for k in SHAPE_KEYS if hasattr(config, k)}
 
 
-def load_or_refuse(what: str, checkpoint: str, load: Callable[[], object]) -> None:
+def load_or_refuse(what: str, checkpoint: str | None, load: Callable[[], object]) -> None:
     """Run `load`; any failure becomes a one-line [`CheckpointError`] naming the checkpoint and what was read."""
     try:
         load()
