@@ -44,9 +44,10 @@ if TYPE_CHECKING:  # the type checker reads the mixins as the Trainer they are m
     from ...constraints import PrimalDual
 
     class TrainerBase(Trainer):
+        # `SFTTrainer`'s (TRL), for the checker: the override below is called by it alone
         def _prepare_dataset(
             self, dataset, processing_class, args: SFTConfig, packing, formatting_func, dataset_name
-        ) -> Any: ...  # `SFTTrainer`'s (TRL), the only caller of the override below
+        ) -> Any: ...
 else:
     TrainerBase = object
 
