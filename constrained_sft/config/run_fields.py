@@ -18,7 +18,8 @@ from ..utils.folders import OutputDirError, check_output_folder
 
 if TYPE_CHECKING:  # the type checker reads the mixin as the arguments it is mixed into; at run time: `object`
     from transformers import TrainingArguments
-    from transformers import TrainingArguments as MixedInto
+
+    MixedInto = TrainingArguments
 else:
     MixedInto = object
 

@@ -31,7 +31,7 @@ from .proxy import PROXY_ENCODER, ReferenceProxyJudge
 
 
 class JudgeFields(Protocol):
-    """What a judge reads of the judging arguments (`judging.JudgeFields`, which import this registry)."""
+    """What a judge reads of the judging arguments (`judging.AlpacaArguments`, whose module imports this registry)."""
 
     judge: str
     judge_model: str | None
