@@ -46,6 +46,11 @@ def padding_free(args: SFTConfig) -> bool:
     return bool(args.padding_free or (args.packing and args.packing_strategy in {"bfd", "bfd_split"}))
 
 
+def skips_preparation(args: SFTConfig) -> bool:
+    """Whether TRL leaves the dataset as given (`dataset_kwargs: {skip_prepare_dataset: true}`)."""
+    return bool(mapping_field(args.dataset_kwargs, "dataset_kwargs").get("skip_prepare_dataset"))
+
+
 def isolates(implementation: str | None) -> bool:
     """Whether `implementation` keeps padding-free documents apart (hub kernels named after flash attention do)."""
     if implementation is None:
@@ -74,7 +79,7 @@ def prepare_rows(prepare, dataset, processing_class, args: SFTConfig, formatting
     """`prepare` (TRL's `_prepare_dataset`) unpacked, with a line saying how many rows it left out: truncated to
     `max_length`, a row whose prompt fills it has no supervised token, and TRL drops it silently."""
     rows = prepare(dataset, processing_class, args, False, formatting_func, dataset_name)
-    skipped = mapping_field(args.dataset_kwargs, "dataset_kwargs").get("skip_prepare_dataset")
+    skipped = skips_preparation(args)
     if hasattr(dataset, "__len__") and hasattr(rows, "__len__") and len(rows) < len(dataset) and not skipped:
         logger.warning(
             f"{dataset_name} dataset: {len(dataset) - len(rows)} of {len(dataset)} rows have no supervised token in "
@@ -93,7 +98,7 @@ def prepare_packed(prepare, dataset, processing_class, args: SFTConfig, formatti
     from datasets import Dataset
     from trl.data_utils import pack_dataset
 
-    skipped = mapping_field(args.dataset_kwargs, "dataset_kwargs").get("skip_prepare_dataset")
+    skipped = skips_preparation(args)
     if args.packing_strategy != "bfd" or not isinstance(dataset, Dataset) or args.max_length is None or skipped:
         return prepare(dataset, processing_class, args, True, formatting_func, dataset_name)
     shuffle = args.shuffle_dataset

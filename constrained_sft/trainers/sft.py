@@ -18,7 +18,7 @@ from ..utils.fields import mapping_field
 from ..utils.modules import model_text_config, unwrap_model
 from ..utils.types import Batch
 from .constrained import BatchScore, ConstrainedTrainerMixin
-from .packing import check_isolation, prepare_packed, prepare_rows
+from .packing import check_isolation, prepare_packed, prepare_rows, skips_preparation
 from .resume import prepare_inputs
 from .setup import ConstrainedSetup, building, constrained_args
 
@@ -118,8 +118,7 @@ def checked_stream(dataset, args: ConstrainedSFTConfig, name: str = "train_datas
     """
     from datasets import IterableDataset
 
-    skip = mapping_field(args.dataset_kwargs, "dataset_kwargs").get("skip_prepare_dataset")
-    if not isinstance(dataset, IterableDataset) or skip:
+    if not isinstance(dataset, IterableDataset) or skips_preparation(args):
         return dataset
     field = args.dataset_text_field
 

@@ -30,9 +30,10 @@ def model_text_config(model: nn.Module) -> PretrainedConfig:
     """The text config of the transformers model inside `model`'s wrappers (a multimodal model's language model's)."""
     from transformers import PretrainedConfig
 
-    config = getattr(unwrap_model(model), "config", None)
+    base = unwrap_model(model)
+    config = getattr(base, "config", None)
     if not isinstance(config, PretrainedConfig):
-        raise TypeError(f"{type(unwrap_model(model)).__name__} has no transformers config (`.config`).")
+        raise TypeError(f"{type(base).__name__} has no transformers config (`.config`).")
     return config.get_text_config()
 
 

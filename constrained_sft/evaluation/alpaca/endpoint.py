@@ -70,8 +70,10 @@ def reach(judge: str, url: str | None = None, key: str | None = None, timeout: f
 
     try:
         options: dict[str, Any] = {"timeout": timeout, "max_retries": 1}  # unset ones: the client's environment
-        options.update({"base_url": url} if url else {})
-        options.update({"api_key": key} if key else {})
+        if url:
+            options["base_url"] = url
+        if key:
+            options["api_key"] = key
         client = openai.OpenAI(**options)
         return [model.id for model in client.models.list()]
     except openai.APIStatusError as error:

@@ -98,6 +98,11 @@ def answers_folder(output_dir: str, name: str) -> str:
     return child_path(output_dir, name)
 
 
+def settings_path(output_dir: str, name: str) -> str:
+    """`name`'s generation settings: `<output_dir>/<name>/settings.json` (what its answers were made with)."""
+    return os.path.join(answers_folder(output_dir, name), "settings.json")
+
+
 def output_path(output_dir: str, name: str, gamma: float) -> str:
     """`name`'s answers at level `gamma`: `<output_dir>/<name>/gamma_<g>.json`."""
     return os.path.join(answers_folder(output_dir, name), f"gamma_{float(gamma)}.json")
@@ -190,23 +195,23 @@ def run(args: GenerateArguments) -> dict[float, LevelAnswers]:
     name = args.name or folder_name(model_path, "--name")
     check_folder(output_dir, COMMAND, {})
     args = replace(args, sigma_x=reference_sigma(args.sigma_x, model_path)[0])  # else measured below
-    folder = answers_folder(output_dir, name)
+    folder, saved = answers_folder(output_dir, name), settings_path(output_dir, name)
     later = ("sigma_x",) if args.sigma_x is None else ()
-    _check_resume(os.path.join(folder, "settings.json"), _settings(args, model_path, rows, name), later)
+    _check_resume(saved, _settings(args, model_path, rows, name), later)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
     spec = ModelSpec(name, model_path, args.base_model, "--model")
     model, tokenizer = get_task(SFTTask.name).measuring.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
     if args.sigma_x is None:
         args = replace(args, sigma_x=embedding_sigma(model))
     settings = _settings(args, model_path, rows, name)
-    _check_resume(os.path.join(folder, "settings.json"), settings)
+    _check_resume(saved, settings)
     mark_folder(output_dir, COMMAND, {})
     model.to("cuda" if torch.cuda.is_available() else "cpu").eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     os.makedirs(folder, exist_ok=True)
-    write_json(os.path.join(folder, "settings.json"), settings)
+    write_json(saved, settings)
     levels: dict[float, LevelAnswers] = {}
     for gamma in NoiseGrid.parse(args.gammas):
         path = output_path(output_dir, name, gamma)

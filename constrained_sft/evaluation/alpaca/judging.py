@@ -29,7 +29,7 @@ from ...utils.fields import check_fields
 from ...utils.files import read_json, write_json
 from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
 from ..instructions import GenerationError
-from .generate import answers_folder, output_path
+from .generate import output_path, settings_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
 from .judge_kinds import AnnotatorConfig, AnnotatorSetup, JudgeError, judge_kind, judges_help
 from .judges import load_alpaca_eval
@@ -252,7 +252,7 @@ def judge_levels(
 def _full_alpaca_eval(generations: str, names: tuple[str, str]) -> bool:
     """Whether both generators answered the whole AlpacaEval set in order (settings.json of `eval generate`)."""
     for name in names:
-        path = os.path.join(answers_folder(generations, name), "settings.json")
+        path = settings_path(generations, name)
         if not os.path.isfile(path):
             return False
         with open(path) as f:
@@ -284,9 +284,8 @@ def run(args: AlpacaArguments) -> HeadToHead:
             f"{args.generations} (it has {sorted(os.listdir(args.generations))}); run `constrained-sft eval generate` "
             "for both, or name generators that exist."
         )
-    pairs = {
-        gamma: [load_pair(args, args.generations, gamma)] for gamma in gammas
-    }  # every level checked before any is judged
+    # every level checked before any is judged
+    pairs = {gamma: [load_pair(args, args.generations, gamma)] for gamma in gammas}
     n = args.judge_max_instances
     pairs = {gamma: [(m[:n], r[:n]) for m, r in seed_pairs] for gamma, seed_pairs in pairs.items()}
     settings = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples", "judge_timeout")}
@@ -295,9 +294,8 @@ def run(args: AlpacaArguments) -> HeadToHead:
     mark_folder(args.output_dir, COMMAND, settings)
     root = os.path.join(args.output_dir, "alpaca_eval")
     judge = build_judge(args, root)
-    out = judge_levels(
-        judge, pairs, root, args, _full_alpaca_eval(args.generations, (args.model, args.reference)) and n is None
-    )
+    full_set = _full_alpaca_eval(args.generations, (args.model, args.reference)) and n is None
+    out = judge_levels(judge, pairs, root, args, full_set)
     out.files = write_alpaca(out, args.output_dir)
     return out
 
