@@ -202,12 +202,52 @@ def test_study_refuses_recipes_that_are_not_twins(assets, tmp_path, capsys, monk
     assert console(missing) == 2  # the proxy's encoder is looked for before any training
     assert "judge_model" in capsys.readouterr().err and not os.path.exists(tmp_path / "s")
     import importlib
+    from types import SimpleNamespace
 
-    study_run = importlib.import_module("constrained_sft.study.conduct")
-
-    monkeypatch.setattr(study_run, "world_size", lambda: 2)  # under `accelerate launch`: training only
-    assert console([*argv[:3], "--erm_config", str(assets / "none.yaml"), "--study_dir", str(tmp_path / "s")]) == 2
+    study_plan = importlib.import_module("constrained_sft.study.plan")
+    twins = [*argv[:3], "--erm_config", str(assets / "none.yaml"), "--study_dir", str(tmp_path / "s")]
+    with monkeypatch.context() as m:  # under `accelerate launch`, as accelerate's process state says: training only
+        m.setattr(study_plan, "launch", lambda training: SimpleNamespace(num_processes=2, is_main_process=True))
+        assert console(twins) == 2
     assert "`--stage all` under 2 processes" in capsys.readouterr().err and not os.path.exists(tmp_path / "s")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a launcher's two processes that accelerate would run one by one
+    assert console([*twins, "--stage", "train", "--use_cpu", "false"]) == 2  # (no LOCAL_RANK: not distributed)
+    err = capsys.readouterr().err
+    assert "2 processes were launched, but accelerate runs this one alone" in err and not os.path.exists(
+        tmp_path / "s"
+    )
+
+
+def test_the_plan_resolves_the_settings_once_and_leaves_the_options_as_given(assets, tmp_path):
+    """`study.plan.plan`: the folder's default, the runs seed-major, the pairs, the evaluation reading the held-out
+    instructions where the study writes them, one process; frozen, the caller's options unchanged, nothing written."""
+    import dataclasses
+
+    from trl import TrlParser
+
+    from constrained_sft.study import StudyArguments
+    from constrained_sft.study.plan import plan
+    from constrained_sft.tasks import get_task
+
+    sft = get_task("sft")
+    parse = lambda kind: sft.recipe(  # noqa: E731  (a parser per recipe: it keeps the recipe's keys as defaults)
+        TrlParser(sft.parser_classes()).parse_args_and_config(["--config", str(assets / f"{kind}.yaml")])
+    )
+    options = StudyArguments(
+        erm_config=str(assets / "none.yaml"), training_seeds=2, judge_model=str(assets / "encoder")
+    )
+    p = plan(options, sft, parse("descent"), parse("none"), {"penalty": parse("penalty")})
+    assert p.folder.root == p.options.study_dir == f"{assets / 'run'}-study" and options.study_dir is None
+    assert [r.name for r in p.runs] == [f"{arm}/seed{s}" for s in (0, 1) for arm in ("constrained", "erm", "penalty")]
+    assert p.pairs == (("constrained", "erm"), ("penalty", "erm")) and p.differences == ()
+    assert p.evaluation is not None and p.evaluation.instructions == p.folder.instructions
+    assert p.evaluation.gammas == [0.0, 0.5, 1.0, 1.5, 2.0] and p.evaluation.sigma_x is None
+    assert p.processes.num_processes == 1 and p.processes.is_main_process
+    assert not os.path.exists(p.folder.root)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.runs = ()  # type: ignore[misc]
+    trained_only = plan(dataclasses.replace(options, stage="train"), sft, parse("descent"), parse("none"), {})
+    assert trained_only.evaluation is None and trained_only.pairs == (("constrained", "erm"),)
 
 
 @pytest.mark.slow

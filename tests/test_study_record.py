@@ -2,6 +2,7 @@
 and a record that is not its file's run refused."""
 
 import json
+import os
 
 import pytest
 
@@ -63,3 +64,18 @@ def test_a_record_of_another_run_is_refused_naming_both(tmp_path):
     (tmp_path / "runs" / "erm-seed0.json").write_text(json.dumps({"run": "constrained/seed0", "seconds": {}}))
     with pytest.raises(ValueError, match=r"erm-seed0.json is the record of 'constrained/seed0', not of 'erm/seed0'"):
         read_record(StudyFolder(str(tmp_path)), RunKey(0, "erm"), "accuracy")
+
+
+def test_only_the_writing_process_writes_a_runs_record(tmp_path):
+    """Under `accelerate launch` every process trains the run and only the main one writes its record
+    (`Job.writes`); two renaming the same temporary file failed the launch with a FileNotFoundError (issue 67)."""
+    from constrained_sft.study.phases import Job, run_job
+    from constrained_sft.tasks.training import DONE
+
+    study, run = StudyFolder(str(tmp_path)), RunKey(0, "erm")
+    os.makedirs(study.run(run))
+    open(os.path.join(study.run(run), DONE), "w").close()  # finished: nothing trains, the phase is recorded
+    other = run_job(Job(study, "sft", run, None, None, writes=False))  # type: ignore[arg-type]  (never read)
+    assert other.done("train") and not os.path.exists(study.record(run))
+    main = run_job(Job(study, "sft", run, None, None))  # type: ignore[arg-type]
+    assert read_record(study, run, "mean_token_accuracy") == main

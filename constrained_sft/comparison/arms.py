@@ -63,7 +63,10 @@ def twin_differences(constrained: Recipe, other: Recipe, same_noise: bool = True
         refused += [f"{label} field `{k}` ({da[k]!r} vs {db[k]!r})" for k in da if k != "task" and da[k] != db.get(k)]
     noise = {f.name for f in dataclasses.fields(NoiseArguments)}
     constraint = {f.name for f in dataclasses.fields(ConstraintArguments)}
-    ta, tb = vars(constrained.training), vars(other.training)
+    # the configs' fields: `vars` also holds what TrainingArguments sets up (its `distributed_state`, a new object each)
+    ta, tb = (
+        {f.name: getattr(t, f.name) for f in dataclasses.fields(t)} for t in (constrained.training, other.training)
+    )
     if same_noise:
         refused += [f"`{k}` ({ta[k]!r} vs {tb[k]!r})" for k in sorted(noise) if ta[k] != tb[k]]
     if refused:

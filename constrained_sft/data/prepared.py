@@ -87,8 +87,11 @@ class PreparedData:
     folder: str | None
 
     @contextmanager
-    def tokenizing(self):
-        if self.folder is None:
+    def tokenizing(self, local_main: bool = True):
+        """Of a launch's processes only the local main one (`local_main`) takes the lock; the others wait for it
+        inside TRL's own `main_process_first`, then read its cache. A lock around that barrier held by another rank
+        would keep the main process from it while that rank waits for the main one: a deadlock."""
+        if self.folder is None or not local_main:
             yield
             return
         with locked(os.path.join(self.folder, "tokenize")):

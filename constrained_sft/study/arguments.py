@@ -9,12 +9,12 @@ import os
 from dataclasses import dataclass, field
 
 from ..comparison import ERM, TWINS, arm_recipes, recipe_identity, reference_arm
+from ..evaluation.alpaca import AlpacaArguments
 from ..evaluation.alpaca.judge_kinds import judges_help
 from ..evaluation.instructions import ALPACA_EVAL
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
-from .folder import StudyFolder
 from .phases import KEEP_MODELS
 
 STAGES = ("train", "evaluate", "all")
@@ -181,12 +181,11 @@ class StudyArguments:
                 "file."
             )
 
-    @property
-    def folder(self) -> StudyFolder:
-        """Every path of the study folder (`study_dir`, once `conduct.checked_arms` has given it its default)."""
-        if self.study_dir is None:  # a caller's order, never a user's input: said, not a TypeError in StudyFolder
-            raise RuntimeError("the study folder was asked for before `study_dir` was given its default")
-        return StudyFolder(self.study_dir)
+    def judging(self, model: str, reference: str) -> AlpacaArguments:
+        """The study's judge as `eval alpaca` takes it: `model`'s answers judged against `reference`'s."""
+        return AlpacaArguments(model=model, reference=reference, judge=self.judge, judge_model=self.judge_model,
+                               judge_batch_size=self.judge_batch_size, judge_base_url=self.judge_base_url,
+                               judge_timeout=self.judge_timeout, bootstrap_samples=self.bootstrap_samples)  # fmt: skip
 
     def folder_settings(self, recipes: dict) -> dict:
         """What decides a study's results, for its folder (`utils.folders`): every arm's recipe (but for the

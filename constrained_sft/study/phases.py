@@ -40,7 +40,9 @@ def required(evaluation: Evaluation | None, run: RunKey) -> tuple[str, ...]:
 class Job:
     """Phases of one run, everything a fresh process needs to do them (`run_job`). `restart`: the run's weights are
     gone with phases left, so it trains again from nothing; `estimates`: the plan's seconds per phase, recorded beside
-    the measured ones; `jobs`: runs sharing the device; `data_dir`: where runs share their prepared data."""
+    the measured ones; `jobs`: runs sharing the device; `data_dir`: where runs share their prepared data; `writes`:
+    whether this process writes the run's record (under `accelerate launch` every process trains the run, and the
+    main one writes: two renaming the same temporary file fail)."""
 
     study: StudyFolder
     task: str
@@ -53,6 +55,7 @@ class Job:
     data_dir: str | None = None
     estimates: dict[str, float] = field(default_factory=dict, compare=False)
     jobs: int = 1
+    writes: bool = True
 
     @property
     def name(self) -> str:
@@ -108,7 +111,8 @@ def run_job(job: Job) -> RunRecord:
         record.seconds[phase], record.jobs[phase] = round(clock.now() - started, 2), job.jobs
         if phase in job.estimates:
             record.estimates[phase] = round(job.estimates[phase], 2)
-        write_record(job.study, record, key)
+        if job.writes:
+            write_record(job.study, record, key)
 
     if TRAIN in job.phases:
         started = clock.now()

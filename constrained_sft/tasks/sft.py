@@ -109,7 +109,8 @@ class SFTTraining(SharedDataTraining):
             data = PreparedData(*load_train_eval(recipe.script), None)
         else:
             data = prepared_splits(recipe.script, data_dir)
-        with data.tokenizing():  # TRL tokenizes in the constructor: once per data, tokenizer and length
+        # TRL tokenizes in the constructor: once per data, tokenizer and length
+        with data.tokenizing(recipe.training.local_process_index == 0):
             trainer = ConstrainedSFTTrainer(
                 model=model_path,
                 args=recipe.training,

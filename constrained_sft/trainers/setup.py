@@ -14,7 +14,7 @@ import logging
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from transformers import TrainingArguments
 
@@ -24,6 +24,9 @@ from .callbacks import DualStepCallback, use_compact_console
 from .noise import TrainingNoise
 from .problem import own_primal_dual, primal_dual_from_config
 from .resume import refusal_leaves_nothing, run_identity
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator, PartialState
 
 logger = logging.getLogger(__name__)
 
@@ -77,13 +80,15 @@ def building(trainer: Any, args: Any, model: Any, datasets: dict[str, Any]) -> I
         yield
 
 
-def check_launch(trainer: Any) -> None:
-    """Refuse a launch of several processes that accelerate runs one by one (each would train its own model)."""
+def check_launch(processes: Accelerator | PartialState) -> None:
+    """Refuse a launch of several processes that accelerate runs one by one (each would train its own model):
+    `processes` is what accelerate made of the launch (a trainer's `Accelerator`, a study's `PartialState`), held
+    against the processes the launcher started, which only its environment says."""
     launched = int(os.environ.get("WORLD_SIZE", "1"))  # what `accelerate launch` / torchrun started
-    if launched > 1 and trainer.accelerator.num_processes != launched:
+    if launched > 1 and processes.num_processes != launched:
         raise ValueError(
             f"{launched} processes were launched, but accelerate runs this one alone (distributed type "
-            f"{trainer.accelerator.distributed_type.value}): each process would train its own model and write the "
+            f"{processes.distributed_type.value}): each process would train its own model and write the "
             "same files. Without a GPU, launch with `--multi_gpu` and `use_cpu` (gloo), or a DeepSpeed config "
             "with `--use_cpu false`; `ddp_backend` names another backend."
         )
@@ -109,7 +114,7 @@ class ConstrainedSetup:
                 "`constraint_warmup_epochs` counts epochs of a training set of known length, but `train_dataset` is "
                 "streamed (an IterableDataset, no length); set `constraint_warmup_steps` instead."
             )
-        check_launch(trainer)
+        check_launch(trainer.accelerator)
         if primal_dual is not None:
             self.problem = own_primal_dual(primal_dual, num_layers)
         else:

@@ -104,3 +104,27 @@ def test_a_prepared_data_folder_that_is_a_file_is_refused(source, tmp_path):
     with pytest.raises(DataError, match=r"The prepared-data folder \S+data is a file; move it away"):
         prepared_splits(source, str(tmp_path / "data"))
     assert (tmp_path / "data").read_text() == "mine"
+
+
+def test_only_a_launchs_local_main_process_takes_the_tokenizing_lock(tmp_path):
+    """Under `accelerate launch` the other ranks wait for the main one inside TRL's `main_process_first`; a rank
+    that held the lock at that barrier kept the main one from it, and the study's two-process launch hung (issue 67).
+    With the lock held elsewhere, a non-main rank goes on; the main rank waits for it."""
+    import threading
+
+    from constrained_sft.data.prepared import PreparedData, locked
+
+    data = PreparedData([], [], str(tmp_path / "prepared"))  # type: ignore[arg-type]  (the rows are not read)
+    entered = {True: threading.Event(), False: threading.Event()}
+
+    def build(local_main: bool) -> None:
+        with data.tokenizing(local_main):
+            entered[local_main].set()
+
+    with locked(os.path.join(data.folder, "tokenize")):  # held by another process's lock (another file object)
+        threads = {main: threading.Thread(target=build, args=(main,), daemon=True) for main in (True, False)}
+        for thread in threads.values():
+            thread.start()
+        assert entered[False].wait(30), "a non-main rank waited for the lock"
+        assert not entered[True].wait(1)  # the main rank waits while the lock is held
+    assert entered[True].wait(30)  # and goes on once it is released
