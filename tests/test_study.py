@@ -250,7 +250,6 @@ def test_the_plan_resolves_the_settings_once_and_leaves_the_options_as_given(ass
     assert trained_only.evaluation is None and trained_only.pairs == (("constrained", "erm"),)
 
 
-@pytest.mark.slow
 def test_training_stage_under_accelerate_launch_then_evaluation_in_one_process(assets, tmp_path):
     """Two gloo CPU processes train both twins one after the other in one launch (the process group outlives the
     first run), then `--stage evaluate` runs in one process on the finished runs."""
