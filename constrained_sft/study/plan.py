@@ -88,15 +88,14 @@ def launch(training: TrainingArguments) -> PartialState:
     return state
 
 
-def evaluation_settings(options: StudyArguments, recipe: Recipe, instructions: str) -> Evaluation:
+def evaluation_settings(o: StudyArguments, recipe: Recipe, instructions: str) -> Evaluation:
     """What every run is measured with right after it trains (`after_training.Evaluation`): the robustness grid
     (`comparison.comparison_levels`, with the curves' three levels: the ends and the one nearest the training
     level), the instructions at `instructions` and how they are answered, the exit-layer decoding."""
     t = recipe.training
     train_gamma = training_level(t.noise_gamma)
-    gammas = comparison_levels(options.gammas, t.noise_gamma)
+    gammas = comparison_levels(o.gammas, t.noise_gamma)
     curve = sorted({gammas[0], min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]})
-    o = options
     return Evaluation(
         gammas=gammas, curve_gammas=curve, train_gamma=train_gamma, noise_seeds=o.noise_seeds,
         batch_size=t.per_device_eval_batch_size, max_length=t.max_length or 1024, instructions=instructions,
