@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..tasks import Recipe
@@ -37,7 +38,7 @@ class CheckedFolder:
 
 
 def check_comparison_folder(
-    root: str, command: str, settings: JSONObject, flag: str, recipes: dict[str, Recipe]
+    root: str, command: str, settings: JSONObject, flag: str, recipes: Mapping[str, Recipe]
 ) -> CheckedFolder:
     """The folder's checks, before any work and writing nothing: its data (`check_same_data`: before the settings, the
     clearer refusal), then its marker; an earlier version's data fields are vouched for by the data check."""
@@ -47,7 +48,7 @@ def check_comparison_folder(
     return CheckedFolder(root, command, settings, flag, saved, migrated)
 
 
-def check_same_data(saved: JSONRead | None, recipes: dict[str, Recipe], root: str, flag: str) -> None:
+def check_same_data(saved: JSONRead | None, recipes: Mapping[str, Recipe], root: str, flag: str) -> None:
     """Refuse in one line, before any work, to continue a comparison folder (`root`, a study's or a sweep's) whose
     data has changed since its runs trained: against the content ids its marker's settings (`saved`) recorded, and
     against those its runs recorded (`run.json`; an earlier version's marker records none, its runs a fingerprint of

@@ -6,7 +6,9 @@ import dataclasses
 import hashlib
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..comparison import ERM, TWINS, arm_recipes, recipe_identity, reference_arm
 from ..evaluation.alpaca import AlpacaArguments
@@ -16,6 +18,9 @@ from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
 from .phases import KEEP_MODELS
+
+if TYPE_CHECKING:
+    from ..tasks import Recipe
 
 STAGES = ("train", "evaluate", "all")
 HELD_OUT = "held_out"
@@ -187,7 +192,7 @@ class StudyArguments:
                                judge_batch_size=self.judge_batch_size, judge_base_url=self.judge_base_url,
                                judge_timeout=self.judge_timeout, bootstrap_samples=self.bootstrap_samples)  # fmt: skip
 
-    def folder_settings(self, recipes: dict) -> dict:
+    def folder_settings(self, recipes: Mapping[str, Recipe]) -> dict:
         """What decides a study's results, for its folder (`utils.folders`): every arm's recipe (but for the
         seed) and the evaluation options. A continuation may add training seeds; where the study writes, which stage
         runs, the intervals' resamples and the report's examples decide nothing."""

@@ -27,7 +27,7 @@ from ..utils.files import write_text
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
 from .finish import finish_study, seeds_with
-from .phases import Job, required
+from .phases import Job, keeps_weights, required
 from .plan import StudyPlan, plan
 from .probe import ProbeTimes
 from .probe import probed as probe_times
@@ -71,8 +71,8 @@ def open_study(p: StudyPlan, task: Task) -> tuple[dict[str, RunRecord], StudyTim
     before anything is written (a refused record leaves the folder as it was); then the folder marked, by one
     writer."""
     p.folder.check_parts()
-    settings = p.options.folder_settings(dict(p.arms))
-    folder = check_comparison_folder(p.folder.root, COMMAND, settings, "--study_dir", dict(p.arms))
+    settings = p.options.folder_settings(p.arms)
+    folder = check_comparison_folder(p.folder.root, COMMAND, settings, "--study_dir", p.arms)
     key = task.headline.key
     records = {run.name: r for run in p.runs if (r := read_record(p.folder, run, key)) is not None}
     timings = StudyTimings.load(p.folder.root)
@@ -170,7 +170,7 @@ def drop_weights(p: StudyPlan, records: dict[str, RunRecord], queue: list[Job]) 
     pending = {job.run for job in queue}
     for run in p.runs:
         folder, record = p.folder.run(run), records.get(run.name)
-        if p.keeps_weights(run) or run in pending or record is None or not has_weights(folder):
+        if keeps_weights(p.options.keep_models, run) or run in pending or record is None or not has_weights(folder):
             continue
         if all(record.done(phase) for phase in required(p.evaluation, run) if phase != TRAIN):
             freed = delete_weights(folder)

@@ -36,6 +36,11 @@ def required(evaluation: Evaluation | None, run: RunKey) -> tuple[str, ...]:
     return (TRAIN, ROBUSTNESS, ANSWERS) + ((EXITS,) if evaluation.exit_prompts and run.seed == 0 else ())
 
 
+def keeps_weights(keep: str, run: RunKey) -> bool:
+    """Whether `--keep_models keep` keeps `run`'s weights once its phases are recorded."""
+    return keep == "all" or (keep == "seed0" and run.seed == 0)
+
+
 @dataclass(frozen=True)
 class Job:
     """Phases of one run, everything a fresh process needs to do them (`run_job`). `restart`: the run's weights are
@@ -134,6 +139,6 @@ def run_job(job: Job) -> RunRecord:
         started = clock.now()
         setattr(record, kept[phase], phases[phase]())
         done(phase, started)
-    if job.last and (job.keep == "none" or (job.keep == "seed0" and job.run.seed != 0)) and has_weights(job.folder):
+    if job.last and not keeps_weights(job.keep, job.run) and has_weights(job.folder):
         delete_weights(job.folder)  # after the last record: a kill in between keeps the weights, never loses the run
     return record

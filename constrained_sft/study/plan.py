@@ -43,10 +43,6 @@ class StudyPlan:
     def constrained(self) -> Recipe:
         return next(iter(self.arms.values()))
 
-    def keeps_weights(self, run: RunKey) -> bool:
-        """Whether `--keep_models` keeps `run`'s weights once its phases are recorded."""
-        return self.options.keep_models == "all" or (self.options.keep_models == "seed0" and run.seed == 0)
-
 
 def plan(args: StudyArguments, task: Task, constrained: Recipe, erm: Recipe, more: Mapping[str, Recipe]) -> StudyPlan:
     """Everything checked before any work: the options, the task, the arms (`comparison.study_arms`), the launch and
