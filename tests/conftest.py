@@ -210,6 +210,13 @@ def launch_on_cpu(num_processes: int, *target: str, timeout: float | None = None
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
+def launch_failure(result: subprocess.CompletedProcess, tail: int = 3000) -> str:
+    """What a failed launch printed, for the assertion: the lines a rank refused with (`constrained-sft: error:`;
+    another rank's traceback, torch's report of the failed ranks, can push them out of the tail), then the tail."""
+    refusals = [line for line in result.stderr.splitlines() if "constrained-sft: error:" in line]
+    return "\n".join([*refusals, "--- stderr (tail) ---", result.stderr[-tail:]])
+
+
 def config_kwargs(output_dir, **overrides):
     """CPU-friendly defaults: fp32 (SFTConfig defaults to bf16, ~50x slower on CPU), no reporting, no saving."""
     base = dict(

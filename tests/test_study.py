@@ -252,13 +252,15 @@ def test_the_plan_resolves_the_settings_once_and_leaves_the_options_as_given(ass
 
 def test_training_stage_under_accelerate_launch_then_evaluation_in_one_process(assets, tmp_path):
     """Two gloo CPU processes train both twins one after the other in one launch (the process group outlives the
-    first run), then `--stage evaluate` runs in one process on the finished runs."""
-    from conftest import hang_limit, launch_on_cpu
+    first run), the main process late to look at the study folder (tests/scripts/study_late_main.py: the order that
+    failed in CI), then `--stage evaluate` runs in one process on the finished runs."""
+    from conftest import hang_limit, launch_failure, launch_on_cpu
 
     out = tmp_path / "study"
     argv = study_argv(assets, out, "--training_seeds", "1", "--stage", "train")
-    result = launch_on_cpu(2, "-m", "constrained_sft", *argv, timeout=hang_limit(40))
-    assert result.returncode == 0, result.stderr[-3000:]
+    script = os.path.join(os.path.dirname(__file__), "scripts", "study_late_main.py")
+    result = launch_on_cpu(2, script, *argv, timeout=hang_limit(45))
+    assert result.returncode == 0, launch_failure(result)
     for arm in ("constrained", "erm"):
         assert (out / "train" / arm / "seed0" / "training_args.json").is_file()
     assert cli(study_argv(assets, out, "--training_seeds", "1", "--stage", "evaluate")) == 0

@@ -69,7 +69,8 @@ def run(
 def open_study(p: StudyPlan, task: Task) -> tuple[dict[str, RunRecord], StudyTimings]:
     """The study folder's checks (`comparison.check_comparison_folder`), then its records and timings, each checked
     before anything is written (a refused record leaves the folder as it was); then the folder marked, by one
-    writer."""
+    writer. Under a launch every process checks the folder before any writes to it: a process that went on to
+    train while another had not looked yet would have that one find the data it prepared, unmarked, and refuse."""
     p.folder.check_parts()
     settings = p.options.folder_settings(p.arms)
     folder = check_comparison_folder(p.folder.root, COMMAND, settings, "--study_dir", p.arms)
@@ -78,6 +79,7 @@ def open_study(p: StudyPlan, task: Task) -> tuple[dict[str, RunRecord], StudyTim
     timings = StudyTimings.load(p.folder.root)
     if p.processes.is_main_process:
         folder.mark()
+    p.processes.wait_for_everyone()  # every process has checked; a refusal came before it, on every process alike
     return records, timings
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import hang_limit, launch_on_cpu
+from conftest import hang_limit, launch_failure, launch_on_cpu
 from datasets import Dataset
 
 from constrained_sft.cli import main as cli
@@ -246,6 +246,6 @@ def test_module_entry_point_under_accelerate_launch(tmp_path, tiny_model_dir):
     data = _write(tmp_path / "d.jsonl", _rows("prompt_completion", 32))
     out = tmp_path / "out"
     result = launch_on_cpu(2, "-m", "constrained_sft", *_args(tiny_model_dir, data, out), timeout=hang_limit(20))
-    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.returncode == 0, launch_failure(result)
     report = json.loads((out / "constraints.json").read_text())
     assert report["global_step"] == 2
