@@ -56,7 +56,7 @@ def study_argv(root, study_dir, *extra):
     return ["study", "--config", str(root / "descent.yaml"), "--erm_config", str(root / "none.yaml"),
             "--study_dir", str(study_dir), "--training_seeds", "2", "--bootstrap_samples", "300",
             "--generation_gammas", "0", "1.5", "--max_new_tokens", "4", "--judge", "proxy",
-            "--judge_model", str(root / "encoder"), "--max_steps", "3", *extra]  # fmt: skip
+            "--judge_model", str(root / "encoder"), "--max_steps", "3", "--exit_new_tokens", "8", *extra]  # fmt: skip
 
 
 def test_tiny_study_end_to_end_then_resumes_without_work(assets, tmp_path, capsys, monkeypatch):
