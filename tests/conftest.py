@@ -228,6 +228,23 @@ def launch_failure(result: subprocess.CompletedProcess, tail: int = 3000) -> str
     return "\n".join([*refusals, "--- stderr (tail) ---", result.stderr[-tail:]])
 
 
+TRAIN_TINY = Path(__file__).with_name("scripts") / "train_tiny.py"
+
+
+@pytest.fixture(scope="session")
+def data_parallel_ranks(tmp_path_factory) -> list[dict]:
+    """Each rank's record (tests/scripts/train_tiny.py) of the tiny model trained by 2 data-parallel gloo processes,
+    2 rows per rank and step, 2 supervised tokens per row read per layer: what the DDP test holds against one process
+    and the DeepSpeed tests hold against ZeRO, launched once per worker, not once per module (~40 s of CPU)."""
+    import json
+
+    out = tmp_path_factory.mktemp("data-parallel") / "ddp"
+    settings = {"output_dir": str(out), "per_device_train_batch_size": 2, "layer_loss_tokens": 2}
+    result = launch_on_cpu(2, str(TRAIN_TINY), str(out), json.dumps(settings))
+    assert result.returncode == 0, launch_failure(result)
+    return [json.loads((out.parent / f"ddp.rank{r}.json").read_text()) for r in range(2)]
+
+
 def config_kwargs(output_dir, **overrides):
     """CPU-friendly defaults: fp32 (SFTConfig defaults to bf16, ~50x slower on CPU), no reporting, no saving."""
     base = dict(

@@ -109,6 +109,10 @@ def trials(storage):
         return []
 
 
+def state(storage, number: int) -> str:
+    return next(t.state.name for t in trials(storage) if t.number == number)
+
+
 def test_two_workers_share_one_study_and_a_killed_worker_loses_nothing(postgres, recipe, tmp_path):
     start = time.time()
     with open(tmp_path / "a.log", "w") as log_a, open(tmp_path / "b.log", "w") as log_b:
@@ -123,9 +127,14 @@ def test_two_workers_share_one_study_and_a_killed_worker_loses_nothing(postgres,
                 now = trials(postgres)
                 running = [t for t in now if t.state.name == "RUNNING" and t.user_attrs.get("worker") == killed_name]
                 if running and sum(t.state.name == "COMPLETE" for t in now) >= 1:
-                    killed = running[0].number
-                    os.killpg(a.pid, signal.SIGKILL)
-                    break
+                    # stopped first, then seen still inside that trial: a trial A ends between the look and the
+                    # kill would be no killed trial at all (it happened once the trials got faster)
+                    os.killpg(a.pid, signal.SIGSTOP)
+                    if state(postgres, running[0].number) == "RUNNING":
+                        killed = running[0].number
+                        os.killpg(a.pid, signal.SIGKILL)
+                        break
+                    os.killpg(a.pid, signal.SIGCONT)
                 time.sleep(0.2)
             assert killed is not None, (tmp_path / "a.log").read_text()[-3000:]
             assert b.wait(timeout=hang_limit(30)) == 0, (tmp_path / "b.log").read_text()[-3000:]

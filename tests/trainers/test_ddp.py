@@ -26,8 +26,8 @@ def _run(tmp_path, name, processes, per_device, **settings):
     return [json.loads((tmp_path / f"{name}.rank{r}.json").read_text()) for r in range(processes)]
 
 
-def test_ddp_multipliers_match_across_ranks_and_single_process(tmp_path):
-    two = _run(tmp_path, "ddp", processes=2, per_device=2)
+def test_ddp_multipliers_match_across_ranks_and_single_process(tmp_path, data_parallel_ranks):
+    two = data_parallel_ranks  # `_run(tmp_path, "ddp", processes=2, per_device=2)`, shared with the DeepSpeed tests
     one = _run(tmp_path, "single", processes=1, per_device=4)
     assert [r["world_size"] for r in two] == [2, 2]
     assert all(r["distributed_type"] == "DistributedType.MULTI_CPU" for r in two)  # really one process group

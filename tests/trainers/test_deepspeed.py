@@ -55,9 +55,10 @@ def _config(tmp_path, config: str) -> str:
     return str(out)
 
 
-@pytest.fixture(scope="module")
-def ddp(tmp_path_factory):
-    return _launch(tmp_path_factory.mktemp("ddp"), "ddp", None)
+@pytest.fixture
+def ddp(data_parallel_ranks):
+    """`_launch(..., "ddp", None)`: the DDP test's run (tests/conftest.py), launched once for both files."""
+    return data_parallel_ranks
 
 
 @pytest.mark.parametrize("stage", ["deepspeed_zero2", "deepspeed_zero3"])
