@@ -80,12 +80,14 @@ def console(argv: list[str] | None = None) -> int:
     """
     import os
 
+    from ..utils.redact import redact_text
+
     try:
         return main(argv)
     except (ValueError, FileNotFoundError) as error:
         if os.environ.get("CONSTRAINED_SFT_TRACEBACK"):
             raise
-        print(f"{PROG}: error: {error}", file=sys.stderr)
+        print(f"{PROG}: error: {redact_text(str(error))}", file=sys.stderr)  # a URL's key never printed
         return 2
     except BrokenPipeError:  # Python's documented recipe (`signal` docs): nothing more goes to the closed pipe
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

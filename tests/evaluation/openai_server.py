@@ -9,8 +9,12 @@ Its verdict is a rule, so tests know the answer: of the two outputs in the judgi
 "## Output (a)" / "## Output (b)", or alpaca_eval's "m" / "M" model identifiers), the one holding more words wins
 (the first on a tie). `faults` holds what the next requests get instead of an answer ("429", "500", "slow" (sleeps
 past the client's timeout), "drop" (the connection closed without an answer, as a crashed server's), "unparsable" (a
-verdict no parser reads), "empty" (an empty message), "ok" (an answer)). `requests` counts
-what it saw, bodies and the key's last four characters (to check that one was sent, never to keep it); `usage` the
+verdict no parser reads), "empty" (an empty message), "ok" (an answer)), or a misbehaving server's answers: "html" (an
+HTML page with status 200, as a proxy's login page), "shape" (JSON of another shape), "no-choices" (`"choices": []`),
+"string-message" (a `message` that is a string), "huge" (a 2 MiB verdict), "negative-usage" (a `usage` of -10**9
+tokens), "drip" (a whole answer sent one byte every `drip_seconds`). `models_fault` likewise for the model list: "html",
+"shape", "slow", "404". `forever`: a fault every request gets, the queue aside. `requests` counts
+what it saw, bodies, when each arrived and the key's last four characters (to check that one was sent, never to keep it); `usage` the
 `usage` of every answer it sent (a server made with `report_usage=False` sends none, as some proxies do).
 
 Written here by hand because what is tested is the HTTP path itself: a mock of `openai` would skip the client's
@@ -51,6 +55,9 @@ class OpenAIServer:
         self.report_usage = report_usage
         self.keys = keys  # the keys it accepts (401 for any other); None: any key
         self.faults: deque[str] = deque()
+        self.forever: str | None = None
+        self.models_fault: str | None = None
+        self.drip_seconds = 0.25
         self.slow_seconds = slow_seconds
         self.lock = threading.Lock()
         server = self
@@ -62,11 +69,19 @@ class OpenAIServer:
             def do_GET(self):  # the model list: what a client asks before any work
                 key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
                 with server.lock:
-                    server.requests.append({"path": self.path, "body": None, "key_end": key[-4:]})
+                    server.requests.append(
+                        {"path": self.path, "body": None, "key_end": key[-4:], "at": time.monotonic()}
+                    )
                 if not key or (server.keys is not None and key not in server.keys):
                     return self.error(401, "invalid_api_key", "Incorrect API key provided.")
-                if not self.path.rstrip("/").endswith("/models"):
+                if not self.path.split("?")[0].rstrip("/").endswith("/v1/models") or server.models_fault == "404":
                     return self.error(404, "not_found", f"Unknown path {self.path}")
+                if server.models_fault == "html":
+                    return self.send_raw(200, b"<!DOCTYPE html><html><body>Sign in</body></html>", "text/html")
+                if server.models_fault == "shape":
+                    return self.send(200, {"models": ["gpt-5"]})
+                if server.models_fault == "slow":
+                    time.sleep(server.slow_seconds)
                 self.send(200, {"object": "list", "data": [{"id": m, "object": "model", "owned_by": "test"}
                                                            for m in ("gpt-5", "gpt-4-1106-preview")]})  # fmt: skip
 
@@ -74,12 +89,23 @@ class OpenAIServer:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
                 with server.lock:
-                    server.requests.append({"path": self.path, "body": body, "key_end": key[-4:]})
-                    fault = server.faults.popleft() if server.faults else None
+                    server.requests.append(
+                        {"path": self.path, "body": body, "key_end": key[-4:], "at": time.monotonic()}
+                    )
+                    fault = server.faults.popleft() if server.faults else server.forever
                 if not key or (server.keys is not None and key not in server.keys):
                     return self.error(401, "invalid_api_key", "Incorrect API key provided.")
-                if not self.path.rstrip("/").endswith("/chat/completions"):
+                if not self.path.split("?")[0].rstrip("/").endswith("/v1/chat/completions"):
                     return self.error(404, "not_found", f"Unknown path {self.path}")
+                if fault == "html":
+                    return self.send_raw(200, b"<!DOCTYPE html><html><body>Sign in</body></html>", "text/html")
+                if fault == "shape":
+                    return self.send(200, {"result": "Output (a)"})
+                if fault == "no-choices":
+                    return self.send(200, {"id": "x", "object": "chat.completion", "choices": []})
+                if fault == "string-message":
+                    return self.send(200, {"id": "x", "object": "chat.completion",
+                                           "choices": [{"index": 0, "message": "Output (a)"}]})  # fmt: skip
                 if fault == "429":
                     return self.error(
                         429, "rate_limit_exceeded", "Rate limit reached for requests", {"Retry-After": "0"}
@@ -101,13 +127,15 @@ class OpenAIServer:
                 prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
                 found = verdict(prompt)
                 text = found[0] if found else "I cannot tell."
-                if fault == "unparsable":
+                if fault == "huge":
+                    text = text + " " + "x" * (2 << 20)
+                elif fault == "unparsable":
                     text = "Both outputs have merit."
                 elif fault == "empty":
                     text = ""
                 choice = {"index": 0, "finish_reason": "stop", "logprobs": None,
                           "message": {"role": "assistant", "content": text}}  # fmt: skip
-                if body.get("logprobs") and found and fault is None:
+                if body.get("logprobs") and found and fault in (None, "ok"):
                     winner, loser = text, ("M" if text == "m" else "m")
                     top = [{"token": winner, "logprob": math.log(0.9), "bytes": list(winner.encode())},
                            {"token": loser, "logprob": math.log(0.1), "bytes": list(loser.encode())}]  # fmt: skip
@@ -118,22 +146,34 @@ class OpenAIServer:
                          "total_tokens": prompt_tokens + completion_tokens}  # fmt: skip
                 payload = {"id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion",
                            "created": int(time.time()), "model": body.get("model", ""), "choices": [choice]}  # fmt: skip
+                if fault == "negative-usage":
+                    usage = {"prompt_tokens": -(10**9), "completion_tokens": 1, "total_tokens": 1 - 10**9}
                 if server.report_usage:
                     payload["usage"] = usage
                     with server.lock:
                         server.usage.append(usage)
+                if fault == "drip":
+                    return self.send_raw(200, json.dumps(payload).encode(), "application/json", drip=True)
                 self.send(200, payload)
 
             def send(self, status: int, payload: dict, headers: dict | None = None):
-                data = json.dumps(payload).encode()
+                self.send_raw(status, json.dumps(payload).encode(), "application/json", headers)
+
+            def send_raw(self, status: int, data: bytes, kind: str, headers: dict | None = None, drip: bool = False):
                 try:
                     self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(data)))
                     for name, value in (headers or {}).items():
                         self.send_header(name, value)
                     self.end_headers()
-                    self.wfile.write(data)
+                    if not drip:
+                        return self.wfile.write(data)
+                    self.wfile.flush()
+                    for i in range(len(data)):  # one byte at a time: each read answers, the whole never comes in time
+                        self.wfile.write(data[i : i + 1])
+                        self.wfile.flush()
+                        time.sleep(server.drip_seconds)
                 except (BrokenPipeError, ConnectionResetError):  # a client that timed out and left
                     pass
 

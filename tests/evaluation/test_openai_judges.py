@@ -115,13 +115,13 @@ def test_a_server_that_keeps_failing_is_one_line(tmp_path, server, capsys, fault
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if "error:" in line]  # alpaca_eval's progress bars aside
     assert len(errors) == 1 and "Traceback" not in err and KEY not in err, err
-    assert re.fullmatch(rf"constrained-sft: error: judge '.*gpt-5.*': {said}.*", errors[0]), errors[0]
+    assert re.fullmatch(rf"constrained-sft: error: judge 'gpt5' \(gpt-5\): {said}.*", errors[0]), errors[0]
 
 
 @pytest.mark.parametrize(
     ("case", "message"),
-    [("refused", r"judge '(gpt5|gpt4)': nothing answered at http://127\.0\.0\.1:9/v1"),
-     ("wrong-key", r"judge '(gpt5|gpt4)': 127\.0\.0\.1:\d+ refused the API key \(401\)")],
+    [("refused", r"judge '(gpt5|gpt4)' \(gpt-[^)]+\): nothing answered at http://127\.0\.0\.1:9/v1"),
+     ("wrong-key", r"judge '(gpt5|gpt4)' \(gpt-[^)]+\): 127\.0\.0\.1:\d+ refused the API key \(401\)")],
 )  # fmt: skip
 @pytest.mark.parametrize("judge", ["gpt5", "gpt4"])
 def test_no_server_or_a_refused_key_is_said_before_any_work(tmp_path, monkeypatch, capsys, judge, case, message):
@@ -184,7 +184,8 @@ def test_a_self_hosted_judge_by_url_needs_no_key(tmp_path, monkeypatch, capsys):
     [((), "needs `--judge_base_url`"),
      (("--judge_base_url", "localhost:8000/v1", "--judge_model", "m"), "give the server's http\\(s\\) URL"),
      (("--judge_base_url", "http://127.0.0.1:9/v1", "--judge_model", "m"), "nothing answered at http://127.0.0.1:9/v1"),
-     (("--judge_model", "not-served"), "`--judge_model` 'not-served': 127.0.0.1:\\d+ serves gpt-5, gpt-4-1106-preview")],
+     (("--judge_model", "not-served"),
+      "model 'not-served', which 127.0.0.1:\\d+ does not serve \\(it serves gpt-5, gpt-4-1106-preview\\); give `--judge_model`")],
 )  # fmt: skip
 def test_a_self_hosted_judge_is_checked_before_any_work(tmp_path, monkeypatch, capsys, extra, message):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
@@ -278,6 +279,8 @@ def test_a_server_that_does_not_answer_in_time_is_one_line(tmp_path, server, cap
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if "error:" in line]
     assert len(errors) == 1 and "Traceback" not in err, err
-    assert re.fullmatch(r"constrained-sft: error: judge '.*': 127\.0\.0\.1:\d+ did not answer in time .*", errors[0])
+    assert re.fullmatch(
+        r"constrained-sft: error: judge '.*' \(.*\): 127\.0\.0\.1:\d+ did not answer in time .*", errors[0]
+    )
     # the first 8 requests (the workers) tried three times each; the first to fail stops the rest being sent
     assert len(chats(server)) == 3 * 8

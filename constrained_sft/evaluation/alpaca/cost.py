@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from .results import JudgeCost
 
-USAGE = ("prompt_tokens", "completion_tokens", "total_tokens")  # beside each API verdict (`usage_of`)
+USAGE = ("prompt_tokens", "completion_tokens", "total_tokens", "usage_invalid")  # beside each API verdict (`usage_of`)
 PRICE = "price_per_example"  # alpaca_eval's column: its decoder's price; ours leave it NaN
 
 
@@ -65,7 +65,19 @@ def list_price(model: str | None) -> ListPrice | None:
     return None
 
 
-def usage_fields(response) -> dict[str, int | None]:
+MAX_TOKENS = 10_000_000  # tokens one judging request can plausibly use; a server reporting more (or fewer than 0) is
+INVALID = "usage_invalid"  # not believed: the verdict's usage is unknown and flagged, never priced
+
+
+def token_count(value: object) -> int | None:
+    """A token count a server reported: a whole number in [0, MAX_TOKENS] (alpaca_eval's per-prompt share of a batch
+    may be a float), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return round(value) if 0 <= value <= MAX_TOKENS else None
+
+
+def usage_fields(response) -> dict[str, object]:
     """A chat completion's `usage` as the per-example fields our completion functions return (None where the server
     sent none: llama.cpp's and vLLM's servers send it, not every proxy does)."""
     usage = getattr(response, "usage", None)
@@ -75,13 +87,18 @@ def usage_fields(response) -> dict[str, int | None]:
 
 def usage_of(answer: dict) -> dict[str, int | None]:
     """One answer's `USAGE`, whichever decoder gave it: ours say the split, alpaca_eval's a total (a batch's total
-    over its prompts: a float) inside `completions_all`."""
-    prompt, completion = answer.get("prompt_tokens"), answer.get("completion_tokens")
+    over its prompts: a float) inside `completions_all`. A count that is no count, negative or over `MAX_TOKENS`
+    leaves the usage unknown and sets `INVALID` (1), so the cost can say so."""
     raw = answer.get("completions_all")
-    total = prompt + completion if prompt is not None and completion is not None else None
-    if total is None and isinstance(raw, dict) and raw.get("total_tokens") is not None:
-        total = round(raw["total_tokens"])
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total}
+    given = {"prompt_tokens": answer.get("prompt_tokens"), "completion_tokens": answer.get("completion_tokens"),
+             "total_tokens": raw.get("total_tokens") if isinstance(raw, dict) else None}  # fmt: skip
+    if answer.get(INVALID) or any(v is not None and token_count(v) is None for v in given.values()):
+        return {"prompt_tokens": None, "completion_tokens": None, "total_tokens": None, INVALID: 1}
+    prompt, completion = token_count(given["prompt_tokens"]), token_count(given["completion_tokens"])
+    total = (
+        prompt + completion if prompt is not None and completion is not None else token_count(given["total_tokens"])
+    )
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total, INVALID: 0}
 
 
 class Spend:
@@ -106,15 +123,16 @@ class Spend:
 
         def value(row: dict, name: str) -> float | None:
             v = row.get(column + name)
-            return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+            return v if isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 else None
 
         known = [row for row in verdicts if value(row, "total_tokens") is not None]
+        invalid = sum(bool(value(row, INVALID)) for row in verdicts)
 
         def total(name: str) -> float | None:
             values = [v for row in known if (v := value(row, name)) is not None]
             return sum(values) if known and len(values) == len(known) else None
 
-        prompt, completion, tokens = (None if (t := total(name)) is None else int(t) for name in USAGE)
+        prompt, completion, tokens = (None if (t := total(name)) is None else int(t) for name in USAGE[:3])
         if prompt is not None and completion is not None and self.price is not None:
             usd, basis = self.price.usd(prompt, completion), self.price.label(self.model)
         elif (alpaca := total(PRICE)) is not None:
@@ -124,4 +142,5 @@ class Spend:
         return JudgeCost(
             model=self.model, verdicts=len(verdicts), requests=self.requests, with_usage=len(known),
             prompt_tokens=prompt, completion_tokens=completion, total_tokens=tokens, price_usd=usd, price_basis=basis,
+            invalid_usage=invalid,
         )  # fmt: skip

@@ -13,6 +13,7 @@ judge) with its own order randomisation off; `proxy.ReferenceProxyJudge` compare
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..bootstrap import Statistic, bootstrap_interval
 from .cost import Spend
+from .endpoint import JudgeEndpoint
 from .results import JudgeCost, WinRateLevel
 
 
@@ -58,12 +60,12 @@ class AlpacaEvalJudge:
         self.raw: list[dict] = []  # alpaca_eval's annotations of the last call, raw completions included
         self.verdicts: list[dict] = []  # every call's annotations: what `cost` sums
         self.spend: Spend | None = None  # an API judge's, set where it is built (`judge_kinds`)
+        self.endpoint: JudgeEndpoint | None = None  # an API judge's server, likewise
 
     def prefer(self, pairs: Sequence[Pair]) -> list[float | None]:
-        from .endpoint import one_line
-
         rows = [{"instruction": p.instruction, "output_1": p.first, "output_2": p.second} for p in pairs]
-        with one_line(self.name):  # an API that still fails after the client's retries: one line, not a traceback
+        # an API that still fails after the client's retries: one line naming its server, not a traceback
+        with self.endpoint.one_line() if self.endpoint is not None else contextlib.nullcontext():
             self.raw = self.annotator.annotate_pairs(rows)
         self.verdicts += self.raw
         found = {(r["instruction"], r["output_1"], r["output_2"]): r.get("preference") for r in self.raw}

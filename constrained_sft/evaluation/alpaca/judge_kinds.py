@@ -12,9 +12,11 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Protocol, TypeAlias
 from urllib.parse import urlsplit
 
+from ...utils.redact import redact_url
 from ...utils.registry import Registry
 from .cost import ListPrice, Spend, list_price
-from .endpoint import JudgeError, host, reach, self_hosted_key
+from .endpoint import JudgeEndpoint, self_hosted_key
+from .errors import JudgeError
 from .headtohead import AlpacaEvalJudge, Judge
 from .judges import (
     GPT5,
@@ -41,6 +43,7 @@ class JudgeFields(Protocol):
 
 
 AnnotatorSetup: TypeAlias = "tuple[str, dict[str, Any]]"  # (alpaca_eval annotator config, its extra keyword arguments)
+JUDGE_FLAGS = ("judge_model", "judge_base_url", "judge_timeout")  # the judging flags only some judges read
 
 
 def our_config(folder: str) -> str:
@@ -55,6 +58,25 @@ class JudgeKind(ABC):
     help: ClassVar[str]
     default_model: ClassVar[str | None] = None  # the judge model when --judge_model names none (reported)
     config: ClassVar[str | None] = None  # its alpaca_eval annotator config: a name, or one of ours (`our_config`)
+    reads: ClassVar[frozenset[str]] = frozenset()  # which of `JUDGE_FLAGS` it reads; any other one given is refused
+
+    @classmethod
+    def flags_read(cls, args: JudgeFields) -> frozenset[str]:
+        """Which of `JUDGE_FLAGS` this judge reads (a config's judge: depending on the config)."""
+        return cls.reads
+
+    @classmethod
+    def check_flags(cls, args: JudgeFields) -> None:
+        """A judging flag this judge does not read is refused, as the configs refuse a variant's unread fields: it
+        would be recorded as if it had been used."""
+        reads = cls.flags_read(args)
+        unread = [flag for flag in JUDGE_FLAGS if getattr(args, flag) is not None and flag not in reads]
+        if unread:
+            what = ", ".join(f"`--{flag}`" for flag in JUDGE_FLAGS if flag in reads) or "none of them"
+            raise JudgeError(
+                f"`--{unread[0]}` is not read by `--judge {args.judge}` (of {', '.join(f'--{f}' for f in JUDGE_FLAGS)} "
+                f"it reads {what}): drop it, or choose a judge that reads it."
+            )
 
     @classmethod  # noqa: B027 (an optional hook: a judge that needs nothing checks nothing)
     def check(cls, args: JudgeFields) -> None:
@@ -66,13 +88,11 @@ class JudgeKind(ABC):
         """The judge, ready to compare two answer sets."""
 
 
-class AnnotatorConfig(JudgeKind):
-    """An alpaca_eval annotator config, by name (a folder of alpaca_eval's evaluator configs) or path to a
-    configs.yaml; its decoders' credentials are checked first. The base of every judge that runs through
-    alpaca_eval's annotator (`setup`: the config and the annotator's extra keyword arguments)."""
-
-    name = "<alpaca_eval config>"
-    help = "an alpaca_eval annotator config name or a path to a configs.yaml"
+class AnnotatorJudge(JudgeKind):
+    """A judge that runs through alpaca_eval's annotator (`setup`: the config and the annotator's extra keyword
+    arguments); the base of every such judge, the registered ones and any config a user names (`AnnotatorConfig`).
+    Its decoders' credentials are checked first; one that calls an OpenAI-compatible server does so through its
+    `endpoint`."""
 
     @classmethod
     def setup(cls, args: JudgeFields) -> AnnotatorSetup:
@@ -94,10 +114,22 @@ class AnnotatorConfig(JudgeKind):
         return config, {}
 
     @classmethod
+    def endpoint(cls, args: JudgeFields) -> JudgeEndpoint | None:
+        """The server an API judge calls (the openai client's own: OPENAI_BASE_URL, else OpenAI's); None for a
+        judge that calls none."""
+        if not cls.calls_openai(cls.setup(args)[0]):
+            return None
+        return JudgeEndpoint(args.judge, cls.model(args), timeout=args.judge_timeout)
+
+    @classmethod
+    def model(cls, args: JudgeFields) -> str | None:
+        """The model the judge asks for (None where only its config knows)."""
+        return cls.default_model
+
+    @classmethod
     def check(cls, args: JudgeFields) -> None:
-        config, _ = cls.setup(args)
-        if cls.calls_openai(config):
-            reach(args.judge)  # nothing answering, a refused key: said before any work
+        if (endpoint := cls.endpoint(args)) is not None:
+            endpoint.reach("judge_model" in cls.flags_read(args))  # nothing answering, a refused key: before any work
 
     @classmethod
     def calls_openai(cls, config: str) -> bool:
@@ -117,16 +149,29 @@ class AnnotatorConfig(JudgeKind):
         model = judge_kwargs.get("completions_kwargs", {}).get("model_name")
         name = os.path.basename(os.path.dirname(config)) if os.path.exists(config) else config
         judge = AlpacaEvalJudge(config, judge_kwargs, caching_path, name + (f" ({model})" if model else ""))
-        if caching_path and cls.calls_openai(config):  # each API verdict kept as it arrives: a stop loses none
-            path = os.path.join(os.path.dirname(caching_path), "completions_kept.jsonl")
-            model = model or args.judge_model or cls.default_model
+        judge.endpoint = cls.endpoint(args)
+        if judge.endpoint is not None:  # each API verdict kept as it arrives (a stop loses none), asked through it
+            path = os.path.join(os.path.dirname(caching_path), "completions_kept.jsonl") if caching_path else None
+            model = model or cls.model(args)
             judge.spend = Spend(model, cls.price(model))
-            timeout = args.judge_timeout
             for single in judge.annotator.annotators.values():  # the config's decoder, resolved by alpaca_eval
-                single.fn_completions = kept_completions(single.fn_completions, path, spend=judge.spend)
-                if timeout is not None:  # the openai client's, in every decoder's `client_kwargs`
-                    single.completions_kwargs = {**single.completions_kwargs, "client_kwargs": {"timeout": timeout}}
+                single.fn_completions = kept_completions(
+                    single.fn_completions, path, judge.endpoint, spend=judge.spend
+                )
         return judge
+
+
+class AnnotatorConfig(AnnotatorJudge):
+    """An alpaca_eval annotator config, by name (a folder of alpaca_eval's evaluator configs) or path to a
+    configs.yaml: it reads `--judge_timeout` where its decoders call an OpenAI-compatible server, and no other
+    judging flag (its model is its config's)."""
+
+    name = "<alpaca_eval config>"
+    help = "an alpaca_eval annotator config name or a path to a configs.yaml"
+
+    @classmethod
+    def flags_read(cls, args: JudgeFields) -> frozenset[str]:
+        return frozenset({"judge_timeout"}) if cls.calls_openai(cls.setup(args)[0]) else frozenset()
 
 
 # the `--judge` names, in the order they are registered (and listed)
@@ -134,11 +179,16 @@ JUDGES: Registry = Registry("judge", JudgeKind, needs=("name", "help"))
 
 
 @JUDGES.register
-class GPT5Judge(AnnotatorConfig):
+class GPT5Judge(AnnotatorJudge):
     name = "gpt5"
     help = "the paper's judge, GPT-5 (or the OpenAI reasoning model --judge_model names; needs OPENAI_API_KEY)"
     default_model = GPT5
     config = our_config("openai_reasoning")
+    reads = frozenset({"judge_model", "judge_timeout"})
+
+    @classmethod
+    def model(cls, args: JudgeFields) -> str | None:
+        return args.judge_model or cls.default_model
 
     @classmethod
     def setup(cls, args: JudgeFields) -> AnnotatorSetup:
@@ -147,7 +197,7 @@ class GPT5Judge(AnnotatorConfig):
                 "judge 'gpt5' calls the OpenAI API and needs OPENAI_API_KEY in the environment; set it, or use "
                 "--judge local / --judge test."
             )
-        kwargs = {"model_name": args.judge_model or cls.default_model}
+        kwargs = {"model_name": cls.model(args)}
         return cls.config, {"fn_completions": openai_reasoning_completions, "completions_kwargs": kwargs}
 
     @classmethod
@@ -156,21 +206,23 @@ class GPT5Judge(AnnotatorConfig):
 
 
 @JUDGES.register
-class GPT4Judge(AnnotatorConfig):
+class GPT4Judge(AnnotatorJudge):
     name = "gpt4"
     help = "alpaca_eval's AlpacaEval 2 annotator, weighted GPT-4-turbo (needs OPENAI_API_KEY)"
     default_model = "gpt-4-1106-preview"  # its config's model_name, reported
     config = "weighted_alpaca_eval_gpt4_turbo"  # alpaca_eval's DEFAULT_ANNOTATOR_CONFIG for AlpacaEval 2
+    reads = frozenset({"judge_timeout"})
 
 
 @JUDGES.register
-class OpenAICompatibleJudge(AnnotatorConfig):
+class OpenAICompatibleJudge(AnnotatorJudge):
     name = "openai-compatible"
     config = our_config("openai_reasoning")  # the same prompt and parser as gpt5, through its own decoder
     help = (
         "a chat model a server of your own serves over the OpenAI API (vLLM, TGI, llama.cpp's server, Ollama): "
         "--judge_base_url and --judge_model; a key (OPENAI_API_KEY) only where the server wants one"
     )
+    reads = frozenset(JUDGE_FLAGS)
 
     @classmethod
     def server(cls, args: JudgeFields) -> tuple[str, str]:
@@ -181,27 +233,37 @@ class OpenAICompatibleJudge(AnnotatorConfig):
                 "`--judge openai-compatible` needs `--judge_base_url` (the server's OpenAI API root, e.g. "
                 "http://localhost:8000/v1) and `--judge_model` (the model it serves)."
             )
-        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+        try:
+            parts = urlsplit(url)
+            parts.port  # noqa: B018 (a port that is no number raises here)
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise JudgeError(
-                f"`--judge_base_url` {url!r}: give the server's http(s) URL, e.g. http://localhost:8000/v1."
+                f"`--judge_base_url` {redact_url(url)!r}: give the server's http(s) URL, e.g. http://localhost:8000/v1."
             )
         return url, model
 
     @classmethod
+    def model(cls, args: JudgeFields) -> str | None:
+        return args.judge_model
+
+    @classmethod
     def setup(cls, args: JudgeFields) -> AnnotatorSetup:
-        url, model = cls.server(args)
-        kwargs = {"model_name": model, "base_url": url}
+        _, model = cls.server(args)
+        kwargs = {"model_name": model}
         return cls.config, {"fn_completions": openai_compatible_completions, "completions_kwargs": kwargs}
 
     @classmethod
-    def check(cls, args: JudgeFields) -> None:
+    def endpoint(cls, args: JudgeFields) -> JudgeEndpoint:
         url, model = cls.server(args)
-        served = reach(args.judge, url, self_hosted_key())
-        if served and model not in served:
-            raise JudgeError(
-                f"`--judge_model` {model!r}: {host(url)} serves {', '.join(served[:10])}; give one of them."
-            )
-        print(f"judge: {host(url)} answered, serving {model}")
+        return JudgeEndpoint(args.judge, model, url=url, timeout=args.judge_timeout, key=self_hosted_key())
+
+    @classmethod
+    def check(cls, args: JudgeFields) -> None:
+        endpoint = cls.endpoint(args)
+        endpoint.reach(model_flag=True)
+        print(f"judge: {endpoint.where} answered, serving {endpoint.model}")
 
     @classmethod
     def calls_openai(cls, config: str) -> bool:
@@ -215,15 +277,16 @@ class OpenAICompatibleJudge(AnnotatorConfig):
     def build(cls, args: JudgeFields, caching_path: str | None) -> Judge:
         judge = super().build(args, caching_path)
         url, model = cls.server(args)
-        judge.name = f"{cls.name} at {host(url)} ({model})"
+        judge.name = f"{cls.name} at {cls.endpoint(args).where} ({model})"
         return judge
 
 
 @JUDGES.register
-class LocalJudge(AnnotatorConfig):
+class LocalJudge(AnnotatorJudge):
     name = "local"
     config = our_config("local_hf")
     help = "a chat model from --judge_model, on the GPU when there is one"
+    reads = frozenset({"judge_model"})
 
     @classmethod
     def setup(cls, args: JudgeFields) -> AnnotatorSetup:
@@ -240,6 +303,7 @@ class ProxyJudge(JudgeKind):
         "offline stand-in, no quality judge: prefers the answer closer to the reference answer in MiniLM sentence "
         "embeddings (--judge_model: another encoder)"
     )
+    reads = frozenset({"judge_model"})
 
     @classmethod
     def check(cls, args: JudgeFields) -> None:
@@ -253,7 +317,7 @@ class ProxyJudge(JudgeKind):
 
 
 @JUDGES.register
-class TestJudge(AnnotatorConfig):
+class TestJudge(AnnotatorJudge):
     name = "test"
     config = our_config("offline_test")
     help = "deterministic and offline, for tests"

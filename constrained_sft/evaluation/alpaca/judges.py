@@ -29,7 +29,6 @@ import torch
 
 from ...utils.shipped import package_data
 from .cost import USAGE, usage_fields
-from .endpoint import self_hosted_key
 
 if TYPE_CHECKING:  # openai is imported by the judges that ask it
     from openai.types.shared_params import ReasoningEffort
@@ -183,7 +182,6 @@ def openai_reasoning_completions(
 def openai_compatible_completions(
     prompts: Sequence[str],
     model_name: str,
-    base_url: str,
     max_tokens: int = 16,
     temperature: float = 0.0,
     max_workers: int = 8,
@@ -192,15 +190,15 @@ def openai_compatible_completions(
 ) -> dict[str, list]:
     """
     A chat model behind any OpenAI-compatible server (vLLM, TGI, llama.cpp's server, Ollama) answers each ChatML prompt
-    greedily with a short budget (the verdict is "Output (a)" / "Output (b)"); the key is OPENAI_API_KEY where the
-    server wants one, else a placeholder (such servers take any). The client's own retries apply.
+    greedily with a short budget (the verdict is "Output (a)" / "Output (b)"); the server's URL and key come in
+    `client_kwargs` (`endpoint.JudgeEndpoint.client_options`). The client's own retries apply.
     """
     import openai
 
     load_alpaca_eval()
     from alpaca_eval.utils import prompt_to_chatml
 
-    client = openai.OpenAI(base_url=base_url, api_key=self_hosted_key(), **(client_kwargs or {}))
+    client = openai.OpenAI(**(client_kwargs or {}))
 
     def ask(prompt: str):
         return client.chat.completions.create(

@@ -18,6 +18,7 @@ import dataclasses
 import glob
 import json
 import logging
+import math
 import os
 from dataclasses import asdict, dataclass, field
 
@@ -28,10 +29,12 @@ from ...noise import NoiseGrid
 from ...utils.fields import check_fields
 from ...utils.files import read_json, write_json
 from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
+from ...utils.redact import redact_url
 from ..instructions import GenerationError
+from .errors import JudgeError
 from .generate import output_path, settings_path
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
-from .judge_kinds import AnnotatorConfig, AnnotatorSetup, JudgeError, judge_kind, judges_help
+from .judge_kinds import AnnotatorJudge, AnnotatorSetup, judge_kind, judges_help
 from .judges import load_alpaca_eval
 from .report import cost_text, write_alpaca
 from .results import HeadToHead, WinRateLevel
@@ -133,8 +136,8 @@ def load_pair(args: AlpacaArguments, generations: str, gamma: float) -> tuple[li
 
 def check_judge_limits(args: AlpacaArguments) -> None:
     """`--judge_timeout` and `--judge_max_instances`, before any work."""
-    if args.judge_timeout is not None and not args.judge_timeout > 0:
-        raise JudgeError(f"`--judge_timeout` must be > 0 seconds, got {args.judge_timeout}.")
+    if args.judge_timeout is not None and not (math.isfinite(args.judge_timeout) and args.judge_timeout > 0):
+        raise JudgeError(f"`--judge_timeout` must be a finite number > 0 seconds, got {args.judge_timeout}.")
     if args.judge_max_instances is not None and args.judge_max_instances < 1:
         raise JudgeError(f"`--judge_max_instances` must be >= 1, got {args.judge_max_instances}.")
 
@@ -143,7 +146,7 @@ def judge_setup(args: AlpacaArguments) -> AnnotatorSetup:
     """(annotator config for alpaca_eval, extra annotator kwargs) of a judge that runs through alpaca_eval's
     annotator; fails early on a missing credential (`judge_kinds`)."""
     kind = judge_kind(args.judge)
-    if not issubclass(kind, AnnotatorConfig):
+    if not issubclass(kind, AnnotatorJudge):
         raise JudgeError(f"judge {args.judge!r} does not run through alpaca_eval's annotator: it has no config.")
     return kind.setup(args)
 
@@ -169,7 +172,9 @@ def check_judge(args: AlpacaArguments) -> None:
     """What a judge needs, checked before any work: its limits, credentials and judge model, or the proxy's
     encoder."""
     check_judge_limits(args)
-    judge_kind(args.judge).check(args)
+    kind = judge_kind(args.judge)
+    kind.check_flags(args)
+    kind.check(args)
 
 
 def build_judge(args: AlpacaArguments, output_dir: str | None) -> Judge:
@@ -290,6 +295,7 @@ def run(args: AlpacaArguments) -> HeadToHead:
     pairs = {gamma: [(m[:n], r[:n]) for m, r in seed_pairs] for gamma, seed_pairs in pairs.items()}
     settings = {k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples", "judge_timeout")}
     settings.update(generations=os.path.abspath(args.generations), gammas=gammas)
+    settings["judge_base_url"] = redact_url(args.judge_base_url)  # recorded and compared without its secrets
     check_folder(args.output_dir, COMMAND, settings)
     mark_folder(args.output_dir, COMMAND, settings)
     root = os.path.join(args.output_dir, "alpaca_eval")

@@ -12,6 +12,7 @@ import textwrap
 from ...utils.figures import pyplot, save_figure
 from ...utils.files import write_json
 from ..report import PARTS, Block, Heading, Image, PagePart, Table, Text, write_page
+from .cost import MAX_TOKENS
 from .results import ALPACA_EVAL_SIZE, ALPACA_JSON, HeadToHead, JudgeCost
 
 ALPACA_PLOT = "alpaca_win_rate.png"
@@ -67,6 +68,9 @@ def cost_text(cost: JudgeCost | None) -> str | None:
     asked = f"{cost.requests:,} requested by this run" if cost.requests else "none requested by this run"
     asked += f", {earlier:,} answered by an earlier run" if earlier else ""
     text = f"Judge cost: {cost.verdicts:,} verdicts ({asked})"
+    if cost.invalid_usage:
+        text += (f"; the server reported impossible usage for {cost.invalid_usage:,} (negative, or over "
+                 f"{MAX_TOKENS:,} tokens a request): left out of the sums, never priced")  # fmt: skip
     if cost.total_tokens is None:
         return f"{text}; token usage unknown (not reported by the server, or judged by an earlier version)."
     if cost.with_usage < cost.verdicts:

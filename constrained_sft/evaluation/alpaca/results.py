@@ -86,6 +86,7 @@ class JudgeCost:
     total_tokens: int | None = None
     price_usd: float | None = None
     price_basis: str | None = None
+    invalid_usage: int = 0  # verdicts whose server reported impossible usage (negative, over `cost.MAX_TOKENS`)
 
     def per_verdict(self, value: float | None) -> float | None:
         """`value` (tokens, dollars, summed over the verdicts with usage) per such verdict; None where unknown."""
