@@ -128,3 +128,37 @@ def test_the_proxy_judge_cuts_answers_to_the_encoders_positions(encoder):
     assert judge.max_length == 80
     long = " ".join(["s1 s2 s3"] * 100)  # 300 tokens
     assert judge.prefer([Pair("q", long, "s20 s21", "s1 s2 s3")]) == [1.0]
+
+
+class Weighted:
+    """alpaca_eval's weighted annotator as it answers: a preference in [1, 2] from log-probabilities, never exactly a
+    label, with no position bias (the same answer favoured in both orders, by slightly different weights)."""
+
+    name, proxy = "weighted", False
+
+    def __init__(self, good):
+        self.good, self.calls = set(good), 0
+
+    def prefer(self, pairs):
+        out = []
+        for p in pairs:
+            self.calls += 1
+            jitter = 0.01 * (self.calls % 3)  # 0.91, 0.92, 0.93 ...: the second order never repeats the first
+            if (p.first in self.good) == (p.second in self.good):
+                out.append(1.5 + jitter)  # a near-even weight: a draw
+            else:
+                out.append(1.09 + jitter if p.first in self.good else 1.91 - jitter)
+        return out
+
+
+def test_a_weighted_judge_without_position_bias_is_read_by_the_side_it_favours():
+    """Its two orders agree on every pair (exact comparison: on none), wins / losses / draws are counted (exactly: 0 /
+    0 / 0 of 40), and the win rate stays the mean of the weights."""
+    model, reference = [f"m{i}" for i in range(20)], [f"r{i}" for i in range(20)]
+    good = model[:12] + reference[12:16] + model[16:] + reference[16:]  # model 12, reference 4, 4 draws
+    verdicts = judge_both_orders(Weighted(good), model, reference, ROWS)
+    level = win_rate_level([verdicts], n_boot=200)
+    assert level.order_agreement == 1.0 and (level.n_wins, level.n_losses, level.n_draws) == (24, 8, 8)
+    assert level.first_position_rate == pytest.approx(0.5)
+    shares = [x for v in verdicts for x in (v["model_first"], v["model_second"])]
+    assert level.win_rate == pytest.approx(100 * np.mean(shares)) and min(shares) > 0 and max(shares) < 1

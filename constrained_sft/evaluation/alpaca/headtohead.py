@@ -4,6 +4,13 @@ Head-to-head judging with numbers a user can trust, for every judge: each pair o
 measured as the *order agreement*; the win rate (draws count half) comes with a 95% bootstrap interval over
 instructions, and over training seeds when several model / reference pairs answered.
 
+A verdict is the model's share of the win in [0, 1]: 1, 0.5 or 0 for a judge that answers with a label, any value
+between for alpaca_eval's weighted annotator (`--judge gpt4`: the preference its log-probabilities give). The win rate
+averages the shares as they are (alpaca_eval's own weighted win rate). The counts and the judge's consistency are read
+by the side each share favours (`side`): the model's above 0.5 + `DRAW_TOLERANCE`, the reference's below 0.5 -
+`DRAW_TOLERANCE`, a draw between. So a weighted judge with no position bias, whose two orders give 0.93 and 0.91,
+agrees with itself (order agreement 1.00) and wins twice; read as exact values, it agreed on no pair and won nothing.
+
 A judge is anything with `prefer(pairs) -> preferences` (1 = first shown better, 2 = second, 1.5 = draw, None = no
 parseable verdict), a `name` and a `proxy` flag (a stand-in that is no quality judge; every report says so), and,
 where it pays per request, a `cost()` that the result reports:
@@ -130,6 +137,15 @@ def _win_rate(sums: dict[str, np.ndarray]) -> np.ndarray:
 WIN_RATE = Statistic("win_rate", _win_rate)
 
 
+DRAW_TOLERANCE = 0.05  # a share within this of 0.5 favours neither answer: a weighted judge's 0.52 is a draw
+
+
+def side(share: float) -> int:
+    """The side a verdict (the model's share of the win) favours: 1 the model, -1 the reference, 0 neither (a draw:
+    within `DRAW_TOLERANCE` of 0.5)."""
+    return 1 if share > 0.5 + DRAW_TOLERANCE else -1 if share < 0.5 - DRAW_TOLERANCE else 0
+
+
 def unit_scores(verdicts: list[list[dict]]) -> dict[str, np.ndarray]:
     """`verdicts[s][i]` (seed pair s, instruction i) -> `{wins, count, agree, both, first, decided}` as `[S, N]`:
     the model's win shares summed over the parsed orders, and the counts behind the agreement and position rates."""
@@ -143,10 +159,11 @@ def unit_scores(verdicts: list[list[dict]]) -> dict[str, np.ndarray]:
             if "empty" in v:
                 continue  # decided by the rule, not by the judge: no part of its agreement or position bias
             if a is not None and b is not None:
-                out["both"][s, i], out["agree"][s, i] = 1, float(a == b)
-            # position: a non-draw verdict for the first shown answer (model first: a win; reference first: a loss)
-            out["first"][s, i] = (a == 1.0) + (b == 0.0)
-            out["decided"][s, i] = sum(x != 0.5 for x in parsed)
+                out["both"][s, i], out["agree"][s, i] = 1, float(side(a) == side(b))
+            # position: a decided verdict for the first shown answer (model first: the model's side; reference first:
+            # the reference's)
+            out["first"][s, i] = (a is not None and side(a) == 1) + (b is not None and side(b) == -1)
+            out["decided"][s, i] = sum(side(x) != 0 for x in parsed)
     return out
 
 
@@ -154,8 +171,9 @@ def win_rate_level(
     verdicts: list[list[dict]], n_boot: int, gamma: float = 0.0, confidence: float = 0.95
 ) -> WinRateLevel:
     """Level `gamma`'s win rate (percent, draws half) with its percentile bootstrap interval over seed pairs and
-    instructions (`bootstrap.bootstrap_interval`), the verdict counts, and the judge's order agreement (share of pairs
-    judged alike in both orders) and first-position rate (share of decided verdicts for the answer shown first)."""
+    instructions (`bootstrap.bootstrap_interval`), the verdict counts by the side each favours (`side`), and the
+    judge's order agreement (share of pairs whose two orders favour the same side) and first-position rate (share of
+    decided verdicts for the answer shown first)."""
     scores = unit_scores(verdicts)
     n_pairs = int(scores["count"].size)
     if not scores["count"].sum():
@@ -173,9 +191,9 @@ def win_rate_level(
         low=float(low[0]),
         high=float(high[0]),
         confidence=confidence,
-        n_wins=sum(x == 1.0 for x in parsed),
-        n_losses=sum(x == 0.0 for x in parsed),
-        n_draws=sum(x == 0.5 for x in parsed),
+        n_wins=sum(side(x) == 1 for x in parsed),
+        n_losses=sum(side(x) == -1 for x in parsed),
+        n_draws=sum(side(x) == 0 for x in parsed),
         n_verdicts=len(parsed),
         unparsed=2 * n_pairs - len(parsed),
         order_agreement=float(scores["agree"].sum() / both) if both else None,

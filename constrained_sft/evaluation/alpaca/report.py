@@ -13,6 +13,7 @@ from ...utils.figures import pyplot, save_figure
 from ...utils.files import write_json
 from ..report import PARTS, Block, Heading, Image, PagePart, Table, Text, write_page
 from .cost import MAX_TOKENS
+from .headtohead import DRAW_TOLERANCE
 from .results import ALPACA_EVAL_SIZE, ALPACA_JSON, HeadToHead, JudgeCost
 
 ALPACA_PLOT = "alpaca_win_rate.png"
@@ -103,8 +104,10 @@ def alpaca_blocks(head: HeadToHead, output_dir: str) -> list[Block]:
         Heading(f"Head-to-head: {head.model} vs {head.reference}"),
         Text(
             f"judge: {judge_label(head)}. Every pair judged in both orders; win rates in percent, draws count half, "
-            "95% bootstrap interval over instructions (and training seeds). Order agreement: share of pairs judged "
-            "alike in both orders; first-position rate: share of decided verdicts for the answer shown first."
+            "95% bootstrap interval over instructions (and training seeds). Order agreement: share of pairs whose "
+            "two orders favour the same answer; first-position rate: share of decided verdicts for the answer shown "
+            f"first; wins, losses and draws likewise by the answer a verdict favours (a weighted judge's preference "
+            f"within {DRAW_TOLERANCE:g} of even is a draw)."
         ),
     ]
     if head.judge_is_proxy:

@@ -30,8 +30,8 @@ class LevelAnswers:
 @dataclass(frozen=True)
 class WinRateLevel:
     """One level: the model's win rate over the reference (percent, draws half) with its bootstrap interval (None
-    when no verdict parsed), the verdict counts, the judge's order agreement (share of pairs judged alike in both
-    orders) and first-position rate (share of decided verdicts for the answer shown first), and alpaca_eval's
+    when no verdict parsed), the verdict counts, the judge's order agreement (share of pairs whose two orders favour
+    the same answer: `headtohead.side`) and first-position rate (share of decided verdicts for the answer shown first), and alpaca_eval's
     length-controlled win rate where it could be computed, and how many answers of each side were empty (judged by
     rule: an empty answer loses to any answer, two empty answers draw)."""
 
