@@ -15,9 +15,11 @@ class AlpacaCommand(Command):
     def run(self, argv: list[str], prog: str) -> int:
         from ..evaluation.alpaca import AlpacaArguments, quiet_alpaca_eval, result_lines, run
         from ..tasks.recipes import dataclass_parser, parse
+        from ..utils.written import recording
 
         parser = dataclass_parser((AlpacaArguments,), prog, f"{prog} --generations DIR --output_dir DIR: {self.help}.")
         (args,) = parse(parser, argv, with_config=False)
         quiet_alpaca_eval()
-        print("\n".join(result_lines(run(args))))
+        with recording(args.output_dir):  # every file written there recorded; a user's edit kept
+            print("\n".join(result_lines(run(args))))
         return 0

@@ -18,12 +18,14 @@ class ExitsCommand(Command):
     def run(self, argv: list[str], prog: str) -> int:
         from ..evaluation.exits import ExitsArguments, run
         from ..tasks.recipes import dataclass_parser, parse
+        from ..utils.written import recording
 
         parser = dataclass_parser(
             (ExitsArguments,), prog, f"{prog} --models DIR [DIR ...] --output_dir DIR: {self.help}."
         )
         (args,) = parse(parser, argv, with_config=False)
-        results = run(args)
+        with recording(args.output_dir):  # every file written there recorded; a user's edit kept
+            results = run(args)
         for name, model in results.models.items():
             for layer, r in sorted(model.exits.items()):
                 same = "tokens = greedy" if r.identical_to_greedy else "TOKENS DIFFER FROM GREEDY"

@@ -15,9 +15,12 @@ class GenerateCommand(Command):
     def run(self, argv: list[str], prog: str) -> int:
         from ..evaluation.alpaca.generate import GenerateArguments, run
         from ..tasks.recipes import dataclass_parser, parse
+        from ..utils.written import recording
 
         parser = dataclass_parser((GenerateArguments,), prog, f"{prog} --model DIR --output_dir DIR: {self.help}.")
         (args,) = parse(parser, argv, with_config=False)
-        for gamma, level in run(args).items():
+        with recording(args.output_dir):  # every file written there recorded; a user's edit kept
+            levels = run(args)
+        for gamma, level in levels.items():
             print(f"gamma={gamma}: {level.path}")
         return 0

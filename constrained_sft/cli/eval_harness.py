@@ -24,11 +24,13 @@ class HarnessCommand(Command):
             ) from None
         from ..evaluation.harness.command import run
         from ..tasks.recipes import dataclass_parser, parse
+        from ..utils.written import recording
 
         description = f"{prog} --models DIR [DIR ...] --tasks TASK [TASK ...] --output_dir DIR: {self.help}."
         parser = dataclass_parser((HarnessArguments,), prog, description)
         (args,) = parse(parser, argv, with_config=False)
-        results = run(args)
+        with recording(args.output_dir):  # every file written there recorded; a user's edit kept
+            results = run(args)
         for name, comparison in results.comparisons.items():
             for stat, row in comparison.rows.items():
                 d = row.difference

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from importlib.resources import files as package_files
 
-from ..utils.files import cache_root, write_text
+from ..utils.cache import cache_root
+from ..utils.files import write_text
 from ..version import VERSION
 
 # the distributions whose dataclass fields or help strings a command's help shows

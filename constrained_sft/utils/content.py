@@ -22,7 +22,7 @@ import json
 import os
 import tempfile
 
-from .files import cache_root
+from .cache import cache_root
 
 PREFIX = "sha256:"  # a content id; an earlier version's fingerprint is 16 hex digits without it
 LEGACY_TAIL = 1 << 20  # bytes read from each end of a file by `legacy_fingerprint`

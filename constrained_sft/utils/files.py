@@ -1,5 +1,5 @@
-"""Writing files so that a kill never leaves half of one, and reading JSON / YAML so that a broken file is refused in
-one line naming the flag, the file and the place; the package's cache folder."""
+"""Writing files so that a kill never leaves half of one (below a command's result folder, recorded: `written`), and
+reading JSON / YAML so that a broken file is refused in one line naming the flag, the file and the place."""
 
 from __future__ import annotations
 
@@ -10,15 +10,9 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from . import written  # a command's result folder records what is written there (`written.recording`)
+
 T = TypeVar("T")
-
-
-def cache_root() -> str:
-    """`$CONSTRAINED_SFT_CACHE`, else `$XDG_CACHE_HOME/constrained-sft`, else `~/.cache/constrained-sft`."""
-    if "CONSTRAINED_SFT_CACHE" in os.environ:
-        return os.environ["CONSTRAINED_SFT_CACHE"]
-    base = os.environ.get("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
-    return os.path.join(base, "constrained-sft")
 
 
 def json_safe(value: Any) -> Any:
@@ -37,14 +31,17 @@ def atomic_path(path: str) -> Iterator[str]:
     """
     A temporary path beside `path` to write to; renamed over `path` (after an fsync) only when the block succeeds, so
     a reader, or a run killed mid-write, sees the old file or the new one, never half of one. A kill can leave the
-    temporary behind; the next write of `path` reuses and consumes it.
+    temporary behind; the next write of `path` reuses and consumes it. Below a command's result folder the file is
+    recorded, and one of the user's there is kept (`written.recording`).
     """
     tmp = f"{path}.tmp"
     try:
         yield tmp
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        target = written.destination(path, tmp)
+        os.replace(tmp, target)
+        written.written(target)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

@@ -13,7 +13,10 @@ determine its results. Before any work, a command refuses in one line
   migrated where that is safe (`migration`): a setting this version no longer writes, in a group it still writes,
   decides nothing now; a setting it lacks is added only where the folder's own work vouches for it;
 - a folder holding files no command marked (another tool's, or an earlier version's), whose origin it cannot check
-  (subfolders with markers of their own are known: `eval/alpaca/run.py` judges beside the generations it wrote).
+  (subfolders with markers of their own are known: `eval/alpaca/run.py` judges beside the generations it wrote);
+- a folder whose `.written-by.json` is not the library's record, or where a file the library wrote was changed since
+  (a key added by hand to results.json): the commands record every file they write (`utils.written.recording`), and
+  a rerun would write over it (`utils.written.check_record`).
 
 Nothing is overwritten: the marker is written (atomically) only when the command is about to write its results.
 """
@@ -29,6 +32,7 @@ from collections.abc import Mapping
 from ..version import VERSION
 from .files import json_safe
 from .types import JSONObject, JSONRead
+from .written import check_record
 
 
 def plain_name(name: object, flag: str, error: type[ValueError] = ValueError) -> str:
@@ -193,6 +197,7 @@ def check_folder(
     migrated in (`migration`; `vouch`: which settings it lacks the folder's own work confirms)."""
     if not path or not os.path.isdir(path):
         return []
+    check_record(path, flag)  # a record that is not ours, or a file ours that the user changed since it was written
     found = sorted(f for f in os.listdir(path) if not f.startswith(f".{MARKER}."))
     if not found:
         return []  # missing, empty, or another worker of one sweep marking it this instant

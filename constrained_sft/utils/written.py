@@ -10,35 +10,127 @@ overwritten, followed or removed (the caller writes beside it, or refuses naming
 
 Earlier versions marked a script's folder with `.written-by` (the script's name, no file list); such a folder is
 read through the script's own layout (`legacy`, a test of relative paths the script wrote).
+
+A record that is not one (a `.written-by.json` of the user's: not JSON of its shape, a folder, a link) is the user's
+file like any other: never replaced, and a folder holding one is refused before any work (`check_record`).
+
+The commands' result folders (`eval robustness / generate / alpaca / exits / harness`) follow the same rule
+through `recording`: while a command writes its results, every file written through `files.atomic_path` below its
+folder is recorded as `WRITER`'s (its hash is noted as pending before the file is renamed into place, then as
+written, so a kill at any instant leaves a file the record vouches for), and a file there that is not the library's
+as written (a key added by hand to results.json) is kept: the run's version goes beside it (`beside`), and a later
+run refuses before any work to write over it (`check_record`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
 
 from .content import sha256
 
 RECORD = ".written-by.json"
 LEGACY_MARK = ".written-by"  # earlier versions' mark of a script's folder: the script's name
+WRITER = "constrained-sft"  # the library's own name in a record (a script beside it records under its own)
+
+
+class RecordError(ValueError):
+    """A folder this library must not write into: its record is not one, another tool wrote it, or a file the library
+    wrote there was changed since (the message names it, and the flag)."""
 
 
 def read_record(folder: str) -> tuple[str | None, dict[str, str]]:
     """(who wrote, {relative path: sha256}) of the folder's record; (None, {}) where it has none or it cannot be
     read (then nothing in the folder counts as written by us: the safe reading)."""
+    by, files, _ = _read(folder)
+    return by, files
+
+
+def _read(folder: str) -> tuple[str | None, dict[str, str], dict[str, str]]:
+    """(who wrote, {path: sha256} written, {path: sha256} pending: about to be renamed into place)."""
     path = os.path.join(folder, RECORD)
     if os.path.islink(path) or not os.path.isfile(path):
-        return None, {}
+        return None, {}, {}
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)
-        by, files = value["by"], value["files"]
-        if isinstance(by, str) and isinstance(files, dict) and all(isinstance(v, str) for v in files.values()):
-            return by, files
-    except (OSError, ValueError, KeyError, TypeError):
+        by, files, pending = value["by"], value["files"], value.get("pending", {})
+        if isinstance(by, str) and all(
+            isinstance(d, dict) and all(isinstance(v, str) for v in d.values()) for d in (files, pending)
+        ):
+            return by, files, pending
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    return None, {}
+    return None, {}, {}
+
+
+def _write(folder: str, by: str, files: dict[str, str], pending: dict[str, str] | None = None) -> None:
+    """The record, written atomically (not through `files.atomic_path`, which records what it writes)."""
+    value: dict[str, object] = {"by": by, "files": dict(sorted(files.items()))}
+    if pending:
+        value["pending"] = dict(sorted(pending.items()))
+    handle, tmp = tempfile.mkstemp(prefix=f"{RECORD}.", dir=folder)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as f:
+            json.dump(value, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(folder, RECORD))
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def record_problem(folder: str, by: str = WRITER) -> str | None:
+    """Why `folder`'s record is not `by`'s to extend (None where it is, or there is none): a folder or link in its
+    place, a file not of its shape (the user's), or another writer's."""
+    path = os.path.join(folder, RECORD)
+    if not os.path.lexists(path):
+        return None
+    if os.path.islink(path) or not os.path.isfile(path):
+        kind = "a link" if os.path.islink(path) else "a folder" if os.path.isdir(path) else "no plain file"
+        return f"its {RECORD} is {kind}, not a record of what {by} wrote"
+    writer, _ = read_record(folder)
+    if writer is None:
+        return f"its {RECORD} is not a record of what {by} wrote (not JSON of its shape): a file of yours"
+    if writer != by:
+        return f"its {RECORD} says {writer} wrote it"
+    return None
+
+
+def changed(folder: str) -> list[str]:
+    """The files `folder`'s record lists that are no longer as written: edited, or a link or folder in their place
+    (relative paths; a file since removed is not listed: nothing of the user's is in the way)."""
+    _, files, pending = _read(folder)
+    return [
+        name
+        for name, digest in files.items()
+        if os.path.lexists(os.path.join(folder, name))
+        and not (plain_file(folder, name) and sha256(os.path.join(folder, name)) in (digest, pending.get(name)))
+    ]
+
+
+def check_record(folder: str | None, flag: str, by: str = WRITER, writes_over: bool = True) -> None:
+    """Before any work: `folder` (where a command is about to write) is refused in one line naming `flag` when its
+    record is not `by`'s (`record_problem`) or, where the caller writes over what it wrote (`writes_over`: a
+    command's results; not a model card, which goes beside an edited one), a file `by` wrote there was changed since
+    (`changed`)."""
+    if not folder or not os.path.isdir(folder):
+        return
+    if problem := record_problem(folder, by):
+        raise RecordError(
+            f"`{flag}` {folder}: {problem}; nothing there is {by}'s to replace: move it away, or give another folder."
+        )
+    if writes_over and (edited := changed(folder)):
+        more = f" (and {len(edited) - 1} more)" if len(edited) > 1 else ""
+        raise RecordError(
+            f"`{flag}` {folder}: {edited[0]}{more} was changed since {by} wrote it, and this run would write it "
+            "again: move your version away (or undo the change), or give another folder."
+        )
 
 
 def plain_file(folder: str, name: str) -> bool:
@@ -53,15 +145,15 @@ def plain_file(folder: str, name: str) -> bool:
 def record_written(folder: str, by: str, names: list[str] | None = None) -> None:
     """Record what `by` wrote into `folder`: `names` (relative paths) added to its record with their bytes now, or
     (None) every file below `folder`, replacing the record (a folder built whole). Written atomically."""
-    from .files import write_json
-
+    if problem := record_problem(folder, by) if names is not None else None:
+        raise RecordError(f"{folder}: {problem}; not replaced.")  # `check_record` said so before any work
     if names is None:  # what a script built: its plain files (it writes no links or empty folders)
         files = {name: sha256(os.path.join(folder, name)) for name in walk(folder) if plain_file(folder, name)}
     else:
         writer, files = read_record(folder)
         files = dict(files) if writer in (None, by) else {}
         files.update({name: sha256(os.path.join(folder, name)) for name in names})
-    write_json(os.path.join(folder, RECORD), {"by": by, "files": dict(sorted(files.items()))})
+    _write(folder, by, files)
 
 
 def walk(folder: str) -> list[str]:
@@ -85,6 +177,8 @@ def foreign(folder: str, by: str, legacy: Callable[[str], bool] | None = None) -
     trailing separator): everything, when the folder has no record of `by`'s. A folder an earlier version marked
     (`LEGACY_MARK` naming `by`) is read through `legacy`, the test of the paths the script writes."""
     entries = walk(folder)
+    if record_problem(folder, by) and os.path.lexists(os.path.join(folder, RECORD)):
+        entries.append(RECORD)  # a record that is not `by`'s (the user's file, another tool's) is not `by`'s either
     writer, files = read_record(folder)
     if writer == by:
         return [
@@ -98,3 +192,81 @@ def foreign(folder: str, by: str, legacy: Callable[[str], bool] | None = None) -
             if f.read().strip() == by:
                 return [e for e in entries if not (plain_file(folder, e) and legacy(e))]
     return entries
+
+
+# --- a command's result folder, recorded as it is written -----------------------------------------------------------
+_ACTIVE: dict[str, str] = {}  # real path of a folder a command is writing its results into -> the writer recorded
+_LOCK = threading.Lock()  # one record update at a time (a command's threads write into one folder)
+
+
+@contextlib.contextmanager
+def recording(folder: str | None, by: str = WRITER) -> Iterator[None]:
+    """Within the block, every file `files.atomic_path` writes below `folder` is recorded in its record as `by`'s,
+    and one of the user's there is kept (`destination`); a command's folder (None: nothing recorded). Whoever enters
+    it owns the folder: one process writes it (the commands; not a study's jobs, which write their own folders)."""
+    if folder is None:
+        yield
+        return
+    root = os.path.realpath(folder)  # the folder may not exist yet: the command checks it, then makes it
+    _ACTIVE[root] = by
+    try:
+        yield
+    finally:
+        _ACTIVE.pop(root, None)
+
+
+def _recorded_root(path: str) -> tuple[str, str, str] | None:
+    """(the recording folder holding `path`, its writer, `path` relative to it), None where no command records it."""
+    if not _ACTIVE or os.path.basename(path) == RECORD:
+        return None
+    real = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), os.path.basename(path))
+    for root, by in _ACTIVE.items():
+        if real.startswith(root + os.sep):
+            return root, by, os.path.relpath(real, root)
+    return None
+
+
+def beside(path: str) -> str:
+    """A free name beside `path` for the run's version of a file that is the user's: results.json -> results.new.json
+    (then .new2, ...)."""
+    stem, ext = os.path.splitext(path)
+    candidates = (f"{stem}.new{n if n > 1 else ''}{ext}" for n in range(1, 1000))
+    return next(c for c in candidates if not os.path.lexists(c))
+
+
+def destination(path: str, tmp: str) -> str:
+    """Where `files.atomic_path` renames `tmp` to: `path`, or (below a `recording` folder, `path` being the user's:
+    not as the record has it) a name beside it, said in one line. The new file's hash is noted as pending first."""
+    found = _recorded_root(path)
+    if found is None:
+        return path
+    root, by, name = found
+    with _LOCK:
+        if problem := record_problem(root, by):  # `check_record` refused it before any work; never written over
+            raise RecordError(f"{root}: {problem}; {path} not written.")
+        writer, files, pending = _read(root)
+        theirs = os.path.lexists(path) and writer is not None  # no record: a new folder, or an earlier version's
+        if theirs and plain_file(root, name):
+            theirs = sha256(path) not in (files.get(name), pending.get(name))
+        if theirs:
+            path = beside(path)
+            name = os.path.relpath(path, root)
+            print(
+                f"{os.path.join(root, found[2])} is not as {by} wrote it (changed since?): kept; this run's is {path}."
+            )
+        pending[name] = sha256(tmp)
+        _write(root, by, files, pending)
+    return path
+
+
+def written(path: str) -> None:
+    """After `files.atomic_path` renamed its file to `path`: the pending hash becomes the written one."""
+    found = _recorded_root(path)
+    if found is None:
+        return
+    root, by, name = found
+    with _LOCK:
+        _, files, pending = _read(root)
+        if name in pending:
+            files[name] = pending.pop(name)
+            _write(root, by, files, pending)

@@ -23,6 +23,7 @@ from constrained_sft import ConstrainedSFTConfig
 from constrained_sft.cli import console
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
 from constrained_sft.utils.folders import MARKER, mark_folder
+from constrained_sft.utils.written import WRITER, record_written
 
 
 @dataclass
@@ -172,6 +173,7 @@ def exits_with_row(c):
     saved = json.loads(row.read_text())
     saved["key"]["model"] = "another"
     row.write_text(json.dumps(saved))
+    record_written(str(c.out), WRITER, ["rows/lm.json"])  # as the library writes a row (an edit by hand: refused)
     for p in (c.out / "rows").iterdir():
         if p.name != "lm.json":
             p.unlink()

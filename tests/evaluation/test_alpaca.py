@@ -164,6 +164,11 @@ def test_judge_pipeline_end_to_end_with_the_offline_judge(models, tmp_path, caps
         (r["output_2"], r["output_1"]) for r in raw[10:]
     }  # both orders shown
     assert "constrained beats erm" in capsys.readouterr().out
+    edited = _load(report / "results.json") | {"my_note": "checked by hand"}  # a user's key in a result
+    (report / "results.json").write_text(json.dumps(edited))
+    with pytest.raises(ValueError, match=r"results\.json was changed since constrained-sft wrote it, and this run "):
+        cli(robustness)  # refused before any model loads: the key is never written over
+    assert _load(report / "results.json") == edited
 
 
 def test_lc_reports_why_it_is_missing_instead_of_failing():
