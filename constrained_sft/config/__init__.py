@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from transformers import TrainingArguments
 from trl import SFTConfig
 
+from ..constraints.modes import mode_of
 from .constraint_fields import (
     CONSOLE_FORMATS,
     CONSTRAINT_MODES,
@@ -62,6 +63,13 @@ class ConstrainedSFTConfig(ConstraintArguments, NoiseArguments, RunArguments, SF
 
     def __post_init__(self) -> None:
         validate_then(self, SFTConfig)
+        if self.packing and self.packing_strategy == "wrapped" and mode_of(self.constraints).trains_layers:
+            raise ValueError(
+                f"`packing_strategy` 'wrapped' cuts rows from the stream of documents, ignoring their boundaries: they "
+                f"attend to each other and each layer's loss is taken over the mix, which `constraints: "
+                f"{self.constraints}` trains on. Give 'bfd' (the default: each document alone) or 'bfd_split', or "
+                "`packing: false`."
+            )
 
 
 @dataclass

@@ -59,20 +59,60 @@ def isolates(implementation: str | None) -> bool:
     return name in ISOLATING or (name.startswith("kernels-") or "/" in name) and "flash" in name
 
 
+CUDA_ONLY = ("flash_attention_2", "flash_attention_3", "flash_attention_4")  # their kernels run on CUDA devices only
+
+
+def hub_kernel(name: str) -> bool:
+    """Whether `name` names a Hub kernel (`kernels-community/flash-attn`, `repo@rev:fn`): transformers' own test where
+    it has one."""
+    from transformers.integrations import hub_kernels
+
+    is_kernel = getattr(hub_kernels, "is_kernel", None)
+    return bool(is_kernel(name)) if is_kernel is not None else "/" in name.split(":")[0]
+
+
+def attention_problem(implementation: str | None, args: SFTConfig) -> str | None:
+    """Why training with `implementation` would fail at its first step (or at the model's load, with a traceback), or
+    let packed documents attend to each other; None where it runs. Asked before any work (`check_attention`)."""
+    import torch
+
+    if implementation is None:
+        return None
+    name = implementation.split(":")[0].split("@")[0]
+    on_cpu = bool(args.use_cpu) or not torch.cuda.is_available()
+    if hub_kernel(implementation):
+        from transformers.utils import is_kernels_available
+
+        if not is_kernels_available():
+            return "is a Hub kernel, which needs the `kernels` package (pip install kernels) and the Hub or its cache"
+        if on_cpu:
+            return "is a Hub kernel (CUDA code), and this run trains on the CPU"
+    if on_cpu and name in CUDA_ONLY:
+        return "runs on CUDA devices only, and this run trains on the CPU"
+    if on_cpu and name == "flex_attention":
+        return "has no backward pass on the CPU (torch's FlexAttention), and this run trains on the CPU"
+    if padding_free(args) and not isolates(implementation):
+        return "cannot keep packed documents apart (no packed-sequence mask, no `cu_seq_lens`)"
+    return None
+
+
+def check_attention(implementation: str | None, args: SFTConfig) -> None:
+    """`attention_problem`'s refusal, naming `attn_implementation` and what runs here, before any work."""
+    import torch
+
+    if problem := attention_problem(implementation, args):
+        here = ["sdpa", "eager"] if args.use_cpu or not torch.cuda.is_available() else list(ISOLATING)
+        packed = ", or set `packing=False` and `padding_free=False`" if "packed documents" in problem else ""
+        raise ValueError(f"`attn_implementation` {implementation!r} {problem}. Use one of {', '.join(here)}{packed}.")
+
+
 def check_isolation(model: object, args: SFTConfig) -> None:
-    """Refuse, naming `attn_implementation`, padding-free or packed training where the attention cannot keep the
-    documents apart (their tokens would attend across documents: every per-document loss contaminated)."""
-    if not padding_free(args):
-        return
+    """`check_attention` for a model as loaded (its text config's attention implementation): padding-free or packed
+    training where the attention cannot keep the documents apart is refused (their tokens would attend across
+    documents: every per-document loss contaminated), and so is an attention that cannot run here."""
     config = getattr(model, "config", None)
     text = config.get_text_config() if config is not None and hasattr(config, "get_text_config") else config
-    implementation = getattr(text, "_attn_implementation", None)
-    if not isolates(implementation):
-        raise ValueError(
-            f"`attn_implementation` {implementation!r} cannot keep packed documents apart (no packed-sequence mask, no "
-            f"`cu_seq_lens`): with `packing` / `padding_free` its documents would attend to each other. Use one of "
-            f"{', '.join(ISOLATING)}, or set `packing=False` and `padding_free=False`."
-        )
+    check_attention(getattr(text, "_attn_implementation", None), args)
 
 
 def prepare_rows(prepare, dataset, processing_class, args: SFTConfig, formatting_func, dataset_name: str):

@@ -18,7 +18,7 @@ from ..utils.fields import mapping_field
 from ..utils.modules import model_text_config, unwrap_model
 from ..utils.types import Batch
 from .constrained import BatchScore, ConstrainedTrainerMixin
-from .packing import check_isolation, prepare_packed, prepare_rows, skips_preparation
+from .packing import check_attention, check_isolation, prepare_packed, prepare_rows, skips_preparation
 from .resume import prepare_inputs
 from .setup import ConstrainedSetup, building, constrained_args
 
@@ -142,13 +142,15 @@ def checked_stream(dataset, args: ConstrainedSFTConfig, name: str = "train_datas
     return dataset.map(check, with_indices=True)
 
 
-def refuse_non_generative(model_id: str, args: ConstrainedSFTConfig) -> None:
-    """A model given by path or id that TRL would load as its config's first architecture: refused, naming it, when
-    that class cannot generate (a sequence classifier, a bare base model without LM head), before any weight loads.
-    A class transformers does not know (remote code) is left to TRL."""
+def check_model_id(model_id: str, args: ConstrainedSFTConfig) -> None:
+    """A model given by path or id, before TRL loads it: the attention it would load with (`packing.check_attention`),
+    and the class TRL would load (its config's first architecture), refused naming it where that class cannot
+    generate (a sequence classifier, a bare base model without LM head). A class transformers does not know (remote
+    code) is left to TRL."""
     import transformers
 
     init = mapping_field(args.model_init_kwargs, "model_init_kwargs")
+    check_attention(init.get("attn_implementation"), args)
     try:
         config = transformers.AutoConfig.from_pretrained(
             model_id, trust_remote_code=init.get("trust_remote_code", False)
@@ -205,7 +207,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         datasets = {name: kwargs.get(name) for name in ("train_dataset", "eval_dataset")}
         with building(self, checked, model, datasets):
             if isinstance(model, str):
-                refuse_non_generative(model, checked)
+                check_model_id(model, checked)
             elif not hasattr(model, "generation_config"):
                 raise ReadoutError(
                     f"`model`: ConstrainedSFTTrainer trains causal language models; {type(model).__name__} has no LM "
