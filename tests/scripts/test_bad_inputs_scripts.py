@@ -112,6 +112,40 @@ class Ctx:
     def model(self) -> str:
         return self.folder("model", "config.json")
 
+    def archive(self, *, study: str = "descent", extra: tuple[tuple[str, str], ...] = (), marker: bool = True) -> str:
+        """A study.tar.gz as gpu_study.sh packs one (its study's settings `study`), with `extra` members: (name, what)
+        where what is file text, "link:TARGET" (a symlink) or "dir"."""
+        import io
+        import tarfile
+
+        path = self.tmp / "study.tar.gz"
+        with tarfile.open(path, "w:gz") as tar:
+            members = [("written_by.json", json.dumps(study_marker(study)))] if marker else []
+            for name, what in [*members, ("runs/erm-seed0.json", "{}"), *extra]:
+                info = tarfile.TarInfo(name)
+                if what.startswith("link:"):
+                    info.type, info.linkname = tarfile.SYMTYPE, what[5:]
+                    tar.addfile(info)
+                else:
+                    info.size = len(what.encode())
+                    tar.addfile(info, io.BytesIO(what.encode()))
+        return str(path)
+
+    def study_dir(self, study: str = "descent", *files: tuple[str, str]) -> str:
+        """A STUDY_DIR holding the study `study` (its marker) and `files` ((name, text))."""
+        folder = Path(self.folder("kept-study"))
+        (folder / "written_by.json").write_text(json.dumps(study_marker(study)))
+        for name, text in files:
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_text(text)
+        return str(folder)
+
+
+def study_marker(constraints: str) -> dict:
+    return {
+        "commands": {"study": {"settings": {"arms": {"constrained": {"constraints": constraints}}}, "version": "0"}}
+    }
+
 
 PIP_LIST = "Package    Version\n---------- -------\ntorch      2.11.0\n"
 CAUGHT = [{"conversations": [{"from": "human", "value": "q"}, {"from": "human", "value": "again?"}]}] * 2
@@ -203,6 +237,8 @@ CASES = [
     Case("gs-budget-huge", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), BUDGET="99999999999"), "BUDGET '99999999999'", "minutes > 0 and <= 1440"),
     Case("gs-data-not-an-id", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), DATA="mydata"), "DATA mydata: no such file or folder, and not a Hub dataset id", "owner/name"),
     Case("gs-batches-unknown", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), BATCHES="pakced"), "BATCHES 'pakced'", "padded or packed"),
+    Case("gs-attn-padded-unknown", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), ATTN="flash_attn"), "ATTN 'flash_attn': transformers knows no such attention", "give one of eager"),
+    Case("gs-relative-out", "gpu_study.sh", lambda c: (c.folder("rel-out-9c1", "notes.md"), c.study("--smoke", "rel-out-9c1"))[1], r"OUT_DIR .*/rel-out-9c1 holds files gpu_study.sh did not write", "new or empty folder"),
     Case("gs-attn-mixing", "gpu_study.sh", lambda c: c.study("--smoke", str(c.out), BATCHES="packed", ATTN="paged|eager"), r"ATTN 'paged\|eager'", "keeps packed documents apart: sdpa"),
     # --- benchmarks/gpu_check.sh -------------------------------------------------------------------------------------
     Case("gc-no-arguments", "gpu_check.sh", lambda c: c.check(), "MODEL_DIR and OUT_DIR are required", "gpu_check.sh MODEL_DIR OUT_DIR"),
@@ -213,6 +249,18 @@ CASES = [
     Case("gc-parts-unknown", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), PARTS="tests,speed"), "PARTS 'tests,speed'", "tests, throughput, study"),
     Case("gc-out-not-empty", "gpu_check.sh", lambda c: c.check(c.model(), c.folder("results", "mine.txt")), r"OUT_DIR .*results is not empty", "new or empty folder"),
     Case("gc-out-file", "gpu_check.sh", lambda c: c.check(c.model(), c.file("results.txt", "mine")), r"OUT_DIR .*results.txt is a file", "new or empty folder"),
+    Case("gc-parts-none", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), PARTS=","), "PARTS ',' names no part", "tests, throughput, study"),
+    Case("gc-parts-empty", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), PARTS=""), "PARTS '' names no part", "tests, throughput, study"),
+    Case("gc-archive-no-study-part", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), c.archive(), PARTS="tests"), r"STUDY_TGZ .*study.tar.gz is given, but PARTS 'tests' runs no study", "add study to PARTS"),
+    Case("gc-archive-not-a-study", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), c.archive(marker=False)), r"STUDY_TGZ .*study.tar.gz: not a study archive", "earlier window brought back"),
+    Case("gc-archive-not-gzip", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), c.file("study.tar.gz", "text")), r"STUDY_TGZ .*study.tar.gz: not a readable study archive", "earlier window brought back"),
+    Case("gc-archive-link", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), c.archive(extra=(("report.md", "link:/etc/passwd"),))), r"STUDY_TGZ .*its member 'report.md' is a link", "not a study archive"),
+    Case("gc-archive-dotdot", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), c.archive(extra=(("../escape.txt", "x"),))), r"its member '../escape.txt' is a name with '..'", "not a study archive"),
+    Case("gc-archive-absolute", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), c.archive(extra=(("/tmp/abs.txt", "x"),))), r"its member '/tmp/abs.txt' is an absolute name", "not a study archive"),
+    Case("gc-archive-other-study", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), c.archive(), STUDY_DIR=c.study_dir("penalty")), r"STUDY_DIR .*kept-study holds another study", "new or empty folder, or the folder of the same study"),
+    Case("gc-archive-users-folder", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), c.archive(), STUDY_DIR=c.folder("mine", "report.md")), r"STUDY_DIR .*mine holds another study, or files that are not a study's", "new or empty folder"),
+    Case("gc-archive-over-a-file", "gpu_check.sh", lambda c: c.check(c.model(), str(c.out), c.archive(extra=(("report.md", "theirs"),)), STUDY_DIR=c.study_dir("descent", ("report.md", "my edit"))), r"STUDY_DIR .*kept-study already holds report.md with other contents", "nothing is written over"),
+    Case("gc-relative-paths", "gpu_check.sh", lambda c: (c.model(), c.folder("rel-out-7f3", "mine.txt"), c.check("model", "rel-out-7f3"))[2], r"OUT_DIR /.*/rel-out-7f3 is not empty", "new or empty folder"),
 ]  # fmt: skip
 
 
@@ -238,8 +286,8 @@ def test_every_script_has_its_rows():
         "wheelhouse.py": 25,
         "gpu_bundle.py": 29,
         "install_wheelhouse.sh": 8,
-        "gpu_study.sh": 21,
-        "gpu_check.sh": 8,
+        "gpu_study.sh": 23,
+        "gpu_check.sh": 20,
     }
     assert len({case.id for case in CASES}) == len(CASES)
 
