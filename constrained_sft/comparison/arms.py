@@ -17,7 +17,7 @@ from ..tasks import Arm, Recipe, Task
 from ..tasks.training import data_identity
 from ..trainers.resume import deciding
 from ..utils.folders import child_path, plain_name
-from .names import CONSTRAINED, ERM, TWINS, readout_arm
+from .names import CONSTRAINED, ERM, TWINS, clash, readout_arm
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -165,10 +165,10 @@ def arm_recipes(texts: list[str] | None, taken: tuple[str, ...] = TWINS) -> dict
     out: dict[str, str] = {}
     for text in texts or []:
         name, sep, path = text.partition("=")
-        if not sep or not name or " " in name or name in (*taken, *out):
+        if not sep or not name or " " in name or clash(name, (*taken, *out)):
             raise ValueError(
                 f"`--arm` {text!r} must be NAME=RECIPE.yaml with a new name (no spaces; not one of {list(taken)}, "
-                "which the comparison's own recipes give)."
+                "which the comparison's own recipes give, nor another arm's, regardless of case)."
             )
         plain_name(name, "--arm")
         if not (os.path.isfile(path) and path.endswith((".yaml", ".yml"))):

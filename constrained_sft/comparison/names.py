@@ -16,6 +16,12 @@ def readout_arm(constrained: bool, readout: str | None) -> str:
     return f"{name}-{readout}" if readout else name
 
 
+def clash(name: str, taken: list[str] | tuple[str, ...]) -> str | None:
+    """The name of `taken` that `name` would be read as (the same regardless of case: 'ERM' beside the twin 'erm' is
+    shown as the twin, and names a folder a case-insensitive file system takes for the twin's), None where none."""
+    return next((t for t in taken if t.casefold() == name.casefold()), None)
+
+
 def arm_label(name: str) -> str:
     """How reports show an arm: 'ERM' for the twin, every other by its name."""
     return "ERM" if name == ERM else name

@@ -8,15 +8,34 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 
 from datasets import DatasetDict, IterableDataset, IterableDatasetDict, load_dataset
 
 from .errors import DataError
 
 LOCAL_LOADERS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+SOURCE_FIELDS = ("dataset_name", "video_source")  # the data fields that may name a local file or folder
+
+
+def check_regular(path: str, flag: str = "dataset_name") -> None:
+    """A local source (`path`, a file or a folder) holds regular files only: a named pipe, a socket or a device would
+    block the first read (its content id, its rows) or never end. Refused in one line naming `flag`."""
+    entries = (
+        [os.path.join(root, f) for root, _, files in os.walk(path) for f in files] if os.path.isdir(path) else [path]
+    )
+    for entry in entries:
+        mode = os.stat(entry).st_mode if os.path.exists(entry) else 0  # a link followed; a dangling one: its loader's
+        if mode and not stat.S_ISREG(mode):
+            kind = "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+            raise DataError(
+                f"`{flag}` {entry!r} is {kind}, not a data file: reading it would wait for a writer or never end; "
+                "give a regular file (or a folder of them)."
+            )
 
 
 def load_local(path: str, streaming: bool = False) -> DatasetDict:
+    check_regular(path)
     if os.path.isdir(path):
         files = sorted(os.path.join(path, f) for f in os.listdir(path) if os.path.splitext(f)[1] in LOCAL_LOADERS)
         if not files:

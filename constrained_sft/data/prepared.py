@@ -32,6 +32,7 @@ from ..utils.content import content_id, file_digest
 from ..utils.files import write_json
 from .chat import DataArguments, load_train_eval
 from .errors import DataError
+from .local_files import check_regular
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ def source_identity(name: str | None) -> str | None:
     (`content.content_id`), a package source's package and version; None for a Hub id (the Hub names a dataset, and a
     study reads it once into its prepared folder: every run of the study trains on those rows)."""
     if isinstance(name, str) and os.path.exists(name):
+        check_regular(name)  # a named pipe: refused, not read without end
         return content_id(name)
     if isinstance(name, str) and name.startswith("pkg:"):
         from importlib.metadata import PackageNotFoundError, version

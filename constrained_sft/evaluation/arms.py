@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..comparison.names import clash
 from ..data import ModelPathError
 from ..data.models import hub_id_unavailable
 from ..utils.folders import plain_name
@@ -63,8 +64,10 @@ class ArmArguments:
             for name in self.names or []:
                 plain_name(name, "--names")
             names = self.names or [folder_name(p) for p in self.models]
-            if len(set(names)) != len(names):
-                raise ValueError(f"`--names` must be unique (one per model), got {names}; pass distinct `--names`.")
+            if len({n.casefold() for n in names}) != len(names):
+                raise ValueError(
+                    f"`--names` must be unique regardless of case (one per model), got {names}; pass distinct `--names`."
+                )
             return {n: [(n, p)] for n, p in zip(names, self.models, strict=True)}
         arms: dict[str, list[tuple[str, str]]] = {}
         for text in self.arm or []:
@@ -76,8 +79,11 @@ class ArmArguments:
                     "per training seed, comma-separated)."
                 )
             plain_name(name, "--arm")
-            if name in arms:
-                raise ValueError(f"`--arm` {name!r} is given twice; give each arm once with all its folders.")
+            if taken := clash(name, list(arms)):
+                raise ValueError(
+                    f"`--arm` {name!r} is given twice ({taken!r}: names are compared regardless of case); give each "
+                    "arm once with all its folders."
+                )
             if len(folders) == 1:
                 arms[name] = [(name, folders[0])]
                 continue

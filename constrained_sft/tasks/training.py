@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ..constraints.feasibility import REPORT
 from ..data import DataError
+from ..data.local_files import SOURCE_FIELDS, check_regular
 from ..trainers import check_output_dir
 from ..trainers.model_card import check_card_path
 from ..trainers.resume import RunIdentity, run_identity
@@ -29,7 +30,10 @@ def data_identity(script) -> dict:
     local file or folder its content id (`utils.content`), so that a run resumed on other data, the same path with
     other contents included, is another run, as one with another seed is."""
     fields = {k: v for k, v in dataclasses.asdict(script).items() if k not in DATA_BOOKKEEPING}
-    files = {k: content_id(v) for k, v in fields.items() if isinstance(v, str) and os.path.exists(v)}
+    local = {k: v for k, v in fields.items() if k in SOURCE_FIELDS and isinstance(v, str) and os.path.exists(v)}
+    for k, v in local.items():  # a split's name ('train') is never read as a path, whatever folder the user is in
+        check_regular(v, k)
+    files = {k: content_id(v) for k, v in local.items()}
     return {**fields, **({"files": files} if files else {})}
 
 

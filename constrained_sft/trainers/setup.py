@@ -94,6 +94,24 @@ def check_launch(processes: Accelerator | PartialState) -> None:
         )
 
 
+def check_vocabulary(tokenizer: Any, model: Any) -> None:
+    """A tokenizer with more tokens than the model has embedding rows is refused before any step, naming both sizes:
+    its last ids would index past the embedding (an `IndexError` at the first batch that holds one; tokens added to
+    the tokenizer at the model's path after the model was saved, say). A model whose embedding is the larger (rows
+    padded to a multiple) is fine; a trainer without a tokenizer (video) has nothing to check."""
+    tokenizer = getattr(tokenizer, "tokenizer", tokenizer)  # a processor holds its tokenizer
+    if not hasattr(tokenizer, "__len__") or not hasattr(model, "get_input_embeddings"):
+        return
+    embedding = model.get_input_embeddings()
+    rows = getattr(embedding, "num_embeddings", None)
+    if isinstance(rows, int) and rows > 0 and len(tokenizer) > rows:  # a ZeRO-3 shard reports 0 rows: not checked
+        raise ValueError(
+            f"the tokenizer has {len(tokenizer)} tokens and the model's input embedding {rows} rows: ids {rows} to "
+            f"{len(tokenizer) - 1} cannot be embedded. Use the model's own tokenizer, or resize the model's embeddings "
+            "to the tokenizer (`model.resize_token_embeddings(len(tokenizer))`) and save it before training."
+        )
+
+
 class ConstrainedSetup:
     """
     The constrained state of one trainer, built once `Trainer.__init__` has run (after TRL's dataset filters): the
@@ -109,6 +127,7 @@ class ConstrainedSetup:
                 f"got {type(args).__name__}."
             )
         check_not_empty(train_dataset=trainer.train_dataset, eval_dataset=trainer.eval_dataset)  # after TRL's filters
+        check_vocabulary(getattr(trainer, "processing_class", None), trainer.model)
         if getattr(args, "constraint_warmup_epochs", 0) and not hasattr(trainer.train_dataset, "__len__"):
             raise ValueError(
                 "`constraint_warmup_epochs` counts epochs of a training set of known length, but `train_dataset` is "

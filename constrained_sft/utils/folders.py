@@ -27,6 +27,7 @@ import json
 import os
 import re
 import tempfile
+import unicodedata
 from collections.abc import Mapping
 
 from ..version import VERSION
@@ -34,21 +35,28 @@ from .files import json_safe
 from .types import JSONObject, JSONRead
 from .written import check_record
 
+MAX_NAME = 100  # bytes (UTF-8) of a plain name: files named after it ("<name>-seed12.json") stay under 255
+
 
 def plain_name(name: object, flag: str, error: type[ValueError] = ValueError) -> str:
     """`name` as given when it can name a file or folder inside another: refused, naming `flag`, unless a non-empty
-    string without a path separator ('/' or '\\') or a control character that does not start with '.' (no '.',
-    '..' or hidden names)."""
+    string of at most `MAX_NAME` bytes without a path separator ('/' or '\\'), that does not start with '.' (no '.',
+    '..' or hidden names) and holds only printable characters: no control or format character (a zero-width space
+    would make a second name that looks like the first) and no space but ' '."""
+    invisible = isinstance(name, str) and any(
+        unicodedata.category(c)[0] == "C" or (unicodedata.category(c)[0] == "Z" and c != " ") for c in name
+    )
     if (
         not isinstance(name, str)
         or not name.strip()
         or name.startswith(".")
         or any(c in name for c in "/\\")
-        or any(ord(c) < 32 for c in name)
+        or invisible
+        or len(name.encode()) > MAX_NAME
     ):
         raise error(
-            f"`{flag}` {name!r} names a folder or file: give a plain name (no path separator '/' or '\\', not "
-            "starting with '.', not empty)."
+            f"`{flag}` {name!r} names a folder or file: give a plain name (printable, at most {MAX_NAME} bytes, no "
+            "path separator '/' or '\\', not starting with '.', not empty)."
         )
     return name
 

@@ -2,17 +2,22 @@
 A registry of variants by name, shared by every place that chooses a class by a name a user gives: the training
 modes and dual optimizers (`constraints/`), the sweep objectives (`sweep/`) and the judges (`evaluation/alpaca/`).
 Each registers its classes with `@REGISTRY.register`; a class that cannot be one (not a subclass of the base, an
-attribute or abstract method missing, a name taken) is refused when it registers, in one line.
+attribute or abstract method missing, a name taken, a name that is no printable identifier) is refused when it
+registers, in one line. A registry is read like a mapping and changed only through `register` and `unregister`: the
+dict API's writes (`MODES["x"] = cls`, `update`, `del`) would pass none of these checks, so it has none.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator, Mapping
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a variant's name: a printable identifier a user can type
 
 
-class Registry(dict):
+class Registry(Mapping[str, Any]):
     """
     Variants by name (`cls.name`), in the order they were registered: what a config field chooses from. A registry
     knows its `kind` (words for messages), the `base` class its variants extend (an ABC: what a variant must
@@ -22,16 +27,34 @@ class Registry(dict):
     """
 
     def __init__(self, kind: str, base: type, needs: tuple[str, ...] = ("name",)):
-        super().__init__()
+        self._variants: dict[str, Any] = {}
         self.kind, self.base, self.needs = kind, base, needs
+
+    def __getitem__(self, name: str) -> Any:
+        return self._variants[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._variants)
+
+    def __len__(self) -> int:
+        return len(self._variants)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}: {', '.join(self._variants)})"
 
     def register(self, cls: type[T] | None = None, *, replace: bool = False):
         """Register `cls` under its `name` (a class decorator: `@REGISTRY.register`, or
         `@REGISTRY.register(replace=True)` to replace a variant of that name on purpose), after `check`."""
         if cls is None:
             return lambda later: self.register(later, replace=replace)
-        self[self.check(cls, replace)] = cls
+        self._variants[self.check(cls, replace)] = cls
         return cls
+
+    def unregister(self, name: str) -> None:
+        """Remove the variant `name` (a plug-in's, or a test's); refused naming the registered ones if there is none."""
+        if name not in self._variants:
+            raise VariantError(f"no {self.kind} {name!r} is registered; registered: {', '.join(self._variants)}.")
+        del self._variants[name]
 
     def check(self, cls: Any, replace: bool = False) -> str:
         """The name `cls` registers under; refuses (`VariantError`, one line naming the class and what is missing or
@@ -49,9 +72,10 @@ class Registry(dict):
                 f", which every {self.kind} defines (see {self.base.__name__})."
             )
         name = getattr(cls, "name", None)  # None where `needs` leaves `name` out: refused here, not an AttributeError
-        if not isinstance(name, str) or not name.strip() or name != name.strip():
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             raise VariantError(
-                f"{what} cannot be registered as a {self.kind}: its `name` must be a word, got {name!r}."
+                f"{what} cannot be registered as a {self.kind}: its `name` must be a printable identifier (letters, "
+                f"digits, '_', '.', '-'; at most 64 characters, starting with a letter or digit), got {name!r}."
             )
         taken = self.get(name)
         same = taken is not None and (taken.__module__, taken.__qualname__) == (cls.__module__, cls.__qualname__)

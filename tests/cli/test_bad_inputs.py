@@ -6,6 +6,7 @@ through the Python API a user would call.
 
 import json
 import math
+import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,16 @@ def paged_lm():
     model = tiny_causal_lm("llama")
     model.config._attn_implementation = "paged|eager"
     return model
+
+
+def grown_tokenizer(c) -> str:
+    """The tiny LM saved with two tokens added to its tokenizer afterwards (34 tokens, 32 embedding rows)."""
+    folder = c.tmp / "grown"
+    tiny_causal_lm("llama").save_pretrained(folder)
+    tokenizer = tiny_tokenizer()
+    tokenizer.add_tokens(["<extra_a>", "<extra_b>"])
+    tokenizer.save_pretrained(folder)
+    return str(folder)
 
 
 @dataclass
@@ -250,6 +261,8 @@ ROWS = [
     Row("data-unknown-columns", lambda c: c.train(c.file("d.jsonl", [{"foo": "a", "bar": "b"}] * 8)), DataError, "`dataset_format`", "messages.*prompt_completion"),
     Row("data-missing-column", lambda c: c.train(c.pc(), "--dataset_format", "alpaca"), DataError, r"\['instruction', 'output'\]|'output'", "alpaca"),
     Row("data-format", lambda c: c.train(c.pc(), "--dataset_format", "csv"), SystemExit, "--dataset_format", "alpaca"),
+    Row("data-named-pipe", lambda c: (os.mkfifo(c.tmp / "pipe.jsonl"), c.train(str(c.tmp / "pipe.jsonl")))[1], DataError, r"`dataset_name` '\S+pipe.jsonl' is a named pipe", "regular file"),
+    Row("tokenizer-larger-than-embedding", lambda c: c.train(c.pc(), model=grown_tokenizer(c)), ValueError, "the tokenizer has 34 tokens and the model's input embedding 32 rows", "resize the model's embeddings"),
     Row("data-empty", lambda c: c.train(c.file("d.json", [])), DataError, "`dataset_name`", "must hold rows"),
     Row("data-malformed-row", lambda c: c.train(c.pc(completion=None)), DataError, "`completion`", "strings"),
     Row("data-all-masked", lambda c: c.train(c.file("m.jsonl", [{"messages": [{"role": "user", "content": "s1"}]}] * 8)), DataError, "assistant", "non-empty assistant turn"),
@@ -314,6 +327,8 @@ ROWS = [
     Row("robustness-models-and-arms", lambda c: c.robustness("--arm", f"a={c.lm}"), ValueError, "`--models DIR", "`--arm NAME=DIR.*not both"),
     Row("robustness-no-models", lambda c: cli(["eval", "robustness", "--dataset_name", c.pc(), "--output_dir", str(c.out)]), ValueError, "`--models DIR", "one of them is required"),
     Row("robustness-reference", lambda c: c.robustness_arms(f"a={c.lm}", f"b={c.lm}", "--reference", "c"), ValueError, "`--reference`", r"\['a', 'b'\]"),
+    Row("robustness-names-any-case", lambda c: cli(["eval", "robustness", "--models", c.lm, c.lm, "--names", "ERM", "erm", "--dataset_name", c.pc(), "--output_dir", str(c.out)]), ValueError, "`--names`", "unique regardless of case"),
+    Row("robustness-arm-twice-any-case", lambda c: c.robustness_arms(f"erm={c.lm}", f"ERM={c.lm}"), ValueError, "`--arm` 'ERM' is given twice", "regardless of case"),
     Row("robustness-duplicate-names", lambda c: cli(["eval", "robustness", "--models", c.lm, c.lm, "--dataset_name", c.pc(), "--output_dir", str(c.out)]), ValueError, "`--names`", "distinct"),
     Row("sweep-space", lambda c: cli(["sweep", "--task", "classification", "--space", c.file("s.yaml", []) and str((c.tmp / "s.yaml").write_text(yaml.safe_dump({"constrained": {"dual_lr": {"low": 1}}})) and c.tmp / "s.yaml"), "--stage", "search", "--model_name_or_path", c.clf, "--dataset_name", c.reviews(), "--output_dir", str(c.out)]), SearchSpaceError, "dual_lr", "high"),
 ]  # fmt: skip

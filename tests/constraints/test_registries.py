@@ -59,12 +59,14 @@ def test_a_class_missing_what_its_kind_needs_is_refused_naming_it():
     with pytest.raises(VariantError, match=r"str cannot be registered as a thing: it must be a subclass of Kind"):
         things.register(str)
     blank = type("Blank", (NoHelp,), {"name": " ", "help": "x"})
-    with pytest.raises(VariantError, match=r"its `name` must be a word, got ' '"):
+    with pytest.raises(VariantError, match=r"its `name` must be a printable identifier .*, got ' '"):
         things.register(blank)
     assert list(things) == ["builtin"]
     unnamed = Registry("thing", Kind, needs=("help",))  # `needs` leaving `name` out: still refused in one line
     nameless = type("Nameless", (Kind,), {"help": "x", "build": classmethod(lambda cls: 3)})  # no `name` at all
-    with pytest.raises(VariantError, match=r"Nameless cannot be registered as a thing: its `name` must be a word"):
+    with pytest.raises(
+        VariantError, match=r"Nameless cannot be registered as a thing: its `name` must be a printable"
+    ):
         unnamed.register(nameless)
     named = type("Named", (NoHelp,), {"help": "x"})
     assert unnamed.check(named) == "nohelp" and unnamed.register(named) is named and list(unnamed) == ["nohelp"]
@@ -82,6 +84,30 @@ def test_a_taken_name_is_refused_unless_replaced_on_purpose():
         things.register(Mine)
     assert things["builtin"] is builtin
     assert things.register(replace=True)(Mine) is Mine and things["builtin"] is Mine
+
+
+@pytest.mark.parametrize("name", ["builtin\u200b", "x" * 65, "two words", "d\u00e9j\u00e0", "-flag", ""])
+def test_a_name_that_is_no_printable_identifier_is_refused(name):
+    """A zero-width space made a second 'descent' in every list; a long or spaced name could not be typed back."""
+    things, builtin = registry()
+    odd = type("Odd", (builtin,), {"name": name})
+    with pytest.raises(VariantError, match=r"its `name` must be a printable identifier"):
+        things.register(odd)
+    assert list(things) == ["builtin"]
+
+
+def test_a_registry_is_changed_only_through_register_and_unregister():
+    """The dict API's writes would pass none of the checks: a registry has none."""
+    things, builtin = registry()
+    with pytest.raises(TypeError):
+        things["x"] = builtin  # type: ignore[index]
+    with pytest.raises(TypeError):
+        del things["builtin"]  # type: ignore[attr-defined]
+    assert not hasattr(things, "update") and not hasattr(things, "setdefault") and not hasattr(things, "pop")
+    assert dict(things) == {"builtin": builtin} and things.get("x", None) is None and "builtin" in things
+    things.unregister("builtin")
+    with pytest.raises(VariantError, match=r"no thing 'builtin' is registered"):
+        things.unregister("builtin")
 
 
 USER_MODULE = """

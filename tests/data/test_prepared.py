@@ -128,3 +128,33 @@ def test_only_a_launchs_local_main_process_takes_the_tokenizing_lock(tmp_path):
         assert entered[False].wait(30), "a non-main rank waited for the lock"
         assert not entered[True].wait(1)  # the main rank waits while the lock is held
     assert entered[True].wait(30)  # and goes on once it is released
+
+
+def test_a_split_name_is_never_read_as_a_path(tmp_path, monkeypatch):
+    """`dataset_train_split: train` in a folder that holds a `train/`: the split is a name, not data; only the fields
+    that name a source are hashed (was: the folder hashed into the run's identity)."""
+    from constrained_sft.tasks.training import data_identity
+
+    data = tmp_path / "rows.jsonl"
+    successor_dataset(8).to_json(data)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "notes.jsonl").write_text('{"a": 1}\n')
+    identity = data_identity(DataArguments(dataset_name=str(data), dataset_train_split="train"))
+    assert identity["files"] == {"dataset_name": content_id(str(data))}
+
+
+@pytest.mark.parametrize("where", ["file", "in-folder"])
+def test_a_named_pipe_as_data_is_refused_not_read_forever(tmp_path, where):
+    from constrained_sft.tasks.training import data_identity
+
+    folder = tmp_path / "data"
+    folder.mkdir()
+    successor_dataset(8).to_json(folder / "train.jsonl")
+    pipe = (folder if where == "in-folder" else tmp_path) / "pipe.jsonl"
+    os.mkfifo(pipe)
+    source = str(folder if where == "in-folder" else pipe)
+    args = DataArguments(dataset_name=source)
+    for read in (data_identity, lambda a: data_key(a), lambda a: prepared_splits(a, str(tmp_path / "prep"))):
+        with pytest.raises(DataError, match=r"`dataset_name` '.*pipe.jsonl' is a named pipe, not a data file"):
+            read(args)

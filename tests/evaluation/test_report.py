@@ -109,4 +109,4 @@ def test_a_folders_page_shows_every_part_it_holds_in_order_and_refuses_a_folder_
         page = (tmp_path / "report.html").read_text() if write_page(str(tmp_path)) else ""
         assert "<title>Notes</title>" in page and "kept &lt;here&gt;" in page
     finally:
-        del PARTS["notes"]
+        PARTS.unregister("notes")
