@@ -34,16 +34,29 @@ HANG_FACTOR = 10
 TIME_SCALE_VARIABLE = "CONSTRAINED_SFT_TEST_TIME_SCALE"
 
 
+TIME_SCALE_BOUNDS = (
+    0.5,
+    100.0,
+)  # a limit below half its usual length fires on a quiet machine; past 100x, no hang ends
+
+
 def time_scale() -> float:
+    """CONSTRAINED_SFT_TEST_TIME_SCALE (default 1), a number within `TIME_SCALE_BOUNDS`; checked once when the session
+    starts (`pytest_configure`), so a bad value stops the run with one line instead of failing inside a test."""
     text = os.environ.get(TIME_SCALE_VARIABLE, "").strip() or "1"
     try:
         scale = float(text)
     except ValueError:
         scale = float("nan")
-    if not scale > 0 or scale == float("inf"):
-        raise pytest.UsageError(f"{TIME_SCALE_VARIABLE}={text!r}: give a number > 0 (e.g. 3), the factor by which "
-                                "every test's hang limit is stretched")  # fmt: skip
+    low, high = TIME_SCALE_BOUNDS
+    if not low <= scale <= high:  # nan, inf, 1e-9, 5e-324 and 1e308 included
+        raise pytest.UsageError(f"{TIME_SCALE_VARIABLE}={text!r}: give a number from {low:g} to {high:g} (e.g. 3), the "
+                                "factor by which every test's hang limit is stretched")  # fmt: skip
     return scale
+
+
+def pytest_configure(config) -> None:
+    time_scale()  # a bad CONSTRAINED_SFT_TEST_TIME_SCALE: refused before any test runs
 
 
 def hang_limit(usual: float) -> float:

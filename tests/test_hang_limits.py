@@ -2,6 +2,7 @@
 CONSTRAINED_SFT_TEST_TIME_SCALE, and a fired one says so, with the command and its output, instead of a bare
 `TimeoutExpired` traceback."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -19,10 +20,23 @@ def test_a_limit_is_ten_times_the_usual_time_and_scales(monkeypatch):
     monkeypatch.setenv(TIME_SCALE_VARIABLE, "3")
     assert hang_limit(30) == 900
     assert "~30 s" in hang_message(900, "`x`") and f"{TIME_SCALE_VARIABLE}=3" in hang_message(900, "`x`")
-    for bad in ("fast", "0", "-1", "inf"):
+    for bad in ("fast", "abc", "0", "-1", "inf", "nan", "1e-9", "5e-324", "1e308", "0.4", "101"):
         monkeypatch.setenv(TIME_SCALE_VARIABLE, bad)
-        with pytest.raises(pytest.UsageError, match=f"{TIME_SCALE_VARIABLE}='{bad}'"):
+        with pytest.raises(pytest.UsageError, match=f"{TIME_SCALE_VARIABLE}='{bad}': give a number from 0.5 to 100"):
             hang_limit(1)
+
+
+@pytest.mark.parametrize("bad", ["abc", "1e-9", "1e308"])
+def test_a_bad_time_scale_stops_the_session_before_any_test(tmp_path, bad):
+    """Checked when the session starts: one line and no test run (was: `abc` failed inside a test, `1e-9` made every
+    limit fire as a hang, `1e308` raised OverflowError)."""
+    shutil.copy(TESTS / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_nothing.py").write_text("def test_runs():\n    assert False, 'ran'\n")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                             str(tmp_path / "test_nothing.py")], capture_output=True, text=True, cwd=tmp_path,
+                            env={**os.environ, TIME_SCALE_VARIABLE: bad}, timeout=hang_limit(6))  # fmt: skip
+    assert result.returncode == 4 and "ran" not in result.stdout, result.stdout + result.stderr
+    assert f"{TIME_SCALE_VARIABLE}='{bad}': give a number from 0.5 to 100" in result.stdout + result.stderr
 
 
 def test_a_fired_limit_is_reported_as_one(tmp_path):

@@ -14,8 +14,8 @@ from test_previous_release import STUDY, previous  # noqa: F401 - the fixture, s
 from constrained_sft.cli import console
 
 
-def record(study, name="erm-seed0", **change):
-    path = study / "runs" / f"{name}.json"
+def record(folder, name="erm-seed0", **change):
+    path = folder / "runs" / f"{name}.json"
     data = json.loads(path.read_text())
     path.write_text(json.dumps({**data, **change}))
 
@@ -34,6 +34,8 @@ CASES = {
     "record-of-another-run": (lambda s: record(s, run="constrained/seed0"), r"runs/erm-seed0.json is the record of 'constrained/seed0', not of 'erm/seed0'"),
     "record-not-json": (lambda s: (s / "runs" / "erm-seed0.json").write_text('{"run": "erm/seed0", "seconds": {'), r"runs/erm-seed0.json:1:\d+: not valid JSON"),
     "record-a-list": (lambda s: (s / "runs" / "erm-seed0.json").write_text("[]"), r"runs/erm-seed0.json holds a list, not a run record"),
+    "record-of-another-study": (lambda s: record(s, study="f" * 32), r"runs/erm-seed0.json: `study` f{32} is not this study's id \(none: its study-id.txt is gone\): a record of another study's run"),
+    "study-id-damaged": (lambda s: (s / "study-id.txt").write_text("mine"), r"study/study-id.txt holds 'mine', not a study id"),
     "record-of-other-weights": (weights_of_another_study, r"runs/erm-seed0.json: `model` \w+ is not the fingerprint of the weights in study/train/erm/seed0"),
     "data-a-file": (lambda s: (s / "data").write_text("mine"), r"study/data is a file where the study keeps its `data` folder"),
     "runs-a-file": (lambda s: (shutil.rmtree(s / "runs"), (s / "runs").write_text("mine")), r"study/runs is a file where the study keeps its `runs` folder"),

@@ -3,6 +3,7 @@ and a record that is not its file's run refused."""
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,27 @@ def test_only_the_writing_process_writes_a_runs_record(tmp_path):
     assert other.done("train") and not os.path.exists(study.record(run))
     main = run_job(Job(study, "sft", run, None, None))  # type: ignore[arg-type]
     assert read_record(study, run, "mean_token_accuracy") == main
+
+
+def test_a_record_copied_from_another_study_is_refused_without_weights_to_fingerprint(tmp_path):
+    """`--keep_models none` leaves no weights, so the fingerprint check cannot tell; the study's own id can."""
+    from constrained_sft.study.record import RecordError
+
+    mine, theirs = StudyFolder(str(tmp_path / "mine")), StudyFolder(str(tmp_path / "theirs"))
+    for study in (mine, theirs):
+        os.makedirs(study.root)
+        assert study.identity() is None and len(study.identity(create=True)) == 32
+        assert study.identity(create=True) == study.identity()  # drawn once
+    assert mine.identity() != theirs.identity()
+    record = RunRecord("erm/seed0", model="0123abcd")
+    record.seconds["train"] = 1.0
+    write_record(theirs, record, "accuracy")
+    copied = Path(theirs.record(RunKey(0, "erm"))).read_text()
+    assert json.loads(copied)["study"] == theirs.identity()
+    Path(mine.record(RunKey(0, "erm"))).parent.mkdir()
+    Path(mine.record(RunKey(0, "erm"))).write_text(copied)  # copied by hand; no weights in either run folder
+    assert read_record(theirs, RunKey(0, "erm"), "accuracy").seconds == {"train": 1.0}
+    with pytest.raises(
+        RecordError, match=r"`study` [0-9a-f]{32} is not this study's id \([0-9a-f]{32}\): a record of another"
+    ):
+        read_record(mine, RunKey(0, "erm"), "accuracy")

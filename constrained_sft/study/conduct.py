@@ -79,6 +79,7 @@ def open_study(p: StudyPlan, task: Task) -> tuple[dict[str, RunRecord], StudyTim
     timings = StudyTimings.load(p.folder.root)
     if p.processes.is_main_process:
         folder.mark()
+        p.folder.identity(create=True)  # what every record it writes from now on carries
     p.processes.wait_for_everyone()  # every process has checked; a refusal came before it, on every process alike
     return records, timings
 

@@ -10,11 +10,14 @@ hand, and a reader finds a file where its writer put it.
     judging/[<model>-vs-<reference>/]    the head-to-heads (`verdicts`: `eval alpaca`'s gamma_<g>/verdicts-<s>.json)
     exits/                               the seed-0 models' exit-layer decoding
     instructions.jsonl, study.json, timings.json, report.html, report.md, win_rate[_<arm>]_vs_gamma.png, the marker
+    study-id.txt                         the study's own id, which every run record carries (`identity`)
 """
 
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from dataclasses import dataclass
 
 from ..comparison import CONSTRAINED, ERM, TWINS, RunKey
@@ -25,10 +28,10 @@ from ..utils.folders import MARKER, child_path
 TRAIN, RUNS, DATA, ROBUSTNESS, GENERATIONS, JUDGING, EXITS = (
     "train", "runs", "data", "robustness", "generations", "judging", "exits"
 )  # fmt: skip
-INSTRUCTIONS, STUDY_JSON, TIMINGS_JSON = "instructions.jsonl", "study.json", "timings.json"
+INSTRUCTIONS, STUDY_JSON, TIMINGS_JSON, STUDY_ID = "instructions.jsonl", "study.json", "timings.json", "study-id.txt"
 REPORT_HTML, REPORT_MD = "report.html", "report.md"
 FOLDERS = (TRAIN, RUNS, GENERATIONS, EXITS, DATA, ROBUSTNESS, JUDGING)  # the folders the runs and the finish write
-FILES = (STUDY_JSON, TIMINGS_JSON, INSTRUCTIONS, REPORT_HTML, REPORT_MD, MARKER)  # the files written whole
+FILES = (STUDY_JSON, TIMINGS_JSON, INSTRUCTIONS, REPORT_HTML, REPORT_MD, MARKER, STUDY_ID)  # the files written whole
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,33 @@ class StudyFolder:
     def record(self, run: RunKey) -> str:
         """The run's record, `runs/<arm>-seed<s>.json`."""
         return child_path(self.root, RUNS, f"{run.stem}.json")
+
+    def identity(self, create: bool = False) -> str | None:
+        """The study's own id (32 hex digits, drawn when the study first writes its folder: `create`), which every run
+        record carries: a record copied from another study is refused by it even where no weights are left to
+        fingerprint (`--keep_models none`). None for a folder of an earlier version, until it is continued. The
+        first of several processes to create it wins; the others read it."""
+        path = os.path.join(self.root, STUDY_ID)
+        if create and not os.path.lexists(path):
+            try:
+                handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                pass  # another process of the launch wrote it first
+            else:
+                with os.fdopen(handle, "w", encoding="utf-8") as f:
+                    f.write(uuid.uuid4().hex + "\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+        if not os.path.isfile(path):
+            return None
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read().strip()
+        if not re.fullmatch(r"[0-9a-f]{32}", text):
+            raise ValueError(
+                f"`--study_dir` {path} holds {text[:40]!r}, not a study id (32 hex digits): restore it from the study's "
+                "archive, or delete it (the next run draws a new one; records that carry the old one are then refused)."
+            )
+        return text
 
     @property
     def data(self) -> str:
@@ -100,7 +130,7 @@ class StudyFolder:
     def check_parts(self) -> None:
         """Refuse, before any work, a study folder whose parts are in the way: a file where the study writes a
         folder (`data`, `runs`, ...) or a folder or link where it writes a file (`study.json`, ...), named with what
-        to do."""
+        to do; and a study id that is none (`identity`)."""
         for name in FOLDERS:
             path = os.path.join(self.root, name)
             if os.path.lexists(path) and not os.path.isdir(path):
@@ -115,3 +145,4 @@ class StudyFolder:
                     f"`--study_dir` {path} is a {'link' if os.path.islink(path) else 'folder'} where the study writes "
                     f"its {name}; move it away (or give another --study_dir)."
                 )
+        self.identity()

@@ -42,7 +42,15 @@ MARK = "written by benchmarks/gpu_study.sh"  # device.txt's first line
 DEVICE = "device.txt"
 WRITTEN = "written: "  # device.txt's lines naming what the script wrote: "written: <sha256> <name>"
 FOLDERS = ("runs", "robustness", "generations", "judging", "exits")
-FILES = ("study.json", "report.md", "report.html", "timings.json", "written_by.json", "instructions.jsonl")
+FILES = (
+    "study.json",
+    "report.md",
+    "report.html",
+    "timings.json",
+    "written_by.json",
+    "instructions.jsonl",
+    "study-id.txt",
+)
 RUN_FILES = ("constraints.json", "trainer_state.json", "training_args.json", "run.json")  # per run: no weights
 SHOWN = {"report.md": "", "results.json": "robustness", "accuracy_vs_gamma.png": "robustness",
          "difference_vs_gamma.png": "robustness", "win_rate_vs_gamma.png": ""}  # fmt: skip

@@ -3,7 +3,7 @@ What a study keeps of each run, phase by phase: the phases a run goes through, a
 study folder keeps it (`folder.StudyFolder.record`: `runs/<arm>-seed<s>.json`) as each phase ends. A study continues
 and reports from these records alone, weights deleted or not.
 
-    runs/<arm>-seed<s>.json   {"run", "sigma_x", "model", "jobs": {phase: runs at once}, "seconds": {phase: measured},
+    runs/<arm>-seed<s>.json   {"run", "study", "sigma_x", "model", "jobs": {phase: runs at once}, "seconds": {phase: measured},
                                "estimates": {phase: estimated}, "robustness": ModelResult | null,
                                "empty_answers": {gamma: count} | null, "exits": ExitsModel | null}
 
@@ -38,6 +38,7 @@ class RunRecord:
     """The phases of a run done so far and their results (see the module docstring)."""
 
     run: str
+    study: str | None = None  # the study's id (`folder.StudyFolder.identity`; None: written by an earlier version)
     sigma_x: float | None = None
     model: str | None = None  # the weights' fingerprint when they were measured
     jobs: dict[str, int] = field(default_factory=dict)  # per phase: runs sharing the device while it ran
@@ -51,7 +52,7 @@ class RunRecord:
         return phase in self.seconds
 
     def to_dict(self, key: str) -> JSONObject:
-        return {"run": self.run, "sigma_x": self.sigma_x, "model": self.model, "jobs": self.jobs,
+        return {"run": self.run, "study": self.study, "sigma_x": self.sigma_x, "model": self.model, "jobs": self.jobs,
                 "seconds": self.seconds, "estimates": self.estimates,
                 "robustness": None if self.robustness is None else self.robustness.to_dict(key),
                 "empty_answers": self.empty_answers,
@@ -65,7 +66,7 @@ class RunRecord:
         robustness = _parsed(data, "robustness", lambda v: ModelResult.from_dict(v, key), "a measurement", where)
         exits = _parsed(data, "exits", ExitsModel.from_dict, "an exit-layer result", where)
         return cls(
-            run=data["run"], sigma_x=data.get("sigma_x"), model=data.get("model"), jobs=dict(data.get("jobs", {})),
+            run=data["run"], study=data.get("study"), sigma_x=data.get("sigma_x"), model=data.get("model"), jobs=dict(data.get("jobs", {})),
             seconds=seconds, estimates=data.get("estimates", {}), robustness=robustness,
             empty_answers=data.get("empty_answers"), exits=exits,
         )  # fmt: skip
@@ -87,6 +88,7 @@ NUMBER = (int, float)
 # field -> (what it may hold, in words; the check)
 SHAPES = {
     "run": ("a run name (arm/seedN)", lambda v: isinstance(v, str)),
+    "study": ("a study id (text) or null", lambda v: v is None or isinstance(v, str)),
     "sigma_x": ("a number or null", lambda v: v is None or (isinstance(v, NUMBER) and not isinstance(v, bool))),
     "model": ("a model fingerprint (text) or null", lambda v: v is None or isinstance(v, str)),
     "jobs": ("{phase: runs at once}", lambda v: isinstance(v, dict) and all(isinstance(n, int) for n in v.values())),
@@ -145,6 +147,11 @@ def read_record(study: StudyFolder, run: RunKey, key: str) -> RunRecord | None:
             "back or delete it (the run is then done again)."
         )
     record = RunRecord.from_dict(data, key, where)
+    if record.study is not None and record.study != (own := study.identity()):
+        raise RecordError(
+            f"{where}: `study` {record.study} is not this study's id ({own or 'none: its study-id.txt is gone'}): a "
+            "record of another study's run, copied in; delete it (the run is then done again)."
+        )
     folder = study.run(run)
     if record.model is not None and has_weights(folder) and (found := model_fingerprint(folder)) != record.model:
         raise RecordError(
@@ -158,6 +165,7 @@ def write_record(study: StudyFolder, record: RunRecord, key: str) -> JSONObject:
     """Write the record whole (atomically: a kill leaves the previous version); its JSON form."""
     path = study.record(RunKey.parse(record.run))
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    record.study = study.identity()
     data = record.to_dict(key)
     write_json(path, data)
     return data

@@ -150,7 +150,8 @@ def test_a_judging_run_killed_half_way_asks_only_what_was_never_answered(tmp_pat
     deadline = time.monotonic() + hang_limit(12)
     while (not kept.exists() or len(kept.read_text().splitlines()) < 5) and time.monotonic() < deadline:
         time.sleep(0.05)
-    time.sleep(0.5)  # the held requests are in flight, unanswered
+    while len(chats(server)) < 12 and time.monotonic() < deadline:  # the held requests reached it, unanswered
+        time.sleep(0.05)
     run.send_signal(signal.SIGKILL)
     run.wait(timeout=hang_limit(3))
     assert len(kept.read_text().splitlines()) == 5 and len(chats(server)) == 12
