@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from ..version import VERSION
 from .files import json_safe
 from .types import JSONObject, JSONRead
-from .written import check_record
+from .written import check_record, write_whole
 
 MAX_NAME = 100  # bytes (UTF-8) of a plain name: files named after it ("<name>-seed12.json") stay under 255
 
@@ -265,13 +265,4 @@ def mark_folder(path: str, command: str, settings: JSONObject) -> None:
     if commands.get(command) == entry:
         return
     commands[command] = entry
-    handle, tmp = tempfile.mkstemp(prefix=f".{MARKER}.", dir=path)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            json.dump({"commands": commands}, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(path, MARKER))
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    write_whole(os.path.join(path, MARKER), {"commands": commands})

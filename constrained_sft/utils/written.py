@@ -68,21 +68,30 @@ def _read(folder: str) -> tuple[str | None, dict[str, str], dict[str, str]]:
     return None, {}, {}
 
 
-def _write(folder: str, by: str, files: dict[str, str], pending: dict[str, str] | None = None) -> None:
-    """The record, written atomically (not through `files.atomic_path`, which records what it writes)."""
-    value: dict[str, object] = {"by": by, "files": dict(sorted(files.items()))}
-    if pending:
-        value["pending"] = dict(sorted(pending.items()))
-    handle, tmp = tempfile.mkstemp(prefix=f"{RECORD}.", dir=folder)
+def write_whole(path: str, value: object) -> None:
+    """`value` as JSON at `path`, written whole: through a temporary file of this process's own beside it (several
+    processes may write one file at once: a sweep's workers marking their folder), fsynced and renamed into place, so
+    a reader sees the old file or the new one. Not recorded (`files.atomic_path` records what a command writes): the
+    record itself and a folder's marker are written so."""
+    folder, name = os.path.split(path)
+    handle, tmp = tempfile.mkstemp(prefix=f".{name.lstrip('.')}.", dir=folder or ".")
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as f:
             json.dump(value, f, indent=2, sort_keys=True)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(folder, RECORD))
+        os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _write(folder: str, by: str, files: dict[str, str], pending: dict[str, str] | None = None) -> None:
+    """The record (`write_whole`)."""
+    value: dict[str, object] = {"by": by, "files": dict(sorted(files.items()))}
+    if pending:
+        value["pending"] = dict(sorted(pending.items()))
+    write_whole(os.path.join(folder, RECORD), value)
 
 
 def record_problem(folder: str, by: str = WRITER) -> str | None:

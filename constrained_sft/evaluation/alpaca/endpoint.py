@@ -157,6 +157,11 @@ class JudgeEndpoint:
                 f"{self.label}: nothing answered at {self.shown} ({type(cause or error).__name__}); check the URL "
                 "and that the server runs."
             )
+        if isinstance(error, openai.RateLimitError):
+            return (
+                f"{self.label}: {self.where} answered 429 (rate limited) and the client gave up; the verdicts received "
+                "so far are kept: wait, then run the same command again (it asks only what was never answered)."
+            )
         if isinstance(error, openai.APIStatusError):
             detail = redact_text(str(getattr(error, "message", "") or ""))[:200]
             return f"{self.label}: {self.where} answered {error.status_code} (after the client's retries): {detail}"
