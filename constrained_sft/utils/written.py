@@ -258,11 +258,9 @@ def destination(path: str, tmp: str) -> str:
         if theirs and plain_file(root, name):
             theirs = sha256(path) not in (files.get(name), pending.get(name))
         if theirs:
-            path = beside(path)
+            kept, path = path, beside(path)
             name = os.path.relpath(path, root)
-            print(
-                f"{os.path.join(root, found[2])} is not as {by} wrote it (changed since?): kept; this run's is {path}."
-            )
+            print(f"{kept} is not as {by} wrote it (changed since?): kept; this run's is {path}.")
         pending[name] = sha256(tmp)
         _write(root, by, files, pending)
     return path

@@ -156,7 +156,8 @@ def test_a_damaged_record_of_kept_verdicts_is_asked_again_or_refused(tmp_path, s
     again = judged(tmp_path, "gpt5")["levels"][0]
     assert len(chats(server)) == 14 and again["n_verdicts"] == 12
     assert (
-        "2 line(s) hold no answer (cut by a stop, or edited); their prompts are asked again" in capsys.readouterr().out
+        "2 line(s) hold no answer (cut by a stop, edited, or empty); their prompts are asked again"
+        in capsys.readouterr().out
     )
     (folder / "annotations_cache.json").unlink()
     (folder / "completions_kept.jsonl").unlink()

@@ -276,8 +276,8 @@ class OpenAICompatibleJudge(AnnotatorJudge):
     @classmethod
     def build(cls, args: JudgeFields, caching_path: str | None) -> Judge:
         judge = super().build(args, caching_path)
-        url, model = cls.server(args)
-        judge.name = f"{cls.name} at {cls.endpoint(args).where} ({model})"
+        endpoint = cls.endpoint(args)
+        judge.name = f"{cls.name} at {endpoint.where} ({endpoint.model})"
         return judge
 
 

@@ -111,7 +111,7 @@ def kept_completions(
         kept, skipped = read_kept(path)
         if skipped:
             print(
-                f"{path}: {skipped} line(s) hold no answer (cut by a stop, or edited); their prompts are asked again."
+                f"{path}: {skipped} line(s) hold no answer (cut by a stop, edited, or empty); their prompts are asked again."
             )
         keys = [prompt_key(p, kwargs) for p in prompts]
         first = {key: i for i, key in reversed(list(enumerate(keys)))}  # a repeated prompt is asked once
