@@ -130,6 +130,7 @@ def tiny_encoder(arch="bert", num_labels=2, layers=4, seed=0):
     """A random encoder classifier without dropout, so runs compare exactly."""
     transformers.set_seed(seed)
     common = dict(vocab_size=32, num_labels=num_labels, pad_token_id=0)
+    config: transformers.PreTrainedConfig
     if arch == "distilbert":
         config = transformers.DistilBertConfig(
             dim=32,

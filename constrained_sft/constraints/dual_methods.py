@@ -72,8 +72,11 @@ class NuPIDual(DualOptimizer):
         self.kp, self.ki, self.ema = float(kp), float(ki), float(ema)
         super().__init__(multipliers, lr, resilience, explicit_relaxation)
 
-    def make_optimizer(self, weight, lr):
-        return nuPI([weight], lr=lr, Kp=self.kp, Ki=self.ki, ema_nu=self.ema, maximize=True)
+    def make_optimizer(self, weight: torch.Tensor, lr: float) -> nuPI:
+        # cooper's gains are tensors (it converts a float itself): given as such, the types say what runs
+        return nuPI(
+            [weight], lr=lr, Kp=torch.tensor(self.kp), Ki=torch.tensor(self.ki), ema_nu=self.ema, maximize=True
+        )
 
 
 @DUAL_OPTIMIZERS.register

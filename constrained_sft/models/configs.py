@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from huggingface_hub.dataclasses import strict
 from transformers.configuration_utils import PreTrainedConfig, SubConfigSpec
@@ -33,7 +33,13 @@ def register_models() -> None:
         importlib.import_module(f"{__package__}.{name}")
 
 
-class RegistersModels:
+if TYPE_CHECKING:  # a mixin of configurations: to the checker, one (its `__post_init__` is theirs)
+    _Configuration = PreTrainedConfig
+else:
+    _Configuration = object
+
+
+class RegistersModels(_Configuration):
     """A configuration whose construction registers the model classes: what `AutoModel*.from_pretrained` reads first,
     so by the time it looks for the model class of a saved configuration, the class is registered."""
 

@@ -34,8 +34,8 @@ class PooledLinearForSequenceClassification(PreTrainedModel):
         self.classifier = nn.Linear(config.hidden_size, label_count(config))  # W, b: D -> C
         self.post_init()
 
-    def _init_weights(self, module):
-        if module is getattr(self, "classifier", None):
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, nn.Linear) and module is getattr(self, "classifier", None):
             nn.init.xavier_uniform_(module.weight)
             nn.init.zeros_(module.bias)
 

@@ -22,7 +22,7 @@ import types
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -186,13 +186,13 @@ class _ForwardHook:
         self.own = model.__dict__.get("forward")  # an instance-level forward set before us (None: the class's)
         self.probes: set[LayerProbe] = set()
         self.active: tuple[LayerProbe, ProbeRequest] | None = None
-        inner, backbone, hook = model.forward, model.base_model, self
+        inner, backbone, hook = model.forward, cast(nn.Module, model.base_model), self
 
         @functools.wraps(type(model).forward)  # `generate` validates its kwargs against this signature
         def forward(self, *args, **kwargs):
-            probe, request = hook.active if hook.active is not None else (None, None)
-            if request is None or request.result is not None:
+            if hook.active is None or hook.active[1].result is not None:
                 return inner(*args, **kwargs)
+            probe, request = hook.active
             kwargs["output_hidden_states"] = True
             caught: list[tuple[torch.Tensor, ...]] = []
             handle = backbone.register_forward_hook(lambda _m, _a, out: caught.append(out.hidden_states))

@@ -37,7 +37,7 @@ class RecipeParser(TrlParser):
     def add_argument_group(self, *args, **kwargs):
         group = super().add_argument_group(*args, **kwargs)
         add = group.add_argument
-        group.add_argument = lambda *a, **kw: add(*a, **_escaped(kw))
+        vars(group)["add_argument"] = lambda *a, **kw: add(*a, **_escaped(kw))  # this group's own, escaping too
         return group
 
     def known_fields(self) -> list[str]:

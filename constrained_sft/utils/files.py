@@ -68,7 +68,7 @@ def read_yaml(path: str, flag: str) -> Any:
 
     class StrictLoader(yaml.SafeLoader):
         def construct_mapping(self, node, deep=False):
-            seen = {}
+            seen: dict[object, int] = {}  # key -> the line it was first given on
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
                 if key in seen:

@@ -33,6 +33,31 @@ def test_nupi_without_proportional_gain_is_sgd_bit_for_bit(resilience):
     assert a.weight.sum() > 0  # the projection let some of them grow: a real trajectory
 
 
+def test_nupi_gains_reach_cooper_as_the_tensors_it_declares_and_step_as_floats_did():
+    """The gains are handed to cooper's nuPI as the tensors its signature declares (a float, which cooper converts
+    itself, was what the type checker saw as a mismatch): the same trajectory as cooper's optimizer given floats, bit
+    for bit, and its documented first step, SGD with lr * Ki."""
+    from cooper.optim import nuPI
+
+    generator = torch.Generator().manual_seed(0)
+    lam = Multipliers(3)
+    dual = NuPIDual(lam, 0.1, kp=0.5, ki=2.0)
+    group = dual.optimizer.param_groups[0]
+    assert torch.equal(group["Kp"], torch.tensor(0.5)) and torch.equal(group["Ki"], torch.tensor(2.0))
+    reference = torch.nn.Parameter(torch.zeros(3, dtype=torch.float64))
+    floats = nuPI([reference], lr=0.1, Kp=0.5, Ki=2.0, maximize=True)
+    for step in range(20):
+        slack = torch.randn(3, generator=generator, dtype=torch.float64)
+        dual.step(slack)
+        reference.grad = slack
+        floats.step()
+        with torch.no_grad():
+            reference.clamp_(min=0.0)  # the multipliers' projection
+        if step == 0:
+            assert torch.equal(lam.weight.detach(), (0.1 * 2.0 * slack).clamp(min=0.0))
+        assert torch.equal(lam.weight.detach(), reference.detach())
+
+
 def _toy(dual_class, lr=0.5, rho=0.0, steps=3000, **settings):
     """min_x 1/2 ||x - a||^2 s.t. x <= b (lambda* = max(0, a - b) / (1 + rho)): the final multipliers, the largest
     value the first one reached and the total variation of its trajectory."""
