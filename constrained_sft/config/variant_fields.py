@@ -13,9 +13,10 @@ from typing import Any
 
 from ..constraints import DUAL_OPTIMIZERS, MODES, Setting
 from ..utils.fields import check_fields
+from ..utils.registry import Registry
 
 # the config field that picks each registry's variant
-PICKERS = {"constraints": MODES, "dual_optimizer": DUAL_OPTIMIZERS}
+PICKERS: dict[str, Registry[Any]] = {"constraints": MODES, "dual_optimizer": DUAL_OPTIMIZERS}
 
 
 def variant_settings() -> list[tuple[str, str, Setting]]:

@@ -187,7 +187,7 @@ class DualOptimizer(ABC):
 
 
 # the config's `dual_optimizer` values and their classes, in the order they are registered
-DUAL_OPTIMIZERS: Registry = Registry("dual optimizer", DualOptimizer)
+DUAL_OPTIMIZERS: Registry[DualOptimizer] = Registry("dual optimizer", DualOptimizer)
 
 
 @DUAL_OPTIMIZERS.register

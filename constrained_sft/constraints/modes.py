@@ -52,7 +52,7 @@ class Mode(ABC):
 
 
 # the config's `constraints` values and their classes, in the order they are registered
-MODES: Registry = Registry("training mode", Mode, needs=("name", "help", "card_tag", "card_text"))
+MODES: Registry[Mode] = Registry("training mode", Mode, needs=("name", "help", "card_tag", "card_text"))
 
 
 def mode_of(name: str) -> type[Mode]:

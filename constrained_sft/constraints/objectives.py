@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import torch
@@ -31,15 +32,19 @@ from .lagrangian import (
 )
 from .stats import LayerLosses
 
+# A fixed table, read-only (`MappingProxyType`): its entries are functions, not classes a plug-in registers, so
+# `utils.registry.Registry`, which checks classes, is not theirs; another one is another row here.
 # torchtune's scale rules: s(l) for each 1-based exit layer of `exits` (increasing, the last one L)
-EARLY_EXIT_SCALES: dict[str, Callable[[Sequence[int]], list[float]]] = {
-    "uniform": lambda exits: [1.0] * len(exits),
-    "linear": lambda exits: [float(x) for x in exits],
-    "sum": lambda exits: [float(sum(exits[: i + 1])) for i in range(len(exits))],  # the running sum of the exits
-    "sqrt": lambda exits: [math.sqrt(x) for x in exits],
-    "inv": lambda exits: [1.0 / x for x in exits],
-    "inv_sqrt": lambda exits: [1.0 / math.sqrt(x) for x in exits],
-}
+EARLY_EXIT_SCALES: Mapping[str, Callable[[Sequence[int]], list[float]]] = MappingProxyType(
+    {
+        "uniform": lambda exits: [1.0] * len(exits),
+        "linear": lambda exits: [float(x) for x in exits],
+        "sum": lambda exits: [float(sum(exits[: i + 1])) for i in range(len(exits))],  # the running sum of the exits
+        "sqrt": lambda exits: [math.sqrt(x) for x in exits],
+        "inv": lambda exits: [1.0 / x for x in exits],
+        "inv_sqrt": lambda exits: [1.0 / math.sqrt(x) for x in exits],
+    }
+)
 
 
 class LayerObjective(ABC):

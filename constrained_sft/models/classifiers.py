@@ -9,8 +9,9 @@ branches on the names.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from .configs import PooledLinearConfig, UTConfig
@@ -68,8 +69,10 @@ def _ut_problem(recipe: Any) -> str | None:
     return None
 
 
+# A fixed table, read-only (`MappingProxyType`): its entries are records (values), not classes a plug-in registers, so
+# `utils.registry.Registry`, which checks classes, is not theirs; another one is another row here.
 # `classifier_readout`: the shared readout psi of every layer
-READOUTS = {
+READOUTS: Mapping[str, ClassifierKind] = MappingProxyType({
     kind.name: kind
     for kind in (
         ClassifierKind("head", "the model's own pooler / classification head (a new one with the dataset's classes)"),
@@ -78,10 +81,10 @@ READOUTS = {
             PooledLinearConfig,
         ),
     )
-}  # fmt: skip
+})  # fmt: skip
 
-# `classifier_architecture`: what is read out
-ARCHITECTURES = {
+# `classifier_architecture`: what is read out (a fixed table, as READOUTS)
+ARCHITECTURES: Mapping[str, ClassifierKind] = MappingProxyType({
     kind.name: kind
     for kind in (
         ClassifierKind("pretrained", "the model at `model_name_or_path`"),
@@ -90,4 +93,4 @@ ARCHITECTURES = {
             UTConfig, _ut_problem,
         ),
     )
-}  # fmt: skip
+})  # fmt: skip

@@ -9,8 +9,9 @@ A recipe is read duck-typed (any object with the fields named in `fields`, plus 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 from transformers import PreTrainedModel
@@ -83,36 +84,40 @@ def _vit_problem(recipe: Any) -> str | None:
     return None
 
 
-DENOISERS: dict[str, Denoiser] = {
-    d.name: d
-    for d in (
-        Denoiser(
-            "dust",
-            "De Weerdt et al. 2023: symmetric attention + LISTA on DCT dictionaries",
-            DUSTForDenoising,
-            "time",
-            ("dictionary_atoms_per_side", "sparsity_weight", "attention_weight", "tie_dictionaries"),
-            _dust,
-        ),
-        Denoiser(
-            "ut",
-            "Yang et al. 2022: the unrolled transformer, on patch sequences",
-            VideoUTForDenoising,
-            "time",
-            ("dictionary_atoms_per_side",),
-            _ut,
-        ),
-        Denoiser(
-            "vit",
-            "a ViTModel with a shared linear un-patching readout",
-            ViTForDenoising,
-            "space",
-            ("vit_model_name_or_path", "vit_hidden_size", "vit_intermediate_size"),
-            _vit,
-            _vit_problem,
-        ),
-    )
-}
+# A fixed table, read-only (`MappingProxyType`): its entries are records (values), not classes a plug-in registers, so
+# `utils.registry.Registry`, which checks classes, is not theirs; another one is another row here.
+DENOISERS: Mapping[str, Denoiser] = MappingProxyType(
+    {
+        d.name: d
+        for d in (
+            Denoiser(
+                "dust",
+                "De Weerdt et al. 2023: symmetric attention + LISTA on DCT dictionaries",
+                DUSTForDenoising,
+                "time",
+                ("dictionary_atoms_per_side", "sparsity_weight", "attention_weight", "tie_dictionaries"),
+                _dust,
+            ),
+            Denoiser(
+                "ut",
+                "Yang et al. 2022: the unrolled transformer, on patch sequences",
+                VideoUTForDenoising,
+                "time",
+                ("dictionary_atoms_per_side",),
+                _ut,
+            ),
+            Denoiser(
+                "vit",
+                "a ViTModel with a shared linear un-patching readout",
+                ViTForDenoising,
+                "space",
+                ("vit_model_name_or_path", "vit_hidden_size", "vit_intermediate_size"),
+                _vit,
+                _vit_problem,
+            ),
+        )
+    }
+)
 
 
 def denoiser_of(model: Any) -> Denoiser:

@@ -12,7 +12,8 @@ accuracy, and a subclass of one's own can declare both.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
@@ -93,7 +94,11 @@ class FunctionLoss(ReadoutLoss):
         return self.function(predictions, targets)
 
 
-PER_EXAMPLE_LOSSES: dict[str, ReadoutLoss] = {loss.name: loss for loss in (CrossEntropy(), SquaredError())}
+# A fixed table, read-only (`MappingProxyType`): its entries are records (values), not classes a plug-in registers, so
+# `utils.registry.Registry`, which checks classes, is not theirs; another one is another row here.
+PER_EXAMPLE_LOSSES: Mapping[str, ReadoutLoss] = MappingProxyType(
+    {loss.name: loss for loss in (CrossEntropy(), SquaredError())}
+)
 
 
 def readout_loss(loss: str | ReadoutLoss | Callable) -> ReadoutLoss:

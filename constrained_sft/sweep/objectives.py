@@ -30,7 +30,7 @@ class SweepObjective(ABC):
 
 
 # the `--objective` names, in the order they are registered
-SWEEP_OBJECTIVES: Registry = Registry("sweep objective", SweepObjective, needs=("name", "help"))
+SWEEP_OBJECTIVES: Registry[SweepObjective] = Registry("sweep objective", SweepObjective, needs=("name", "help"))
 
 
 @SWEEP_OBJECTIVES.register

@@ -13,13 +13,20 @@ protocol; this registry is the only place a task is chosen by its name.
 May import: `utils`, `config`, `constraints`, `readout`, `noise`, `data`, `models`, `trainers`.
 """
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from .base import Arm, Headline, Measure, Recipe, SharedDataTraining, Task, TrainedModel, measure_only
 from .classification import ClassificationTask, ClassifierScriptArguments, build_classifier
 from .sft import ScriptArguments, SFTTask
 from .training import finish, is_finished, summary_table, train_and_report
 from .video import VideoScriptArguments, VideoTask, build_denoiser
 
-TASKS: dict[str, Task] = {task.name: task for task in (SFTTask(), ClassificationTask(), VideoTask())}
+# A fixed table, read-only (`MappingProxyType`): its entries are task objects, not classes a plug-in registers, so
+# `utils.registry.Registry`, which checks classes, is not theirs; another one is another row here.
+TASKS: Mapping[str, Task] = MappingProxyType(
+    {task.name: task for task in (SFTTask(), ClassificationTask(), VideoTask())}
+)
 DEFAULT_TASK = SFTTask.name
 
 

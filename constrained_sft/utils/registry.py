@@ -10,14 +10,15 @@ dict API's writes (`MODES["x"] = cls`, `update`, `del`) would pass none of these
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, TypeVar, overload
 
 T = TypeVar("T")
+C = TypeVar("C")  # the class being registered (a subclass of the registry's base)
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")  # a variant's name: a printable identifier a user can type
 
 
-class Registry(Mapping[str, Any]):
+class Registry(Mapping[str, type[T]], Generic[T]):
     """
     Variants by name (`cls.name`), in the order they were registered: what a config field chooses from. A registry
     knows its `kind` (words for messages), the `base` class its variants extend (an ABC: what a variant must
@@ -26,11 +27,11 @@ class Registry(Mapping[str, Any]):
     too, unless the registration says it replaces it (`register(cls, replace=True)`).
     """
 
-    def __init__(self, kind: str, base: type, needs: tuple[str, ...] = ("name",)):
-        self._variants: dict[str, Any] = {}
+    def __init__(self, kind: str, base: type, needs: tuple[str, ...] = ("name",)):  # `base`: T, an abstract class
+        self._variants: dict[str, type[T]] = {}
         self.kind, self.base, self.needs = kind, base, needs
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> type[T]:
         return self._variants[name]
 
     def __iter__(self) -> Iterator[str]:
@@ -42,7 +43,11 @@ class Registry(Mapping[str, Any]):
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}: {', '.join(self._variants)})"
 
-    def register(self, cls: type[T] | None = None, *, replace: bool = False):
+    @overload
+    def register(self, cls: C, *, replace: bool = False) -> C: ...
+    @overload
+    def register(self, cls: None = None, *, replace: bool = False) -> Callable[[C], C]: ...
+    def register(self, cls: Any = None, *, replace: bool = False) -> Any:
         """Register `cls` under its `name` (a class decorator: `@REGISTRY.register`, or
         `@REGISTRY.register(replace=True)` to replace a variant of that name on purpose), after `check`."""
         if cls is None:

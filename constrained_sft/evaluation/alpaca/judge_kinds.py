@@ -175,7 +175,7 @@ class AnnotatorConfig(AnnotatorJudge):
 
 
 # the `--judge` names, in the order they are registered (and listed)
-JUDGES: Registry = Registry("judge", JudgeKind, needs=("name", "help"))
+JUDGES: Registry[JudgeKind] = Registry("judge", JudgeKind, needs=("name", "help"))
 
 
 @JUDGES.register

@@ -37,7 +37,7 @@ class PagePart(ABC):
         """This part's content as the folder holds it now; [] when the folder has none of it."""
 
 
-PARTS = Registry("report page part", PagePart, needs=("name", "title", "position"))
+PARTS: Registry[PagePart] = Registry("report page part", PagePart, needs=("name", "title", "position"))
 
 
 def write_page(output_dir: str) -> str:
