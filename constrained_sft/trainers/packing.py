@@ -71,39 +71,49 @@ def hub_kernel(name: str) -> bool:
     return bool(is_kernel(name)) if is_kernel is not None else "/" in name.split(":")[0]
 
 
-def attention_problem(implementation: str | None, args: SFTConfig) -> str | None:
-    """Why training with `implementation` would fail at its first step (or at the model's load, with a traceback), or
-    let packed documents attend to each other; None where it runs. Asked before any work (`check_attention`)."""
+def on_cpu(args: SFTConfig) -> bool:
+    """Whether the run trains on the CPU (asked, or no CUDA device)."""
     import torch
 
+    return bool(args.use_cpu) or not torch.cuda.is_available()
+
+
+def attention_problem(implementation: str | None, args: SFTConfig) -> tuple[str, str] | None:
+    """(why training with `implementation` would fail at its first step, or at the model's load with a traceback, or
+    let packed documents attend to each other; what to use instead), None where it runs. Asked before any work
+    (`check_attention`)."""
     if implementation is None:
         return None
     name = implementation.split(":")[0].split("@")[0]
-    on_cpu = bool(args.use_cpu) or not torch.cuda.is_available()
+    cpu = on_cpu(args)
+    here = "sdpa, eager" if cpu else ", ".join(ISOLATING)
     if hub_kernel(implementation):
         from transformers.utils import is_kernels_available
 
         if not is_kernels_available():
-            return "is a Hub kernel, which needs the `kernels` package (pip install kernels) and the Hub or its cache"
-        if on_cpu:
-            return "is a Hub kernel (CUDA code), and this run trains on the CPU"
-    if on_cpu and name in CUDA_ONLY:
-        return "runs on CUDA devices only, and this run trains on the CPU"
-    if on_cpu and name == "flex_attention":
-        return "has no backward pass on the CPU (torch's FlexAttention), and this run trains on the CPU"
+            return (
+                "is a Hub kernel, which needs the `kernels` package (pip install kernels) and the Hub or its cache",
+                here,
+            )
+        if cpu:
+            return "is a Hub kernel (CUDA code), and this run trains on the CPU", here
+    if cpu and name in CUDA_ONLY:
+        return "runs on CUDA devices only, and this run trains on the CPU", here
+    if cpu and name == "flex_attention":
+        return "has no backward pass on the CPU (torch's FlexAttention), and this run trains on the CPU", here
     if padding_free(args) and not isolates(implementation):
-        return "cannot keep packed documents apart (no packed-sequence mask, no `cu_seq_lens`)"
+        return (
+            "cannot keep packed documents apart (no packed-sequence mask, no `cu_seq_lens`)",
+            f"{here}, or set `packing=False` and `padding_free=False`",
+        )
     return None
 
 
 def check_attention(implementation: str | None, args: SFTConfig) -> None:
-    """`attention_problem`'s refusal, naming `attn_implementation` and what runs here, before any work."""
-    import torch
-
-    if problem := attention_problem(implementation, args):
-        here = ["sdpa", "eager"] if args.use_cpu or not torch.cuda.is_available() else list(ISOLATING)
-        packed = ", or set `packing=False` and `padding_free=False`" if "packed documents" in problem else ""
-        raise ValueError(f"`attn_implementation` {implementation!r} {problem}. Use one of {', '.join(here)}{packed}.")
+    """`attention_problem`'s refusal, naming `attn_implementation` and what to use instead, before any work."""
+    if found := attention_problem(implementation, args):
+        problem, instead = found
+        raise ValueError(f"`attn_implementation` {implementation!r} {problem}. Use one of {instead}.")
 
 
 def check_isolation(model: object, args: SFTConfig) -> None:
