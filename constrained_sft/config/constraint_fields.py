@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeAlias, get_args
 
 from ..constraints import DUAL_OPTIMIZERS as DUAL_OPTIMIZER_CLASSES
 from ..constraints import EARLY_EXIT_SCALES as SCALES
@@ -19,7 +19,8 @@ from .variant_fields import VariantArguments, read_only_by, refuse_unread_fields
 CONSTRAINT_MODES = MODES  # the registry itself, the config's choices: a mode registered later is one too
 DUAL_OPTIMIZERS = DUAL_OPTIMIZER_CLASSES  # the registry itself, like CONSTRAINT_MODES
 EARLY_EXIT_SCALES = tuple(SCALES)
-CONSOLE_FORMATS = ("compact", "full")
+ConsoleFormat: TypeAlias = Literal["compact", "full"]
+CONSOLE_FORMATS: tuple[ConsoleFormat, ...] = get_args(ConsoleFormat)
 
 
 @dataclass
@@ -143,14 +144,13 @@ class ConstraintArguments(VariantArguments):
             "(0.1 = 10%). Each sampled token costs 6 x hidden x vocabulary FLOPs per constrained layer."
         },
     )
-    console_format: str = field(
+    console_format: ConsoleFormat = field(
         default="compact",
         metadata={
             "help": "What each logging step prints: 'compact' (one line: loss, f_L, feasible and descent fractions, "
             "the largest multiplier and its layer, step time; one table row per noise level at evaluation) or 'full' "
             "(transformers' dict of every metric). `report_to` backends and trainer_state.json get every metric "
-            "either way.",
-            "choices": list(CONSOLE_FORMATS),
+            "either way."
         },
     )
     feasibility_window: int = field(
@@ -222,8 +222,6 @@ class ConstraintArguments(VariantArguments):
             raise ValueError(
                 f"`readout_budget` must be a fraction of the step's FLOPs in (0, 10], got {self.readout_budget!r}."
             )
-        if self.console_format not in CONSOLE_FORMATS:
-            raise ValueError(f"`console_format` must be one of {list(CONSOLE_FORMATS)}, got {self.console_format!r}.")
         if not isinstance(self.feasibility_window, int) or self.feasibility_window < 1:
             raise ValueError(f"`feasibility_window` must be an integer >= 1, got {self.feasibility_window!r}.")
         refuse_unread_fields(self)

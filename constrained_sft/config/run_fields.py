@@ -10,7 +10,7 @@ import contextlib
 import math
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from ..constraints.variants import is_number
 from ..utils.fields import check_fields
@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # the type checker reads the mixin as the arguments it is mix
 else:
     MixedInto = object
 
-NONFINITE_POLICIES = ("stop", "skip")
+NonfinitePolicy: TypeAlias = Literal["stop", "skip"]
+NONFINITE_POLICIES: tuple[NonfinitePolicy, ...] = get_args(NonfinitePolicy)
 STRATEGIES = {"eval_strategy": ("no", "steps", "epoch"), "save_strategy": ("no", "steps", "epoch", "best")}
 STRATEGIES["logging_strategy"] = STRATEGIES["eval_strategy"]
 
@@ -42,14 +43,13 @@ class RunArguments(MixedInto):
             "neither: it resumes from the newest complete checkpoint."
         },
     )
-    nonfinite_steps: str = field(
+    nonfinite_steps: NonfinitePolicy = field(
         default="stop",
         metadata={
             "help": "An optimizer step whose objective f_L or gradient norm is NaN or inf: 'stop' ends training with an "
             "error naming the step (the model is not saved, the last checkpoint is untouched); 'skip' discards that "
             "step's gradients (no parameter moves, multipliers kept) with a warning, and counts it in "
-            "constraints.json. Checked on values the dual step already brings to the host: no extra device sync.",
-            "choices": list(NONFINITE_POLICIES),
+            "constraints.json. Checked on values the dual step already brings to the host: no extra device sync."
         },
     )
 

@@ -1,25 +1,35 @@
 """
-The fields of the variants, built from their registries: every setting a training mode (`constraints.MODES`) or a
-dual optimizer (`constraints.DUAL_OPTIMIZERS`) declares becomes a field of `VariantArguments` (a base of
-`ConstraintArguments`, so of both trainer configs), with its type, default and help, validated by the setting itself
-and refused when set beside a variant that does not read it. A new variant's settings reach the configs, the command
-line, the recipes and the reference pages from its own class.
+The fields of the variants: the settings a training mode (`constraints.MODES`) or a dual optimizer
+(`constraints.DUAL_OPTIMIZERS`) declares (`constraints.Setting`), validated by the setting itself and refused when set
+beside a variant that does not read it.
+
+This library's variants' settings are static fields of `VariantArguments` (a base of `ConstraintArguments`, so of
+both trainer configs), each with its type and default in this source and its help from the variant's `Setting`, so
+that a type checker and an editor see them (`tests/test_config_types.py` holds the two equal, and type-checks a user's
+file). A variant registered from one's own module is still one class in one file: its settings go in
+`plugin_settings` ({field: value}; `--plugin_settings '{"dual_momentum": 0.9}'` on the command line, a mapping in a
+recipe), validated and refused by the same rules, and read with `Setting.read(config)`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..constraints import DUAL_OPTIMIZERS, MODES, Setting
-from ..utils.fields import check_fields
+from ..constraints.dual_methods import AugmentedLagrangianDual, NuPIDual
+from ..constraints.modes import EarlyExitLoss, Penalty
+from ..constraints.objectives import EarlyExitScale
+from ..utils.fields import check_fields, describe_type, matches_type
 from ..utils.registry import Registry
 
 # the config field that picks each registry's variant
 PICKERS: dict[str, Registry[Any]] = {"constraints": MODES, "dual_optimizer": DUAL_OPTIMIZERS}
 
 
-def variant_settings() -> list[tuple[str, str, Setting]]:
+def all_settings() -> list[tuple[str, str, Setting]]:
     """(picker field, variant name, setting) for every setting of every registered variant, in registry order."""
     return [
         (picker, name, setting)
@@ -33,52 +43,93 @@ def read_only_by() -> dict[str, tuple[str, tuple[str, ...]]]:
     """{field: (the field that picks the variant, the variants that read it)}: set to anything but its default beside
     another variant, such a field would be ignored, so it is refused (`refuse_unread_fields`)."""
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for picker, name, setting in variant_settings():
+    for picker, name, setting in all_settings():
         readers = out.get(setting.field, (picker, ()))[1]
         out[setting.field] = (picker, (*readers, name))
     return out
 
 
-def _validate_variant_arguments(self) -> None:
-    """Each variant's settings as its `Setting`s allow them, then each variant's own cross-field check."""
-    check_fields(self, VariantArguments)
-    for _, _, setting in variant_settings():
-        problem = setting.problem(getattr(self, setting.field))
-        if problem:
-            raise ValueError(problem)
-    for variant in DUAL_OPTIMIZERS.values():
-        problem = variant.settings_problem(variant.read_settings(self)) if variant.settings else None
-        if problem:
-            raise ValueError(problem)
+@dataclass
+class VariantArguments:
+    """The fields only one training mode or dual optimizer reads; the help of each is its variant's `Setting`'s."""
+
+    # > constraints: penalty
+    penalty_weight: float = field(default=1.0, metadata=Penalty.settings["weight"].metadata)
+    # > constraints: early_exit
+    early_exit_scale: EarlyExitScale = field(default="uniform", metadata=EarlyExitLoss.settings["scale"].metadata)
+    early_exit_weight: float = field(default=1.0, metadata=EarlyExitLoss.settings["weight"].metadata)
+    # > dual_optimizer: nupi
+    nupi_kp: float = field(default=1.0, metadata=NuPIDual.settings["kp"].metadata)
+    nupi_ki: float = field(default=1.0, metadata=NuPIDual.settings["ki"].metadata)
+    nupi_ema: float = field(default=0.0, metadata=NuPIDual.settings["ema"].metadata)
+    # > dual_optimizer: augmented_lagrangian
+    alm_penalty: float | None = field(default=None, metadata=AugmentedLagrangianDual.settings["penalty"].metadata)
+    alm_growth: float = field(default=1.0, metadata=AugmentedLagrangianDual.settings["growth"].metadata)
+    alm_tolerance: float = field(default=0.0, metadata=AugmentedLagrangianDual.settings["tolerance"].metadata)
+    # > variants registered from one's own module
+    plugin_settings: dict[str, Any] | str | None = field(
+        default=None,
+        metadata={
+            "help": "The settings of training modes and dual optimizers registered from one's own module (this "
+            "library's have fields of their own): a mapping {field: value}, or its JSON on the command line "
+            "(`--plugin_settings '{\"dual_momentum\": 0.9}'`). Each is validated by its variant's `Setting` and "
+            "refused beside a variant that does not read it."
+        },
+    )
+
+    def _validate_variant_arguments(self) -> None:
+        """Each variant's settings as its `Setting`s allow them, then each variant's own cross-field check."""
+        check_fields(self, VariantArguments)
+        self.plugin_settings = _plugin_settings(self.plugin_settings)
+        for _, _, setting in all_settings():
+            problem = setting.problem(setting.read(self))
+            if problem:
+                raise ValueError(problem)
+        for variant in DUAL_OPTIMIZERS.values():
+            problem = variant.settings_problem(variant.read_settings(self)) if variant.settings else None
+            if problem:
+                raise ValueError(problem)
 
 
-def _field(setting: Setting) -> tuple[str, Any, Any]:
-    metadata = {"help": setting.help, **({"choices": list(setting.choices)} if setting.choices else {})}
-    return setting.field, setting.type, dataclasses.field(default=setting.default, metadata=metadata)
+STATIC_FIELDS = frozenset(f.name for f in dataclasses.fields(VariantArguments)) - {"plugin_settings"}
 
 
-VariantArguments = dataclasses.make_dataclass(
-    "VariantArguments",
-    [_field(setting) for _, _, setting in variant_settings()],
-    namespace={
-        "__doc__": "The fields only one training mode or dual optimizer reads, declared by the variants themselves.",
-        "_validate_variant_arguments": _validate_variant_arguments,
-    },
-)
-VariantArguments.__module__ = (
-    __name__  # pickled and documented as this module's (make_dataclass takes `module` from 3.12)
-)
+def _plugin_settings(value: object) -> dict[str, Any] | None:
+    """`plugin_settings` as a dict whose every key is a setting of a registered variant without a field of its own,
+    each value of its setting's type; anything else is refused naming the key and what is allowed. Empty is None, the
+    default, so a run or study recorded before the field existed has the same settings."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(f"`plugin_settings` must be a JSON object {{field: value}}, got {value!r}.") from None
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        raise ValueError(f"`plugin_settings` must be a mapping {{field: value}}, got {value!r}.")
+    plugged = {s.field: s for _, _, s in all_settings() if s.field not in STATIC_FIELDS}
+    for key, item in value.items():
+        if key in STATIC_FIELDS:
+            raise ValueError(f"`plugin_settings` holds `{key}`, a field of its own: give it as `{key}`.")
+        if key not in plugged:
+            raise ValueError(
+                f"`plugin_settings` holds `{key}`, which no registered training mode or dual optimizer reads; "
+                f"known: {sorted(plugged)} (a variant's module must be imported before the config is built)."
+            )
+        if not matches_type(item, plugged[key].type):
+            raise ValueError(f"`{key}` must be {describe_type(plugged[key].type)}, got {item!r}.")
+    return dict(value)
 
 
 def refuse_unread_fields(config: Any) -> None:
     """A field only some variants read, set (not its default) beside a variant that does not read it, is refused,
     naming the field, its variants and the config's."""
-    defaults = {f.name: f.default for f in dataclasses.fields(VariantArguments)}
+    settings = {s.field: s for _, _, s in all_settings()}
     for name, (picker, variants) in read_only_by().items():
-        value, chosen = getattr(config, name), getattr(config, picker)
-        if chosen not in variants and value != defaults[name]:
+        value, chosen, default = settings[name].read(config), getattr(config, picker), settings[name].default
+        if chosen not in variants and value != default:
             readers = " or ".join(f"`{picker}: {v}`" for v in variants)
             raise ValueError(
                 f"`{name}` ({value!r}) is read only by {readers}, and this config has `{picker}: {chosen}`, so it "
-                f"would be ignored: remove it (default {defaults[name]!r}) or set {readers}."
+                f"would be ignored: remove it (default {default!r}) or set {readers}."
             )

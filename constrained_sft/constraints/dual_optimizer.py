@@ -46,9 +46,10 @@ class DualOptimizer(ABC):
     "resilience restarts").
 
     A new dual optimizer is a subclass, one class in one file: its `name` (`@DUAL_OPTIMIZERS.register` makes it a
-    `dual_optimizer` choice; unregistered, it can still be passed to `PrimalDual`), the torch optimizer it builds, and (optionally) a cheaper `ascend`, its own settings
-    (`settings`: keyword argument of `__init__` -> the `Setting` of the config field that carries it; the trainer
-    configs gain those fields, validated by them), a cross-field check (`settings_problem`), the objective it needs
+    `dual_optimizer` choice; unregistered, it can still be passed to `PrimalDual`), the torch optimizer it builds,
+    and (optionally) a cheaper `ascend`, its own settings (`settings`: keyword argument of `__init__` -> the `Setting`
+    of the config field that carries it, validated by it: a static field for this library's variants,
+    `plugin_settings` for one's own), a cross-field check (`settings_problem`), the objective it needs
     (`objective`) and state beyond the torch optimizer's (`extra_state`).
     """
 
@@ -65,7 +66,7 @@ class DualOptimizer(ABC):
     @classmethod
     def read_settings(cls, config: Any) -> SettingValues:
         """The keyword arguments of `__init__` its settings take from a config's fields."""
-        return {key: getattr(config, setting.field) for key, setting in cls.settings.items()}
+        return {key: setting.read(config) for key, setting in cls.settings.items()}
 
     def __init__(
         self, multipliers: Multipliers, lr: float = 0.01, resilience: float = 0.0, explicit_relaxation: bool = False

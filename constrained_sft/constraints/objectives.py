@@ -19,7 +19,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, TypeAlias
 
 import torch
 
@@ -34,6 +34,8 @@ from .stats import LayerLosses
 
 # A fixed table, read-only (`MappingProxyType`): its entries are functions, not classes a plug-in registers, so
 # `utils.registry.Registry`, which checks classes, is not theirs; another one is another row here.
+# the names of its rules, for the config field that picks one (`tests/test_config_types.py` holds the two equal)
+EarlyExitScale: TypeAlias = Literal["uniform", "linear", "sum", "sqrt", "inv", "inv_sqrt"]
 # torchtune's scale rules: s(l) for each 1-based exit layer of `exits` (increasing, the last one L)
 EARLY_EXIT_SCALES: Mapping[str, Callable[[Sequence[int]], list[float]]] = MappingProxyType(
     {

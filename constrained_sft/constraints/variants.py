@@ -1,10 +1,11 @@
 """
 Variants' settings: each dual optimizer and each training mode is a class registered by name
 (`utils.registry.Registry.register`, a decorator on the class) that declares the config fields it reads (`Setting`),
-with their type, default, help and the values they take. The trainer configs build their fields from these declarations and validate
-through them (`config.variant_fields`), so a new dual optimizer or mode is one class in one file: no list of names,
-no field or check to add elsewhere. A subclass that is not registered (one's own, passed to `PrimalDual` directly)
-changes no registry.
+with their type, default, help and the values they take. The trainer configs validate through these declarations
+(`config.variant_fields`): this library's variants' settings are static fields of the configs, held equal to the
+declarations by a test; a variant registered from one's own module is one class in one file, its settings read from
+the configs' `plugin_settings` (`Setting.read`). A subclass that is not registered (one's own, passed to `PrimalDual`
+directly) changes no registry.
 """
 
 from __future__ import annotations
@@ -44,6 +45,18 @@ class Setting:
     valid: Callable[[Any], bool] = lambda value: True
     requirement: str = ""
     choices: tuple[str, ...] | None = None
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The `dataclasses.field` metadata of the config field that carries it: its help (and choices)."""
+        return {"help": self.help, **({"choices": list(self.choices)} if self.choices else {})}
+
+    def read(self, config: object) -> Any:
+        """Its value in `config`: the config's field of that name (every setting of this library's variants has one)
+        or, for a variant registered from one's own module, the entry of `plugin_settings` (its default if absent)."""
+        if hasattr(config, self.field):
+            return getattr(config, self.field)
+        return (getattr(config, "plugin_settings", None) or {}).get(self.field, self.default)
 
     def problem(self, value: Any) -> str | None:
         """The refusal of `value`, naming the field and what is allowed; None when it is allowed."""

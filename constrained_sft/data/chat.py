@@ -12,7 +12,7 @@ from datasets import Dataset
 
 from ..utils.fields import check_fields
 from .errors import DataError
-from .formats import CONVERSATION_MODES, FORMATS, to_trl_format
+from .formats import FORMATS, ConversationMode, DatasetFormat, to_trl_format
 from .splits import carve, check_stream_eval_size, refuse_streamed_selection, source_splits
 
 
@@ -28,16 +28,14 @@ class DataArguments:
         },
     )
     dataset_config: str | None = field(default=None, metadata={"help": "Hub dataset configuration name."})
-    dataset_format: str = field(
-        default="auto",
-        metadata={"help": f"One of {list(FORMATS)}; 'auto' detects it from the columns.", "choices": list(FORMATS)},
+    dataset_format: DatasetFormat = field(
+        default="auto", metadata={"help": f"One of {list(FORMATS)}; 'auto' detects it from the columns."}
     )
-    conversation_mode: str = field(
+    conversation_mode: ConversationMode = field(
         default="messages",
         metadata={
             "help": "For ShareGPT data: 'messages' trains on whole conversations; 'first_turn' keeps the first "
-            "user -> assistant exchange as prompt / completion (loss on the answer only, like Alpaca SFT).",
-            "choices": list(CONVERSATION_MODES),
+            "user -> assistant exchange as prompt / completion (loss on the answer only, like Alpaca SFT)."
         },
     )
     dataset_train_split: str = field(default="train", metadata={"help": "Split to train on."})
@@ -68,12 +66,6 @@ class DataArguments:
     def __post_init__(self) -> None:
         check_fields(self)
         check_stream_eval_size(self.streaming, self.dataset_test_split is not None, self.eval_size)
-        if self.dataset_format not in FORMATS:
-            raise DataError(f"`dataset_format` must be one of {list(FORMATS)}, got {self.dataset_format!r}.")
-        if self.conversation_mode not in CONVERSATION_MODES:
-            raise DataError(
-                f"`conversation_mode` must be one of {list(CONVERSATION_MODES)}, got {self.conversation_mode!r}."
-            )
         if not (0 < self.eval_size < 1 or (self.eval_size >= 1 and float(self.eval_size).is_integer())):
             raise DataError(
                 f"`eval_size` must be a fraction in (0, 1) or a whole number of rows >= 1, got {self.eval_size!r}."

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from typing import Literal, TypeAlias, get_args
 
 from datasets import Dataset, IterableDataset
 
@@ -30,8 +31,10 @@ from .splits import SOURCE_ROW
 
 logger = logging.getLogger(__name__)
 
-FORMATS = ("auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text")
-CONVERSATION_MODES = ("messages", "first_turn")
+DatasetFormat: TypeAlias = Literal["auto", "alpaca", "sharegpt", "messages", "prompt_completion", "text"]
+FORMATS: tuple[DatasetFormat, ...] = get_args(DatasetFormat)
+ConversationMode: TypeAlias = Literal["messages", "first_turn"]
+CONVERSATION_MODES: tuple[ConversationMode, ...] = get_args(ConversationMode)
 SHAREGPT_ROLES = {
     "human": "user",
     "user": "user",

@@ -8,7 +8,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from ..comparison import ERM, TWINS, arm_recipes, recipe_identity, reference_arm
 from ..evaluation.alpaca import AlpacaArguments
@@ -17,12 +17,13 @@ from ..evaluation.instructions import ALPACA_EVAL
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
-from .phases import KEEP_MODELS
+from .phases import KeepModels
 
 if TYPE_CHECKING:
     from ..tasks import Recipe
 
-STAGES = ("train", "evaluate", "all")
+Stage: TypeAlias = Literal["train", "evaluate", "all"]
+STAGES: tuple[Stage, ...] = get_args(Stage)
 HELD_OUT = "held_out"
 
 
@@ -51,12 +52,11 @@ class StudyArguments:
     training_seeds: int = field(
         default=3, metadata={"help": "Training seeds per arm (0..N-1); a finished run is reused, so a study resumes."}
     )
-    stage: str = field(
+    stage: Stage = field(
         default="all",
         metadata={
             "help": "'train' (the runs only: what `accelerate launch` runs on several GPUs), 'evaluate' (robustness, "
-            "generation, judging and the report, in one process) or 'all'.",
-            "choices": list(STAGES),
+            "generation, judging and the report, in one process) or 'all'."
         },
     )
     gammas: list[float] | None = field(
@@ -117,12 +117,11 @@ class StudyArguments:
             "the results equal --jobs 1's). Each run is measured, answers and (seed 0) decodes right after it trains."
         },
     )
-    keep_models: str = field(
+    keep_models: KeepModels = field(
         default="all",
         metadata={
             "help": "The trained weights kept once a run's results are recorded: 'all', 'seed0' (each arm's seed 0) "
-            "or 'none'. The study continues and reports from its records alone.",
-            "choices": list(KEEP_MODELS),
+            "or 'none'. The study continues and reports from its records alone."
         },
     )
     time_budget: float | None = field(
@@ -144,8 +143,6 @@ class StudyArguments:
             )
         if not os.path.isfile(self.erm_config):
             raise FileNotFoundError(f"`--erm_config` {self.erm_config!r} does not exist; give the ERM recipe's path.")
-        if self.stage not in STAGES:
-            raise ValueError(f"`--stage` must be one of {list(STAGES)}, got {self.stage!r}.")
         for name in ("training_seeds", "noise_seeds", "bootstrap_samples", "max_new_tokens", "generation_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`--{name}` must be >= 1, got {getattr(self, name)}.")
@@ -167,8 +164,6 @@ class StudyArguments:
             raise ValueError(f"`--gammas` needs >= 2 distinct levels for the curves, got {self.gammas}.")
         if self.jobs < 1:
             raise ValueError(f"`--jobs` must be >= 1, got {self.jobs}.")
-        if self.keep_models not in KEEP_MODELS:
-            raise ValueError(f"`--keep_models` must be one of {list(KEEP_MODELS)}, got {self.keep_models!r}.")
         if self.keep_models != "all" and self.stage == "train":
             raise ValueError(
                 f"`--keep_models {self.keep_models}` with `--stage train`: weights are deleted only once a run's "

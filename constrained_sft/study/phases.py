@@ -16,6 +16,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from typing import Literal, TypeAlias, get_args
 
 from ..data import delete_weights, has_weights, model_fingerprint
 from ..tasks import Recipe, SharedDataTraining, get_task, is_finished
@@ -25,7 +26,8 @@ from .folder import StudyFolder
 from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record, write_record
 
 logger = logging.getLogger(__name__)
-KEEP_MODELS = ("all", "seed0", "none")
+KeepModels: TypeAlias = Literal["all", "seed0", "none"]  # `--keep_models`
+KEEP_MODELS: tuple[KeepModels, ...] = get_args(KeepModels)
 
 
 def required(evaluation: Evaluation | None, run: RunKey) -> tuple[str, ...]:

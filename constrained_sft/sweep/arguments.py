@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
+from typing import Literal, TypeAlias, get_args
 
 from ..comparison import ERM, arm_recipes, comparison_levels, recipe_identity
 from ..noise import NoiseGrid
@@ -14,8 +15,12 @@ from ..utils.redact import redact_url
 from .objectives import SWEEP_OBJECTIVES, objectives_help
 from .search import Objective, open_study
 
-STAGES = ("search", "compare", "all")
-BASELINES = ("none", ERM)  # `baseline`: none, or an ERM twin of each constrained arm
+Stage: TypeAlias = Literal["search", "compare", "all"]
+STAGES: tuple[Stage, ...] = get_args(Stage)
+# `baseline`: none, or an ERM twin of each constrained arm (`comparison.names.ERM`, held equal by a test)
+Baseline: TypeAlias = Literal["none", "erm"]
+BASELINES: tuple[Baseline, ...] = get_args(Baseline)
+Pruner: TypeAlias = Literal["median", "none"]
 
 
 @dataclass
@@ -39,7 +44,7 @@ class SweepArguments:
     evaluations_per_trial: int = field(
         default=2, metadata={"help": "Validation scores per trial reported to the pruner (the last is the final)."}
     )
-    pruner: str = field(default="median", metadata={"help": "'median' or 'none'.", "choices": ["median", "none"]})
+    pruner: Pruner = field(default="median", metadata={"help": "'median' or 'none'."})
     storage: str | None = field(
         default=None,
         metadata={"help": "Optuna storage URL (default: sqlite:///<sweep_dir>/study.db); share one to run workers."},
@@ -51,14 +56,9 @@ class SweepArguments:
             "help": "Classification: readouts of the constrained arms, of ['head', 'linear'] (default: recipe's)."
         },
     )
-    baseline: str = field(
-        default="none", metadata={"help": f"'{ERM}': an ERM arm per readout, same trials.", "choices": list(BASELINES)}
-    )
+    baseline: Baseline = field(default="none", metadata={"help": f"'{ERM}': an ERM arm per readout, same trials."})
     final_seeds: int = field(default=3, metadata={"help": "Seeds of each best configuration's retraining."})
-    stage: str = field(
-        default="all",
-        metadata={"help": "'search', 'compare' (retrain and test) or 'all'.", "choices": list(STAGES)},
-    )
+    stage: Stage = field(default="all", metadata={"help": "'search', 'compare' (retrain and test) or 'all'."})
     sampler_seed: int = field(default=0, metadata={"help": "Seed of the TPE sampler."})
     eval_batch_size: int = field(default=64, metadata={"help": "Batch size of validation and test scoring."})
     bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})
@@ -92,11 +92,8 @@ class SweepArguments:
 
     def validate(self) -> str:
         """Every option checked before any work; returns `space`, which has no default."""
-        for name, allowed in (("objective", SWEEP_OBJECTIVES), ("stage", STAGES), ("pruner", ("median", "none"))):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"`{name}` must be one of {list(allowed)}, got {getattr(self, name)!r}.")
-        if self.baseline not in BASELINES:
-            raise ValueError(f"`baseline` must be one of {list(BASELINES)}, got {self.baseline!r}.")
+        if self.objective not in SWEEP_OBJECTIVES:
+            raise ValueError(f"`objective` must be one of {list(SWEEP_OBJECTIVES)}, got {self.objective!r}.")
         if not self.space:
             raise ValueError("`space` is required: a search-space YAML (see recipes/*/*/sweep.yaml).")
         names = ("n_trials", "evaluations_per_trial", "final_seeds", "eval_batch_size", "bootstrap_samples")

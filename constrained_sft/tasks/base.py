@@ -23,7 +23,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -46,13 +46,18 @@ class Headline:
     higher_is_better: bool
 
 
-@dataclass
-class Recipe:
-    """A parsed recipe: the task's own fields, TRL's `ModelConfig` (None for tasks without one), the trainer config."""
+ScriptT = TypeVar("ScriptT")  # a task's own recipe fields (`ScriptArguments`, ...)
+TrainingT = TypeVar("TrainingT", bound="TrainingArguments")  # its trainer config
 
-    script: Any
-    model: Any | None
-    training: Any
+
+@dataclass
+class Recipe(Generic[ScriptT, TrainingT]):
+    """A parsed recipe: the task's own fields, TRL's `ModelConfig` (None for tasks without one), the trainer config;
+    each task names its own (`tasks.sft.SFTRecipe`, ...), so a checker sees every field of the three."""
+
+    script: ScriptT
+    model: ModelConfig | None
+    training: TrainingT
 
     def model_config(self) -> ModelConfig:
         """The recipe's TRL `ModelConfig`, for the tasks that have one (SFT and classification: `tasks.recipes`)."""
@@ -133,7 +138,7 @@ class Training(ABC):
     """A task's training: what `constrained-sft train` (and a study's runs) do with its recipes."""
 
     @abstractmethod
-    def train(self, recipe: Recipe, more_runs: bool = False) -> TrainedModel:
+    def train(self, recipe: Recipe[Any, Any], more_runs: bool = False) -> TrainedModel:
         """Train, evaluate, save, print the layer table. `more_runs`: more runs follow in this process (a study), so
         the distributed process group is kept."""
 
@@ -144,7 +149,7 @@ class SharedDataTraining(Training):
 
     @abstractmethod
     def train(
-        self, recipe: Recipe, more_runs: bool = False, data_dir: str | None = None, callbacks=()
+        self, recipe: Recipe[Any, Any], more_runs: bool = False, data_dir: str | None = None, callbacks=()
     ) -> TrainedModel:
         """`Training.train`; `data_dir`: a folder where runs on the same data share it, prepared once; `callbacks`:
         more `TrainerCallback`s."""
@@ -205,7 +210,7 @@ class Searching(ABC):
         self.task = task
 
     @abstractmethod
-    def sweep_data(self, recipe: Recipe, validation_size: float) -> Any:
+    def sweep_data(self, recipe: Recipe[Any, Any], validation_size: float) -> Any:
         """What every trial shares: the model source and the training rows minus a validation carve-off (the
         held-out / test data is never touched)."""
 
@@ -213,7 +218,7 @@ class Searching(ABC):
     def trial_trainer(self, data: Any, arm: Arm, args: TrainingArguments, callbacks=()):
         """A trainer of `arm` on the sweep data's training rows, evaluating on its validation rows."""
 
-    def recipe_readout(self, recipe: Recipe) -> str | None:
+    def recipe_readout(self, recipe: Recipe[Any, Any]) -> str | None:
         """The readout the recipe trains with (tasks with `readouts`)."""
         return None
 
@@ -240,5 +245,5 @@ class Task(ABC):
         """The dataclasses whose fields are the recipe's keys (and the `train` command's flags)."""
 
     @abstractmethod
-    def recipe(self, parsed: tuple) -> Recipe:
+    def recipe(self, parsed: tuple) -> Recipe[Any, Any]:
         """The parsed dataclasses of `parser_classes()` as a `Recipe`."""

@@ -106,6 +106,10 @@ class ClassifierScriptArguments(ClassificationDataArguments):
                 raise ValueError(problem)
 
 
+# what this task's recipe parses into: its own fields, TRL's model fields (or none), the trainer config
+ClassifierRecipe = Recipe[ClassifierScriptArguments, ConstrainedConfig]
+
+
 def build_classifier(path: str, config, names: list[str], recipe, **kwargs):
     """A sequence classifier to train, by the recipe's architecture, then readout (`models.classifiers`): a kind that
     builds a new model from the encoder at `path` does (a model saved as one reloads as it is); else the model as it
@@ -142,7 +146,7 @@ class ClassificationTraining(Training):
     """`task: classification`: a sequence classifier (its head, the shared linear readout or the UT) trained by
     `ConstrainedTrainer`."""
 
-    def train(self, recipe: Recipe, more_runs: bool = False) -> TrainedModel:
+    def train(self, recipe: ClassifierRecipe, more_runs: bool = False) -> TrainedModel:
         script, model_args = recipe.script, recipe.model_config()
         require_model(model_args.model_name_or_path)
         path = resolve_model_path(model_args.model_name_or_path)
@@ -206,10 +210,10 @@ class ClassificationMeasuring(Measuring):
 class ClassificationSearching(Searching):
     """A sweep of classifier recipes: one arm per readout, the same tokenized rows for every trial."""
 
-    def recipe_readout(self, recipe: Recipe) -> str:
+    def recipe_readout(self, recipe: ClassifierRecipe) -> str:
         return recipe.script.classifier_readout
 
-    def sweep_data(self, recipe: Recipe, validation_size: float) -> ClassifierSweepData:
+    def sweep_data(self, recipe: ClassifierRecipe, validation_size: float) -> ClassifierSweepData:
         model_args = recipe.model_config()
         path = resolve_model_path(model_args.model_name_or_path)
         config = AutoConfig.from_pretrained(path, revision=model_args.model_revision)
@@ -252,6 +256,6 @@ class ClassificationTask(Task):
     def parser_classes(self) -> tuple[type, ...]:
         return (ClassifierScriptArguments, ModelConfig, ConstrainedConfig)
 
-    def recipe(self, parsed: tuple) -> Recipe:
+    def recipe(self, parsed: tuple) -> ClassifierRecipe:
         script, model, training = parsed
         return Recipe(script, model, training)

@@ -69,6 +69,10 @@ class ScriptArguments(DataArguments):
     )
 
 
+# what this task's recipe parses into: its own fields, TRL's model fields (or none), the trainer config
+SFTRecipe = Recipe[ScriptArguments, ConstrainedSFTConfig]
+
+
 @dataclass
 class SFTSweepData:
     """What every trial of an SFT sweep shares: the model source, its init kwargs, LoRA, the two row sets."""
@@ -95,7 +99,7 @@ class SFTTraining(SharedDataTraining):
     """`task: sft`: a causal LM fine-tuned by `ConstrainedSFTTrainer` from the recipe's model, data and config."""
 
     def train(
-        self, recipe: Recipe, more_runs: bool = False, data_dir: str | None = None, callbacks=()
+        self, recipe: SFTRecipe, more_runs: bool = False, data_dir: str | None = None, callbacks=()
     ) -> TrainedModel:
         """`data_dir`: a folder where runs on the same data share it, read, converted and tokenized once
         (`data.prepared_splits`: a study's arms and seeds); None reads the source for this run alone. `callbacks`:
@@ -123,7 +127,7 @@ class SFTTraining(SharedDataTraining):
         main = trainer.is_world_process_zero()
         result = train_and_report(trainer, recipe.script.evaluate_before_training, end=not more_runs)
         if main:  # where the held-out rows came from, beside the model (a refused run writes nothing)
-            write_json(os.path.join(recipe.training.output_dir, "data.json"), describe_split(recipe.script))
+            write_json(os.path.join(trainer.output_folder, "data.json"), describe_split(recipe.script))
         return result
 
 
@@ -160,7 +164,7 @@ class SFTMeasuring(Measuring):
 class SFTSearching(Searching):
     """A sweep of SFT recipes: the training rows minus a validation carve-off, one trainer per trial."""
 
-    def sweep_data(self, recipe: Recipe, validation_size: float) -> SFTSweepData:
+    def sweep_data(self, recipe: SFTRecipe, validation_size: float) -> SFTSweepData:
         train, validation = load_chat_train_validation(recipe.script, validation_size)
         model = recipe.model_config()
         return SFTSweepData(
@@ -199,7 +203,7 @@ class SFTTask(Task):
     def parser_classes(self) -> tuple[type, ...]:
         return (ScriptArguments, ModelConfig, ConstrainedSFTConfig)
 
-    def recipe(self, parsed: tuple) -> Recipe:
+    def recipe(self, parsed: tuple) -> SFTRecipe:
         script, model, training = parsed
         return Recipe(script, model, training)
 

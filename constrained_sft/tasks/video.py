@@ -115,6 +115,10 @@ class VideoScriptArguments(VideoDataArguments):
         return DENOISERS[self.architecture].sequence_axis
 
 
+# what this task's recipe parses into: its own fields, TRL's model fields (or none), the trainer config
+VideoRecipe = Recipe[VideoScriptArguments, ConstrainedConfig]
+
+
 def build_denoiser(args: VideoScriptArguments, sigma_x: float):
     """The recipe's denoiser (see `models.DENOISERS`), its noise scale sigma_x saved in its config."""
     return DENOISERS[args.architecture].build(args, sigma_x)
@@ -164,16 +168,16 @@ def _axis(model) -> str:
 class VideoTraining(Training):
     """`task: video`: a denoiser (DUST, video UT, ViT) trained by `ConstrainedTrainer` on the video clips."""
 
-    def train(self, recipe: Recipe, more_runs: bool = False) -> TrainedModel:
+    def train(self, recipe: VideoRecipe, more_runs: bool = False) -> TrainedModel:
         script, training_args = recipe.script, recipe.training
         identity = check_run(recipe, None)  # before any work
         splits = load_video(script, script.sequence_axis)
         trainer = denoiser_trainer(build_denoiser(script, splits.sigma_x), training_args, splits.train, splits.test)
         trainer.run_identity = identity  # with the data it trains on
         if trainer.is_world_process_zero():
-            os.makedirs(training_args.output_dir, exist_ok=True)
+            os.makedirs(trainer.output_folder, exist_ok=True)
             write_json(
-                os.path.join(training_args.output_dir, "video_data.json"),
+                os.path.join(trainer.output_folder, "video_data.json"),
                 {**splits.summary, "sigma_x": splits.sigma_x},
             )
         results = train_and_report(trainer, script.evaluate_before_training, accuracy_key=None, end=not more_runs)
@@ -226,7 +230,7 @@ class VideoMeasuring(Measuring):
 class VideoSearching(Searching):
     """A sweep of denoiser recipes: validation clips carved off the training videos."""
 
-    def sweep_data(self, recipe: Recipe, validation_size: float) -> VideoSweepData:
+    def sweep_data(self, recipe: VideoRecipe, validation_size: float) -> VideoSweepData:
         """Training clips minus a validation carve from the ends of the training videos; the test videos untouched."""
         splits = load_video_validation(recipe.script, recipe.script.sequence_axis, validation_size)
         return VideoSweepData(recipe.script, splits.train, splits.test, splits.sigma_x)
@@ -251,6 +255,6 @@ class VideoTask(Task):
     def parser_classes(self) -> tuple[type, ...]:
         return (VideoScriptArguments, ConstrainedConfig)
 
-    def recipe(self, parsed: tuple) -> Recipe:
+    def recipe(self, parsed: tuple) -> VideoRecipe:
         script, training = parsed
         return Recipe(script, None, training)

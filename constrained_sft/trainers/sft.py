@@ -186,6 +186,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
 
     _tag_names = ["trl", "sft", "constrained-sft"]
     _name = "ConstrainedSFT"
+    args: ConstrainedSFTConfig  # `__init__` converts any other arguments into one
 
     def __init__(
         self,

@@ -16,7 +16,7 @@ def check_fields(instance: Any, owner: type | tuple[type, ...] | None = None) ->
     """
     Refuse, naming the field, a value of the wrong kind in a dataclass field: the field's annotation is the contract
     (`int` is an integer and not a bool, `float` a finite number, `str` a string among the field's `choices` if it
-    has them, `list[X]` a list of X, `X | None` also None, a union any of its members; a field whose default is None
+    has them, a `Literal` one of its values, `list[X]` a list of X, `X | None` also None, a union any of its members; a field whose default is None
     may stay None: a command that requires it says so). Fields declared by `owner`
     (default: the instance's class and its bases) are checked; `Any`, dicts and other types are left to the field's
     own validation. Called first in `__post_init__`, so a value of the wrong kind never reaches a range check or a
@@ -32,22 +32,24 @@ def check_fields(instance: Any, owner: type | tuple[type, ...] | None = None) ->
             value = getattr(instance, field.name)
             if value is None and field.default is None:  # a field the command requires: it says so itself
                 continue
-            if not _matches(value, hints[field.name]):
-                raise ValueError(
-                    f"`{field.name}` must be {_describe(hints[field.name])}, got {value!r} ({type(value).__name__})."
-                )
+            if not matches_type(value, hints[field.name]):
+                kind = "" if typing.get_origin(hints[field.name]) is typing.Literal else f" ({type(value).__name__})"
+                raise ValueError(f"`{field.name}` must be {describe_type(hints[field.name])}, got {value!r}{kind}.")
             choices = field.metadata.get("choices")
             if choices and isinstance(value, str) and value not in choices:
                 raise ValueError(f"`{field.name}` must be one of {list(choices)}, got {value!r}.")
 
 
-def _matches(value: Any, hint: Any) -> bool:
+def matches_type(value: Any, hint: Any) -> bool:
+    """Whether `value` is of the kind the annotation `hint` allows (the rules of `check_fields`)."""
     origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return value in typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, member) for member in typing.get_args(hint))
+        return any(matches_type(value, member) for member in typing.get_args(hint))
     if origin in (list, tuple):
         (item, *_) = typing.get_args(hint) or (Any,)
-        return isinstance(value, (list, tuple)) and all(_matches(v, item) for v in value)
+        return isinstance(value, (list, tuple)) and all(matches_type(v, item) for v in value)
     if hint is type(None):
         return value is None
     if hint is bool:
@@ -61,13 +63,16 @@ def _matches(value: Any, hint: Any) -> bool:
     return True  # Any, dicts, enums: the field's own validation decides
 
 
-def _describe(hint: Any) -> str:
+def describe_type(hint: Any) -> str:
+    """The annotation `hint` in words, for a refusal ("a finite number or None", "one of ['a', 'b']")."""
     origin = typing.get_origin(hint)
+    if origin is typing.Literal:
+        return f"one of {list(typing.get_args(hint))}"
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_describe(member) for member in typing.get_args(hint))
+        return " or ".join(describe_type(member) for member in typing.get_args(hint))
     if origin in (list, tuple):
         (item, *_) = typing.get_args(hint) or (Any,)
-        return f"a list of {_describe(item).removeprefix('a ').removeprefix('an ')}s"
+        return f"a list of {describe_type(item).removeprefix('a ').removeprefix('an ')}s"
     names = {type(None): "None", bool: "a boolean (true / false)", int: "an integer", float: "a finite number"}
     return names.get(hint, "a string" if hint is str else getattr(hint, "__name__", str(hint)))
 

@@ -76,7 +76,8 @@ import momentum_dual  # the user's module, imported before the configs are built
 from constrained_sft.cli import main
 from constrained_sft import ConstrainedSFTConfig
 refused = []
-for fields in ({"dual_optimizer": "momentum", "dual_momentum": -1.0}, {"dual_momentum": 0.9}):
+for fields in ({"dual_optimizer": "momentum", "plugin_settings": {"dual_momentum": -1.0}},
+               {"plugin_settings": {"dual_momentum": 0.9}}, {"plugin_settings": {"dual_momentm": 0.9}}):
     try:
         ConstrainedSFTConfig(output_dir=sys.argv[1] + "/x", bf16=False, use_cpu=True, report_to="none", **fields)
     except ValueError as error:
@@ -112,7 +113,7 @@ def test_a_new_dual_optimizer_is_one_class_in_one_file(tmp_path):
     validated by its `Setting` and refused beside another dual optimizer; the command trains with it."""
     import json
 
-    argv = "--dual_optimizer", "momentum", "--dual_momentum", "0.9", "--dual_lr", "0.5"
+    argv = "--dual_optimizer", "momentum", "--plugin_settings", '{"dual_momentum": 0.9}', "--dual_lr", "0.5"
     done = train_with_a_module(tmp_path, "momentum_dual.py", MOMENTUM, USE_IT, *argv)
     assert done.returncode == 0, done.stderr[-3000:]
     refused = json.loads(done.stdout.strip().splitlines()[-1])
@@ -120,6 +121,8 @@ def test_a_new_dual_optimizer_is_one_class_in_one_file(tmp_path):
         "`dual_momentum` must be a finite number >= 0, got -1.0.",
         "`dual_momentum` (0.9) is read only by `dual_optimizer: momentum`, and this config has `dual_optimizer: sgd`, "
         "so it would be ignored: remove it (default 0.5) or set `dual_optimizer: momentum`.",
+        "`plugin_settings` holds `dual_momentm`, which no registered training mode or dual optimizer reads; known: "
+        "['dual_momentum'] (a variant's module must be imported before the config is built).",
     ]
     report = json.loads((tmp_path / "out" / "constraints.json").read_text())
     assert report["dual_optimizer"] == "momentum" and report["enforced"] and report["global_step"] == 2
@@ -144,7 +147,7 @@ class HalfPenalty(Mode):
 
     @classmethod
     def primal_dual_settings(cls, config, spec, num_layers):
-        return {"dual_optimizer": FixedDual, "dual_init": config.half_weight / 2}
+        return {"dual_optimizer": FixedDual, "dual_init": cls.settings["weight"].read(config) / 2}
 '''
 
 USE_THE_MODE = """
@@ -153,7 +156,8 @@ import half_penalty  # the user's module, imported before the configs are built
 from constrained_sft.cli import main
 from constrained_sft import ConstrainedSFTConfig
 refused = []
-for fields in ({"constraints": "half_penalty", "half_weight": -1.0}, {"half_weight": 0.4}, {"constraints": "halfpenalty"}):
+for fields in ({"constraints": "half_penalty", "plugin_settings": {"half_weight": -1.0}},
+               {"plugin_settings": '{"half_weight": 0.4}'}, {"constraints": "halfpenalty"}):
     try:
         ConstrainedSFTConfig(output_dir=sys.argv[1] + "/x", bf16=False, use_cpu=True, report_to="none", **fields)
     except ValueError as error:
@@ -171,7 +175,7 @@ def test_a_new_mode_is_one_class_in_one_file(tmp_path):
     its setting a validated field refused beside another mode, its text and tag in the model card, and it trains."""
     import json
 
-    argv = "--constraints", "half_penalty", "--half_weight", "0.6"
+    argv = "--constraints", "half_penalty", "--plugin_settings", '{"half_weight": 0.6}'
     done = train_with_a_module(tmp_path, "half_penalty.py", HALF_PENALTY, USE_THE_MODE, *argv)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])

@@ -10,6 +10,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from ...noise import NoiseGrid
 from ...utils.fields import check_fields
@@ -55,12 +56,11 @@ class HarnessArguments(ArmArguments):
     apply_chat_template: bool = field(
         default=False, metadata={"help": "lm-eval's --apply_chat_template: prompts in the model's chat format."}
     )
-    dtype: str = field(
+    dtype: Literal["float32", "bfloat16", "auto"] = field(
         default="float32",
         metadata={
             "help": "Weights' dtype: 'float32' (exact on a CPU), 'bfloat16' (a GPU's choice for large models) or "
-            "'auto' (as saved).",
-            "choices": ["float32", "bfloat16", "auto"],
+            "'auto' (as saved)."
         },
     )
     bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})

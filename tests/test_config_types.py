@@ -1,0 +1,89 @@
+"""The configs' variant fields are static (a type checker and an editor see them) and equal to what the variants
+declare; a user's misspelt field fails a type check."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+import sys
+import typing
+from pathlib import Path
+
+import pytest
+from conftest import hang_limit
+
+from constrained_sft import ConstrainedConfig, ConstrainedSFTConfig
+from constrained_sft.config.variant_fields import STATIC_FIELDS, VariantArguments, all_settings
+from constrained_sft.constraints.objectives import EARLY_EXIT_SCALES, EarlyExitScale
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def builtin_settings():
+    """The settings of this library's own variants: every one is a static field (a plug-in's goes in
+    `plugin_settings`)."""
+    from constrained_sft.config.variant_fields import PICKERS
+
+    return {
+        setting.field: setting
+        for picker, registry in PICKERS.items()
+        for variant in registry.values()
+        if variant.__module__.startswith("constrained_sft.")
+        for setting in variant.settings.values()
+    }
+
+
+def test_the_static_variant_fields_are_what_the_variants_declare():
+    settings = builtin_settings()
+    assert set(settings) == STATIC_FIELDS and len(settings) == 9
+    hints = typing.get_type_hints(VariantArguments)
+    for f in dataclasses.fields(VariantArguments):
+        if f.name == "plugin_settings":
+            continue
+        setting = settings[f.name]
+        assert f.default == setting.default and f.metadata == setting.metadata, f.name
+        hint = hints[f.name]
+        if typing.get_origin(hint) is typing.Literal:  # a closed choice: the setting's choices, as a type
+            assert setting.type is str and typing.get_args(hint) == setting.choices, f.name
+        else:
+            assert hint == setting.type, f.name
+    assert typing.get_args(EarlyExitScale) == tuple(EARLY_EXIT_SCALES)
+    assert {s.field for _, _, s in all_settings()} >= set(settings)
+
+
+def test_both_configs_carry_every_variant_field_with_its_type():
+    for config in (ConstrainedSFTConfig, ConstrainedConfig):
+        hints = typing.get_type_hints(config)
+        assert all(hints[name] == typing.get_type_hints(VariantArguments)[name] for name in STATIC_FIELDS)
+        assert typing.get_origin(hints["console_format"]) is typing.Literal
+
+
+@pytest.mark.slow  # mypy reads transformers, TRL and torch: about a minute cold (`make lint` checks the same in CI)
+def test_a_misspelt_field_fails_a_type_check_of_user_code(tmp_path):
+    """mypy on a user's file, without the `# type: ignore`s of tests/type_checks: each misspelling is an error naming
+    the field, and the fields' types are the declared ones."""
+    mypy = shutil.which("mypy", path=str(Path(sys.executable).parent))
+    assert mypy, "mypy is a dev dependency"
+    text = (ROOT / "tests" / "type_checks" / "typed_user_config.py").read_text()
+    user = tmp_path / "user_train.py"
+    user.write_text(text.replace("# type: ignore", "# was ignored") + "\nreveal_type(ConstrainedSFTConfig.nupi_ema)\n")
+    done = subprocess.run(
+        [mypy, "--no-error-summary", "--cache-dir", str(ROOT / ".mypy_cache"), str(user)],
+        capture_output=True, text=True, cwd=ROOT, timeout=hang_limit(600),
+    )  # fmt: skip
+    found = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith(str(user))]
+    assert any('Unexpected keyword argument "descent_alpah"' in line and "descent_alpha" in line for line in found)
+    assert any('Unexpected keyword argument "penalty_wieght"' in line for line in found)
+    assert any('has no attribute "nupi_kpp"' in line for line in found)
+    assert any('has no attribute "dual_lrr"' in line for line in found)
+    assert any("Incompatible types in assignment" in line and "'verbose'" in line for line in found)
+    assert 'note: Revealed type is "builtins.float"' in found or 'note: Revealed type is "float"' in found, found
+    assert len([line for line in found if line.startswith("error")]) == 5, found
+
+
+def test_the_closed_choices_that_name_an_arm_name_it_as_the_comparison_floor_does():
+    from constrained_sft.comparison.names import ERM
+    from constrained_sft.sweep.arguments import BASELINES
+
+    assert BASELINES == ("none", ERM)
