@@ -140,6 +140,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check constrained_sft tests benchmarks eval docs scripts
 	$(BIN)/ruff format --check constrained_sft tests benchmarks eval docs scripts
 	$(BIN)/mypy  # every module of the package, at the strictness pyproject.toml's [tool.mypy] states
+	$(BIN)/python scripts/strict_ratchet.py  # `--strict` errors elsewhere: a count that may only fall
 
 format: $(STAMP)
 	$(BIN)/ruff format constrained_sft tests benchmarks eval scripts

@@ -13,10 +13,11 @@ import re
 
 from ..config import ConstraintArguments, NoiseArguments
 from ..constraints import mode_of
-from ..tasks import Arm, Recipe, Task
+from ..tasks import AnyRecipe, Arm, Task
 from ..tasks.training import data_identity
 from ..trainers.resume import deciding
 from ..utils.folders import child_path, plain_name
+from ..utils.types import JSONObject
 from .names import CONSTRAINED, ERM, TWINS, clash, readout_arm
 
 
@@ -52,7 +53,9 @@ TWIN_FLAGS = "--config and --erm_config"  # how a refusal names the study's twin
 BOOKKEEPING = {"output_dir", "logging_dir", "run_name", "seed", "model_init_kwargs", "resume_from_checkpoint"}
 
 
-def twin_differences(constrained: Recipe, other: Recipe, same_noise: bool = True, who: str = TWIN_FLAGS) -> list[str]:
+def twin_differences(
+    constrained: AnyRecipe, other: AnyRecipe, same_noise: bool = True, who: str = TWIN_FLAGS
+) -> list[str]:
     """Training fields (not constraints, noise or bookkeeping) on which two arms differ; data, model or (with
     `same_noise`) noise differences are refused, naming the recipes as `who` says: the arms would not see the same
     data, start or perturbation. An arm of its own (`--arm`) may train with other noise (NEFTune's, say): its noise
@@ -84,7 +87,7 @@ def twin_differences(constrained: Recipe, other: Recipe, same_noise: bool = True
     ]
 
 
-def more_differences(constrained: Recipe, more: dict[str, Recipe]) -> list[str]:
+def more_differences(constrained: AnyRecipe, more: dict[str, AnyRecipe]) -> list[str]:
     """The one check of every `--arm` (study and sweep): the same data and model as the constrained recipe, its own
     objective, constraints and noise; refused in one line naming the arm, else its differing fields ('arm: field')."""
     out = []
@@ -95,7 +98,9 @@ def more_differences(constrained: Recipe, more: dict[str, Recipe]) -> list[str]:
     return out
 
 
-def study_arms(constrained: Recipe, erm: Recipe, more: dict[str, Recipe]) -> tuple[dict[str, Recipe], list[str]]:
+def study_arms(
+    constrained: AnyRecipe, erm: AnyRecipe, more: dict[str, AnyRecipe]
+) -> tuple[dict[str, AnyRecipe], list[str]]:
     """The study's arms, {name: recipe} (the constrained recipe, its ERM twin, then the `--arm`s), and every
     training field on which an arm differs from the constrained one; refused unless `--config` is constrained,
     `--erm_config` is not, the two are twins and every `--arm` passes `more_differences`."""
@@ -112,7 +117,7 @@ def study_arms(constrained: Recipe, erm: Recipe, more: dict[str, Recipe]) -> tup
 
 
 def sweep_arms(
-    task: Task, recipe: Recipe, readouts: list[str] | None, baseline: bool, more: dict[str, Recipe]
+    task: Task, recipe: AnyRecipe, readouts: list[str] | None, baseline: bool, more: dict[str, AnyRecipe]
 ) -> list[Arm]:
     """The sweep's arms: a constrained arm per readout (or one), with `baseline` an ERM twin of each, then the
     `--arm`s (searched from their own recipes); refused unless the recipe is constrained, the readouts are the task's
@@ -149,7 +154,7 @@ def reference_arm(given: str | None, names: list[str], twins_only: bool = False)
     return reference
 
 
-def recipe_identity(recipe: Recipe) -> dict:
+def recipe_identity(recipe: AnyRecipe) -> JSONObject:
     """What decides an arm's trained weights, but for the seed (the runs of one arm differ in it): its training
     fields (`trainers.resume.deciding`: all but paths, logging and speed), data fields with what a local source holds
     (`training.data_identity`: its content id) and model. A study or a sweep continues a folder only with the same, so

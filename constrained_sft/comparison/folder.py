@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..tasks import Recipe
+from ..tasks import AnyRecipe
 from ..tasks.training import data_identity
 from ..trainers.resume import RUN_JSON
 from ..utils.content import same_source
@@ -38,7 +38,7 @@ class CheckedFolder:
 
 
 def check_comparison_folder(
-    root: str, command: str, settings: JSONObject, flag: str, recipes: Mapping[str, Recipe]
+    root: str, command: str, settings: JSONObject, flag: str, recipes: Mapping[str, AnyRecipe]
 ) -> CheckedFolder:
     """The folder's checks, before any work and writing nothing: its data (`check_same_data`: before the settings, the
     clearer refusal), then its marker; an earlier version's data fields are vouched for by the data check."""
@@ -48,7 +48,7 @@ def check_comparison_folder(
     return CheckedFolder(root, command, settings, flag, saved, migrated)
 
 
-def check_same_data(saved: JSONRead | None, recipes: Mapping[str, Recipe], root: str, flag: str) -> None:
+def check_same_data(saved: JSONRead | None, recipes: Mapping[str, AnyRecipe], root: str, flag: str) -> None:
     """Refuse in one line, before any work, to continue a comparison folder (`root`, a study's or a sweep's) whose
     data has changed since its runs trained: against the content ids its marker's settings (`saved`) recorded, and
     against those its runs recorded (`run.json`; an earlier version's marker records none, its runs a fingerprint of
@@ -74,7 +74,9 @@ def check_same_data(saved: JSONRead | None, recipes: Mapping[str, Recipe], root:
                 raise data_changed(root, flag, current[field], value, now, os.path.dirname(path))
 
 
-def data_changed(root: str, flag: str, source, recorded: str, now: str | None, run: str | None = None):
+def data_changed(
+    root: str, flag: str, source: object, recorded: str, now: str | None, run: str | None = None
+) -> OutputDirError:
     """The refusal of a comparison folder whose data changed (see `check_same_data`)."""
     who = f"its run {os.path.relpath(run, root)}" if run else "it"
     kind = "content" if str(recorded).startswith("sha256:") else "an earlier version's fingerprint"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..tasks import Recipe, Task
+from ..tasks import AnyRecipe, Task
 from ..tasks.recipes import RecipeParser, parse
 from ..utils.recipe_files import read_recipe
 
@@ -28,7 +28,7 @@ def with_config(argv: list[str], config: str) -> list[str]:
     return out if found else ["--config", config, *out]
 
 
-def arm_recipe(task: Task, parser: Callable[[], RecipeParser], argv: list[str], path: str, flag: str) -> Recipe:
+def arm_recipe(task: Task, parser: Callable[[], RecipeParser], argv: list[str], path: str, flag: str) -> AnyRecipe:
     """The recipe at `path` with the command line's overrides; a broken recipe refused naming `flag`, before TRL
     reads it. `parser` makes a new parser (one keeps the keys of the recipe it read as its defaults); the command's own
     options (its first two dataclasses: the command's arguments and the process's) are left out."""
@@ -39,6 +39,6 @@ def arm_recipe(task: Task, parser: Callable[[], RecipeParser], argv: list[str], 
 
 def more_recipes(
     task: Task, parser: Callable[[], RecipeParser], argv: list[str], arms: dict[str, str]
-) -> dict[str, Recipe]:
+) -> dict[str, AnyRecipe]:
     """{name: recipe} of every `--arm NAME=RECIPE.yaml` (`arms`: {name: path})."""
     return {name: arm_recipe(task, parser, argv, path, f"--arm {name}") for name, path in arms.items()}

@@ -102,7 +102,7 @@ class DualOptimizer(ABC):
 
     @property
     def lr(self) -> float:
-        return self.optimizer.param_groups[0]["lr"]
+        return float(self.optimizer.param_groups[0]["lr"])
 
     @torch.no_grad()
     def step(self, slack: torch.Tensor) -> bool:
@@ -198,10 +198,10 @@ class SGDDual(DualOptimizer):
     name = "sgd"
     help = "projected gradient ascent, lambda <- max(0, lambda + dual_lr (slack - resilience lambda))."
 
-    def make_optimizer(self, weight, lr):
+    def make_optimizer(self, weight: torch.nn.Parameter, lr: float) -> torch.optim.Optimizer:
         return torch.optim.SGD([weight], lr=lr, maximize=True)
 
-    def ascend(self, weight, direction):
+    def ascend(self, weight: torch.nn.Parameter, direction: torch.Tensor) -> None:
         # SGD's own update for this group (no momentum or weight decay, maximize), lambda += lr * direction, bit for
         # bit (a test holds it to torch.optim.SGD) without `Optimizer.step`'s per-call machinery (hooks, profiler
         # scope, grad-mode switch, grouping), whose cost is all overhead for a few numbers
@@ -215,7 +215,7 @@ class AdamDual(DualOptimizer):
     name = "adam"
     help = "Adam on the same ascent direction, then the same projection (the paper's choice)."
 
-    def make_optimizer(self, weight, lr):
+    def make_optimizer(self, weight: torch.nn.Parameter, lr: float) -> torch.optim.Optimizer:
         return torch.optim.Adam([weight], lr=lr, maximize=True)
 
 
@@ -230,10 +230,10 @@ class FixedDual(DualOptimizer):
     help = "no dual ascent: the multipliers keep their start (the penalty and early-exit modes' choice)."
     ascends = False  # penalty / early exit: the constraints are measured, not enforced
 
-    def make_optimizer(self, weight, lr):
+    def make_optimizer(self, weight: torch.nn.Parameter, lr: float) -> torch.optim.Optimizer:
         return torch.optim.SGD([weight], lr=0.0, maximize=True)  # owns the weight, never moves it
 
-    def ascend(self, weight, direction):
+    def ascend(self, weight: torch.nn.Parameter, direction: torch.Tensor) -> None:
         pass
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..utils.fields import known_keys
+from ..utils.types import JSONObject, JSONRead
 from .lagrangian import DescentConstraints
 
 REPORT = "constraints.json"  # the report's file name in a run's output_dir
@@ -64,11 +65,12 @@ class FeasibilityReport:
     noise_gamma: float | list[float] | None = None  # a level, or the [low, high] range each example drew from
     noise_sigma_x: float | None = None
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = dataclasses.asdict(self)
+        return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> FeasibilityReport:
+    def from_dict(cls, data: JSONRead) -> FeasibilityReport:
         return cls(**known_keys(cls, data, f"the feasibility report ({REPORT})"))
 
 
@@ -93,11 +95,12 @@ class WindowStep:
         """u per constraint: the recorded relaxation, else rho * lambda."""
         return self.relaxation if self.relaxation is not None else [resilience * d for d in self.dual]
 
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = dataclasses.asdict(self)
+        return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> WindowStep:
+    def from_dict(cls, data: JSONRead) -> WindowStep:
         return cls(**known_keys(cls, data, "the feasibility window of a checkpoint"))
 
 

@@ -13,13 +13,23 @@ Nothing outside this registry compares or describes mode names: code asks the fl
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from ..utils.registry import Registry
-from .dual_optimizer import FixedDual, dual_optimizer_class
+from .dual_optimizer import DualOptimizer, FixedDual, dual_optimizer_class
 from .lagrangian import DescentConstraints
-from .objectives import EARLY_EXIT_SCALES, EarlyExit
-from .variants import Setting, finite_at_least
+from .objectives import EARLY_EXIT_SCALES, EarlyExit, LayerObjective
+from .variants import Setting, SettingValues, finite_at_least
+
+
+class ModeSettings(TypedDict, total=False):
+    """The keyword arguments of `PrimalDual` a mode decides from a config (the others every mode shares)."""
+
+    enabled: bool  # False: ERM, the layers measured only
+    dual_optimizer: type[DualOptimizer]
+    dual_init: float
+    dual_settings: SettingValues  # the dual optimizer's own settings (`DualOptimizer.read_settings`)
+    objective: LayerObjective
 
 
 class Mode(ABC):
@@ -42,7 +52,7 @@ class Mode(ABC):
 
     @classmethod
     @abstractmethod
-    def primal_dual_settings(cls, config: Any, spec: DescentConstraints, num_layers: int) -> dict[str, Any]:
+    def primal_dual_settings(cls, config: Any, spec: DescentConstraints, num_layers: int) -> ModeSettings:
         """The keyword arguments of `PrimalDual` beyond the ones every mode shares, from `config`'s fields."""
 
     @classmethod
@@ -78,7 +88,7 @@ class Descent(Mode):
     )
 
     @classmethod
-    def primal_dual_settings(cls, config, spec, num_layers):
+    def primal_dual_settings(cls, config: Any, spec: DescentConstraints, num_layers: int) -> ModeSettings:
         method = dual_optimizer_class(config.dual_optimizer)
         return {"dual_optimizer": method, "dual_init": config.dual_init, "dual_settings": method.read_settings(config)}
 
@@ -102,11 +112,11 @@ class Penalty(Mode):
     }  # fmt: skip
 
     @classmethod
-    def primal_dual_settings(cls, config, spec, num_layers):
+    def primal_dual_settings(cls, config: Any, spec: DescentConstraints, num_layers: int) -> ModeSettings:
         return {"dual_optimizer": FixedDual, "dual_init": config.penalty_weight}
 
     @classmethod
-    def config_problem(cls, config):
+    def config_problem(cls, config: Any) -> str | None:
         if config.dual_max is not None and config.penalty_weight > config.dual_max:
             return f"`penalty_weight` ({config.penalty_weight}) must not exceed `dual_max` ({config.dual_max})."
         return None
@@ -145,7 +155,7 @@ class EarlyExitLoss(Mode):
     }  # fmt: skip
 
     @classmethod
-    def primal_dual_settings(cls, config, spec, num_layers):
+    def primal_dual_settings(cls, config: Any, spec: DescentConstraints, num_layers: int) -> ModeSettings:
         objective = EarlyExit.from_scale(spec.layers, num_layers, config.early_exit_scale, config.early_exit_weight)
         return {"dual_optimizer": FixedDual, "dual_init": 0.0, "objective": objective}
 
@@ -165,7 +175,7 @@ class Unconstrained(Mode):
     )
 
     @classmethod
-    def primal_dual_settings(cls, config, spec, num_layers):
+    def primal_dual_settings(cls, config: Any, spec: DescentConstraints, num_layers: int) -> ModeSettings:
         return {**Descent.primal_dual_settings(config, spec, num_layers), "enabled": False}
 
 

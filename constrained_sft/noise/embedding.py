@@ -56,10 +56,13 @@ CHUNK_ELEMENTS = 1 << 22  # 16 MiB of float32 per chunk
 def table_std(weight: torch.Tensor) -> float:
     """Population std of every entry of `weight` `[V, D]`: two passes over row chunks in float32, summed in float64."""
     rows = weight.detach().reshape(-1, weight.shape[-1])
-    chunks = rows.split(max(1, CHUNK_ELEMENTS // rows.size(1)))
+    chunks = torch.split(rows, max(1, CHUNK_ELEMENTS // rows.size(1)))
     n = rows.numel()
-    mean = sum(c.float().sum(dtype=torch.float64) for c in chunks) / n
-    return (sum((c.float() - mean.float()).square().sum(dtype=torch.float64) for c in chunks) / n).sqrt().item()
+    zero = torch.zeros((), dtype=torch.float64, device=rows.device)  # sum's start, so the sums are typed as tensors
+    mean = sum((c.float().sum(dtype=torch.float64) for c in chunks), zero) / n
+    return float(
+        (sum(((c.float() - mean.float()).square().sum(dtype=torch.float64) for c in chunks), zero) / n).sqrt()
+    )
 
 
 def module_sigma(module: nn.Module) -> float:
@@ -151,7 +154,7 @@ class EmbeddingNoise:
             g = g * self.mask[:, -T:].to(g.device, torch.float32)
         return g.unsqueeze(-1) if bool(g.gt(0).any()) else None
 
-    def _perturb(self, _module, _args, embeds: torch.Tensor) -> torch.Tensor:
+    def _perturb(self, _module: nn.Module, _args: object, embeds: torch.Tensor) -> torch.Tensor:
         g = self._per_position_gamma(embeds)
         if g is None:
             return embeds

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -21,7 +22,7 @@ FINAL_NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_layernorm", "norm
 VOCAB_CHUNK = 32768
 
 
-def _logit_transform(config) -> tuple[float, float | None]:
+def _logit_transform(config: Any) -> tuple[float, float | None]:
     """(logit scale, final softcap) exactly as TRL's fused LM head reads them, so every layer is scored alike."""
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     softcap = getattr(text, "final_logit_softcapping", None)
@@ -54,7 +55,7 @@ def _final_norm(decoder: nn.Module) -> nn.Module | None:
     named = next(
         (getattr(decoder, n) for n in FINAL_NORM_NAMES if isinstance(getattr(decoder, n, None), nn.Module)), None
     )
-    if named is not None:
+    if isinstance(named, nn.Module):
         return named
     outputs: dict[str, torch.Tensor] = {}
     handles = [
@@ -149,7 +150,7 @@ class CausalLMReadout:
             weight = weight.full_tensor()
             bias = bias.full_tensor() if bias is not None else None
         with zero3_gathered(weight, bias):  # no-op unless DeepSpeed ZeRO-3 partitions the head
-            log_probs = ChunkedLogProbFunction.apply(
+            log_probs: torch.Tensor = ChunkedLogProbFunction.apply(  # type: ignore[no-untyped-call]
                 x, weight, bias, targets, 1.0, VOCAB_CHUNK, self.final_logit_softcapping, self.logit_scale, ()
-            )[0]
+            )[0]  # (torch types `Function.apply` untyped)
         return -log_probs

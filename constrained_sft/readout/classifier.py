@@ -42,7 +42,8 @@ class ClassifierReadout:
 
             def distilbert(h: torch.Tensor) -> torch.Tensor:
                 pooled = torch.relu(pre(h[:, 0]))
-                return classifier(dropout(pooled) if dropout is not None else pooled)
+                logits: torch.Tensor = classifier(dropout(pooled) if dropout is not None else pooled)
+                return logits
 
             return cls(distilbert, "[CLS] -> pre_classifier -> ReLU -> dropout -> classifier")
         if isinstance(classifier, nn.Module) and hasattr(classifier, "out_proj"):
@@ -52,7 +53,8 @@ class ClassifierReadout:
 
             def pooled_head(h: torch.Tensor) -> torch.Tensor:
                 pooled = pooler(h)
-                return classifier(dropout(pooled) if dropout is not None else pooled)
+                logits: torch.Tensor = classifier(dropout(pooled) if dropout is not None else pooled)
+                return logits
 
             return cls(pooled_head, "pooler -> dropout -> classifier")
         raise ReadoutError(

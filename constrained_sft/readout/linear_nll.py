@@ -21,6 +21,8 @@ figures, from `benchmarks/readout_kernels.py`, are in the performance guide ("Re
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 # At most this many logits: torch's own kernels (see the module docstring)
@@ -48,7 +50,7 @@ def _probabilities(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 class LinearNLL(torch.autograd.Function):
     @staticmethod
     def forward(
-        ctx,
+        ctx: Any,
         x: torch.Tensor,
         weight: torch.Tensor,
         bias: torch.Tensor | None,
@@ -70,7 +72,7 @@ class LinearNLL(torch.autograd.Function):
         return nll
 
     @staticmethod
-    def backward(ctx, grad_nll: torch.Tensor):
+    def backward(ctx: Any, grad_nll: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x, weight, bias, targets = ctx.saved_tensors
         K, V = x.shape[0], weight.shape[0]
         grad_x = torch.empty_like(x) if ctx.needs_input_grad[0] else None
@@ -111,4 +113,5 @@ def linear_nll(
             return torch.nn.functional.cross_entropy(logits, targets, reduction="none")
     # Probabilities are kept only when a backward will use them and they are small (see KEEP_ELEMENTS)
     keep = torch.is_grad_enabled() and x.shape[0] * weight.shape[0] <= KEEP_ELEMENTS
-    return LinearNLL.apply(x, weight, bias, targets, scale, keep)
+    nll: torch.Tensor = LinearNLL.apply(x, weight, bias, targets, scale, keep)  # type: ignore[no-untyped-call]
+    return nll  # (torch types `Function.apply` untyped: its arguments are the subclass's `forward`'s)

@@ -62,10 +62,10 @@ class ReadoutLoss(ABC):
 class CrossEntropy(ReadoutLoss):
     name, reports_accuracy = "cross_entropy", True
 
-    def __call__(self, predictions, targets):
+    def __call__(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return cross_entropy(predictions, targets)
 
-    def target_problem(self, values, num_labels):
+    def target_problem(self, values: torch.Tensor, num_labels: int | None) -> tuple[torch.Tensor, str] | None:
         top = (num_labels or 0) - 1
         if top < 0:
             return None  # the head's class count is unknown
@@ -76,10 +76,10 @@ class CrossEntropy(ReadoutLoss):
 class SquaredError(ReadoutLoss):
     name = "squared_error"
 
-    def __call__(self, predictions, targets):
+    def __call__(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return squared_error(predictions, targets)
 
-    def target_problem(self, values, num_labels):
+    def target_problem(self, values: torch.Tensor, num_labels: int | None) -> tuple[torch.Tensor, str] | None:
         return ~torch.isfinite(values).all(-1), "finite numbers (regression targets)"
 
 
@@ -90,7 +90,7 @@ class FunctionLoss(ReadoutLoss):
         self.function = function
         self.name = getattr(function, "__name__", "custom")
 
-    def __call__(self, predictions, targets):
+    def __call__(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return self.function(predictions, targets)
 
 
@@ -101,7 +101,7 @@ PER_EXAMPLE_LOSSES: Mapping[str, ReadoutLoss] = MappingProxyType(
 )
 
 
-def readout_loss(loss: str | ReadoutLoss | Callable) -> ReadoutLoss:
+def readout_loss(loss: str | ReadoutLoss | Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> ReadoutLoss:
     """A name in `PER_EXAMPLE_LOSSES`, a `ReadoutLoss`, or a function `(predictions, targets) -> [B]` of the user's."""
     if isinstance(loss, ReadoutLoss):
         return loss

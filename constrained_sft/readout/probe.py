@@ -133,7 +133,9 @@ class LayerProbe:
             return layers  # one call on every rank, whatever its data
         return stacked_layers(_largest_across_ranks(rows, device))
 
-    def _last_layer_nll(self, hidden_states, output: Any, request: ProbeRequest, selection) -> torch.Tensor:
+    def _last_layer_nll(
+        self, hidden_states: tuple[torch.Tensor, ...], output: Any, request: ProbeRequest, selection: TokenSelection
+    ) -> torch.Tensor:
         # Reuse the per-token log-probs the objective already paid for, when they carry the graph
         layer = self.num_layers
         log_probs = self._fused_log_probs(output, request)
@@ -148,7 +150,9 @@ class LayerProbe:
         return log_probs if log_probs is not None and tuple(log_probs.shape) == (B, T - 1) else None
 
     @torch.no_grad()
-    def _verify(self, last_hidden: torch.Tensor, output: Any, request: ProbeRequest, selection) -> None:
+    def _verify(
+        self, last_hidden: torch.Tensor, output: Any, request: ProbeRequest, selection: TokenSelection
+    ) -> None:
         """
         Once: the readout of the last hidden state must reproduce the model's own next-token log-probs. Every rank
         runs the readout (a rank without supervised tokens reads its dummy row and checks nothing).
@@ -189,7 +193,7 @@ class _ForwardHook:
         inner, backbone, hook = model.forward, cast(nn.Module, model.base_model), self
 
         @functools.wraps(type(model).forward)  # `generate` validates its kwargs against this signature
-        def forward(self, *args, **kwargs):
+        def forward(self: nn.Module, *args: Any, **kwargs: Any) -> Any:
             if hook.active is None or hook.active[1].result is not None:
                 return inner(*args, **kwargs)
             probe, request = hook.active

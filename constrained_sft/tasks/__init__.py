@@ -16,7 +16,7 @@ May import: `utils`, `config`, `constraints`, `readout`, `noise`, `data`, `model
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from .base import Arm, Headline, Measure, Recipe, SharedDataTraining, Task, TrainedModel, measure_only
+from .base import AnyRecipe, Arm, Headline, Measure, Recipe, SharedDataTraining, Task, TrainedModel, measure_only
 from .classification import ClassificationTask, ClassifierScriptArguments, build_classifier
 from .sft import ScriptArguments, SFTTask
 from .training import finish, is_finished, summary_table, train_and_report
@@ -53,6 +53,7 @@ __all__ = [
     "ClassifierScriptArguments",
     "Headline",
     "Measure",
+    "AnyRecipe",
     "Recipe",
     "SFTTask",
     "SharedDataTraining",

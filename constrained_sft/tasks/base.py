@@ -23,7 +23,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar
 
 import numpy as np
 import torch
@@ -68,6 +68,10 @@ class Recipe(Generic[ScriptT, TrainingT]):
                 f"this task's recipe needs TRL's model fields (`model_name_or_path`, ...), got {self.model!r}."
             )
         return self.model
+
+
+# a recipe of any task (the floors above the tasks: the comparison, the sweep, the study)
+AnyRecipe: TypeAlias = Recipe[Any, Any]
 
 
 @dataclass(frozen=True)
@@ -138,7 +142,7 @@ class Training(ABC):
     """A task's training: what `constrained-sft train` (and a study's runs) do with its recipes."""
 
     @abstractmethod
-    def train(self, recipe: Recipe[Any, Any], more_runs: bool = False) -> TrainedModel:
+    def train(self, recipe: AnyRecipe, more_runs: bool = False) -> TrainedModel:
         """Train, evaluate, save, print the layer table. `more_runs`: more runs follow in this process (a study), so
         the distributed process group is kept."""
 
@@ -149,7 +153,7 @@ class SharedDataTraining(Training):
 
     @abstractmethod
     def train(
-        self, recipe: Recipe[Any, Any], more_runs: bool = False, data_dir: str | None = None, callbacks=()
+        self, recipe: AnyRecipe, more_runs: bool = False, data_dir: str | None = None, callbacks=()
     ) -> TrainedModel:
         """`Training.train`; `data_dir`: a folder where runs on the same data share it, prepared once; `callbacks`:
         more `TrainerCallback`s."""
@@ -210,7 +214,7 @@ class Searching(ABC):
         self.task = task
 
     @abstractmethod
-    def sweep_data(self, recipe: Recipe[Any, Any], validation_size: float) -> Any:
+    def sweep_data(self, recipe: AnyRecipe, validation_size: float) -> Any:
         """What every trial shares: the model source and the training rows minus a validation carve-off (the
         held-out / test data is never touched)."""
 
@@ -218,7 +222,7 @@ class Searching(ABC):
     def trial_trainer(self, data: Any, arm: Arm, args: TrainingArguments, callbacks=()):
         """A trainer of `arm` on the sweep data's training rows, evaluating on its validation rows."""
 
-    def recipe_readout(self, recipe: Recipe[Any, Any]) -> str | None:
+    def recipe_readout(self, recipe: AnyRecipe) -> str | None:
         """The readout the recipe trains with (tasks with `readouts`)."""
         return None
 
@@ -245,5 +249,5 @@ class Task(ABC):
         """The dataclasses whose fields are the recipe's keys (and the `train` command's flags)."""
 
     @abstractmethod
-    def recipe(self, parsed: tuple) -> Recipe[Any, Any]:
+    def recipe(self, parsed: tuple) -> AnyRecipe:
         """The parsed dataclasses of `parser_classes()` as a `Recipe`."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..constraints import DescentConstraints, PrimalDual, mode_of
+from ..constraints.modes import ModeSettings
 
 if TYPE_CHECKING:
     from ..config import ConstraintArguments
@@ -17,7 +18,10 @@ if TYPE_CHECKING:
 def primal_dual_from_config(args: ConstraintArguments, num_layers: int) -> PrimalDual:
     """The `PrimalDual` the config's constraint fields describe, for a model of `num_layers` layers."""
     spec = DescentConstraints.resolve(num_layers, args.layer_setting, args.alpha_setting, args.descent_epsilon)
-    settings = {"enabled": True, **mode_of(args.constraints).primal_dual_settings(args, spec, num_layers)}
+    settings: ModeSettings = {
+        "enabled": True,
+        **mode_of(args.constraints).primal_dual_settings(args, spec, num_layers),
+    }
     return PrimalDual(
         spec,
         dual_lr=args.dual_lr,

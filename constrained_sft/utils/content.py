@@ -51,8 +51,9 @@ def file_digest(path: str) -> str:
     with contextlib.suppress(OSError, ValueError, TypeError):
         with open(entry, encoding="utf-8") as f:
             kept = json.load(f)
-        if kept.get("path") == real and kept.get("stat") == facts and isinstance(kept.get("sha256"), str):
-            return kept["sha256"]
+        known = kept.get("sha256")
+        if kept.get("path") == real and kept.get("stat") == facts and isinstance(known, str):
+            return known
     value = sha256(real)
     if stat_facts(real) == facts:  # not written to while it was read
         with contextlib.suppress(OSError):

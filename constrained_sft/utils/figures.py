@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from .files import atomic_path
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
-def pyplot():
+
+def pyplot() -> ModuleType:
     """matplotlib's pyplot on the Agg backend (files only, no display)."""
     import matplotlib
 
@@ -17,7 +22,7 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, path: str, dpi: int = 120) -> str:
+def save_figure(fig: Figure, path: str, dpi: int = 120) -> str:
     """Lay out, write `fig` to `path` atomically (format from the extension) and close it."""
     fig.tight_layout()
     with atomic_path(path) as tmp:

@@ -66,8 +66,8 @@ def read_yaml(path: str, flag: str) -> Any:
     """
     import yaml
 
-    class StrictLoader(yaml.SafeLoader):
-        def construct_mapping(self, node, deep=False):
+    class StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # PyYAML ships no types (no types-PyYAML here)
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: dict[object, int] = {}  # key -> the line it was first given on
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
@@ -78,7 +78,8 @@ def read_yaml(path: str, flag: str) -> Any:
                         f"{seen[key] + 1}); give each key once."
                     )
                 seen[key] = key_node.start_mark.line
-            return super().construct_mapping(node, deep=deep)
+            mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+            return mapping
 
     try:
         with open(path, encoding="utf-8") as f:

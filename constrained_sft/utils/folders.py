@@ -28,7 +28,7 @@ import os
 import re
 import tempfile
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ..version import VERSION
 from .files import json_safe
@@ -114,7 +114,8 @@ SHARED = {"eval alpaca": {"eval robustness"}, "eval robustness": {"eval alpaca"}
 def normalized(settings: Mapping[str, object]) -> JSONObject:
     """`settings` as they read back from JSON (tuples as lists, keys as strings), so that a saved and a new set compare
     equal when they are."""
-    return json.loads(json.dumps(json_safe(settings), sort_keys=True, default=str))
+    out: JSONObject = json.loads(json.dumps(json_safe(settings), sort_keys=True, default=str))
+    return out
 
 
 def read_marker(path: str, flag: str) -> dict[str, JSONRead] | None:
@@ -133,7 +134,7 @@ def read_marker(path: str, flag: str) -> dict[str, JSONRead] | None:
             f"`{flag}` {path}: its {MARKER} is damaged, so what wrote the folder cannot be checked; give another "
             "folder."
         )
-    return commands
+    return commands if isinstance(commands, dict) else None
 
 
 def flat(settings: JSONObject, prefix: str = "") -> JSONObject:
@@ -173,7 +174,11 @@ def changed_keys(a: JSONObject, b: JSONObject) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k, MISSING) != b.get(k, MISSING))
 
 
-def migration(saved: JSONObject, current: JSONObject, vouch=None) -> tuple[list[str], list[str]]:
+# which settings an earlier version's marker lacks the folder's own work confirms (a flat key -> whether it does)
+Vouch = Callable[[str], bool]
+
+
+def migration(saved: JSONObject, current: JSONObject, vouch: Vouch | None = None) -> tuple[list[str], list[str]]:
     """(refused, migrated) flat keys between a folder's saved settings and this version's. A setting this version no
     longer writes, in a group it still writes (`arms.erm.training.dataset_num_proc` once a speed setting), decides
     nothing now: migrated. A setting it writes that the saved ones lack is migrated only where `vouch(key)` says the
@@ -198,7 +203,7 @@ def migration(saved: JSONObject, current: JSONObject, vouch=None) -> tuple[list[
 
 
 def check_folder(
-    path: str | None, command: str, settings: JSONObject, flag: str = "--output_dir", vouch=None
+    path: str | None, command: str, settings: JSONObject, flag: str = "--output_dir", vouch: Vouch | None = None
 ) -> list[str]:
     """Refuse, before any work, to write `command`'s results with `settings` into `path` (see the module docstring);
     reads only. A missing or empty folder is always fine. Returns the settings an earlier version's marker is
@@ -246,7 +251,10 @@ def saved_settings(path: str | None, command: str, flag: str) -> JSONRead | None
 
 def migrated_line(flag: str, path: str, saved: JSONObject, keys: list[str]) -> str:
     """What continuing an earlier version's folder changed in its marker (`check_folder`'s migrated settings)."""
-    arms = lambda names: list(dict.fromkeys(re.sub(r"^arms\.[^.]+\.", "arms.*.", k) for k in names))  # noqa: E731
+
+    def arms(names: Iterable[str]) -> list[str]:
+        return list(dict.fromkeys(re.sub(r"^arms\.[^.]+\.", "arms.*.", k) for k in names))
+
     gone = arms(k for k in keys if k in flat(saved))
     new = arms(k for k in keys if k not in flat(saved))
     parts = ([f"{', '.join(gone)} no longer decide(s) the results"] if gone else []) + (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ def model_text_config(model: nn.Module) -> PretrainedConfig:
     return config.get_text_config()
 
 
-def zero3_gathered(*params: torch.Tensor | None):
+def zero3_gathered(*params: torch.Tensor | None) -> AbstractContextManager[object]:
     """
     TRL's `maybe_gather_lm_head_ctx` (gather under DeepSpeed ZeRO-3, else a no-op) for the parameters ZeRO-3 has
     converted (they carry `ds_id`). A model built before the config enabled ZeRO-3 (outside `deepspeed.zero.Init`)
@@ -47,4 +48,7 @@ def zero3_gathered(*params: torch.Tensor | None):
     from torch import nn
     from trl.trainer.utils import maybe_gather_lm_head_ctx
 
-    return maybe_gather_lm_head_ctx(*[p for p in params if isinstance(p, nn.Parameter) and hasattr(p, "ds_id")])
+    gathered: AbstractContextManager[object] = maybe_gather_lm_head_ctx(
+        *[p for p in params if isinstance(p, nn.Parameter) and hasattr(p, "ds_id")]
+    )
+    return gathered

@@ -12,12 +12,13 @@ import argparse
 
 from . import shipped
 from .files import read_yaml
+from .types import JSONRead
 
 HELP = ("-h", "--help")
 SPACE_FLAG = "--space"  # the sweep's search space: a recipe file of another shape (`sweep.space`)
 
 
-def read_recipe(path: str | None, flag: str = "--config") -> dict:
+def read_recipe(path: str | None, flag: str = "--config") -> JSONRead:
     """The YAML recipe at `path` ({} without one), refused unless it is a mapping of field names to values."""
     if path is None:
         return {}
@@ -79,7 +80,7 @@ def with_shipped(argv: list[str], flags: tuple[str, ...], arm_flag: str | None =
     return out
 
 
-def recipe_and_task_name(argv: list[str], prog: str, flag: str = "--config") -> tuple[dict, str | None, list[str]]:
+def recipe_and_task_name(argv: list[str], prog: str, flag: str = "--config") -> tuple[JSONRead, str | None, list[str]]:
     """
     (the recipe, its task's name, `argv`) from `flag` and `--task` (the last given, as the parser reads it; else the
     recipe's `task`; None: neither names one, the default). A flag without its value is argparse's error. With

@@ -129,13 +129,13 @@ def _name(value: str, launch: bool) -> str:
     return value.replace(os.sep, "/").removeprefix("./").removeprefix(f"{folder}/").removesuffix(SUFFIX)
 
 
-def yaml_kind(data) -> str:
+def yaml_kind(data: object) -> str:
     """'search space' for a mapping of sections, each a mapping of field names to mappings (a field's range:
     `sweep --space`), else 'recipe' (field names to values: `train --config`), so that each flag can name what it
     got when given the other kind. Told by shape alone: what a range holds is the sweep's to say
     (`sweep.space.KEYS`), and no recipe is a mapping of mappings of mappings."""
 
-    def is_section(value) -> bool:
+    def is_section(value: object) -> bool:
         return isinstance(value, dict) and bool(value) and all(isinstance(v, dict) for v in value.values())
 
     sections = list(data.values()) if isinstance(data, dict) else []
