@@ -3,10 +3,11 @@ names are written (`tests/test_house.py` finds no other string of them in the pa
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, Literal, TypeAlias
 
 CONSTRAINED: Final = "constrained"  # the constrained recipe (`--config`)
-ERM: Final = "erm"  # its ERM twin (`--erm_config`, a sweep's `baseline: erm`), the default reference arm
+ErmName: TypeAlias = Literal["erm"]  # the twin's name as a type (a sweep's `baseline` choices)
+ERM: Final[ErmName] = "erm"  # its ERM twin (`--erm_config`, a sweep's `baseline: erm`), the default reference arm
 TWINS: Final = (CONSTRAINED, ERM)  # names an `--arm` may not take
 
 

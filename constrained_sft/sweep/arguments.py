@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, get_args
 
 from ..comparison import ERM, arm_recipes, comparison_levels, recipe_identity
+from ..comparison.names import ErmName
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
@@ -17,8 +18,7 @@ from .search import Objective, open_study
 
 Stage: TypeAlias = Literal["search", "compare", "all"]
 STAGES: tuple[Stage, ...] = get_args(Stage)
-# `baseline`: none, or an ERM twin of each constrained arm (`comparison.names.ERM`, held equal by a test)
-Baseline: TypeAlias = Literal["none", "erm"]
+Baseline: TypeAlias = Literal["none", ErmName]  # `baseline`: none, or an ERM twin of each constrained arm
 BASELINES: tuple[Baseline, ...] = get_args(Baseline)
 Pruner: TypeAlias = Literal["median", "none"]
 
@@ -158,5 +158,6 @@ class SweepPlan:
     def study(self, arm: str, objective: Objective):
         """The Optuna study of one arm, created or loaded."""
         o = self.options
-        return open_study(f"{self.study_name}-{arm}", self.storage, o.sampler_seed, o.pruner, objective,
-                          o.heartbeat_interval)  # fmt: skip
+        return open_study(
+            f"{self.study_name}-{arm}", self.storage, o.sampler_seed, o.pruner, objective, o.heartbeat_interval
+        )

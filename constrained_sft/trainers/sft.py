@@ -184,8 +184,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             own); it replaces what the config's constraint fields would build.
     """
 
-    _tag_names = ["trl", "sft", "constrained-sft"]
-    _name = "ConstrainedSFT"
+    _tag_names, _name = ["trl", "sft", "constrained-sft"], "ConstrainedSFT"
     args: ConstrainedSFTConfig  # `__init__` converts any other arguments into one
 
     def __init__(
