@@ -5,7 +5,7 @@
 # MODEL_DIR: SmolLM2-135M-Instruct as a Hugging Face folder (the one `make setup` caches, or `gpu_bundle.py unpack`'s
 # gpu-assets/smollm2). STUDY_TGZ: the study.tar.gz an earlier window brought back: the study continues from it (only
 # what it has not recorded runs); it is unpacked only into an empty STUDY_DIR or one holding the same study, and never
-# over a file there (constrained_sft.study.package unpack, checked before any work). Environment: DATA, JUDGE_MODEL
+# over a file there (benchmarks/study_package.py unpack, checked before any work). Environment: DATA, JUDGE_MODEL
 # (as gpu_study.sh), TOTAL (minutes, <= 9.5), PARTS (tests,throughput,study: which to run; at least one),
 # STUDY_DIR (the study's folder, default a temporary one: give one to keep the study, its prepared data and probe on a
 # warm machine for the next call), PY (python). Paths are read from where the command is given, like any command's.
@@ -49,7 +49,7 @@ done
 if [[ -n $TGZ ]]; then
   [[ ,$PARTS, == *,study,* ]] || refuse "STUDY_TGZ $3 is given, but PARTS '$PARTS' runs no study: add study to PARTS, or leave STUDY_TGZ out"
   # the archive and where it would go, checked now: unpacked only into an empty STUDY_DIR or the same study's
-  (cd "$ROOT" && "$PY" -m constrained_sft.study.package unpack --check "$TGZ" "${STUDY_DIR:-}") || exit 2
+  (cd "$ROOT" && "$PY" benchmarks/study_package.py unpack --check "$TGZ" "${STUDY_DIR:-}") || exit 2
 fi
 [[ ! -e $OUT || -d $OUT ]] || refuse "OUT_DIR $OUT is a file; give a new or empty folder"
 if [[ -d $OUT && -n "$(ls -A "$OUT" 2> /dev/null)" ]]; then
@@ -99,7 +99,7 @@ fi
 if [[ ,$PARTS, == *,study,* ]]; then
   export STUDY_DIR=${STUDY_DIR:-$WORK/study}
   if [[ -n $TGZ ]]; then  # only into an empty folder or the same study's, never over a file there
-    "$PY" -m constrained_sft.study.package unpack "$TGZ" "$STUDY_DIR" || exit 2
+    "$PY" "$ROOT/benchmarks/study_package.py" unpack "$TGZ" "$STUDY_DIR" || exit 2
   fi
   # what is left of TOTAL, less the stop's grace and ~40 s to package and copy
   export GRACE=${GRACE:-0.5}

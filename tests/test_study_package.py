@@ -1,4 +1,4 @@
-"""constrained_sft.study.package, the Python of benchmarks/gpu_study.sh, in process: what it packs (results, no
+"""benchmarks/study_package.py, the Python of benchmarks/gpu_study.sh, in process: what it packs (results, no
 weights), the record device.txt keeps, what `check` refuses, and its questions before any work. The whole script runs
 in tests/test_gpu_study.py."""
 
@@ -7,10 +7,13 @@ import os
 import subprocess
 import sys
 import tarfile
+from pathlib import Path
 
 import pytest
 
-from constrained_sft.study import package
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import study_package as package  # noqa: E402 (the scripts' side: benchmarks/, which the library never imports)
 
 
 def a_study(root):
@@ -103,28 +106,30 @@ def test_installed_answers_without_importing_the_stack():
     torch or transformers, so a refused argument costs no stack import."""
     program = """
 import runpy, sys
-sys.argv = ["package", "installed"]
+sys.argv = ["study_package.py", "installed", sys.argv[1]]
 try:
-    runpy.run_module("constrained_sft.study.package", run_name="__main__")
+    runpy.run_path(sys.argv.pop(), run_name="__main__")
 except SystemExit as stop:
     assert stop.code == 0, stop.code
 loaded = {"torch", "transformers"} & set(sys.modules)
 assert not loaded, loaded
 """
-    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", program, str(BENCHMARKS / "study_package.py")], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr[-2000:]
 
 
 def test_the_script_holds_no_python():
     """Its Python is this module's and constrained_sft.testing's: no heredoc, no `-c` program."""
-    script = package.__file__.rsplit("constrained_sft", 1)[0] + "benchmarks/gpu_study.sh"
+    script = BENCHMARKS / "gpu_study.sh"
     with open(script, encoding="utf-8") as f:
         text = f.read()
     assert "<<" not in text and not [line for line in text.splitlines() if "PY" in line and " -c " in line]
 
 
 def test_the_package_brings_back_the_study_folders_parts_but_weights_and_data():
-    """`study.package` names the parts it packs by hand (importing `study.folder` would load the comparison layer,
+    """`study_package` names the parts it packs by hand (importing `study.folder` would load the comparison layer,
     seconds a refused script call should not wait); they are the study folder's parts, less the trained runs (only
     their small files travel) and the prepared data."""
     from constrained_sft.study import folder

@@ -104,12 +104,15 @@ class Penalty(Mode):
     card_text = "with the descent terms as a fixed-weight penalty (no dual ascent): the constraints were measured, not enforced"
     settings = {
         "weight": Setting(
-            "penalty_weight", float, 1.0,
+            "penalty_weight",
+            float,
+            1.0,
             "`constraints: penalty`: the fixed multiplier of every descent term, f_L + w sum_c g_c (>= 0; 0 trains "
             "exactly as `constraints: none`).",
-            finite_at_least(0.0), "must be a finite number >= 0",
+            finite_at_least(0.0),
+            "must be a finite number >= 0",
         ),
-    }  # fmt: skip
+    }
 
     @classmethod
     def primal_dual_settings(cls, config: Any, spec: DescentConstraints, num_layers: int) -> ModeSettings:
@@ -140,19 +143,24 @@ class EarlyExitLoss(Mode):
     )
     settings = {
         "scale": Setting(
-            "early_exit_scale", str, "uniform",
+            "early_exit_scale",
+            str,
+            "uniform",
             "`constraints: early_exit`: torchtune's rule for the scale s(l) of each constrained layer l below L: "
             "'uniform' (1), 'linear' (l), 'sum' (the running sum of the exit layers), 'sqrt', 'inv' (1/l), "
             "'inv_sqrt'. Each gets the weight early_exit_weight x s(l) / s(L).",
             choices=tuple(EARLY_EXIT_SCALES),
         ),
         "weight": Setting(
-            "early_exit_weight", float, 1.0,
+            "early_exit_weight",
+            float,
+            1.0,
             "`constraints: early_exit`: torchtune's e_scale (>= 0; 0 trains exactly as `constraints: none`). f_L keeps "
             "weight 1: torchtune divides every exit by the sum of the scales, a constant factor that Adam ignores.",
-            finite_at_least(0.0), "must be a finite number >= 0",
+            finite_at_least(0.0),
+            "must be a finite number >= 0",
         ),
-    }  # fmt: skip
+    }
 
     @classmethod
     def primal_dual_settings(cls, config: Any, spec: DescentConstraints, num_layers: int) -> ModeSettings:

@@ -121,13 +121,18 @@ def prepared_splits(args: DataArguments, folder: str) -> PreparedData:
     if made:
         logger.warning(
             "data: prepared the %s in %.1f s into %s; every run on the same data reads them there, and TRL's "
-            "tokenization of them is cached beside them (datasets' cache).", counts, rows["seconds"], where
-        )  # fmt: skip
+            "tokenization of them is cached beside them (datasets' cache).",
+            counts,
+            rows["seconds"],
+            where,
+        )
     else:
         logger.warning(
             "data: reusing the %s prepared in %s (not read, converted or tokenized again where a run with the same "
-            "tokenizer and length has tokenized them).", counts, where
-        )  # fmt: skip
+            "tokenizer and length has tokenized them).",
+            counts,
+            where,
+        )
     train, held_out = (load_from_disk(os.path.join(where, split)) for split in SPLITS)
     return PreparedData(train, held_out, where)
 

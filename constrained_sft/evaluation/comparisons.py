@@ -24,8 +24,13 @@ class Difference:
         return cls(interval.estimate, interval.low, interval.high, interval.confidence, interval.verdict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"estimate": self.estimate, "low": self.low, "high": self.high, "confidence": self.confidence,
-                "verdict": self.verdict}  # fmt: skip
+        return {
+            "estimate": self.estimate,
+            "low": self.low,
+            "high": self.high,
+            "confidence": self.confidence,
+            "verdict": self.verdict,
+        }
 
 
 @dataclass(frozen=True)
@@ -53,10 +58,14 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            stat: {self.a: r.value_a, self.b: r.value_b, "seed_std": list(r.seed_std),
-                   "difference": r.difference.to_dict()}
+            stat: {
+                self.a: r.value_a,
+                self.b: r.value_b,
+                "seed_std": list(r.seed_std),
+                "difference": r.difference.to_dict(),
+            }
             for stat, r in self.rows.items()
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, name: str, rows: dict[str, Any]) -> Comparison:

@@ -72,25 +72,36 @@ def _ut_problem(recipe: Any) -> str | None:
 # A fixed table, read-only (`MappingProxyType`): its entries are records (values), not classes a plug-in registers, so
 # `utils.registry.Registry`, which checks classes, is not theirs; another one is another row here.
 # `classifier_readout`: the shared readout psi of every layer
-READOUTS: Mapping[str, ClassifierKind] = MappingProxyType({
-    kind.name: kind
-    for kind in (
-        ClassifierKind("head", "the model's own pooler / classification head (a new one with the dataset's classes)"),
-        ClassifierKind(
-            "linear", "the paper's: one linear layer on the pooled token, saved with the model", _linear,
-            PooledLinearConfig,
-        ),
-    )
-})  # fmt: skip
+READOUTS: Mapping[str, ClassifierKind] = MappingProxyType(
+    {
+        kind.name: kind
+        for kind in (
+            ClassifierKind(
+                "head", "the model's own pooler / classification head (a new one with the dataset's classes)"
+            ),
+            ClassifierKind(
+                "linear",
+                "the paper's: one linear layer on the pooled token, saved with the model",
+                _linear,
+                PooledLinearConfig,
+            ),
+        )
+    }
+)
 
 # `classifier_architecture`: what is read out (a fixed table, as READOUTS)
-ARCHITECTURES: Mapping[str, ClassifierKind] = MappingProxyType({
-    kind.name: kind
-    for kind in (
-        ClassifierKind("pretrained", "the model at `model_name_or_path`"),
-        ClassifierKind(
-            "ut", "the paper's unrolled transformer, trained from scratch on that encoder's word embeddings", _ut,
-            UTConfig, _ut_problem,
-        ),
-    )
-})  # fmt: skip
+ARCHITECTURES: Mapping[str, ClassifierKind] = MappingProxyType(
+    {
+        kind.name: kind
+        for kind in (
+            ClassifierKind("pretrained", "the model at `model_name_or_path`"),
+            ClassifierKind(
+                "ut",
+                "the paper's unrolled transformer, trained from scratch on that encoder's word embeddings",
+                _ut,
+                UTConfig,
+                _ut_problem,
+            ),
+        )
+    }
+)

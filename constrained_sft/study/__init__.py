@@ -6,8 +6,8 @@ May import: everything below `sweep` (utils, config, constraints, readout, noise
 comparison, evaluation); only `cli` imports it.
 
 Importing the package loads none of its modules: `STAGES`, `StudyArguments` and `run` are imported on first read (PEP
-562, as the top-level package does), so `python -m constrained_sft.study.package` (gpu_study.sh's questions before any
-work) pays for the training stack only where a question needs it (`check`: 0.04 s, not 6).
+562, as the top-level package does), so `benchmarks/study_package.py` (gpu_study.sh's questions before any work)
+pays for the training stack only where a question needs it (`check`: 0.04 s, not 6).
 """
 
 from __future__ import annotations

@@ -82,9 +82,22 @@ class Evaluation:
 
     def measurement(self, task: Task, data, data_args, sigma: float | None, source: str | None = None) -> Measurement:
         """The robustness measurement of every run (and of the study's comparison) on `data`."""
-        return Measurement(task, data, data_args, NoiseGrid(tuple(self.gammas)), self.curve_gammas, self.train_gamma,
-                           self.noise_seeds, 0.0, sigma, source, "trained", self.batch_size, self.max_length,
-                           auto_bf16())  # fmt: skip
+        return Measurement(
+            task,
+            data,
+            data_args,
+            NoiseGrid(tuple(self.gammas)),
+            self.curve_gammas,
+            self.train_gamma,
+            self.noise_seeds,
+            0.0,
+            sigma,
+            source,
+            "trained",
+            self.batch_size,
+            self.max_length,
+            auto_bf16(),
+        )
 
     def robustness(
         self,
@@ -111,20 +124,33 @@ class Evaluation:
             shutil.rmtree(stale)
         levels = generate(
             GenerateArguments(
-                model=folder, name=name, output_dir=output_dir, instructions=self.instructions,
-                max_instances=self.max_instances, gammas=self.generation_gammas, sigma_x=sigma,
-                batch_size=self.generation_batch_size, max_new_tokens=self.max_new_tokens,
+                model=folder,
+                name=name,
+                output_dir=output_dir,
+                instructions=self.instructions,
+                max_instances=self.max_instances,
+                gammas=self.generation_gammas,
+                sigma_x=sigma,
+                batch_size=self.generation_batch_size,
+                max_new_tokens=self.max_new_tokens,
             )
-        )  # fmt: skip
+        )
         return {str(float(gamma)): level.empty for gamma, level in levels.items()}
 
     def exits_arguments(self, output_dir: str, models: list[str], names: list[str], sigma: float | None):
         """`eval exits`'s settings for these models: each on the first `exit_prompts` instructions."""
         return ExitsArguments(
-            models=models, names=names, output_dir=output_dir, exit_layers=self.exit_layers,
-            instructions=self.instructions, max_instances=self.exit_prompts, max_new_tokens=self.exit_new_tokens,
-            gammas=sorted(set(self.generation_gammas)), sigma_x=sigma, bootstrap_samples=self.bootstrap_samples,
-        )  # fmt: skip
+            models=models,
+            names=names,
+            output_dir=output_dir,
+            exit_layers=self.exit_layers,
+            instructions=self.instructions,
+            max_instances=self.exit_prompts,
+            max_new_tokens=self.exit_new_tokens,
+            gammas=sorted(set(self.generation_gammas)),
+            sigma_x=sigma,
+            bootstrap_samples=self.bootstrap_samples,
+        )
 
     def exit_rows(self) -> list[dict[str, str]]:
         """The instructions the exit-layer decoding reads (the first `exit_prompts`)."""

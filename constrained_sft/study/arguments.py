@@ -183,9 +183,16 @@ class StudyArguments:
 
     def judging(self, model: str, reference: str) -> AlpacaArguments:
         """The study's judge as `eval alpaca` takes it: `model`'s answers judged against `reference`'s."""
-        return AlpacaArguments(model=model, reference=reference, judge=self.judge, judge_model=self.judge_model,
-                               judge_batch_size=self.judge_batch_size, judge_base_url=self.judge_base_url,
-                               judge_timeout=self.judge_timeout, bootstrap_samples=self.bootstrap_samples)  # fmt: skip
+        return AlpacaArguments(
+            model=model,
+            reference=reference,
+            judge=self.judge,
+            judge_model=self.judge_model,
+            judge_batch_size=self.judge_batch_size,
+            judge_base_url=self.judge_base_url,
+            judge_timeout=self.judge_timeout,
+            bootstrap_samples=self.bootstrap_samples,
+        )
 
     def folder_settings(self, recipes: Mapping[str, Recipe]) -> dict:
         """What decides a study's results, for its folder (`utils.folders`): every arm's recipe (but for the

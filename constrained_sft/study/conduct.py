@@ -177,8 +177,10 @@ def drop_weights(p: StudyPlan, records: dict[str, RunRecord], queue: list[Job]) 
             continue
         if all(record.done(phase) for phase in required(p.evaluation, run) if phase != TRAIN):
             freed = delete_weights(folder)
-            print(f"{run.name}: every phase recorded; its weights deleted (`--keep_models {p.options.keep_models}`), "
-                  f"{freed / 2**20:.0f} MiB freed")  # fmt: skip
+            print(
+                f"{run.name}: every phase recorded; its weights deleted (`--keep_models {p.options.keep_models}`), "
+                f"{freed / 2**20:.0f} MiB freed"
+            )
 
 
 def data_processes(recipe: Recipe, jobs: int) -> Recipe:
@@ -204,8 +206,16 @@ def jobs_left(p: StudyPlan, task: Task, records: dict[str, RunRecord]) -> list[J
         if restart:
             left = list(phases)
             records.pop(run.name, None)
-        job = Job(p.folder, task.name, run, recipes[run.arm], p.evaluation, keep=p.options.keep_models,
-                  data_dir=p.folder.data, writes=p.processes.is_main_process)  # fmt: skip
+        job = Job(
+            p.folder,
+            task.name,
+            run,
+            recipes[run.arm],
+            p.evaluation,
+            keep=p.options.keep_models,
+            data_dir=p.folder.data,
+            writes=p.processes.is_main_process,
+        )
         if main_phases := tuple(ph for ph in left if ph != EXITS):
             main.append(dataclasses.replace(job, phases=main_phases, restart=restart))
         if EXITS in left:

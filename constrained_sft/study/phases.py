@@ -85,8 +85,11 @@ def train(job: Job, callbacks=()) -> float:
         return 0.0
     checkpoints = os.path.isdir(job.folder) and any(f.startswith("checkpoint-") for f in os.listdir(job.folder))
     training = dataclasses.replace(
-        job.recipe.training, output_dir=job.folder, seed=job.run.seed, resume_from_checkpoint=True if checkpoints else None
-    )  # fmt: skip
+        job.recipe.training,
+        output_dir=job.folder,
+        seed=job.run.seed,
+        resume_from_checkpoint=True if checkpoints else None,
+    )
     start = time.perf_counter()
     recipe = Recipe(job.recipe.script, job.recipe.model, training)
     training = get_task(job.task).training

@@ -93,10 +93,20 @@ def evaluation_settings(o: StudyArguments, recipe: Recipe, instructions: str) ->
     gammas = comparison_levels(o.gammas, t.noise_gamma)
     curve = sorted({gammas[0], min(gammas, key=lambda g: abs(g - train_gamma)), gammas[-1]})
     return Evaluation(
-        gammas=gammas, curve_gammas=curve, train_gamma=train_gamma, noise_seeds=o.noise_seeds,
-        batch_size=t.per_device_eval_batch_size, max_length=t.max_length or 1024, instructions=instructions,
-        max_instances=o.max_instances, generation_gammas=o.generation_gammas,
-        generation_batch_size=o.generation_batch_size, max_new_tokens=o.max_new_tokens, exit_prompts=o.exit_prompts,
-        exit_layers=o.exit_layers, exit_new_tokens=o.exit_new_tokens, bootstrap_samples=o.bootstrap_samples,
+        gammas=gammas,
+        curve_gammas=curve,
+        train_gamma=train_gamma,
+        noise_seeds=o.noise_seeds,
+        batch_size=t.per_device_eval_batch_size,
+        max_length=t.max_length or 1024,
+        instructions=instructions,
+        max_instances=o.max_instances,
+        generation_gammas=o.generation_gammas,
+        generation_batch_size=o.generation_batch_size,
+        max_new_tokens=o.max_new_tokens,
+        exit_prompts=o.exit_prompts,
+        exit_layers=o.exit_layers,
+        exit_new_tokens=o.exit_new_tokens,
+        bootstrap_samples=o.bootstrap_samples,
         sigma_x=t.noise_sigma,
-    )  # fmt: skip
+    )

@@ -110,13 +110,17 @@ class ProbeTimes:
 
     def describe(self) -> str:
         warm = self.steps[:WARMUP_STEPS]
-        text = (f"{self.warm_step:.3g} s/step after warm-up (the first {len(warm)} steps took "
-                f"{statistics.mean(warm):.3g} s/step), {self.before_steps:.3g} s before the first step, "
-                f"{self.after_steps:.3g} s to evaluate and save")  # fmt: skip
+        text = (
+            f"{self.warm_step:.3g} s/step after warm-up (the first {len(warm)} steps took "
+            f"{statistics.mean(warm):.3g} s/step), {self.before_steps:.3g} s before the first step, "
+            f"{self.after_steps:.3g} s to evaluate and save"
+        )
         if self.load:
-            text += (f"; a model load {self.load:.3g} s, a robustness level {self.level:.3g} s, a batch of answers "
-                     f"{self.answer_batch:.3g} s and one exit-decoded prompt {self.exit_prompt:.3g} s at "
-                     f"{self.tokens} new tokens")  # fmt: skip
+            text += (
+                f"; a model load {self.load:.3g} s, a robustness level {self.level:.3g} s, a batch of answers "
+                f"{self.answer_batch:.3g} s and one exit-decoded prompt {self.exit_prompt:.3g} s at "
+                f"{self.tokens} new tokens"
+            )
         return text
 
 
@@ -159,8 +163,9 @@ def probe(job: Job) -> ProbeTimes:
     planned = job.recipe.training.max_steps
     steps = min(PROBE_STEPS, max(planned, WARMUP_STEPS + 2)) if planned > 0 else PROBE_STEPS
     with tempfile.TemporaryDirectory() as scratch:
-        training = dataclasses.replace(job.recipe.training, max_steps=steps, save_strategy="no",
-                                       resume_from_checkpoint=None)  # fmt: skip
+        training = dataclasses.replace(
+            job.recipe.training, max_steps=steps, save_strategy="no", resume_from_checkpoint=None
+        )
         study = StudyFolder(os.path.join(scratch, "study"))
         short = dataclasses.replace(job, study=study, recipe=dataclasses.replace(job.recipe, training=training))
         timer = StepTimer()
@@ -183,8 +188,12 @@ def probe(job: Job) -> ProbeTimes:
         one_level.robustness(task, job.recipe.script, job.data_dir, folder, "probe", sigma, model, tokenizer)
         times.level = clock.now() - start
         del model, tokenizer
-        one_batch = dataclasses.replace(e, max_instances=min(e.instruction_count, e.generation_batch_size),
-                                        generation_gammas=e.generation_gammas[-1:], max_new_tokens=PROBE_TOKENS)  # fmt: skip
+        one_batch = dataclasses.replace(
+            e,
+            max_instances=min(e.instruction_count, e.generation_batch_size),
+            generation_gammas=e.generation_gammas[-1:],
+            max_new_tokens=PROBE_TOKENS,
+        )
         start = clock.now()
         one_batch.answer(folder, "probe", study.generations, sigma)
         times.answer_batch = max(clock.now() - start - times.load, 0.0)

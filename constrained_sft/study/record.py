@@ -52,11 +52,18 @@ class RunRecord:
         return phase in self.seconds
 
     def to_dict(self, key: str) -> JSONObject:
-        return {"run": self.run, "study": self.study, "sigma_x": self.sigma_x, "model": self.model, "jobs": self.jobs,
-                "seconds": self.seconds, "estimates": self.estimates,
-                "robustness": None if self.robustness is None else self.robustness.to_dict(key),
-                "empty_answers": self.empty_answers,
-                "exits": None if self.exits is None else self.exits.to_dict()}  # fmt: skip
+        return {
+            "run": self.run,
+            "study": self.study,
+            "sigma_x": self.sigma_x,
+            "model": self.model,
+            "jobs": self.jobs,
+            "seconds": self.seconds,
+            "estimates": self.estimates,
+            "robustness": None if self.robustness is None else self.robustness.to_dict(key),
+            "empty_answers": self.empty_answers,
+            "exits": None if self.exits is None else self.exits.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], key: str, where: str = "the record") -> RunRecord:
@@ -66,10 +73,17 @@ class RunRecord:
         robustness = _parsed(data, "robustness", lambda v: ModelResult.from_dict(v, key), "a measurement", where)
         exits = _parsed(data, "exits", ExitsModel.from_dict, "an exit-layer result", where)
         return cls(
-            run=data["run"], study=data.get("study"), sigma_x=data.get("sigma_x"), model=data.get("model"), jobs=dict(data.get("jobs", {})),
-            seconds=seconds, estimates=data.get("estimates", {}), robustness=robustness,
-            empty_answers=data.get("empty_answers"), exits=exits,
-        )  # fmt: skip
+            run=data["run"],
+            study=data.get("study"),
+            sigma_x=data.get("sigma_x"),
+            model=data.get("model"),
+            jobs=dict(data.get("jobs", {})),
+            seconds=seconds,
+            estimates=data.get("estimates", {}),
+            robustness=robustness,
+            empty_answers=data.get("empty_answers"),
+            exits=exits,
+        )
 
 
 def _parsed(data: JSONRead, name: str, parse: Callable[[Any], T], what: str, where: str) -> T | None:

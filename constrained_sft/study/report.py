@@ -129,10 +129,15 @@ def head_to_head_blocks(study: StudyResults, head, folder: StudyFolder, n_exampl
     blocks.append(Image(win_plot, "win rate"))
     for gamma in [lv.gamma for lv in head.levels]:
         rows = [
-            [clip(r["instruction"]), clip(r.get("reference")), clip(r["model_output"]), clip(r["reference_output"]),
-             verdict_text(r, head.model, head.reference)]
+            [
+                clip(r["instruction"]),
+                clip(r.get("reference")),
+                clip(r["model_output"]),
+                clip(r["reference_output"]),
+                verdict_text(r, head.model, head.reference),
+            ]
             for r in examples(folder, gamma, n_examples, head.model, head.reference)
-        ]  # fmt: skip
+        ]
         headers = ["instruction", "data's answer", arm_label(head.model), arm_label(head.reference), "verdicts"]
         blocks += [Heading(f"Answers at gamma = {gamma:g} (seed 0)", 3), Table(headers, rows, prose=True)]
     return blocks

@@ -41,14 +41,20 @@ class StudyRobustness:
 
     @classmethod
     def of(cls, results: RobustnessResults) -> StudyRobustness:
-        return cls(results.settings, results.headline, results.arms, results.comparisons, results.files,
-                   results.summaries)  # fmt: skip
+        return cls(
+            results.settings, results.headline, results.arms, results.comparisons, results.files, results.summaries
+        )
 
     def to_dict(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """(study.json's `robustness`, its `summaries`)."""
         key = self.headline.key
-        kept = {"settings": self.settings.to_dict(), "headline": dataclasses.asdict(self.headline), "arms": self.arms,
-                "comparisons": {name: c.to_dict() for name, c in self.comparisons.items()}, "files": self.files}  # fmt: skip
+        kept = {
+            "settings": self.settings.to_dict(),
+            "headline": dataclasses.asdict(self.headline),
+            "arms": self.arms,
+            "comparisons": {name: c.to_dict() for name, c in self.comparisons.items()},
+            "files": self.files,
+        }
         return kept, {name: s.to_dict(key) for name, s in self.summaries.items()}
 
     @classmethod
@@ -123,9 +129,13 @@ class StudySettings:
         for name in ("judge_base_url", "judge_timeout"):  # an API judge's server and patience, where given (results
             if study.get(name) is None:  # of earlier versions, which had no such fields, read and write back the same)
                 study.pop(name, None)
-        return {"study": study, "constrained_recipe": self.constrained_recipe,
-                "twin_differences": self.twin_differences, "instructions": self.instructions.to_dict(),
-                "budget": self.budget.to_dict()}  # fmt: skip
+        return {
+            "study": study,
+            "constrained_recipe": self.constrained_recipe,
+            "twin_differences": self.twin_differences,
+            "instructions": self.instructions.to_dict(),
+            "budget": self.budget.to_dict(),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StudySettings:
@@ -155,8 +165,12 @@ class StudyTimings:
     probe: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"train": self.train, **self.stages, **({"runs": self.runs} if self.runs else {}),
-                **({"probe": self.probe} if self.probe else {})}  # fmt: skip
+        return {
+            "train": self.train,
+            **self.stages,
+            **({"runs": self.runs} if self.runs else {}),
+            **({"probe": self.probe} if self.probe else {}),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StudyTimings:
@@ -170,8 +184,10 @@ class StudyTimings:
             self.train[run] = measured
         else:
             self.stages[phase] = round(self.stages.get(phase, 0.0) + measured, 1)
-        self.runs.setdefault(run, {})[phase] = {"estimate": None if estimate is None else round(estimate, 1),
-                                                "measured": round(measured, 1)}  # fmt: skip
+        self.runs.setdefault(run, {})[phase] = {
+            "estimate": None if estimate is None else round(estimate, 1),
+            "measured": round(measured, 1),
+        }
 
     def add_stage(self, stage: str, seconds: float) -> None:
         self.stages[stage] = round(self.stages.get(stage, 0.0) + seconds, 1)

@@ -131,9 +131,11 @@ def plan_lines(
     runs = [job for job in queue if job.phases != (EXITS,)]
     exits = [job for job in queue if job.phases == (EXITS,)]
     steps = sorted({steps_text(job.recipe.training, est.epoch_steps if est else 0) for job in runs})
-    lines = [f"plan: {len(runs)} of {total} run(s) left ({', '.join(j.name for j in runs) or 'none'}), "
-             f"{' / '.join(steps) or 'no optimizer steps'} each, {jobs} at a time"
-             + (f"; then the exit-layer decoding of {len(exits)} seed-0 run(s)" if exits else "")]  # fmt: skip
+    lines = [
+        f"plan: {len(runs)} of {total} run(s) left ({', '.join(j.name for j in runs) or 'none'}), "
+        f"{' / '.join(steps) or 'no optimizer steps'} each, {jobs} at a time"
+        + (f"; then the exit-layer decoding of {len(exits)} seed-0 run(s)" if exits else "")
+    ]
     if est is None or not queue:
         return lines
     per_phase = {p: est.phase(queue[0].run.arm, p, jobs) for p in PHASES}

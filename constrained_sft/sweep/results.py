@@ -55,8 +55,13 @@ class ArmTrials:
     not_searched: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"trials": [t.row() for t in self.trials], "best": None if self.best is None else self.best.row(),
-                "plots": self.plots, "searched": self.searched, "not_searched": self.not_searched}  # fmt: skip
+        return {
+            "trials": [t.row() for t in self.trials],
+            "best": None if self.best is None else self.best.row(),
+            "plots": self.plots,
+            "searched": self.searched,
+            "not_searched": self.not_searched,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ArmTrials:
@@ -88,8 +93,10 @@ class SweepResults:
         return self.comparisons is not None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"settings": dataclasses.asdict(self.settings),
-               "arms": {name: a.to_dict() for name, a in self.arms.items()}}  # fmt: skip
+        out: dict[str, Any] = {
+            "settings": dataclasses.asdict(self.settings),
+            "arms": {name: a.to_dict() for name, a in self.arms.items()},
+        }
         if self.comparisons is not None:
             out["comparison"] = {name: c.to_dict() for name, c in self.comparisons.items()}
             out["test_report"], out["arm_plot"] = self.test_report, self.arm_plot

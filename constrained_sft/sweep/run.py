@@ -63,19 +63,35 @@ def run(settings: SweepArguments, task: Task, recipe: Recipe, more: dict[str, Re
     train_gamma = training_level(recipe.training.noise_gamma)
     objective = Objective(options.objective, plan.gammas, train_gamma, task.headline, options.ood_floor)
     data = task.searching.sweep_data(recipe, options.validation_size)
-    bases = {a.name: dataclasses.replace(a.training or recipe.training, per_device_eval_batch_size=options.eval_batch_size)
-             for a in arms}  # fmt: skip
+    bases = {
+        a.name: dataclasses.replace(a.training or recipe.training, per_device_eval_batch_size=options.eval_batch_size)
+        for a in arms
+    }
     studies = {arm.name: plan.study(arm.name, objective) for arm in arms}
     if options.stage in ("search", "all"):
         for arm in arms:
-            trial = partial(run_trial, task, data=data, arm=arm, space=searched[arm.name], base_args=bases[arm.name],
-                            objective=objective, sweep_dir=plan.sweep_dir,
-                            evaluations=options.evaluations_per_trial)  # fmt: skip
+            trial = partial(
+                run_trial,
+                task,
+                data=data,
+                arm=arm,
+                space=searched[arm.name],
+                base_args=bases[arm.name],
+                objective=objective,
+                sweep_dir=plan.sweep_dir,
+                evaluations=options.evaluations_per_trial,
+            )
             search(studies[arm.name], options.n_trials, trial, desc=f"sweep {arm.name}")
     out = SweepResults(dataclasses.replace(options, storage=redact_url(plan.storage)), {})  # reports carry no password
     for arm in arms:
-        out.arms[arm.name] = trials_summary(studies[arm.name], arm, plan.sweep_dir, searched[arm.name].names,
-                                            not_searched[arm.name], objective.maximize)  # fmt: skip
+        out.arms[arm.name] = trials_summary(
+            studies[arm.name],
+            arm,
+            plan.sweep_dir,
+            searched[arm.name].names,
+            not_searched[arm.name],
+            objective.maximize,
+        )
     if options.stage in ("compare", "all"):
         pairs = compared_pairs(arms, more, reference)
         compare(task, arms, studies, objective, plan, data, bases, recipe.script, pairs, out)
@@ -113,9 +129,12 @@ def check_objective(settings: SweepArguments, task: Task) -> None:
 def compared_pairs(arms: list[Arm], more: dict[str, Recipe], reference: str) -> list[tuple[str, str]]:
     """(arm, its reference) pairs: each constrained arm against the ERM twin of its readout, each `--arm` against the
     reference arm."""
-    pairs = [(a.name, b.name) for a in arms for b in arms
-             if a.name not in more and b.name not in more and a.constrained and not b.constrained
-             and a.readout == b.readout]  # fmt: skip
+    pairs = [
+        (a.name, b.name)
+        for a in arms
+        for b in arms
+        if a.name not in more and b.name not in more and a.constrained and not b.constrained and a.readout == b.readout
+    ]
     return pairs + [(name, reference) for name in more]
 
 
@@ -159,8 +178,10 @@ def trials_summary(
     """Trials as rows (also `trials-<arm>.csv`), the best trial, and Optuna's history / importance plots."""
     import csv
 
-    trials = [Trial(t.number, t.state.name, t.value, dict(t.params), dict(t.user_attrs))
-              for t in study.get_trials(deepcopy=False)]  # fmt: skip
+    trials = [
+        Trial(t.number, t.state.name, t.value, dict(t.params), dict(t.user_attrs))
+        for t in study.get_trials(deepcopy=False)
+    ]
     rows = [t.row() for t in trials]
     keys = list(dict.fromkeys(k for r in rows for k in r))
     os.makedirs(sweep_dir, exist_ok=True)

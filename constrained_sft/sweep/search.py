@@ -103,8 +103,17 @@ def trial_args(base, arm: Arm, params: Params, output_dir: str):
     )
 
 
-def run_trial(task: Task, trial, data, arm: Arm, space: SearchSpace, base_args, objective: Objective, sweep_dir: str,
-              evaluations: int) -> float:  # fmt: skip
+def run_trial(
+    task: Task,
+    trial,
+    data,
+    arm: Arm,
+    space: SearchSpace,
+    base_args,
+    objective: Objective,
+    sweep_dir: str,
+    evaluations: int,
+) -> float:
     """One trial: the arm trained with the sampled values, scored on the validation rows (pruned on the way)."""
     import optuna
 
@@ -120,8 +129,13 @@ def run_trial(task: Task, trial, data, arm: Arm, space: SearchSpace, base_args, 
         raise optuna.TrialPruned(f"pruned at step {trainer.state.global_step}")
     summary = validation_summary(task, trainer, objective)
     key = task.headline.key
-    for name, value in (("auc", summary.auc), (f"id_{key}", summary.id_metric), (f"ood_{key}", summary.ood_metric),
-                        ("descent_share", summary.descent_share), ("loss", summary.loss)):  # fmt: skip
+    for name, value in (
+        ("auc", summary.auc),
+        (f"id_{key}", summary.id_metric),
+        (f"ood_{key}", summary.ood_metric),
+        ("descent_share", summary.descent_share),
+        ("loss", summary.loss),
+    ):
         trial.set_user_attr(name, value)
     trial.set_user_attr("seconds", trainer.state.log_history[-1].get("train_runtime"))
     return objective(summary)

@@ -78,8 +78,10 @@ def parse(parser: RecipeParser, argv: list[str] | None, with_config: bool = True
         parsed, from_recipe, from_flags = out[:-1], [], out[-1]
     for source, unknown in (("flag", from_flags), ("recipe key", from_recipe)):
         if unknown:
-            raise ValueError(f"Unknown {source}(s): {_hints(unknown, parser.known_fields())}. Recipe keys and flags "
-                             "are the fields that `--help` lists.")  # fmt: skip
+            raise ValueError(
+                f"Unknown {source}(s): {_hints(unknown, parser.known_fields())}. Recipe keys and flags "
+                "are the fields that `--help` lists."
+            )
     return tuple(parsed)
 
 

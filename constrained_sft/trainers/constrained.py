@@ -237,8 +237,10 @@ class ConstrainedTrainerMixin(TrainerOverrides):
             self._told_card_beside = True
             logger.warning(
                 "%s is not the model card constrained-sft wrote there (a file of yours, or the card edited since): it "
-                "is kept, and the run's card is %s beside it.", os.path.join(folder, CARD), path,
-            )  # fmt: skip
+                "is kept, and the run's card is %s beside it.",
+                os.path.join(folder, CARD),
+                path,
+            )
         return path
 
     def init_hf_repo(self, token: str | None = None, private: bool | None = None) -> None:

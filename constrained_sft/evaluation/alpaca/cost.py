@@ -81,8 +81,10 @@ def usage_fields(response) -> dict[str, object]:
     """A chat completion's `usage` as the per-example fields our completion functions return (None where the server
     sent none: llama.cpp's and vLLM's servers send it, not every proxy does)."""
     usage = getattr(response, "usage", None)
-    return {"prompt_tokens": getattr(usage, "prompt_tokens", None),
-            "completion_tokens": getattr(usage, "completion_tokens", None)}  # fmt: skip
+    return {
+        "prompt_tokens": getattr(usage, "prompt_tokens", None),
+        "completion_tokens": getattr(usage, "completion_tokens", None),
+    }
 
 
 def usage_of(answer: dict) -> dict[str, int | None]:
@@ -90,8 +92,11 @@ def usage_of(answer: dict) -> dict[str, int | None]:
     over its prompts: a float) inside `completions_all`. A count that is no count, negative or over `MAX_TOKENS`
     leaves the usage unknown and sets `INVALID` (1), so the cost can say so."""
     raw = answer.get("completions_all")
-    given = {"prompt_tokens": answer.get("prompt_tokens"), "completion_tokens": answer.get("completion_tokens"),
-             "total_tokens": raw.get("total_tokens") if isinstance(raw, dict) else None}  # fmt: skip
+    given = {
+        "prompt_tokens": answer.get("prompt_tokens"),
+        "completion_tokens": answer.get("completion_tokens"),
+        "total_tokens": raw.get("total_tokens") if isinstance(raw, dict) else None,
+    }
     if answer.get(INVALID) or any(v is not None and token_count(v) is None for v in given.values()):
         return {"prompt_tokens": None, "completion_tokens": None, "total_tokens": None, INVALID: 1}
     prompt, completion = token_count(given["prompt_tokens"]), token_count(given["completion_tokens"])
@@ -140,7 +145,14 @@ class Spend:
         else:
             usd, basis = None, None
         return JudgeCost(
-            model=self.model, verdicts=len(verdicts), requests=self.requests, with_usage=len(known),
-            prompt_tokens=prompt, completion_tokens=completion, total_tokens=tokens, price_usd=usd, price_basis=basis,
+            model=self.model,
+            verdicts=len(verdicts),
+            requests=self.requests,
+            with_usage=len(known),
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=tokens,
+            price_usd=usd,
+            price_basis=basis,
             invalid_usage=invalid,
-        )  # fmt: skip
+        )

@@ -100,8 +100,11 @@ class JudgeEndpoint:
         client and, for a URL of the user's, the root (its query, e.g. `?api_key=`, sent as the client's default
         query, where the client would lose it) and key."""
         seconds = timeout or self.timeout or CLIENT_TIMEOUT
-        options: dict[str, Any] = {"timeout": seconds, "max_retries": max_retries,
-                                   "http_client": self.http_client(seconds, max_retries)}  # fmt: skip
+        options: dict[str, Any] = {
+            "timeout": seconds,
+            "max_retries": max_retries,
+            "http_client": self.http_client(seconds, max_retries),
+        }
         if self.url:
             parts = urlsplit(self.url)
             options["base_url"] = urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))

@@ -61,9 +61,12 @@ class AlpacaEvalJudge:
 
         self.name = name
         self.annotator = annotator_class()(
-            annotators_config=config, caching_path=caching_path, is_randomize_output_order=False,
-            other_output_keys_to_keep=kept_columns(), **judge_kwargs,
-        )  # fmt: skip
+            annotators_config=config,
+            caching_path=caching_path,
+            is_randomize_output_order=False,
+            other_output_keys_to_keep=kept_columns(),
+            **judge_kwargs,
+        )
         self.raw: list[dict] = []  # alpaca_eval's annotations of the last call, raw completions included
         self.verdicts: list[dict] = []  # every call's annotations: what `cost` sums
         self.spend: Spend | None = None  # an API judge's, set where it is built (`judge_kinds`)
@@ -211,10 +214,16 @@ def lc_annotations(verdicts: list[dict], model: list[dict], reference: list[dict
         parsed = [x for x in (v["model_first"], v["model_second"]) if x is not None]
         if parsed:
             out.append(
-                {"instruction": v["instruction"], "output_1": r["output"], "output_2": m["output"],
-                 "generator_1": r["generator"], "generator_2": m["generator"], "preference": 1 + float(np.mean(parsed)),
-                 "annotator": "both_orders"}
-            )  # fmt: skip
+                {
+                    "instruction": v["instruction"],
+                    "output_1": r["output"],
+                    "output_2": m["output"],
+                    "generator_1": r["generator"],
+                    "generator_2": m["generator"],
+                    "preference": 1 + float(np.mean(parsed)),
+                    "annotator": "both_orders",
+                }
+            )
     return out
 
 

@@ -128,9 +128,14 @@ def local_chat_completions(
         enc = tokenizer(texts[i : i + batch_size], return_tensors="pt", padding=True, add_special_tokens=False)
         enc = enc.to(model.device)
         ids = model.generate(
-            **enc, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None, top_k=None,
+            **enc,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            temperature=None,
+            top_p=None,
+            top_k=None,
             pad_token_id=tokenizer.pad_token_id,
-        )  # fmt: skip
+        )
         out += tokenizer.batch_decode(ids[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return _result(out, time.perf_counter() - start)
 

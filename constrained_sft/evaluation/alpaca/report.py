@@ -70,13 +70,17 @@ def cost_text(cost: JudgeCost | None) -> str | None:
     asked += f", {earlier:,} answered by an earlier run" if earlier else ""
     text = f"Judge cost: {cost.verdicts:,} verdicts ({asked})"
     if cost.invalid_usage:
-        text += (f"; the server reported impossible usage for {cost.invalid_usage:,} (negative, or over "
-                 f"{MAX_TOKENS:,} tokens a request): left out of the sums, never priced")  # fmt: skip
+        text += (
+            f"; the server reported impossible usage for {cost.invalid_usage:,} (negative, or over "
+            f"{MAX_TOKENS:,} tokens a request): left out of the sums, never priced"
+        )
     if cost.total_tokens is None:
         return f"{text}; token usage unknown (not reported by the server, or judged by an earlier version)."
     if cost.with_usage < cost.verdicts:
-        text += (f"; usage known for {cost.with_usage:,} (alpaca_eval keeps nothing of a verdict it could not parse; "
-                 "the sums leave the others out)")  # fmt: skip
+        text += (
+            f"; usage known for {cost.with_usage:,} (alpaca_eval keeps nothing of a verdict it could not parse; "
+            "the sums leave the others out)"
+        )
     split = (
         ""
         if cost.prompt_tokens is None
@@ -91,8 +95,10 @@ def cost_text(cost: JudgeCost | None) -> str | None:
     per = [] if tokens is None else [f"{2 * tokens:,.0f} tokens"]
     if price is not None:
         comparison = 2 * price
-        per += [f"${comparison:.4f}; a full AlpacaEval level ({ALPACA_EVAL_SIZE} pairs) at this rate: "
-                f"${ALPACA_EVAL_SIZE * comparison:.2f} per seed pair"]  # fmt: skip
+        per += [
+            f"${comparison:.4f}; a full AlpacaEval level ({ALPACA_EVAL_SIZE} pairs) at this rate: "
+            f"${ALPACA_EVAL_SIZE * comparison:.2f} per seed pair"
+        ]
     return ", ".join(parts) + (f". Per comparison (one pair, both orders): {', '.join(per)}." if per else ".")
 
 

@@ -116,8 +116,13 @@ def make_transport(label: str, where: str, timeout: float, max_retries: int) -> 
                     "the verdicts received so far are kept: wait, then run the same command again (it asks only "
                     "what was never answered)."
                 )
-            out = http.Response(response.status_code, headers=response.headers, stream=http.ByteStream(body),
-                                extensions=response.extensions, request=request)  # fmt: skip
+            out = http.Response(
+                response.status_code,
+                headers=response.headers,
+                stream=http.ByteStream(body),
+                extensions=response.extensions,
+                request=request,
+            )
             if response.status_code == 200 and kind is not None:
                 check_shape(kind, http.Response(200, headers=response.headers, content=body), request)
             return out

@@ -64,8 +64,16 @@ def _decode(model, enc, max_new_tokens: int, pad_token_id: int, exit_layer: int 
     """(new token ids, seconds) of one greedy decoding, plain or drafted by layer `exit_layer`."""
     extra = {} if exit_layer is None else {"assistant_early_exit": exit_layer}
     start = time.perf_counter()
-    out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, temperature=None, top_p=None,
-                         top_k=None, pad_token_id=pad_token_id, **extra)  # fmt: skip
+    out = model.generate(
+        **enc,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        pad_token_id=pad_token_id,
+        **extra,
+    )
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     return out[0, enc["input_ids"].shape[1] :], time.perf_counter() - start

@@ -18,11 +18,15 @@ def plot_speedups(results: ExitsResults, path: str) -> str:
         xs = sorted(model.exits)
         rows = [model.exits[x] for x in xs]
         (line,) = ax.plot(xs, [r.speedup for r in rows], marker="o", label=name)
-        ax.fill_between(xs, [r.speedup_low for r in rows], [r.speedup_high for r in rows],
-                        color=line.get_color(), alpha=0.2)  # fmt: skip
+        ax.fill_between(
+            xs, [r.speedup_low for r in rows], [r.speedup_high for r in rows], color=line.get_color(), alpha=0.2
+        )
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
-    ax.set(xlabel="exit layer l (drafts with layers 1..l)", ylabel="speed-up over greedy decoding",
-           title="Self-speculative decoding, batch 1 (band: 95% over prompts)")  # fmt: skip
+    ax.set(
+        xlabel="exit layer l (drafts with layers 1..l)",
+        ylabel="speed-up over greedy decoding",
+        title="Self-speculative decoding, batch 1 (band: 95% over prompts)",
+    )
     ax.grid(alpha=0.3)
     ax.legend()
     return save_figure(fig, path)
@@ -46,14 +50,31 @@ def plot_layer_accuracy(results: ExitsResults, path: str) -> str:
 def exits_blocks(results: ExitsResults, level: int = 1) -> list[Block]:
     """The speed-up table and plot, then (with reference answers) each layer's readout: plot and per-model tables."""
     rows = [
-        [name, layer, r.speedup, f"[{r.speedup_low:.3f}, {r.speedup_high:.3f}]", r.tokens_per_second,
-         model.plain_tokens_per_second, r.acceptance_rate, r.tokens_per_verify,
-         "yes" if r.identical_to_greedy else "NO"]
+        [
+            name,
+            layer,
+            r.speedup,
+            f"[{r.speedup_low:.3f}, {r.speedup_high:.3f}]",
+            r.tokens_per_second,
+            model.plain_tokens_per_second,
+            r.acceptance_rate,
+            r.tokens_per_verify,
+            "yes" if r.identical_to_greedy else "NO",
+        ]
         for name, model in results.models.items()
         for layer, r in sorted(model.exits.items())
-    ]  # fmt: skip
-    headers = ["model", "exit layer", "speed-up", "95% CI", "tokens/s", "greedy tokens/s", "acceptance",
-               "tokens per full forward", "tokens = greedy"]  # fmt: skip
+    ]
+    headers = [
+        "model",
+        "exit layer",
+        "speed-up",
+        "95% CI",
+        "tokens/s",
+        "greedy tokens/s",
+        "acceptance",
+        "tokens per full forward",
+        "tokens = greedy",
+    ]
     blocks: list[Block] = [
         Heading("Self-speculative decoding", level),
         Text(results.settings.description),

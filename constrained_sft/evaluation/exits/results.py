@@ -44,8 +44,11 @@ class PromptMeasurements:
     exits: dict[int, dict[str, list]]  # layer -> {"seconds", "drafted", "verified", "identical"}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"plain_seconds": self.plain_seconds, "tokens": self.tokens,
-                "exits": {str(k): v for k, v in self.exits.items()}}  # fmt: skip
+        return {
+            "plain_seconds": self.plain_seconds,
+            "tokens": self.tokens,
+            "exits": {str(k): v for k, v in self.exits.items()},
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PromptMeasurements:
@@ -83,9 +86,13 @@ class ExitsModel:
     layers: dict[float, LayerReadout] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        out = {"path": self.path, "num_layers": self.num_layers, "plain_tokens_per_second": self.plain_tokens_per_second,
-               "exits": {str(k): dataclasses.asdict(v) for k, v in self.exits.items()},
-               "per_prompt": self.per_prompt.to_dict()}  # fmt: skip
+        out = {
+            "path": self.path,
+            "num_layers": self.num_layers,
+            "plain_tokens_per_second": self.plain_tokens_per_second,
+            "exits": {str(k): dataclasses.asdict(v) for k, v in self.exits.items()},
+            "per_prompt": self.per_prompt.to_dict(),
+        }
         if self.layers is not None:
             out["layers"] = {str(gamma): view.to_dict() for gamma, view in self.layers.items()}
         return out
@@ -152,8 +159,12 @@ class ExitsResults:
         return views if len(views) == len(self.models) else {}
 
     def to_dict(self) -> dict[str, Any]:
-        return {"settings": dataclasses.asdict(self.settings), "versions": self.versions,
-                "models": {name: m.to_dict() for name, m in self.models.items()}, "files": self.files}  # fmt: skip
+        return {
+            "settings": dataclasses.asdict(self.settings),
+            "versions": self.versions,
+            "models": {name: m.to_dict() for name, m in self.models.items()},
+            "files": self.files,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ExitsResults:

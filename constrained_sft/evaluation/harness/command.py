@@ -80,25 +80,53 @@ def evaluate_cell(
 
     from .model import NoisyLM
 
-    lm = NoisyLM(pretrained=model, tokenizer=tokenizer, batch_size=args.batch_size, device=str(model.device),
-                 gamma=gamma, noise_seed=seed, sigma_x=sigma, noise_mean=args.noise_mean)  # fmt: skip
+    lm = NoisyLM(
+        pretrained=model,
+        tokenizer=tokenizer,
+        batch_size=args.batch_size,
+        device=str(model.device),
+        gamma=gamma,
+        noise_seed=seed,
+        sigma_x=sigma,
+        noise_mean=args.noise_mean,
+    )
     started = time.time()
     out = lm_eval.simple_evaluate(
-        model=lm, tasks=[task], task_manager=manager, log_samples=True, limit=args.limit,
-        num_fewshot=args.num_fewshot, apply_chat_template=args.apply_chat_template,
-        gen_kwargs=f"max_gen_toks={args.max_gen_toks}" if args.max_gen_toks else None, random_seed=0,
-        numpy_random_seed=0, torch_random_seed=0, fewshot_random_seed=0,
-    )  # fmt: skip
+        model=lm,
+        tasks=[task],
+        task_manager=manager,
+        log_samples=True,
+        limit=args.limit,
+        num_fewshot=args.num_fewshot,
+        apply_chat_template=args.apply_chat_template,
+        gen_kwargs=f"max_gen_toks={args.max_gen_toks}" if args.max_gen_toks else None,
+        random_seed=0,
+        numpy_random_seed=0,
+        torch_random_seed=0,
+        fewshot_random_seed=0,
+    )
     scores = sample_scores(out["samples"][task])
-    return {"task": task, "gamma": gamma, "seed": seed, "seconds": round(time.time() - started, 1),
-            "aggregate": {k: v for k, v in out["results"][task].items() if isinstance(v, float)},
-            "scores": {m: {str(d): v for d, v in per.items()} for m, per in scores.items()}}  # fmt: skip
+    return {
+        "task": task,
+        "gamma": gamma,
+        "seed": seed,
+        "seconds": round(time.time() - started, 1),
+        "aggregate": {k: v for k, v in out["results"][task].items() if isinstance(v, float)},
+        "scores": {m: {str(d): v for d, v in per.items()} for m, per in scores.items()},
+    }
 
 
 def arm_arrays(cells: dict, members: list[str], task: str, metric: str, gammas: list[float], seeds: int):
     """`{"passed", "counted"}` as `[K, S, N]` (levels, the arm's models, documents), summed over noise seeds."""
-    docs = sorted({int(d) for m in members for g in gammas for s in range(seeds)
-                   for d in cells[(m, task, g, s)]["scores"][metric]})  # fmt: skip
+    docs = sorted(
+        {
+            int(d)
+            for m in members
+            for g in gammas
+            for s in range(seeds)
+            for d in cells[(m, task, g, s)]["scores"][metric]
+        }
+    )
     passed = np.zeros((len(gammas), len(members), len(docs)))
     counted = np.zeros_like(passed)
     for k, g in enumerate(gammas):
@@ -129,8 +157,10 @@ def compare_arms(
     pairs = args.pairs(names)
     for task, task_metrics in metrics.items():
         for metric in task_metrics:
-            arrays = {a: arm_arrays(cells, [m for m, _ in arms[a]], task, metric, args.gammas, args.noise_seeds)
-                      for a in names}  # fmt: skip
+            arrays = {
+                a: arm_arrays(cells, [m for m, _ in arms[a]], task, metric, args.gammas, args.noise_seeds)
+                for a in names
+            }
             stats = [level_statistic(task, metric, g, k) for k, g in enumerate(args.gammas)]
             for a in names:
                 whole = Statistic("all", lambda sums: sums["passed"] / sums["counted"])
@@ -141,7 +171,9 @@ def compare_arms(
                 rows = comparisons.setdefault(f"{a} - {b}", Comparison(a, b, {})).rows
                 for k, stat in enumerate(stats):
                     per_seed = [(arr["passed"][k].sum(1) / arr["counted"][k].sum(1)) for arr in (arrays[a], arrays[b])]
-                    value_a, value_b = (float(arr["passed"][k].sum() / arr["counted"][k].sum()) for arr in (arrays[a], arrays[b]))  # fmt: skip
+                    value_a, value_b = (
+                        float(arr["passed"][k].sum() / arr["counted"][k].sum()) for arr in (arrays[a], arrays[b])
+                    )
                     std = (float(np.std(per_seed[0])), float(np.std(per_seed[1])))
                     rows[stat.name] = StatisticRow(value_a, value_b, std, Difference.of(intervals[stat.name]))
     return comparisons, bands
@@ -215,7 +247,7 @@ def run(args: HarnessArguments) -> HarnessResults:
                 for t in tasks
             }
             for m, _ in models
-        },  # fmt: skip
+        },
         bands=bands,
         comparisons=comparisons,
         cell_seconds=round(sum(c["seconds"] for c in cells.values()), 1),

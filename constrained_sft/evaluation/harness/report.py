@@ -45,7 +45,7 @@ def write_harness_report(results: HarnessResults, folder: str) -> dict[str, str]
                 for m, tasks in results.models.items()
                 for t, metrics in tasks.items()
                 for metric, values in metrics.items()
-            ],  # fmt: skip
+            ],
         ),
     ]
     for key in results.metrics:

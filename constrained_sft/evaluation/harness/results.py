@@ -72,11 +72,15 @@ class HarnessResults:
 
     def to_dict(self) -> dict[str, Any]:
         out = {
-            "settings": self.settings.to_dict(), "versions": self.versions, "arms": self.arms, "models": self.models,
+            "settings": self.settings.to_dict(),
+            "versions": self.versions,
+            "arms": self.arms,
+            "models": self.models,
             "bands": {arm: {k: vars(b) for k, b in bands.items()} for arm, bands in self.bands.items()},
             "comparisons": {name: c.to_dict() for name, c in self.comparisons.items()},
-            "cell_seconds": self.cell_seconds, "wall_seconds": self.wall_seconds,
-        }  # fmt: skip
+            "cell_seconds": self.cell_seconds,
+            "wall_seconds": self.wall_seconds,
+        }
         return {**out, "files": self.files} if self.files else out
 
     @classmethod

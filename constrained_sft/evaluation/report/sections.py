@@ -9,10 +9,16 @@ from .document import Block, Heading, Table, Text
 def comparison_table(comparison: Comparison) -> Table:
     """One row per statistic: each arm's value, A - B with its interval, the verdict."""
     rows = [
-        [comparison.name, stat, r.value_a, r.value_b,
-         f"{r.difference.estimate:+.4f} [{r.difference.low:+.4f}, {r.difference.high:+.4f}]", r.difference.verdict]
+        [
+            comparison.name,
+            stat,
+            r.value_a,
+            r.value_b,
+            f"{r.difference.estimate:+.4f} [{r.difference.low:+.4f}, {r.difference.high:+.4f}]",
+            r.difference.verdict,
+        ]
         for stat, r in comparison.rows.items()
-    ]  # fmt: skip
+    ]
     return Table(["comparison", "statistic", comparison.a, comparison.b, "A - B [95% CI]", "verdict"], rows)
 
 

@@ -62,9 +62,24 @@ def run(
     data = task.measuring.evaluation_data(data_args)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
     sigma, source = reference_sigma(args.sigma_x, first)
-    m = Measurement(task, data, data_args, gammas, curve, train_gamma, args.seeds, args.noise_mean, sigma, source,
-                    args.layers, args.batch_size, args.max_length, bf16, args.base_model,
-                    "--arm" if args.arm else "--models")  # fmt: skip
+    m = Measurement(
+        task,
+        data,
+        data_args,
+        gammas,
+        curve,
+        train_gamma,
+        args.seeds,
+        args.noise_mean,
+        sigma,
+        source,
+        args.layers,
+        args.batch_size,
+        args.max_length,
+        bf16,
+        args.base_model,
+        "--arm" if args.arm else "--models",
+    )
     results = m.results({arm: [name for name, _ in members] for arm, members in arms.items()}, args.bootstrap_samples)
     snapshots = {}
     for name, path in models:

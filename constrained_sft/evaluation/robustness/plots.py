@@ -68,8 +68,12 @@ def plot_ratios(results: RobustnessResults, path: str) -> str:
     for name, model in results.models.items():
         row = model.summary.level(gamma)
         total = max(sum(row.ratio_counts), 1)
-        ax.stairs([c / total for c in row.ratio_counts], row.ratio_edges, label=f"{name} (median {row.ratio_median:.2f})",
-                  fill=False)  # fmt: skip
+        ax.stairs(
+            [c / total for c in row.ratio_counts],
+            row.ratio_edges,
+            label=f"{name} (median {row.ratio_median:.2f})",
+            fill=False,
+        )
     ax.axvline(1.0, color="black", lw=0.8)
     ax.set(
         xlabel="per-sample layer ratio f_l / f_(l-1) (clipped at 2)",

@@ -43,15 +43,26 @@ def write_csv(results: RobustnessResults, path: str) -> str:
         for name, rows in levels.items():
             for r in rows:
                 layer_values = {f"{layer_key}/{x}": v for x, v in r.curves[layer_key].items()}
-                values = {f"{key}_mean": r.metric_mean, f"{key}_std": r.metric_std,
-                          **{k: getattr(r, k) for k in LEVEL_FIELDS}}  # fmt: skip
+                values = {
+                    f"{key}_mean": r.metric_mean,
+                    f"{key}_std": r.metric_std,
+                    **{k: getattr(r, k) for k in LEVEL_FIELDS},
+                }
                 writer.writerow({"kind": "level", "model": name, "gamma": r.gamma, **values, **layer_values})
         for name, comparison in results.comparisons.items():
             for stat, row in comparison.rows.items():
                 gamma = stat.split("@")[1] if "@" in stat else ""
-                writer.writerow({"kind": "difference", "model": name, "gamma": gamma, "statistic": stat,
-                                 "value_a": row.value_a, "value_b": row.value_b,
-                                 **row.difference.to_dict()})  # fmt: skip
+                writer.writerow(
+                    {
+                        "kind": "difference",
+                        "model": name,
+                        "gamma": gamma,
+                        "statistic": stat,
+                        "value_a": row.value_a,
+                        "value_b": row.value_b,
+                        **row.difference.to_dict(),
+                    }
+                )
     return path
 
 
@@ -77,8 +88,10 @@ def robustness_blocks(results: RobustnessResults, images: Sequence[str]) -> list
         *comparison_blocks(results.comparisons, results.settings.bootstrap_samples),
     ]
     for name, model in results.models.items():
-        rows = [[r.gamma, r.metric_mean, r.metric_std, r.loss_mean, r.descent_share, r.ratio_median]
-                for r in model.summary.levels]  # fmt: skip
+        rows = [
+            [r.gamma, r.metric_mean, r.metric_std, r.loss_mean, r.descent_share, r.ratio_median]
+            for r in model.summary.levels
+        ]
         blocks += [
             Heading(name),
             Text(f"{model.path} ({model.architecture})"),

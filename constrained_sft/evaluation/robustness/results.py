@@ -75,16 +75,33 @@ class LevelSummary:
 
     def to_dict(self, key: str) -> dict[str, Any]:
         return {
-            "gamma": self.gamma, f"{key}_mean": self.metric_mean, f"{key}_std": self.metric_std,
-            "loss_mean": self.loss_mean, "loss_std": self.loss_std, **self.curves,
-            "descent_share": self.descent_share, "ratio_mean": self.ratio_mean, "ratio_median": self.ratio_median,
-            "ratio_histogram": {"edges": self.ratio_edges, "counts": self.ratio_counts}, "seeds": self.seeds,
-        }  # fmt: skip
+            "gamma": self.gamma,
+            f"{key}_mean": self.metric_mean,
+            f"{key}_std": self.metric_std,
+            "loss_mean": self.loss_mean,
+            "loss_std": self.loss_std,
+            **self.curves,
+            "descent_share": self.descent_share,
+            "ratio_mean": self.ratio_mean,
+            "ratio_median": self.ratio_median,
+            "ratio_histogram": {"edges": self.ratio_edges, "counts": self.ratio_counts},
+            "seeds": self.seeds,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], key: str) -> LevelSummary:
-        fixed = {"gamma", f"{key}_mean", f"{key}_std", "loss_mean", "loss_std", "descent_share", "ratio_mean",
-                 "ratio_median", "ratio_histogram", "seeds"}  # fmt: skip
+        fixed = {
+            "gamma",
+            f"{key}_mean",
+            f"{key}_std",
+            "loss_mean",
+            "loss_std",
+            "descent_share",
+            "ratio_mean",
+            "ratio_median",
+            "ratio_histogram",
+            "seeds",
+        }
         if unknown := sorted(k for k in set(data) - fixed if not k.startswith("layer_")):
             raise ValueError(f"level summary: unknown key(s) {unknown}; known: {sorted(fixed)} and layer_* curves")
         return cls(
@@ -122,10 +139,14 @@ class ModelSummary:
 
     def to_dict(self, key: str) -> dict[str, Any]:
         return {
-            "train_gamma": self.train_gamma, "levels": [row.to_dict(key) for row in self.levels], "auc": self.auc,
-            f"id_{key}": self.id_metric, f"ood_{key}": self.ood_metric, "descent_share": self.descent_share,
+            "train_gamma": self.train_gamma,
+            "levels": [row.to_dict(key) for row in self.levels],
+            "auc": self.auc,
+            f"id_{key}": self.id_metric,
+            f"ood_{key}": self.ood_metric,
+            "descent_share": self.descent_share,
             "loss": self.loss,
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], key: str) -> ModelSummary:
@@ -188,15 +209,14 @@ class RobustnessResults:
         return {
             "settings": self.settings.to_dict(),
             "versions": self.versions,
-            "headline": {"key": key, "label": self.headline.label,
-                         "higher_is_better": self.headline.higher_is_better},
+            "headline": {"key": key, "label": self.headline.label, "higher_is_better": self.headline.higher_is_better},
             "layer_curve": {"key": self.layer_curve[0], "label": self.layer_curve[1]},
             "arms": self.arms,
             "models": {name: m.to_dict(key) for name, m in self.models.items()},
             "bands": {arm: vars(b) for arm, b in self.bands.items()},
             "comparisons": {name: c.to_dict() for name, c in self.comparisons.items()},
             "files": self.files,
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RobustnessResults:
