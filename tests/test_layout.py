@@ -247,7 +247,6 @@ SUB_FLOORS = {
     "constrained_sft.trainers.resume": set(),
     # evaluation's shared core, below every measurement (robustness, alpaca, exits, harness) of the folder
     "constrained_sft.evaluation.bootstrap": set(),
-    "constrained_sft.evaluation.arms": set(),
     "constrained_sft.evaluation.instructions": set(),
     "constrained_sft.evaluation.loading": set(),
     "constrained_sft.evaluation.comparisons": {"constrained_sft.evaluation.bootstrap"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Mapping, Sequence
 
 from ..config import ConstraintArguments, NoiseArguments
 from ..constraints import mode_of
@@ -140,18 +141,34 @@ def sweep_arms(
 
 
 def reference_arm(given: str | None, names: list[str], twins_only: bool = False) -> str:
-    """The arm every other arm is compared with (study and sweep): `given`, else ERM where the comparison has it,
-    else the first arm; refused unless one of `names`. A sweep without `--arm` compares each constrained arm with its
+    """The arm every other arm is compared with, the one default of the study, the sweep and the eval commands:
+    `given`, else ERM where the comparison has it, else the last arm (`eval robustness --models A B` reads A - B);
+    refused unless one of `names`. A sweep without `--arm` compares each constrained arm with its
     own ERM twin (`twins_only`), so a `--reference` there is refused."""
     if given is not None and twins_only:
         raise ValueError(
             f"`--reference` {given!r} names the arm each `--arm` is compared with, and this sweep has no `--arm`: its "
             "constrained arms are compared with their ERM twins. Drop `--reference` or add an `--arm`."
         )
-    reference = given or (ERM if ERM in names else names[0])
+    reference = given or (ERM if ERM in names else names[-1])
     if reference not in names:
         raise ValueError(f"`--reference` {given!r} must be one of the arms {names}.")
     return reference
+
+
+def compared_pairs(
+    arms: Sequence[str], reference: str, twins: Mapping[str, str] | None = None
+) -> list[tuple[str, str]]:
+    """
+    The one pairing rule of every comparison (study, sweep, the eval commands), as (arm, what it is compared with), A -
+    B: each arm `twins` maps (a sweep's constrained arm of a readout) against its ERM twin, and every other arm but the
+    reference and those twins against `reference` (`reference_arm`).
+    """
+    twins = twins or {}
+    paired = {reference, *twins.values()}
+    return [(arm, twins[arm]) for arm in arms if arm in twins] + [
+        (arm, reference) for arm in arms if arm not in twins and arm not in paired
+    ]
 
 
 def recipe_identity(recipe: AnyRecipe) -> JSONObject:

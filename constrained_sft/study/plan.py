@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..comparison import RunKey, comparison_levels, study_arms
+from ..comparison import RunKey, compared_pairs, comparison_levels, study_arms
 from ..config import training_level
 from ..evaluation.alpaca import check_judge
 from ..tasks import Recipe, SharedDataTraining, Task
@@ -62,7 +62,7 @@ def plan(args: StudyArguments, task: Task, constrained: Recipe, erm: Recipe, mor
         )
     study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
     options = dataclasses.replace(args, study_dir=study_dir)
-    pairs = tuple((arm, args.reference) for arm in arms if arm != args.reference)
+    pairs = tuple(compared_pairs(list(arms), args.reference))
     evaluation = None
     if args.stage != "train":
         check_judge(options.judging(*pairs[0]))

@@ -75,7 +75,7 @@ class SweepArguments:
     reference: str | None = field(
         default=None,
         metadata={
-            "help": "The arm each --arm is compared with, A - reference (default: the ERM twin, else the recipe)."
+            "help": "The arm each --arm is compared with, A - reference (default: the ERM twin, else the last arm)."
         },
     )
     heartbeat_interval: int = field(

@@ -11,9 +11,11 @@ import dataclasses
 import json
 import os
 import warnings
+from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from ..comparison import ERM, check_comparison_folder, reference_arm, sweep_arms
+from ..comparison import ERM, check_comparison_folder, compared_pairs, readout_arm, reference_arm, sweep_arms
 from ..config import training_level
 from ..data.splits import refuse_streamed_selection
 from ..evaluation.report import (
@@ -41,6 +43,10 @@ from .objectives import SWEEP_OBJECTIVES
 from .results import ArmTrials, SweepResults, Trial
 from .search import Objective, best_params, run_trial, search, trial_args
 from .space import Params, arm_spaces, check_ranges, load_space
+
+if TYPE_CHECKING:
+    import optuna
+    from transformers import TrainingArguments
 
 
 def run(settings: SweepArguments, task: Task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> SweepResults:
@@ -93,23 +99,38 @@ def run(settings: SweepArguments, task: Task, recipe: Recipe, more: dict[str, Re
             objective.maximize,
         )
     if options.stage in ("compare", "all"):
-        pairs = compared_pairs(arms, more, reference)
-        compare(task, arms, studies, objective, plan, data, bases, recipe.script, pairs, out)
+        pairs = compared_pairs([a.name for a in arms], reference, erm_twins(arms, more))
+        compare(Finals(task, arms, studies, objective, plan, data, bases, recipe.script, pairs), out)
     write_report(out, plan.sweep_dir)
     return out
 
 
-def compare(
-    task: Task, arms: list[Arm], studies, objective, plan: SweepPlan, data, bases, script, pairs, out: SweepResults
-) -> None:
+@dataclass(frozen=True)
+class Finals:
+    """What the compare stage works from: the task and its arms, each arm's Optuna study and its base trainer config,
+    the objective, the plan, the sweep's data and the recipe's script fields, and the arms' pairs (`compared_pairs`)."""
+
+    task: Task
+    arms: list[Arm]
+    studies: dict[str, optuna.Study]
+    objective: Objective
+    plan: SweepPlan
+    data: Any  # the task's sweep data (`Task.searching.sweep_data`)
+    bases: dict[str, TrainingArguments]
+    script: Any  # the recipe's own fields
+    pairs: list[tuple[str, str]]
+
+
+def compare(finals: Finals, out: SweepResults) -> None:
     """Each arm's best configuration retrained with the final seeds (every arm's retrained models checked before any
-    is trained), then the `pairs` compared on the held-out data with intervals, into `out` (saved)."""
-    best = {arm.name: best_params(studies[arm.name], objective.maximize) for arm in arms}
+    is trained), then the pairs compared on the held-out data with intervals, into `out` (saved)."""
+    task, arms, plan = finals.task, finals.arms, finals.plan
+    best = {arm.name: best_params(finals.studies[arm.name], finals.objective.maximize) for arm in arms}
     for arm in arms:
         check_final(plan.sweep_dir, arm.name, best[arm.name])
     for arm in arms:
-        retrain(task, arm, best[arm.name], plan, data, bases[arm.name])
-    results = evaluate_finals(task, arms, plan, objective.train_gamma, script, pairs)
+        retrain(task, arm, best[arm.name], plan, finals.data, finals.bases[arm.name])
+    results = evaluate_finals(task, arms, plan, finals.objective.train_gamma, finals.script, finals.pairs)
     out.comparisons, out.test_report = results.comparisons, results.files
     plot = results.files[task.headline.key]
     out.arm_plot = plot if isinstance(plot, str) else None  # a plot's path (the "figures" entry is a table)
@@ -126,16 +147,15 @@ def check_objective(settings: SweepArguments, task: Task) -> None:
         )
 
 
-def compared_pairs(arms: list[Arm], more: dict[str, Recipe], reference: str) -> list[tuple[str, str]]:
-    """(arm, its reference) pairs: each constrained arm against the ERM twin of its readout, each `--arm` against the
-    reference arm."""
-    pairs = [
-        (a.name, b.name)
+def erm_twins(arms: list[Arm], more: dict[str, Recipe]) -> dict[str, str]:
+    """{constrained arm: the ERM twin of its readout} for the recipe's arms that have one (`--arm`s have none: they
+    are compared with the reference)."""
+    names = {a.name for a in arms} - set(more)
+    return {
+        a.name: readout_arm(False, a.readout)
         for a in arms
-        for b in arms
-        if a.name not in more and b.name not in more and a.constrained and not b.constrained and a.readout == b.readout
-    ]
-    return pairs + [(name, reference) for name in more]
+        if a.constrained and a.name in names and readout_arm(False, a.readout) in names
+    }
 
 
 COMMAND = "sweep"

@@ -4,7 +4,17 @@ recipes (`with_config`); the twin check and the folder are exercised through the
 
 import pytest
 
-from constrained_sft.comparison import CONSTRAINED, ERM, TWINS, arm_label, arm_recipes, readout_arm, reference_arm
+from constrained_sft.comparison import (
+    CONSTRAINED,
+    ERM,
+    TWINS,
+    ArmArguments,
+    arm_label,
+    arm_recipes,
+    compared_pairs,
+    readout_arm,
+    reference_arm,
+)
 from constrained_sft.comparison.recipes import with_config
 
 
@@ -12,11 +22,30 @@ def test_the_reference_arm():
     names = [CONSTRAINED, ERM, "penalty"]
     assert reference_arm(None, names) == ERM and reference_arm(ERM, names) == ERM  # the study's default is given
     assert reference_arm("penalty", names) == "penalty"
-    assert reference_arm(None, ["constrained-head", "neftune"]) == "constrained-head"
+    assert reference_arm(None, ["constrained-head", "neftune"]) == "neftune"  # no ERM: the last arm
     with pytest.raises(ValueError, match=r"`--reference` 'nope' must be one of the arms"):
         reference_arm("nope", names)
     with pytest.raises(ValueError, match="this sweep has no `--arm`"):
         reference_arm(ERM, names, twins_only=True)
+
+
+def test_every_comparison_pairs_its_arms_by_one_rule():
+    """The study, the sweep and the eval commands: every arm but the reference against the reference (ERM where the
+    comparison has it, else the last arm), a sweep's constrained readouts against their own ERM twins."""
+    study = [CONSTRAINED, ERM, "penalty"]
+    assert compared_pairs(study, reference_arm(None, study)) == [(CONSTRAINED, ERM), ("penalty", ERM)]
+    assert compared_pairs(study, "penalty") == [(CONSTRAINED, "penalty"), (ERM, "penalty")]
+    sweep = ["constrained-head", "erm-head", "constrained-linear", "erm-linear", "penalty"]
+    twins = {"constrained-head": "erm-head", "constrained-linear": "erm-linear"}
+    assert compared_pairs(sweep, "erm-head", twins) == [
+        ("constrained-head", "erm-head"),
+        ("constrained-linear", "erm-linear"),
+        ("penalty", "erm-head"),
+    ]
+    models = ArmArguments(models=["runs/tuned", "runs/base"])
+    assert models.pairs(list(models.arms())) == [("tuned", "base")]  # no ERM among them: the last is the reference
+    named = ArmArguments(arm=["erm=e0,e1", "constrained=c0,c1"])
+    assert named.pairs(list(named.arms())) == [(CONSTRAINED, ERM)]  # as the study pairs its twins
 
 
 def test_the_arms_names():

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from ...comparison.arm_arguments import check_model_paths, folder_name
 from ...data import ModelSpec, model_fingerprint
 from ...noise import NoiseGrid, embedding_sigma, noise_stream, noisy
 from ...tasks import SFTTask, get_task
@@ -29,7 +30,6 @@ from ...utils.fields import check_fields
 from ...utils.files import write_json
 from ...utils.folders import check_folder, check_output_folder, child_path, mark_folder, plain_name
 from ...utils.types import JSONObject
-from ..arms import check_model_paths, folder_name
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma
 from .results import ALPACA_EVAL_SIZE, LevelAnswers

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ...comparison.arm_arguments import check_model_paths, folder_name
 from ...data import ModelSpec
 from ...noise import NoiseGrid
 from ...tasks.sft import causal_lm_config
 from ...utils.fields import check_fields
 from ...utils.folders import check_output_folder, plain_name
-from ..arms import check_model_paths, folder_name
 from ..instructions import ALPACA_EVAL, GenerationError
 
 

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from ...comparison.arm_arguments import ArmArguments
 from ...noise import NoiseGrid
 from ...utils.fields import check_fields
 from ...utils.folders import check_output_folder
-from ..arms import ArmArguments
 
 
 @dataclass

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...comparison.arm_arguments import ArmArguments
 from ...noise import NoiseGrid
 from ...tasks import TASKS
 from ...utils.fields import check_fields
 from ...utils.folders import check_output_folder
-from ..arms import ArmArguments
 from ..loading import layer_indices
 
 

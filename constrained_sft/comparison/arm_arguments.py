@@ -1,6 +1,7 @@
 """
-Which models an evaluation compares: `--models` (each its own arm) or `--arm NAME=DIR[,DIR...]` (one model per training
-seed), and the reference arm every other arm is compared with. Shared by `eval robustness` and `eval harness`.
+Which saved models an evaluation compares (`ArmArguments`): `--models` (each its own arm) or `--arm NAME=DIR[,DIR...]`
+(one model per training seed), and the reference arm every other arm is compared with, by the one rule of the study and
+the sweep (`arms.reference_arm`, `arms.compared_pairs`). Fields of `eval robustness` and `eval harness`.
 """
 
 from __future__ import annotations
@@ -8,10 +9,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..comparison.names import clash
 from ..data import ModelPathError
 from ..data.models import hub_id_unavailable
 from ..utils.folders import plain_name
+from .arms import compared_pairs, reference_arm
+from .names import clash
 
 
 @dataclass
@@ -34,7 +36,10 @@ class ArmArguments:
     )
     reference: str | None = field(
         default=None,
-        metadata={"help": "The arm every other arm is compared with, A - reference (default: the last arm)."},
+        metadata={
+            "help": "The arm every other arm is compared with, A - reference (default: the arm named `erm` where there "
+            "is one, else the last arm; the study's and the sweep's rule too)."
+        },
     )
 
     def validate_selection(self, arms: dict[str, list[tuple[str, str]]] | None = None) -> None:
@@ -95,9 +100,8 @@ class ArmArguments:
         return arms
 
     def pairs(self, arms: list[str]) -> list[tuple[str, str]]:
-        """(arm, reference) for every other arm of `arms`."""
-        reference = self.reference or arms[-1]
-        return [(a, reference) for a in arms if a != reference]
+        """(arm, reference) for every other arm of `arms` (`arms.compared_pairs`)."""
+        return compared_pairs(arms, reference_arm(self.reference, arms))
 
 
 def folder_name(path: str, flag: str = "--names") -> str:
