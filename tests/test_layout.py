@@ -347,3 +347,30 @@ def test_the_package_docstrings_floor_map_is_the_table():
     drawn = doc.split("bottom to top", 1)[1].split(":", 1)[1].split("\n\n", 1)[0]
     floors = [set(re.findall(r"`(\w+)`", floor)) for floor in drawn.split("->")]
     assert floors == [f for f in FLOORS if not f & {"__init__", "__main__"}]
+
+
+EVALUATIONS = [f"constrained_sft.evaluation.{m}" for m in ("alpaca", "exits", "harness", "robustness")]
+
+
+def reaches_inside(graph: dict[str, set[str]], readers: str) -> list[str]:
+    """'<module> imports <target>' for each module under `readers` that imports a module inside an evaluation's
+    package (its command, its results) instead of the package itself."""
+    return [
+        f"{module} imports {target}"
+        for module, targets in sorted(graph.items())
+        if module.startswith(readers + ".")
+        for target in sorted(targets)
+        if any(target.startswith(package + ".") for package in EVALUATIONS)
+    ]
+
+
+def test_the_study_reads_each_evaluation_through_its_package():
+    """Each evaluation owns its folder (a typed folder object exported from its package: `RobustnessFolder`,
+    `AnswersFolder`, `VerdictsFolder`, `ExitsFolder`, `HarnessFolder`); the study imports the packages, never a
+    module inside one (an eval command's module)."""
+    graph = import_graph(PACKAGE)
+    assert reaches_inside(graph, "constrained_sft.study") == []
+    made_up = {"constrained_sft.study.folder": {"constrained_sft.evaluation.alpaca.generate"}}
+    assert reaches_inside(made_up, "constrained_sft.study") == [
+        "constrained_sft.study.folder imports constrained_sft.evaluation.alpaca.generate"
+    ]

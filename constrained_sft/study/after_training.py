@@ -16,8 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..data import ModelSpec
 from ..evaluation import ExitsModel, ModelResult
-from ..evaluation.alpaca.generate import GenerateArguments, answers_folder
-from ..evaluation.alpaca.generate import run as generate
+from ..evaluation.alpaca import AnswersFolder, GenerateArguments, generate
 from ..evaluation.exits import ExitsArguments, measure_exits
 from ..evaluation.instructions import load_instructions
 from ..evaluation.loading import auto_bf16, reference_sigma
@@ -119,7 +118,7 @@ class Evaluation:
         """The model's answers at every generation level, written fresh to `<output_dir>/<name>/` (answers found
         there are a killed call's partial ones: removed); the empty answers per level (under heavy noise an empty
         answer is a result: judged a loss for the side that gave it)."""
-        stale = answers_folder(output_dir, name)
+        stale = AnswersFolder(output_dir).model(name)
         if os.path.isdir(stale):
             shutil.rmtree(stale)
         levels = generate(

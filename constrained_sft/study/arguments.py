@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from ..comparison import ERM, TWINS, arm_recipes, recipe_identity, reference_arm
-from ..evaluation.alpaca import AlpacaArguments
-from ..evaluation.alpaca.judge_kinds import judges_help
+from ..evaluation.alpaca import AlpacaArguments, judges_help
 from ..evaluation.instructions import ALPACA_EVAL
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields

@@ -21,8 +21,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..comparison import CONSTRAINED, ERM, TWINS, RunKey
-from ..evaluation.alpaca.generate import output_path
-from ..evaluation.alpaca.judging import level_dir, verdicts_file
+from ..evaluation.alpaca import AnswersFolder, VerdictsFolder
 from ..utils.folders import MARKER, child_path
 
 TRAIN, RUNS, DATA, ROBUSTNESS, GENERATIONS, JUDGING, EXITS = (
@@ -116,12 +115,12 @@ class StudyFolder:
     def answers(self, run: RunKey, gamma: float) -> str:
         """The run's answers at level `gamma`, `generations/<arm>-seed<s>/gamma_<g>.json` (`eval generate`'s
         layout)."""
-        return output_path(self.generations, run.stem, gamma)
+        return AnswersFolder(self.generations).answers(run.stem, gamma)
 
     def verdicts(self, gamma: float, seed: int, model: str = CONSTRAINED, reference: str = ERM) -> str:
         """`model`'s answers judged against `reference`'s at level `gamma`, training seed pair `seed` (`eval
         alpaca`'s layout under `judging`)."""
-        return verdicts_file(level_dir(self.judging(model, reference), gamma), seed)
+        return VerdictsFolder(self.judging(model, reference)).verdicts(gamma, seed)
 
     def win_plot(self, arm: str | None = None) -> str:
         """The win-rate plot of the first head-to-head (`arm` None), or of `arm`'s against the reference."""

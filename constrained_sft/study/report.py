@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from ..comparison import CONSTRAINED, ERM, arm_label
-from ..evaluation.alpaca.report import cost_text, judge_label, level_table, plot_win_rates
+from ..evaluation.alpaca import cost_text, judge_label, level_table, plot_win_rates
 from ..evaluation.exits import exits_blocks
 from ..evaluation.report import (
     Block,

@@ -16,7 +16,7 @@ from openai_server import OpenAIServer
 
 from constrained_sft.cli import console
 from constrained_sft.cli import main as cli
-from constrained_sft.evaluation.alpaca.generate import output_path
+from constrained_sft.evaluation.alpaca import AnswersFolder
 
 pytest.importorskip("alpaca_eval")
 KEY = "sk-SENTINEL-7d41c0ffee9a"
@@ -27,7 +27,7 @@ PAIRS = [(f"task {i}", "a long answer with many words" if i < 4 else "short", "b
 
 def generations(root) -> str:
     for name, side in (("constrained", 1), ("erm", 2)):
-        path = output_path(str(root / "gens"), name, 0.0)
+        path = AnswersFolder(str(root / "gens")).answers(name, 0.0)
         rows = [{"instruction": p[0], "output": p[side], "generator": name, "dataset": "toy"} for p in PAIRS]
         (root / "gens" / name).mkdir(parents=True, exist_ok=True)
         with open(path, "w") as f:

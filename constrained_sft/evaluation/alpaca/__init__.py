@@ -2,10 +2,14 @@
 AlpacaEval, the paper's generation benchmark (Section 6), as its own product: noisy generation (`generate`,
 `constrained-sft eval generate`), the judges (`judges`, with alpaca_eval configs in `judge_configs/`), head-to-head
 judging and win rates (`judging`, `constrained-sft eval alpaca`), the results as types (`results`: alpaca_eval.json)
-and their report (`report`: the win-rate table and plot, its part of the folder's report.html).
+and their report (`report`: the win-rate table and plot, its part of the folder's report.html); the two commands'
+folders as typed objects (`folders`: `AnswersFolder`, `VerdictsFolder`), through which the study reads them.
 """
 
-from .judge_kinds import JUDGES, JudgeKind
+from .folders import AnswersFolder, VerdictsFolder
+from .generate import GenerateArguments
+from .generate import run as generate
+from .judge_kinds import JUDGES, JudgeKind, judges_help
 from .judging import (
     AlpacaArguments,
     JudgeError,
@@ -18,6 +22,7 @@ from .judging import (
     result_lines,
     run,
 )
+from .report import cost_text, judge_label, level_table, plot_win_rates
 from .results import ALPACA_EVAL_SIZE, ALPACA_JSON, HeadToHead, JudgeCost, LevelAnswers, WinRateLevel
 
 __all__ = [
@@ -25,17 +30,26 @@ __all__ = [
     "ALPACA_JSON",
     "JUDGES",
     "AlpacaArguments",
+    "AnswersFolder",
+    "GenerateArguments",
     "JudgeKind",
     "JudgeCost",
     "JudgeError",
     "LevelAnswers",
     "HeadToHead",
+    "VerdictsFolder",
     "WinRateLevel",
     "build_judge",
     "check_judge",
+    "cost_text",
+    "generate",
+    "judge_label",
     "judge_levels",
     "judge_setup",
+    "judges_help",
     "length_controlled",
+    "level_table",
+    "plot_win_rates",
     "quiet_alpaca_eval",
     "result_lines",
     "run",

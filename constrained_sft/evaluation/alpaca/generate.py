@@ -28,10 +28,11 @@ from ...noise import NoiseGrid, embedding_sigma, noise_stream, noisy
 from ...tasks import SFTTask, get_task
 from ...utils.fields import check_fields
 from ...utils.files import write_json
-from ...utils.folders import check_folder, check_output_folder, child_path, mark_folder, plain_name
+from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
 from ...utils.types import JSONObject
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma
+from .folders import AnswersFolder
 from .results import ALPACA_EVAL_SIZE, LevelAnswers
 
 
@@ -91,21 +92,6 @@ class GenerateArguments:
         if self.do_sample and not (self.temperature > 0 and 0 < self.top_p <= 1):
             raise GenerationError(f"need temperature > 0 and top_p in (0, 1], got {self.temperature}, {self.top_p}.")
         return self.model, self.output_dir
-
-
-def answers_folder(output_dir: str, name: str) -> str:
-    """Where `name`'s answers go: `<output_dir>/<name>/` (its settings.json and one file per level)."""
-    return child_path(output_dir, name)
-
-
-def settings_path(output_dir: str, name: str) -> str:
-    """`name`'s generation settings: `<output_dir>/<name>/settings.json` (what its answers were made with)."""
-    return os.path.join(answers_folder(output_dir, name), "settings.json")
-
-
-def output_path(output_dir: str, name: str, gamma: float) -> str:
-    """`name`'s answers at level `gamma`: `<output_dir>/<name>/gamma_<g>.json`."""
-    return os.path.join(answers_folder(output_dir, name), f"gamma_{float(gamma)}.json")
 
 
 RESUME_KEYS = (  # what fixes an answer: the same values are required to resume
@@ -195,7 +181,7 @@ def run(args: GenerateArguments) -> dict[float, LevelAnswers]:
     name = args.name or folder_name(model_path, "--name")
     check_folder(output_dir, COMMAND, {})
     args = replace(args, sigma_x=reference_sigma(args.sigma_x, model_path)[0])  # else measured below
-    folder, saved = answers_folder(output_dir, name), settings_path(output_dir, name)
+    folder, saved = AnswersFolder(output_dir).model(name), AnswersFolder(output_dir).settings(name)
     later = ("sigma_x",) if args.sigma_x is None else ()
     _check_resume(saved, _settings(args, model_path, rows, name), later)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
@@ -214,7 +200,7 @@ def run(args: GenerateArguments) -> dict[float, LevelAnswers]:
     write_json(saved, settings)
     levels: dict[float, LevelAnswers] = {}
     for gamma in NoiseGrid.parse(args.gammas):
-        path = output_path(output_dir, name, gamma)
+        path = AnswersFolder(output_dir).answers(name, gamma)
         done = generate_level(model, tokenizer, rows, args, name, gamma, path)
         levels[gamma] = LevelAnswers(gamma, path, len(done), sum(not r["output"].strip() for r in done))
     return levels

@@ -15,7 +15,6 @@ interval, order agreement, LC win rate or why not), alpaca_win_rate.png and an A
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import logging
 import math
@@ -32,7 +31,7 @@ from ...utils.folders import check_folder, check_output_folder, mark_folder, pla
 from ...utils.redact import redact_url
 from ..instructions import GenerationError
 from .errors import JudgeError
-from .generate import output_path, settings_path
+from .folders import AnswersFolder, VerdictsFolder
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
 from .judge_kinds import AnnotatorJudge, AnnotatorSetup, judge_kind, judges_help
 from .judges import load_alpaca_eval
@@ -98,17 +97,12 @@ class AlpacaArguments:
         check_output_folder(self.output_dir, "--output_dir")
 
 
-def levels(generations: str, name: str) -> list[float]:
-    files = glob.glob(os.path.join(generations, name, "gamma_*.json"))
-    return sorted(float(os.path.basename(f)[len("gamma_") : -len(".json")]) for f in files)
-
-
 def load_pair(args: AlpacaArguments, generations: str, gamma: float) -> tuple[list[dict], list[dict]]:
     """Both generators' rows at one level in `generations`, checked to answer the same instructions in the same
     order."""
     rows = []
     for name in (args.model, args.reference):
-        path = output_path(generations, name, gamma)
+        path = AnswersFolder(generations).answers(name, gamma)
         if not os.path.isfile(path):
             raise GenerationError(f"{path} does not exist: run `constrained-sft eval generate` for {name} at {gamma}.")
         rows.append(read_json(path, "--generations", GenerationError))
@@ -183,39 +177,33 @@ def build_judge(args: AlpacaArguments, output_dir: str | None) -> Judge:
     return judge_kind(args.judge).build(args, None if output_dir is None else os.path.join(output_dir, JUDGE_CACHE))
 
 
-VERDICTS = "verdicts-{seed}.json"  # a level folder's verdicts of one seed pair (`judge_level`)
 JUDGE_CACHE = "annotations_cache.json"  # alpaca_eval's cache of the judge's verdicts, in the judging folder
 
 
-def level_dir(output_dir: str, gamma: float) -> str:
-    """The folder `judge_levels` writes level `gamma`'s verdicts into: <output_dir>/gamma_<g>/."""
-    return os.path.join(output_dir, f"gamma_{float(gamma)}")
-
-
-def verdicts_file(level_folder: str, seed: int) -> str:
-    """A level folder's verdicts of training seed pair `seed`, both orders (`judge_level` writes it)."""
-    return os.path.join(level_folder, VERDICTS.format(seed=seed))
-
-
 def judge_level(
-    judge: Judge, pairs: list[tuple[list[dict], list[dict]]], workdir: str, n_boot: int, full_set: bool, gamma: float
+    judge: Judge,
+    pairs: list[tuple[list[dict], list[dict]]],
+    folder: VerdictsFolder,
+    n_boot: int,
+    full_set: bool,
+    gamma: float,
 ) -> tuple[WinRateLevel, str | None]:
     """Level `gamma`: every (model rows, reference rows) pair (one per training seed) judged in both orders; the win
     rate with its interval, order agreement and LC win rate, and why there is no LC win rate (None when there is one).
-    Verdicts go to `workdir`."""
+    Verdicts go to `folder`'s level."""
     verdicts = []
     for s, (model, reference) in enumerate(pairs):
         v = judge_both_orders(judge, [r["output"] for r in model], [r["output"] for r in reference], model)
-        write_verdicts(verdicts_file(workdir, s), v, model, reference)
+        write_verdicts(folder.verdicts(gamma, s), v, model, reference)
         if isinstance(judge, AlpacaEvalJudge):
-            write_json(os.path.join(workdir, f"annotations-{s}.json"), judge.raw)  # raw completions, both orders
+            write_json(folder.annotations(gamma, s), judge.raw)  # raw completions, both orders
         verdicts.append(v)
     level = win_rate_level(verdicts, n_boot, gamma)
     if not level.judged:
         asked = 2 * sum(len(model) for model, _ in pairs)
         raise JudgeError(
             f"judge {judge.name!r} gave no parseable verdict on any of the {asked} judgements of a level (its raw "
-            f"answers: {workdir}); use a stronger judge model."
+            f"answers: {folder.level(gamma)}); use a stronger judge model."
         )
     per_seed = [length_controlled(lc_annotations(v, *pair), full_set) for v, pair in zip(verdicts, pairs, strict=True)]
     reason = next((r for _, r in per_seed if r), None)
@@ -236,8 +224,8 @@ def judge_levels(
     under <output_dir>/gamma_<g>/."""
     levels, reason = [], None
     for gamma, seed_pairs in pairs.items():
-        workdir = level_dir(output_dir, gamma)
-        level, reason = judge_level(judge, seed_pairs, workdir, args.bootstrap_samples, full_set, float(gamma))
+        folder = VerdictsFolder(output_dir)
+        level, reason = judge_level(judge, seed_pairs, folder, args.bootstrap_samples, full_set, float(gamma))
         levels.append(level)
     cost = getattr(judge, "cost", None)  # an API judge's; the others pay nothing
     return HeadToHead(
@@ -257,7 +245,7 @@ def judge_levels(
 def _full_alpaca_eval(generations: str, names: tuple[str, str]) -> bool:
     """Whether both generators answered the whole AlpacaEval set in order (settings.json of `eval generate`)."""
     for name in names:
-        path = settings_path(generations, name)
+        path = AnswersFolder(generations).settings(name)
         if not os.path.isfile(path):
             return False
         with open(path) as f:
@@ -281,7 +269,8 @@ def run(args: AlpacaArguments) -> HeadToHead:
     if args.bootstrap_samples < 1:
         raise GenerationError(f"`--bootstrap_samples` must be >= 1, got {args.bootstrap_samples}.")
     check_judge(args)  # a missing credential, judge model or encoder fails before any file is read
-    common = sorted(set(levels(args.generations, args.model)) & set(levels(args.generations, args.reference)))
+    answers = AnswersFolder(args.generations)
+    common = sorted(set(answers.levels(args.model)) & set(answers.levels(args.reference)))
     gammas = sorted(NoiseGrid.parse(args.gammas, "--gammas")) if args.gammas else common
     if not gammas:
         raise GenerationError(

@@ -13,8 +13,9 @@ from ...utils.figures import pyplot, save_figure
 from ...utils.files import write_json
 from ..report import PARTS, Block, Heading, Image, PagePart, Table, Text, write_page
 from .cost import MAX_TOKENS
+from .folders import VerdictsFolder
 from .headtohead import DRAW_TOLERANCE
-from .results import ALPACA_EVAL_SIZE, ALPACA_JSON, HeadToHead, JudgeCost
+from .results import ALPACA_EVAL_SIZE, HeadToHead, JudgeCost
 
 ALPACA_PLOT = "alpaca_win_rate.png"
 
@@ -138,7 +139,7 @@ def write_alpaca(head: HeadToHead, output_dir: str) -> dict[str, str]:
     """alpaca_eval.json and its plot, then the folder's report.html again (with the robustness results if the
     folder holds them)."""
     os.makedirs(output_dir, exist_ok=True)
-    paths = {"json": os.path.join(output_dir, ALPACA_JSON), "plot": os.path.join(output_dir, ALPACA_PLOT)}
+    paths = {"json": VerdictsFolder(output_dir).results_json, "plot": os.path.join(output_dir, ALPACA_PLOT)}
     write_json(paths["json"], {**head.to_dict(), "files": paths})
     plot_win_rates(head, paths["plot"])
     paths["html"] = write_page(output_dir)

@@ -8,12 +8,22 @@ shows too).
 from .arguments import ExitsArguments
 from .command import measure_exits, run, write_exits
 from .report import exits_blocks, exits_report
-from .results import EXITS_JSON, ExitsModel, ExitSpeedup, ExitsResults, ExitsSettings, LayerReadout, PromptMeasurements
+from .results import (
+    EXITS_JSON,
+    ExitsFolder,
+    ExitsModel,
+    ExitSpeedup,
+    ExitsResults,
+    ExitsSettings,
+    LayerReadout,
+    PromptMeasurements,
+)
 
 __all__ = [
     "EXITS_JSON",
     "ExitSpeedup",
     "ExitsArguments",
+    "ExitsFolder",
     "ExitsModel",
     "ExitsResults",
     "ExitsSettings",

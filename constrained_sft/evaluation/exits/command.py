@@ -41,7 +41,15 @@ from ..loading import auto_bf16, reference_sigma, versions
 from ..report import Document, write_html
 from .arguments import ExitsArguments, check_depths, default_exits
 from .report import exits_report, plot_layer_accuracy, plot_speedups
-from .results import EXITS_JSON, ExitsModel, ExitSpeedup, ExitsResults, ExitsSettings, LayerReadout, PromptMeasurements
+from .results import (
+    ExitsFolder,
+    ExitsModel,
+    ExitSpeedup,
+    ExitsResults,
+    ExitsSettings,
+    LayerReadout,
+    PromptMeasurements,
+)
 
 
 class ForwardCounter:
@@ -292,11 +300,12 @@ def write_exits(
         models=models,
     )
     os.makedirs(output_dir, exist_ok=True)
-    plot = plot_speedups(results, os.path.join(output_dir, "speedup_vs_exit_layer.png"))
-    results.files = {"json": os.path.join(output_dir, EXITS_JSON), "plot": plot}
+    folder = ExitsFolder(output_dir)
+    plot = plot_speedups(results, folder.figure("speedup_vs_exit_layer"))
+    results.files = {"json": folder.results_json, "plot": plot}
     if results.has_layer_view:
-        results.files["layer_plot"] = plot_layer_accuracy(results, os.path.join(output_dir, "layer_accuracy.png"))
-    page = write_html(os.path.join(output_dir, "report.html"), Document("Exits", exits_report(results)))
+        results.files["layer_plot"] = plot_layer_accuracy(results, folder.figure("layer_accuracy"))
+    page = write_html(folder.page, Document("Exits", exits_report(results)))
     results.files["html"] = page
     write_json(results.files["json"], results.to_dict())
     return results

@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ...utils.fields import known_keys
 from ...utils.files import read_saved
+from ..report.folder import ResultsFolder
 
 EXITS_JSON = "exits.json"
+
+
+@dataclass(frozen=True)
+class ExitsFolder(ResultsFolder):
+    """`eval exits`'s folder: exits.json (`ExitsResults`), its plots and report.html."""
+
+    RESULTS: ClassVar[str] = EXITS_JSON
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,6 @@ the noisy lm-eval model (`model`), the entry point for lm-eval's own command lin
 `model` imports it, and only `command` and `lm_eval_cli` import `model`, when they run.
 """
 
-from .results import HARNESS_JSON, HarnessResults, HarnessSettings
+from .results import HARNESS_JSON, HarnessFolder, HarnessResults, HarnessSettings
 
-__all__ = ["HARNESS_JSON", "HarnessResults", "HarnessSettings"]
+__all__ = ["HARNESS_JSON", "HarnessFolder", "HarnessResults", "HarnessSettings"]

@@ -28,7 +28,7 @@ from ..bootstrap import Statistic, bootstrap_interval, paired_bootstrap
 from ..comparisons import Band, Comparison, Difference, StatisticRow
 from ..loading import reference_sigma, versions
 from .arguments import HarnessArguments
-from .results import HARNESS_JSON, HarnessResults, HarnessSettings
+from .results import HarnessFolder, HarnessResults, HarnessSettings
 
 COMMAND = "eval harness"
 
@@ -253,7 +253,7 @@ def run(args: HarnessArguments) -> HarnessResults:
         cell_seconds=round(sum(c["seconds"] for c in cells.values()), 1),
         wall_seconds=round(time.time() - started, 1),
     )
-    write_json(os.path.join(output_dir, HARNESS_JSON), results.to_dict())
+    write_json(HarnessFolder(output_dir).results_json, results.to_dict())
     results.files = write_harness_report(results, output_dir)
     return results
 

@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from ...noise import NoiseGrid
 from ...utils.fields import known_keys
 from ...utils.files import read_saved
 from ..comparisons import Band, Comparison
+from ..report.folder import ResultsFolder
 
 HARNESS_JSON = "results.json"
+
+
+@dataclass(frozen=True)
+class HarnessFolder(ResultsFolder):
+    """`eval harness`'s folder: results.json (`HarnessResults`), its plots and report.html."""
+
+    RESULTS: ClassVar[str] = HARNESS_JSON
 
 
 @dataclass(frozen=True)

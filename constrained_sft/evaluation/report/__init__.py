@@ -2,10 +2,11 @@
 The reports' shared writers, one per format: content is built once as format-free blocks (`document`) and rendered
 by the HTML writer (`html`: one self-contained page) or the Markdown writer (`markdown`); the comparisons between
 arms with their intervals, which every evaluation, sweep and study shows (`sections`); a report folder's one page,
-where the evaluations' parts meet (`page`). Each evaluation's own blocks and plots live with it.
+where the evaluations' parts meet (`page`), and the typed result folder each evaluation's own extends (`folder`). Each evaluation's own blocks and plots live with it.
 """
 
 from .document import Block, Document, Heading, Image, Preformatted, Table, Text
+from .folder import ResultsFolder
 from .html import render_html, write_html
 from .markdown import comparisons_markdown, render_markdown, write_markdown
 from .page import PAGE, PARTS, PagePart, write_page
@@ -19,6 +20,7 @@ __all__ = [
     "Heading",
     "Image",
     "PagePart",
+    "ResultsFolder",
     "Preformatted",
     "Table",
     "Text",

@@ -2,7 +2,8 @@
 Robustness evaluation for every task (`constrained-sft eval robustness`), in one folder: its options (`arguments`),
 the command (`command`), one model's measurement apart from the command (`measure`, which a study calls right after
 training), one level through the task's training code path (`levels`), the arithmetic of a grid and a model's summary
-(`metrics`), the comparisons between arms (`compare`), the results as types (`results`: results.json) and their report
+(`metrics`), the comparisons between arms (`compare`), the results as types and the folder that holds them
+(`results`: results.json, `RobustnessFolder`) and their report
 (`report`: results.csv, the plots of `plots`, its part of the folder's report.html).
 """
 
@@ -19,6 +20,7 @@ from .results import (
     ModelResult,
     ModelSummary,
     ReportFiles,
+    RobustnessFolder,
     RobustnessResults,
     RobustnessSettings,
 )
@@ -32,6 +34,7 @@ __all__ = [
     "ModelSummary",
     "ReportFiles",
     "RobustnessArguments",
+    "RobustnessFolder",
     "RobustnessResults",
     "RobustnessSettings",
     "arm_scores",

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from ...tasks import Headline
 from ...utils.files import atomic_path
 from ..report import (
-    PAGE,
     PARTS,
     Block,
     Heading,
@@ -24,7 +23,7 @@ from ..report import (
     write_page,
 )
 from .plots import plot_descent, plot_differences, plot_layers, plot_metric, plot_ratios
-from .results import RESULTS_JSON, ModelSummary, ReportFiles, RobustnessResults
+from .results import ModelSummary, ReportFiles, RobustnessFolder, RobustnessResults
 
 LEVEL_FIELDS = ("loss_mean", "loss_std", "descent_share", "ratio_mean", "ratio_median")
 
@@ -110,17 +109,18 @@ def write_report(results: RobustnessResults, output_dir: str, figures: dict[str,
     if figures is None:  # the ones the folder's results carry (a dict of name -> path, or none)
         kept = results.files.get("figures")
         figures = kept if isinstance(kept, dict) else {}
-    csv = os.path.join(output_dir, "results.csv")
-    paths: ReportFiles = {"json": os.path.join(output_dir, RESULTS_JSON), "csv": csv}
-    plots = {key: plot_metric(results, os.path.join(output_dir, f"{key}_vs_gamma.png"))}
+    folder = RobustnessFolder(output_dir)
+    csv = folder.results_csv
+    paths: ReportFiles = {"json": folder.results_json, "csv": csv}
+    plots = {key: plot_metric(results, folder.figure(f"{key}_vs_gamma"))}
     if results.comparisons:
-        plots["differences"] = plot_differences(results, os.path.join(output_dir, "difference_vs_gamma.png"))
-    plots["layers"] = plot_layers(results, os.path.join(output_dir, "layer_losses.png"))
-    plots["ratios"] = plot_ratios(results, os.path.join(output_dir, "layer_ratios.png"))
-    plots["descent"] = plot_descent(results, os.path.join(output_dir, "descent_vs_gamma.png"))
+        plots["differences"] = plot_differences(results, folder.figure("difference_vs_gamma"))
+    plots["layers"] = plot_layers(results, folder.figure("layer_losses"))
+    plots["ratios"] = plot_ratios(results, folder.figure("layer_ratios"))
+    plots["descent"] = plot_descent(results, folder.figure("descent_vs_gamma"))
     paths.update(plots)
     paths["figures"] = figures
-    paths["html"] = os.path.join(output_dir, PAGE)
+    paths["html"] = folder.page
     write_csv(results, csv)
     results.files = paths
     results.save(output_dir)

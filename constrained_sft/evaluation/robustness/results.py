@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 from ...noise import NoiseGrid
 from ...tasks import Headline
@@ -19,8 +19,23 @@ from ...utils.fields import known_keys
 from ...utils.files import read_saved, write_json
 from ...utils.types import JSONObject
 from ..comparisons import Band, Comparison
+from ..report.folder import ResultsFolder
 
 RESULTS_JSON = "results.json"
+
+
+@dataclass(frozen=True)
+class RobustnessFolder(ResultsFolder):
+    """`eval robustness`'s folder: results.json (`RobustnessResults`), results.csv, its plots and its part of
+    report.html."""
+
+    RESULTS: ClassVar[str] = RESULTS_JSON
+
+    @property
+    def results_csv(self) -> str:
+        return os.path.join(self.root, "results.csv")
+
+
 # a report's files: name -> path ("json", "csv", "html", each plot), and "figures": a task's extra figures, name -> path
 ReportFiles: TypeAlias = "dict[str, str | dict[str, str]]"
 
@@ -236,7 +251,7 @@ class RobustnessResults:
 
     def save(self, folder: str) -> str:
         """`<folder>/results.json`, written atomically; its path."""
-        path = os.path.join(folder, RESULTS_JSON)
+        path = RobustnessFolder(folder).results_json
         write_json(path, self.to_dict())
         return path
 
