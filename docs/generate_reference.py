@@ -37,7 +37,7 @@ def _config_classes() -> list[tuple[str, type, str]]:
     from constrained_sft.data.classification import ClassificationDataArguments
     from constrained_sft.data.video import VideoDataArguments
     from constrained_sft.evaluation.alpaca.generate import GenerateArguments
-    from constrained_sft.evaluation.alpaca.judging import AlpacaArguments
+    from constrained_sft.evaluation.alpaca.judge_command import AlpacaArguments
     from constrained_sft.evaluation.exits import ExitsArguments
     from constrained_sft.evaluation.robustness import RobustnessArguments
     from constrained_sft.study.arguments import StudyArguments

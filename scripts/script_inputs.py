@@ -1,7 +1,7 @@
 """
 What the scripts beside it share about their inputs and outputs (`wheelhouse.py`, `gpu_bundle.py`): every argument
 checked before any download or write, refused in one line `prog: error: ...` with exit status 2 (`refuse`,
-`OneLineParser`), and the output-folder rule, the library's own (`constrained_sft.utils.written`): a script writes
+`OneLineParser`), and the output-folder rule, the library's own (`constrained_sft.utils.written_record`): a script writes
 only a new or empty folder or one it wrote itself, recognised by its record of the files it wrote (names and SHA-256),
 so a folder holding anything else (a file added beside, one edited since, a symlink) is refused naming it; symlinks
 are resolved before every check, and a folder that is, holds or lies inside one of the script's inputs is refused.
@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Iterator
 from typing import NoReturn
 
-from constrained_sft.utils.written import LEGACY_MARK, RECORD, foreign, record_written
+from constrained_sft.utils.written_record import LEGACY_MARK, RECORD, foreign, record_written
 
 PROJECT = "constrained-sft"
 PYTHONS = tuple(f"3.{minor}" for minor in range(10, 16))  # the project's requires-python (>= 3.10) to the newest
@@ -63,7 +63,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def check_out(path: str, flag: str, prog: str, inputs: dict[str, str] | None = None) -> str:
     """`path` may be written by `prog`: new, an empty folder, or a folder `prog` wrote and nobody changed since (its
-    record, `constrained_sft.utils.written`) which it replaces whole once the new one is built. Refused: a file, a path
+    record, `constrained_sft.utils.written_record`) which it replaces whole once the new one is built. Refused: a file, a path
     under a file, a folder holding anything else (named), and a folder that is, holds or lies inside one of `inputs`
     ({flag: path} the script reads). Symlinks are resolved first; returns the real path to build at."""
     real = os.path.realpath(path)

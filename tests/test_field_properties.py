@@ -22,7 +22,7 @@ from constrained_sft.config import (
 )
 from constrained_sft.evaluation import RobustnessArguments
 from constrained_sft.evaluation.alpaca.generate import GenerateArguments
-from constrained_sft.evaluation.alpaca.judging import AlpacaArguments
+from constrained_sft.evaluation.alpaca.judge_command import AlpacaArguments
 from constrained_sft.evaluation.exits import ExitsArguments
 from constrained_sft.evaluation.harness.arguments import HarnessArguments
 from constrained_sft.study.arguments import StudyArguments

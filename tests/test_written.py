@@ -1,4 +1,4 @@
-"""One rule for every folder the library writes (`utils.written`): what it wrote is recorded file by file, and a file
+"""One rule for every folder the library writes (`utils.written_record`): what it wrote is recorded file by file, and a file
 that is not as it wrote it (the user's edit, the user's own file at its name, a `.written-by.json` that is not its
 record) is never written over: refused before any work, or, when it changes while a command runs, kept with the run's
 version beside it."""
@@ -11,7 +11,7 @@ import pytest
 from constrained_sft.cli import console
 from constrained_sft.utils.content import sha256
 from constrained_sft.utils.files import write_json
-from constrained_sft.utils.written import RECORD, RecordError, check_record, destination, foreign, recording
+from constrained_sft.utils.written_record import RECORD, RecordError, check_record, destination, foreign, recording
 
 pytest.importorskip("alpaca_eval")
 

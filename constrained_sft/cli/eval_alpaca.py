@@ -15,7 +15,7 @@ class AlpacaCommand(Command):
     def run(self, argv: list[str], prog: str) -> int:
         from ..evaluation.alpaca import AlpacaArguments, quiet_alpaca_eval, result_lines, run
         from ..tasks.recipes import dataclass_parser, parse
-        from ..utils.written import recording
+        from ..utils.written_record import recording
 
         parser = dataclass_parser((AlpacaArguments,), prog, f"{prog} --generations DIR --output_dir DIR: {self.help}.")
         (args,) = parse(parser, argv, with_config=False)

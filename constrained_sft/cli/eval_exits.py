@@ -18,7 +18,7 @@ class ExitsCommand(Command):
     def run(self, argv: list[str], prog: str) -> int:
         from ..evaluation.exits import ExitsArguments, run
         from ..tasks.recipes import dataclass_parser, parse
-        from ..utils.written import recording
+        from ..utils.written_record import recording
 
         parser = dataclass_parser(
             (ExitsArguments,), prog, f"{prog} --models DIR [DIR ...] --output_dir DIR: {self.help}."

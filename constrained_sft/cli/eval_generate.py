@@ -15,7 +15,7 @@ class GenerateCommand(Command):
     def run(self, argv: list[str], prog: str) -> int:
         from ..evaluation.alpaca.generate import GenerateArguments, run
         from ..tasks.recipes import dataclass_parser, parse
-        from ..utils.written import recording
+        from ..utils.written_record import recording
 
         parser = dataclass_parser((GenerateArguments,), prog, f"{prog} --model DIR --output_dir DIR: {self.help}.")
         (args,) = parse(parser, argv, with_config=False)

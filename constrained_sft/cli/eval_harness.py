@@ -24,7 +24,7 @@ class HarnessCommand(Command):
             ) from None
         from ..evaluation.harness.command import run
         from ..tasks.recipes import dataclass_parser, parse
-        from ..utils.written import recording
+        from ..utils.written_record import recording
 
         description = f"{prog} --models DIR [DIR ...] --tasks TASK [TASK ...] --output_dir DIR: {self.help}."
         parser = dataclass_parser((HarnessArguments,), prog, description)

@@ -46,7 +46,7 @@ class RobustnessCommand(Command):
                 defaults["max_length"] = recipe["max_length"]
             parser.set_defaults_with_config(**defaults, task=task.name)
         args, data_args = parse(parser, argv, with_config=False)
-        from ..utils.written import recording
+        from ..utils.written_record import recording
 
         with recording(args.output_dir):  # every file written there recorded; a user's edit kept
             print("\n".join(console_lines(run(args, data_args, recipe))))

@@ -64,7 +64,7 @@ def key(argv: list[str]) -> str:
 
 REGISTRIES = {  # module -> its registries of variants, whose names and help a command's help shows
     "constrained_sft.constraints": ("MODES", "DUAL_OPTIMIZERS"),
-    "constrained_sft.evaluation.alpaca.judge_kinds": ("JUDGES",),
+    "constrained_sft.evaluation.alpaca.judge_registry": ("JUDGES",),
     "constrained_sft.sweep.objectives": ("SWEEP_OBJECTIVES",),
 }
 

@@ -22,7 +22,7 @@ from ..utils.content import sha256
 from ..utils.files import write_text
 from ..utils.shipped import package_data
 from ..utils.types import JSONObject
-from ..utils.written import WRITER, check_record, plain_file, read_record, record_written
+from ..utils.written_record import WRITER, check_record, plain_file, read_record, record_written
 from ..version import VERSION
 
 TEMPLATE = str(package_data("trainers", "templates", "model_card.md"))
@@ -41,7 +41,7 @@ class CardPathError(ValueError):
 def card_path(folder: str) -> str:
     """
     Where the run's card goes in the output folder `folder`: the first of README.md and MODEL_CARD.md that is absent,
-    a card this library wrote there and nobody edited since (the folder's record, `utils.written`), or an earlier
+    a card this library wrote there and nobody edited since (the folder's record, `utils.written_record`), or an earlier
     version's card that is still as written (`earlier_card`). Anything else at a name (the user's README, a card the
     user edited, a symlink, a folder) is the user's and never replaced: the card goes beside it, and where both names
     are the user's, `CardPathError` (raised before training: `check_card_path`).

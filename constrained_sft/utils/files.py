@@ -10,7 +10,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from . import written  # a command's result folder records what is written there (`written.recording`)
+from . import written_record as written  # a command's result folder records what is written there (`recording`)
 
 T = TypeVar("T")
 
@@ -32,7 +32,7 @@ def atomic_path(path: str) -> Iterator[str]:
     A temporary path beside `path` to write to; renamed over `path` (after an fsync) only when the block succeeds, so
     a reader, or a run killed mid-write, sees the old file or the new one, never half of one. A kill can leave the
     temporary behind; the next write of `path` reuses and consumes it. Below a command's result folder the file is
-    recorded, and one of the user's there is kept (`written.recording`).
+    recorded, and one of the user's there is kept (`written_record.recording`).
     """
     tmp = f"{path}.tmp"
     try:

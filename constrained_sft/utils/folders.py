@@ -15,8 +15,8 @@ determine its results. Before any work, a command refuses in one line
 - a folder holding files no command marked (another tool's, or an earlier version's), whose origin it cannot check
   (subfolders with markers of their own are known: `eval/alpaca/run.py` judges beside the generations it wrote);
 - a folder whose `.written-by.json` is not the library's record, or where a file the library wrote was changed since
-  (a key added by hand to results.json): the commands record every file they write (`utils.written.recording`), and
-  a rerun would write over it (`utils.written.check_record`).
+  (a key added by hand to results.json): the commands record every file they write (`utils.written_record.recording`), and
+  a rerun would write over it (`utils.written_record.check_record`).
 
 Nothing is overwritten: the marker is written (atomically) only when the command is about to write its results.
 """
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from ..version import VERSION
 from .files import json_safe
 from .types import JSONObject, JSONRead
-from .written import check_record, write_whole
+from .written_record import check_record, write_whole
 
 MAX_NAME = 100  # bytes (UTF-8) of a plain name: files named after it ("<name>-seed12.json") stay under 255
 

@@ -23,7 +23,7 @@ from constrained_sft import ConstrainedSFTConfig
 from constrained_sft.cli import console
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
 from constrained_sft.utils.folders import MARKER, mark_folder
-from constrained_sft.utils.written import WRITER, record_written
+from constrained_sft.utils.written_record import WRITER, record_written
 
 
 @dataclass

@@ -180,7 +180,7 @@ import importlib, pkgutil, warnings
 import accelerate, datasets, peft, requests, torch, transformers, trl, urllib3
 before = list(warnings.filters)
 import constrained_sft
-from constrained_sft.evaluation.alpaca.judges import load_alpaca_eval
+from constrained_sft.evaluation.alpaca.annotator_configs import load_alpaca_eval
 names = [m.name for m in pkgutil.walk_packages(constrained_sft.__path__, "constrained_sft.")
          if not m.name.endswith(("__main__", "offline_utils"))]
 for name in names:

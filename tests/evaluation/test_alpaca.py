@@ -9,9 +9,9 @@ import transformers
 from constrained_sft.cli import main as cli
 from constrained_sft.evaluation.alpaca import AlpacaArguments, JudgeError, judge_setup, length_controlled
 from constrained_sft.evaluation.alpaca import run as judge
+from constrained_sft.evaluation.alpaca.annotator_configs import JUDGE_CONFIGS, offline_test_completions
 from constrained_sft.evaluation.alpaca.generate import GenerateArguments
 from constrained_sft.evaluation.alpaca.generate import run as generate
-from constrained_sft.evaluation.alpaca.judges import JUDGE_CONFIGS, offline_test_completions
 from constrained_sft.evaluation.instructions import ALPACA_EVAL, GenerationError, load_instructions
 from constrained_sft.testing import SYMBOLS, tiny_causal_lm, tiny_tokenizer
 

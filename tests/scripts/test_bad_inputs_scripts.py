@@ -82,7 +82,7 @@ class Ctx:
         if legacy:
             (Path(folder) / ".written-by").write_text(prog + "\n")
         else:
-            from constrained_sft.utils.written import record_written
+            from constrained_sft.utils.written_record import record_written
 
             record_written(folder, prog)
         return folder

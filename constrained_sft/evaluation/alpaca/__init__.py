@@ -1,7 +1,8 @@
 """
 AlpacaEval, the paper's generation benchmark (Section 6), as its own product: noisy generation (`generate`,
-`constrained-sft eval generate`), the judges (`judges`, with alpaca_eval configs in `judge_configs/`), head-to-head
-judging and win rates (`judging`, `constrained-sft eval alpaca`), the results as types (`results`: alpaca_eval.json)
+`constrained-sft eval generate`), the judges (`judge_registry`: one class per `--judge` kind; `annotator_configs`: the
+alpaca_eval configs of `judge_configs/` and their completion functions; `verdict_journal`: every API verdict kept as it
+arrives), head-to-head judging and win rates (`judge_command`, `constrained-sft eval alpaca`), the results as types (`results`: alpaca_eval.json)
 and their report (`report`: the win-rate table and plot, its part of the folder's report.html); the two commands'
 folders as typed objects (`folders`: `AnswersFolder`, `VerdictsFolder`), through which the study reads them.
 """
@@ -9,8 +10,7 @@ folders as typed objects (`folders`: `AnswersFolder`, `VerdictsFolder`), through
 from .folders import AnswersFolder, VerdictsFolder
 from .generate import GenerateArguments
 from .generate import run as generate
-from .judge_kinds import JUDGES, JudgeKind, judges_help
-from .judging import (
+from .judge_command import (
     AlpacaArguments,
     JudgeError,
     build_judge,
@@ -22,6 +22,7 @@ from .judging import (
     result_lines,
     run,
 )
+from .judge_registry import JUDGES, JudgeKind, judges_help
 from .report import cost_text, judge_label, level_table, plot_win_rates
 from .results import ALPACA_EVAL_SIZE, ALPACA_JSON, HeadToHead, JudgeCost, LevelAnswers, WinRateLevel
 

@@ -9,7 +9,7 @@ error names its server, and nothing it records or prints carries the URL's secre
   `JudgeError` naming the judge and the server, never the key.
 - `one_line`: while judging, the client's own retries (twice, honouring `Retry-After` on a 429, and on 5xx, timeouts
   and connection errors) come first; what still fails becomes a `JudgeError` in one line, where it was a traceback.
-  Verdicts already received are kept (`kept`). Log lines meanwhile carry no URL's secret and no client traceback.
+  Verdicts already received are kept (`verdict_journal`). Log lines meanwhile carry no URL's secret and no client traceback.
 - Each request's answer is checked on arrival (`transport`: a deadline end to end, a size cap, the shape, a rate
   limit that outlasts the retries).
 """

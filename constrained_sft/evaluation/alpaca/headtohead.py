@@ -57,7 +57,7 @@ class AlpacaEvalJudge:
     proxy = False
 
     def __init__(self, config: str, judge_kwargs: dict[str, Any], caching_path: str | None, name: str):
-        from .judges import annotator_class, kept_columns
+        from .annotator_configs import annotator_class, kept_columns
 
         self.name = name
         self.annotator = annotator_class()(
@@ -69,7 +69,7 @@ class AlpacaEvalJudge:
         )
         self.raw: list[dict] = []  # alpaca_eval's annotations of the last call, raw completions included
         self.verdicts: list[dict] = []  # every call's annotations: what `cost` sums
-        self.spend: Spend | None = None  # an API judge's, set where it is built (`judge_kinds`)
+        self.spend: Spend | None = None  # an API judge's, set where it is built (`judge_registry`)
         self.endpoint: JudgeEndpoint | None = None  # an API judge's server, likewise
 
     def prefer(self, pairs: Sequence[Pair]) -> list[float | None]:

@@ -30,11 +30,11 @@ from ...utils.files import read_json, write_json
 from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
 from ...utils.redact import redact_url
 from ..instructions import GenerationError
+from .annotator_configs import load_alpaca_eval
 from .errors import JudgeError
 from .folders import AnswersFolder, VerdictsFolder
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
-from .judge_kinds import AnnotatorJudge, AnnotatorSetup, judge_kind, judges_help
-from .judges import load_alpaca_eval
+from .judge_registry import AnnotatorJudge, AnnotatorSetup, judge_kind, judges_help
 from .report import cost_text, write_alpaca
 from .results import HeadToHead, WinRateLevel
 
@@ -138,7 +138,7 @@ def check_judge_limits(args: AlpacaArguments) -> None:
 
 def judge_setup(args: AlpacaArguments) -> AnnotatorSetup:
     """(annotator config for alpaca_eval, extra annotator kwargs) of a judge that runs through alpaca_eval's
-    annotator; fails early on a missing credential (`judge_kinds`)."""
+    annotator; fails early on a missing credential (`judge_registry`)."""
     kind = judge_kind(args.judge)
     if not issubclass(kind, AnnotatorJudge):
         raise JudgeError(f"judge {args.judge!r} does not run through alpaca_eval's annotator: it has no config.")

@@ -14,11 +14,7 @@ from urllib.parse import urlsplit
 
 from ...utils.redact import redact_url
 from ...utils.registry import Registry
-from .cost import ListPrice, Spend, list_price
-from .endpoint import JudgeEndpoint, self_hosted_key
-from .errors import JudgeError
-from .headtohead import AlpacaEvalJudge, Judge
-from .judges import (
+from .annotator_configs import (
     GPT5,
     JUDGE_CONFIGS,
     load_alpaca_eval,
@@ -28,12 +24,16 @@ from .judges import (
     openai_reasoning_completions,
     required_credentials,
 )
-from .kept import kept_completions
+from .cost import ListPrice, Spend, list_price
+from .endpoint import JudgeEndpoint, self_hosted_key
+from .errors import JudgeError
+from .headtohead import AlpacaEvalJudge, Judge
 from .proxy import PROXY_ENCODER, ReferenceProxyJudge
+from .verdict_journal import kept_completions
 
 
 class JudgeFields(Protocol):
-    """What a judge reads of the judging arguments (`judging.AlpacaArguments`, whose module imports this registry)."""
+    """What a judge reads of the judging arguments (`judge_command.AlpacaArguments`, whose module imports this registry)."""
 
     judge: str
     judge_model: str | None

@@ -2,7 +2,7 @@
 Judges for `constrained-sft eval alpaca`, as alpaca_eval annotator configs plus the completion functions that the
 configs in `judge_configs/` leave to the caller:
 
-Our configs sit in `JUDGE_CONFIGS` (`judge_kinds` names which judge reads which):
+Our configs sit in `JUDGE_CONFIGS` (`judge_registry` names which judge reads which):
 
 - `gpt5`: `openai_reasoning/configs.yaml`, the paper's judge (GPT-5, or another OpenAI reasoning model given as
   `--judge_model`), through [`openai_reasoning_completions`]; needs OPENAI_API_KEY.
