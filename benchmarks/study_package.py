@@ -20,7 +20,7 @@ written beside its name and renamed into place, so a stop at any moment leaves t
 new one, never a partial file.
 
 `unpack` (gpu_check.sh's STUDY_TGZ) extracts such an archive only into an empty (or new) folder or one holding the
-same study (its `written_by.json` settings equal the archive's), and only files the folder lacks or holds with the
+same study (the settings its record names equal the archive's), and only files the folder lacks or holds with the
 same bytes: a file of the folder that differs (another run's record, the user's edited report) is never written over,
 the whole archive is refused before anything is written. Every member must be a plain file or folder with a relative
 name inside the folder (no absolute name, no `..`, no link or device); extraction uses tarfile's `data` filter too.
@@ -48,10 +48,11 @@ FILES = (
     "report.md",
     "report.html",
     "timings.json",
-    "written_by.json",
+    ".written-by.json",
     "instructions.jsonl",
     "study-id.txt",
 )
+LEGACY_FILES = ("written_by.json",)  # an earlier version's marker of the study, packed where the folder holds one
 RUN_FILES = ("constraints.json", "trainer_state.json", "training_args.json", "run.json")  # per run: no weights
 SHOWN = {
     "report.md": "",
@@ -116,7 +117,7 @@ def pack(study: str, out: str) -> None:
     os.close(handle)
     try:
         with tarfile.open(partial, "w:gz") as tar:
-            for name in (*FOLDERS, *FILES):
+            for name in (*FOLDERS, *FILES, *LEGACY_FILES):
                 if os.path.exists(os.path.join(study, name)):
                     tar.add(os.path.join(study, name), arcname=name)
             for root, _, names in os.walk(os.path.join(study, "train")):
@@ -155,8 +156,13 @@ UNPACKS = "gpu_check.sh"  # who unpacks an archive (its refusals name it)
 AGAIN = "give the study.tar.gz an earlier window brought back"
 
 
+# the study folder's record, which names the commands that wrote it; an earlier version's marker beside it
+MARKERS = (".written-by.json", "written_by.json")
+
+
 def study_settings(text: bytes | str) -> object:
-    """The study's settings in a `written_by.json`'s text; None where it names no study."""
+    """The study's settings in the text of its record (or an earlier version's `written_by.json`); None where it
+    names no study."""
     import json
 
     try:
@@ -211,18 +217,23 @@ def unpack(archive: str, study: str, check_only: bool = False) -> None:
     try:
         with tarfile.open(archive, "r:gz") as tar:
             members = checked_members(tar, archive)
-            marker = next((m for m in members if m.name == "written_by.json" and m.isfile()), None)
-            settings = study_settings(tar.extractfile(marker).read()) if marker else None  # type: ignore[union-attr]
+            marked_in = [next((m for m in members if m.name == n and m.isfile()), None) for n in MARKERS]
+            settings = next(
+                (s for m in marked_in if m and (s := study_settings(tar.extractfile(m).read())) is not None),  # type: ignore[union-attr]
+                None,
+            )
             if settings is None:
                 refuse(
-                    f"STUDY_TGZ {archive}: not a study archive (its written_by.json names no study); {AGAIN}", UNPACKS
+                    f"STUDY_TGZ {archive}: not a study archive (its .written-by.json names no study); {AGAIN}", UNPACKS
                 )
             if os.path.isdir(study) and os.listdir(study):
-                marked = Path(study, "written_by.json")
-                plain = marked.is_file() and not marked.is_symlink()
-                if not plain or study_settings(marked.read_bytes()) != settings:
+                there = [
+                    Path(study, n) for n in MARKERS if Path(study, n).is_file() and not Path(study, n).is_symlink()
+                ]
+                held = next((t for m in there if (t := study_settings(m.read_bytes())) is not None), None)
+                if held != settings:
                     refuse(
-                        f"STUDY_DIR {study} holds another study, or files that are not a study's (its written_by.json "
+                        f"STUDY_DIR {study} holds another study, or files that are not a study's (its .written-by.json "
                         "names no study with the archive's settings); give a new or empty folder, or the folder of "
                         "the same study",
                         UNPACKS,

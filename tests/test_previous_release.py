@@ -44,7 +44,7 @@ def test_the_previous_releases_study_takes_more_seeds(previous, capsys):
         assert (previous / "study" / "runs" / name).read_text() == text
     study = json.loads((previous / "study" / "study.json").read_text())
     assert study["robustness"]["arms"]["erm"] == ["erm/seed0", "erm/seed1"]
-    marker = json.loads((previous / "study" / "written_by.json").read_text())["commands"]["study"]["settings"]
+    marker = json.loads((previous / "study" / ".written-by.json").read_text())["commands"]["study"]["settings"]
     assert marker["arms"]["erm"]["data"]["files"]["dataset_name"].startswith("sha256:")
 
 

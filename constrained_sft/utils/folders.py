@@ -3,8 +3,10 @@ Output folders: where a command may write (`check_output_folder`), names that bu
 (`plain_name`, `child_path`), and the one guard of a results folder, its marker (`check_folder`, `mark_folder`).
 
 Output folders that know who wrote them. Every command that writes results (`eval robustness / generate / alpaca /
-exits / harness`, `study`, `sweep`) marks its folder with `written_by.json`: the command and the settings that
-determine its results. Before any work, a command refuses in one line
+exits / harness`, `study`, `sweep`) marks its folder in its record of what it wrote (`.written-by.json`,
+`utils.written_record`): the command and the settings that determine its results (earlier versions wrote them to a
+`written_by.json` beside it, still read where the record names no command). Before any work, a command refuses in
+one line
 
 - a folder another command wrote (two commands given one `--output_dir` would replace each other's results.json),
   unless the two share folders by design (`eval alpaca` adds its section to a robustness report);
@@ -33,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from ..version import VERSION
 from .files import json_safe
 from .types import JSONObject, JSONRead
-from .written_record import check_record, write_whole
+from .written_record import RECORD, check_record, read_commands, write_commands
 
 MAX_NAME = 100  # bytes (UTF-8) of a plain name: files named after it ("<name>-seed12.json") stay under 255
 
@@ -106,7 +108,8 @@ def check_output_folder(path: str | None, flag: str, error: type[ValueError] = V
         ) from None
 
 
-MARKER = "written_by.json"
+MARKER = RECORD  # the record of what was written, which names the commands that wrote (`written_record`)
+LEGACY_MARKER = "written_by.json"  # earlier versions' marker of the commands, beside the record
 # commands that write into one folder by design: `eval alpaca` adds its section to a robustness report folder
 SHARED = {"eval alpaca": {"eval robustness"}, "eval robustness": {"eval alpaca"}}
 
@@ -119,20 +122,23 @@ def normalized(settings: Mapping[str, object]) -> JSONObject:
 
 
 def read_marker(path: str, flag: str) -> dict[str, JSONRead] | None:
-    """The folder's marker ({command: {"settings", "version"}}), None where it has none."""
-    marker = os.path.join(path, MARKER)
-    if not os.path.isfile(marker):
-        return None
-    try:
-        with open(marker, encoding="utf-8") as f:
-            commands = json.load(f)["commands"]
-    except (OSError, ValueError, KeyError, TypeError):
-        commands = None
+    """The commands that marked the folder ({command: {"settings", "version"}}: its record's, else an earlier
+    version's `written_by.json`), None where it has none."""
+    commands = read_commands(path)
+    name = MARKER
+    if commands is None:
+        name, legacy = LEGACY_MARKER, os.path.join(path, LEGACY_MARKER)
+        if not os.path.isfile(legacy):
+            return None
+        try:
+            with open(legacy, encoding="utf-8") as f:
+                commands = json.load(f)["commands"]
+        except (OSError, ValueError, KeyError, TypeError):
+            commands = None
     entries = commands.values() if isinstance(commands, dict) else [None]
     if not all(isinstance(e, dict) and isinstance(e.get("settings", {}), dict) for e in entries):
         raise OutputDirError(
-            f"`{flag}` {path}: its {MARKER} is damaged, so what wrote the folder cannot be checked; give another "
-            "folder."
+            f"`{flag}` {path}: its {name} is damaged, so what wrote the folder cannot be checked; give another folder."
         )
     return commands if isinstance(commands, dict) else None
 
@@ -211,18 +217,20 @@ def check_folder(
     if not path or not os.path.isdir(path):
         return []
     check_record(path, flag)  # a record that is not ours, or a file ours that the user changed since it was written
-    found = sorted(f for f in os.listdir(path) if not f.startswith(f".{MARKER}."))
+    found = sorted(f for f in os.listdir(path) if not f.startswith(f".{MARKER.lstrip('.')}."))
+    if found == [MARKER] and read_commands(path) is None:
+        found = []  # a record of files alone, none of them there
     if not found:
         return []  # missing, empty, or another worker of one sweep marking it this instant
     commands = read_marker(path, flag)
     if commands is None:
-        found = [f for f in found if not os.path.isfile(os.path.join(path, f, MARKER))]  # marked subfolders are known
+        found = [f for f in found if not is_marked(os.path.join(path, f))]  # marked subfolders are known
         if not found:
             return []
         raise OutputDirError(
             f"`{flag}` {path} holds files that no constrained-sft command marked as its own ({', '.join(found[:3])}"
-            f"{', ...' if len(found) > 3 else ''}; no {MARKER}), so they could be another run's: give an empty or "
-            "new folder."
+            f"{', ...' if len(found) > 3 else ''}; no command named in a {MARKER}), so they could be another run's: "
+            "give an empty or new folder."
         )
     others = [c for c in commands if c != command and c not in SHARED.get(command, set())]
     if others:
@@ -268,9 +276,18 @@ def mark_folder(path: str, command: str, settings: JSONObject) -> None:
     `check_folder` has passed, as the command starts writing. Workers of one sweep may mark one folder at once: the
     marker is written only when it changes, through a temporary file of this process's own."""
     os.makedirs(path, exist_ok=True)
-    commands = read_marker(path, "--output_dir") or {}
+    marked = read_marker(path, "--output_dir")
+    commands = dict(marked or {})
     entry: JSONObject = {"settings": normalized(settings), "version": VERSION}
-    if commands.get(command) == entry:
+    if commands.get(command) == entry and read_commands(path) is not None:
         return
     commands[command] = entry
-    write_whole(os.path.join(path, MARKER), {"commands": commands})
+    write_commands(path, commands)
+
+
+def is_marked(path: str) -> bool:
+    """Whether the folder at `path` is a command's: its record names a command, or an earlier version's marker is
+    there."""
+    return os.path.isdir(path) and (
+        read_commands(path) is not None or os.path.isfile(os.path.join(path, LEGACY_MARKER))
+    )

@@ -219,7 +219,7 @@ CASES = [
     Case("harness-base-model", "harness", lambda c: c.harness(models=["--models", c.base]), "`--models` .*base: a saved LlamaModel", r"\*ForCausalLM"),
     Case("harness-folder-of-another-command", "harness", lambda c: (c.folder_of("eval robustness"), c.harness())[1], "`--output_dir` .* holds the results of `constrained-sft eval robustness`", "give another folder"),
     Case("harness-folder-other-settings", "harness", lambda c: (c.folder_of("eval harness", {"limit": 5}), c.harness("--limit", "6"))[1], r"`--output_dir` .* holds `eval harness` results made with other settings \(.*limit 5 -> 6", "same settings to continue"),
-    Case("harness-unmarked-folder", "harness", lambda c: (c.unmarked(), c.harness())[1], f"`--output_dir` .* holds files that no constrained-sft command marked.*no {MARKER}", "empty or new folder"),
+    Case("harness-unmarked-folder", "harness", lambda c: (c.unmarked(), c.harness())[1], f"`--output_dir` .* holds files that no constrained-sft command marked.*no command named in a {re.escape(MARKER)}", "empty or new folder"),
     Case("harness-cell-of-another-model", "harness", harness_with_cell, r"cell .*cells/lm/rt_sentiment/gamma=0.0,seed=0.json was made from model", "another model name"),
     # --- eval exits --------------------------------------------------------------------------------------------------
     Case("exits-no-models", "exits", lambda c: ["eval", "exits", "--output_dir", str(c.out)], "`--models` and `--output_dir`", "required"),

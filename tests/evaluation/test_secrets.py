@@ -51,7 +51,7 @@ def test_eval_alpaca_with_a_credentialed_url_leaks_nothing(tmp_path, monkeypatch
                 "--judge_base_url", url, "--judge_model", "gpt-5", "--output_dir", str(out)]  # fmt: skip
         assert console(argv) == 0
         assert all(r["path"].endswith(f"?api_key={QUERY_KEY}") for r in chats(running)) and len(chats(running)) == 12
-        marker = json.loads((out / "written_by.json").read_text())["commands"]["eval alpaca"]["settings"]
+        marker = json.loads((out / ".written-by.json").read_text())["commands"]["eval alpaca"]["settings"]
         assert marker["judge_base_url"] == redact_url(url) and "***" in marker["judge_base_url"]
         assert console(argv) == 0 and len(chats(running)) == 12  # continued: the same URL, nothing asked again
         rotated = [a.replace(PASSWORD, "sk-ROTATED") for a in argv]  # a new key for the same server: continued

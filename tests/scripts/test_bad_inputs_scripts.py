@@ -120,7 +120,7 @@ class Ctx:
 
         path = self.tmp / "study.tar.gz"
         with tarfile.open(path, "w:gz") as tar:
-            members = [("written_by.json", json.dumps(study_marker(study)))] if marker else []
+            members = [(".written-by.json", json.dumps(study_marker(study)))] if marker else []
             for name, what in [*members, ("runs/erm-seed0.json", "{}"), *extra]:
                 info = tarfile.TarInfo(name)
                 if what.startswith("link:"):
@@ -134,7 +134,7 @@ class Ctx:
     def study_dir(self, study: str = "descent", *files: tuple[str, str]) -> str:
         """A STUDY_DIR holding the study `study` (its marker) and `files` ((name, text))."""
         folder = Path(self.folder("kept-study"))
-        (folder / "written_by.json").write_text(json.dumps(study_marker(study)))
+        (folder / ".written-by.json").write_text(json.dumps(study_marker(study)))
         for name, text in files:
             (folder / name).parent.mkdir(parents=True, exist_ok=True)
             (folder / name).write_text(text)
@@ -142,8 +142,11 @@ class Ctx:
 
 
 def study_marker(constraints: str) -> dict:
+    """A study folder's record (`.written-by.json`) naming the study and its settings."""
     return {
-        "commands": {"study": {"settings": {"arms": {"constrained": {"constraints": constraints}}}, "version": "0"}}
+        "by": "constrained-sft",
+        "files": {},
+        "commands": {"study": {"settings": {"arms": {"constrained": {"constraints": constraints}}}, "version": "0"}},
     }
 
 
