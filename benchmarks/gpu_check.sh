@@ -18,7 +18,8 @@
 #    given) with what is left of TOTAL as its BUDGET.
 # What comes back (at most 8 files): check.txt (what a reader compares across windows: the device, the versions, the
 # commit, each part's result and seconds, the throughput rows, the study's plan and what it finished),
-# throughput.json, tests.log, and the study's study.tar.gz, report.md, results.json, study.log and device.txt.
+# throughput.json, tests.log, and the study's study.tar.gz, report.md, results.json, study.log and .written-by.json
+# (its record: the device and what it wrote).
 # A failed part is named at the end and the script exits non-zero; the study still runs after a failed test.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)  # the checkout: the script runs there once its arguments are read from here
@@ -113,7 +114,7 @@ if [[ ,$PARTS, == *,study,* ]]; then
     ((code == 0)) || failed+=(study)
     report "   exit $code after $((SECONDS - start)) s"
     grep -hE "^(plan|estimate|budget|finished|not started|data:)" "$WORK/study-out/study.log" | tee -a "$OUT/check.txt"
-    for f in study.tar.gz report.md results.json study.log device.txt; do
+    for f in study.tar.gz report.md results.json study.log .written-by.json; do
       [[ -f $WORK/study-out/$f ]] && cp "$WORK/study-out/$f" "$OUT/"
     done
   else

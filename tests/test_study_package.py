@@ -33,8 +33,8 @@ def a_study(root):
 
 
 def marked(out):
-    out.mkdir(parents=True, exist_ok=True)
-    (out / package.DEVICE).write_text(f"{package.MARK}\ncpu\n")
+    """An OUT_DIR as gpu_study.sh starts it: its record names the device (`device`), no file written yet."""
+    package.device(str(out), ["cpu", "", "python 3.11"])
     return out
 
 
@@ -45,8 +45,9 @@ def test_pack_brings_back_results_without_weights_and_records_them(tmp_path, cap
         names = set(tar.getnames())
     assert {"runs/erm-seed0.json", "study.json", "report.md", "train/erm/seed0/constraints.json"} <= names
     assert not [n for n in names if n.endswith(".safetensors")]
-    assert sorted(p.name for p in out.iterdir()) == ["accuracy_vs_gamma.png", "device.txt", "report.md",
-                                                     "results.json", "study.tar.gz"]  # fmt: skip
+    shown = ["accuracy_vs_gamma.png", "report.md", "results.json", "study.tar.gz"]
+    assert sorted(p.name for p in out.iterdir()) == [".written-by.json", *shown]  # 8 files at most come back
+    assert json.loads((out / ".written-by.json").read_text())["device"] == ["cpu", "python 3.11"]
     marked_, record = package.recorded(str(out))
     assert marked_ and set(record) == {"accuracy_vs_gamma.png", "report.md", "results.json", "study.tar.gz"}
     assert "results in" in capsys.readouterr().out
@@ -65,7 +66,7 @@ def test_check_refuses_a_folder_with_files_it_did_not_write(tmp_path, capsys, ch
     elif change == "foreign":
         (out / "notes.md").write_text("mine")
     else:
-        (out / "device.txt").write_text("my device notes\n")
+        (out / ".written-by.json").write_text("my device notes\n")
     with pytest.raises(SystemExit) as stop:
         package.check(str(out))
     assert stop.value.code == 2
@@ -83,7 +84,25 @@ def test_a_failed_pack_leaves_no_partial_archive(tmp_path, monkeypatch):
     monkeypatch.setattr(tarfile.TarFile, "add", broken)
     with pytest.raises(OSError):
         package.pack(str(study), str(out))
-    assert (out / "study.tar.gz").read_bytes() == before and not [n for n in os.listdir(out) if n.startswith(".")]
+    assert (out / "study.tar.gz").read_bytes() == before
+    assert not [n for n in os.listdir(out) if n.startswith(".study.tar.gz")]
+
+
+def test_an_earlier_versions_out_dir_is_read_through_its_device_txt(tmp_path):
+    """An OUT_DIR an earlier version wrote (device.txt: the mark, then "written: <sha256> <name>" lines) is the
+    script's: accepted unchanged, packed into (the record then written beside it), refused once a file changed."""
+    study, out = a_study(tmp_path / "study"), tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("# an earlier report")
+    digest = package.sha256(str(out / "report.md"))
+    (out / package.DEVICE).write_text(f"{package.MARK}\ncpu\n{package.WRITTEN}{digest} report.md\n")
+    package.check(str(out))
+    package.device(str(out), ["cpu"])
+    package.pack(str(study), str(out))
+    package.check(str(out))  # its record now, device.txt kept as the user's copy of the earlier one
+    (out / "report.md").write_text("my notes")
+    with pytest.raises(SystemExit):
+        package.check(str(out))
 
 
 def test_the_questions_before_any_work(capsys):

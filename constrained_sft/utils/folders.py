@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Mapping
 from ..version import VERSION
 from .files import json_safe
 from .types import JSONObject, JSONRead
-from .written_record import RECORD, check_record, read_commands, write_commands
+from .written_record import RECORD, check_record, read_section, write_section
 
 MAX_NAME = 100  # bytes (UTF-8) of a plain name: files named after it ("<name>-seed12.json") stay under 255
 
@@ -124,7 +124,7 @@ def normalized(settings: Mapping[str, object]) -> JSONObject:
 def read_marker(path: str, flag: str) -> dict[str, JSONRead] | None:
     """The commands that marked the folder ({command: {"settings", "version"}}: its record's, else an earlier
     version's `written_by.json`), None where it has none."""
-    commands = read_commands(path)
+    commands = read_section(path, "commands")
     name = MARKER
     if commands is None:
         name, legacy = LEGACY_MARKER, os.path.join(path, LEGACY_MARKER)
@@ -218,7 +218,7 @@ def check_folder(
         return []
     check_record(path, flag)  # a record that is not ours, or a file ours that the user changed since it was written
     found = sorted(f for f in os.listdir(path) if not f.startswith(f".{MARKER.lstrip('.')}."))
-    if found == [MARKER] and read_commands(path) is None:
+    if found == [MARKER] and read_section(path, "commands") is None:
         found = []  # a record of files alone, none of them there
     if not found:
         return []  # missing, empty, or another worker of one sweep marking it this instant
@@ -279,15 +279,15 @@ def mark_folder(path: str, command: str, settings: JSONObject) -> None:
     marked = read_marker(path, "--output_dir")
     commands = dict(marked or {})
     entry: JSONObject = {"settings": normalized(settings), "version": VERSION}
-    if commands.get(command) == entry and read_commands(path) is not None:
+    if commands.get(command) == entry and read_section(path, "commands") is not None:
         return
     commands[command] = entry
-    write_commands(path, commands)
+    write_section(path, "commands", commands)
 
 
 def is_marked(path: str) -> bool:
     """Whether the folder at `path` is a command's: its record names a command, or an earlier version's marker is
     there."""
     return os.path.isdir(path) and (
-        read_commands(path) is not None or os.path.isfile(os.path.join(path, LEGACY_MARKER))
+        read_section(path, "commands") is not None or os.path.isfile(os.path.join(path, LEGACY_MARKER))
     )

@@ -8,10 +8,11 @@ overwritten, followed or removed (the caller writes beside it, or refuses naming
 
     .written-by.json   {"by": "gpu_bundle.py", "files": {"part-1/manifest.json": "<sha256>", ...}}
 
-A command's result folder's record also names the commands that wrote there and the settings that decide their
-results (`commands`: {command: {"settings", "version"}}, `utils.folders.check_folder` reads them): one record of what
-a command wrote, in one file, by one writer (earlier versions kept the commands in a `written_by.json` beside it,
-which is still read: `utils.folders.read_marker`).
+A record may hold sections beside the files (`read_section`, `write_section`): a command's result folder names the
+commands that wrote there and the settings that decide their results (`commands`: {command: {"settings", "version"}},
+`utils.folders.check_folder` reads them), and `benchmarks/gpu_study.sh` the device it ran on (`device`). One record of
+what was written, in one file, by one writer (earlier versions kept the commands in a `written_by.json` beside it,
+still read by `utils.folders.read_marker`, and the GPU script's record in its `device.txt`).
 
 Earlier versions marked a script's folder with `.written-by` (the script's name, no file list); such a folder is
 read through the script's own layout (`legacy`, a test of relative paths the script wrote).
@@ -34,7 +35,7 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 
 from .content import sha256
 
@@ -91,41 +92,46 @@ def write_whole(path: str, value: object) -> None:
             os.remove(tmp)
 
 
+FIELDS = ("by", "files", "pending")  # a record's own keys; any other is a section
+
+
+def _sections(folder: str, by: str) -> dict[str, object]:
+    """The record's sections, where it is `by`'s (a record replaced by another writer starts without them)."""
+    if read_record(folder)[0] != by:
+        return {}
+    try:
+        with open(os.path.join(folder, RECORD), encoding="utf-8") as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in value.items() if k not in FIELDS} if isinstance(value, dict) else {}
+
+
 def _write(
-    folder: str, by: str, files: dict[str, str], pending: dict[str, str] | None = None, commands: object = None
+    folder: str, by: str, files: dict[str, str], pending: dict[str, str] | None = None, **sections: object
 ) -> None:
-    """The record (`write_whole`), its `commands` kept as they are unless given."""
+    """The record (`write_whole`), its sections kept unless given."""
     value: dict[str, object] = {"by": by, "files": dict(sorted(files.items()))}
     if pending:
         value["pending"] = dict(sorted(pending.items()))
-    commands = commands if commands is not None else read_commands(folder)
-    if commands is not None:
-        value["commands"] = commands
+    value.update({**_sections(folder, by), **sections})
     write_whole(os.path.join(folder, RECORD), value)
 
 
-def read_commands(folder: str) -> object:
-    """The record's `commands` as JSON holds them (the caller checks their shape), None where the folder has no
-    record of ours or it names no command."""
-    path = os.path.join(folder, RECORD)
-    if read_record(folder)[0] is None:
-        return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return value.get("commands") if isinstance(value, dict) else None
+def read_section(folder: str, name: str, by: str = WRITER) -> object:
+    """The record's section `name` as JSON holds it (the caller checks its shape), None where the folder has no
+    record of `by`'s or the record has no such section."""
+    return _sections(folder, by).get(name)
 
 
-def write_commands(folder: str, commands: Mapping[str, object]) -> None:
-    """Set the record's `commands` (`utils.folders.mark_folder`), its files kept; a folder without a record gets
-    one of the library's."""
+def write_section(folder: str, name: str, value: object, by: str = WRITER) -> None:
+    """Set the record's section `name` (`utils.folders.mark_folder`: the commands), its files kept; a folder without
+    a record gets one of `by`'s."""
     with _LOCK:
-        if problem := record_problem(folder, WRITER):  # `check_record` refused it before any work
+        if problem := record_problem(folder, by):  # `check_record` refused it before any work
             raise RecordError(f"{folder}: {problem}; not marked.")
         writer, files, pending = _read(folder)
-        _write(folder, writer or WRITER, files, pending, dict(commands))
+        _write(folder, writer or by, files, pending, **{name: value})
 
 
 def record_problem(folder: str, by: str = WRITER) -> str | None:

@@ -94,12 +94,15 @@ class Ctx:
         return str(self.tmp / "bundle")
 
     def gs_out(self, *files: str, record: bool = True) -> str:
-        """An OUT_DIR gpu_study.sh wrote: device.txt's mark and (`record`) the record of `files` as they are now."""
+        """An OUT_DIR gpu_study.sh wrote: its record of `files` as they are now, or (not `record`) an earlier
+        version's, marked by device.txt's first line alone."""
+        from constrained_sft.utils.written_record import record_written
+
         folder = Path(self.folder("results", *files))
-        lines = ["written by benchmarks/gpu_study.sh", "cpu"]
         if record:
-            lines += [f"written: {hashlib.sha256((folder / f).read_bytes()).hexdigest()} {f}" for f in files]
-        (folder / "device.txt").write_text("\n".join(lines) + "\n")
+            record_written(str(folder), "gpu_study.sh", list(files))
+        else:
+            (folder / "device.txt").write_text("written by benchmarks/gpu_study.sh\ncpu\n")
         return str(folder)
 
     def study(self, *argv, **env):
