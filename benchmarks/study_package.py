@@ -36,10 +36,10 @@ import os
 import shutil
 import sys
 import tarfile
-import tempfile
 from pathlib import Path
 from typing import NoReturn
 
+from constrained_sft.utils.atomic import replacing
 from constrained_sft.utils.content import sha256  # the package is installed: this import says so
 from constrained_sft.utils.written_record import RECORD, read_record, record_written, write_section
 
@@ -126,20 +126,13 @@ def check(out: str) -> None:
 
 def pack(study: str, out: str) -> None:
     """The study's results into OUT_DIR (see the module docstring); a line saying what came back."""
-    handle, partial = tempfile.mkstemp(prefix=".study.tar.gz.", dir=out)
-    os.close(handle)
-    try:
-        with tarfile.open(partial, "w:gz") as tar:
-            for name in (*FOLDERS, *FILES, *LEGACY_FILES):
-                if os.path.exists(os.path.join(study, name)):
-                    tar.add(os.path.join(study, name), arcname=name)
-            for root, _, names in os.walk(os.path.join(study, "train")):
-                for name in sorted(n for n in names if n in RUN_FILES):
-                    tar.add(os.path.join(root, name), arcname=os.path.relpath(os.path.join(root, name), study))
-        os.replace(partial, os.path.join(out, "study.tar.gz"))
-    finally:
-        if os.path.exists(partial):
-            os.remove(partial)
+    with replacing(os.path.join(out, "study.tar.gz")) as partial, tarfile.open(partial, "w:gz") as tar:
+        for name in (*FOLDERS, *FILES, *LEGACY_FILES):
+            if os.path.exists(os.path.join(study, name)):
+                tar.add(os.path.join(study, name), arcname=name)
+        for root, _, names in os.walk(os.path.join(study, "train")):
+            for name in sorted(n for n in names if n in RUN_FILES):
+                tar.add(os.path.join(root, name), arcname=os.path.relpath(os.path.join(root, name), study))
     for name, folder in SHOWN.items():
         source = os.path.join(study, folder, name)
         if os.path.isfile(source):

@@ -20,8 +20,8 @@ import contextlib
 import hashlib
 import json
 import os
-import tempfile
 
+from .atomic import replacing
 from .cache import cache_root
 
 PREFIX = "sha256:"  # a content id; an earlier version's fingerprint is 16 hex digits without it
@@ -58,10 +58,8 @@ def file_digest(path: str) -> str:
     if stat_facts(real) == facts:  # not written to while it was read
         with contextlib.suppress(OSError):
             os.makedirs(os.path.dirname(entry), exist_ok=True)
-            handle, tmp = tempfile.mkstemp(prefix=".entry-", dir=os.path.dirname(entry))
-            with os.fdopen(handle, "w", encoding="utf-8") as f:
+            with replacing(entry) as tmp, open(tmp, "w", encoding="utf-8") as f:  # concurrent runs: each its own
                 json.dump({"path": real, "stat": facts, "sha256": value}, f)
-            os.replace(tmp, entry)  # concurrent runs each write whole entries of their own
     return value
 
 

@@ -10,7 +10,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from . import written_record as written  # a command's result folder records what is written there (`recording`)
+from . import written_record as written
+from .atomic import replacing  # a command's result folder records what is written there (`recording`)
 
 T = TypeVar("T")
 
@@ -34,17 +35,8 @@ def atomic_path(path: str) -> Iterator[str]:
     temporary behind; the next write of `path` reuses and consumes it. Below a command's result folder the file is
     recorded, and one of the user's there is kept (`written_record.recording`).
     """
-    tmp = f"{path}.tmp"
-    try:
+    with replacing(path, f"{path}.tmp", written.destination, written.written) as tmp:
         yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        target = written.destination(path, tmp)
-        os.replace(tmp, target)
-        written.written(target)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def write_text(path: str, text: str) -> None:

@@ -33,10 +33,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 
+from .atomic import replacing
 from .content import sha256
 
 RECORD = ".written-by.json"
@@ -79,17 +79,8 @@ def write_whole(path: str, value: object) -> None:
     processes may write one file at once: a sweep's workers marking their folder), fsynced and renamed into place, so
     a reader sees the old file or the new one. Not recorded (`files.atomic_path` records what a command writes): the
     record itself and a folder's marker are written so."""
-    folder, name = os.path.split(path)
-    handle, tmp = tempfile.mkstemp(prefix=f".{name.lstrip('.')}.", dir=folder or ".")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as f:
-            json.dump(value, f, indent=2, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, sort_keys=True)
 
 
 FIELDS = ("by", "files", "pending")  # a record's own keys; any other is a section
