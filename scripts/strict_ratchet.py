@@ -10,14 +10,15 @@ for `CEILING` to be lowered to the new count in the same commit, so that the gro
 from __future__ import annotations
 
 import collections
+import os
 import re
 import sys
 
 from mypy import api
 
 # `mypy --strict` errors of the package at the commit that last lowered it (573 when issue 81 was filed; 494 once the
-# five floors were strict)
-CEILING = 494
+# five floors were strict; 492 with each evaluation's folder typed)
+CEILING = 492
 ERROR = re.compile(r"^(?P<file>[^:]+):\d+: error: ")
 
 
@@ -34,7 +35,7 @@ def main() -> int:
         return 1
     if count < CEILING:
         print(
-            f"mypy --strict: {count} errors, fewer than the ratchet's {CEILING}: set CEILING = {count} in {__file__}."
+            f"mypy --strict: {count} errors, fewer than the ratchet's {CEILING}: set CEILING = {count} in {os.path.relpath(__file__)}."
         )
         return 1
     print(f"mypy --strict: {count} errors, at the ratchet (most in: {worst}).")
