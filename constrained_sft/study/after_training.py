@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from ..data import ModelSpec
 from ..evaluation import ExitsModel, ModelResult
-from ..evaluation.alpaca import AnswersFolder, GenerateArguments, generate
+from ..evaluation.alpaca import AnswersFolder, GenerateArguments, generate_answers
 from ..evaluation.exits import ExitsArguments, measure_exits
 from ..evaluation.instructions import load_instructions
 from ..evaluation.loading import auto_bf16, reference_sigma
@@ -121,7 +121,7 @@ class Evaluation:
         stale = AnswersFolder(output_dir).model(name)
         if os.path.isdir(stale):
             shutil.rmtree(stale)
-        levels = generate(
+        levels = generate_answers(
             GenerateArguments(
                 model=folder,
                 name=name,

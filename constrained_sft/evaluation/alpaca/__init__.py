@@ -9,7 +9,7 @@ folders as typed objects (`folders`: `AnswersFolder`, `VerdictsFolder`), through
 
 from .folders import AnswersFolder, VerdictsFolder
 from .generate import GenerateArguments
-from .generate import run as generate
+from .generate import run as generate_answers  # `eval generate` (not `generate`: the module keeps its name)
 from .judge_command import (
     AlpacaArguments,
     JudgeError,
@@ -43,7 +43,7 @@ __all__ = [
     "build_judge",
     "check_judge",
     "cost_text",
-    "generate",
+    "generate_answers",
     "judge_label",
     "judge_levels",
     "judge_setup",
