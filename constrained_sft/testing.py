@@ -8,6 +8,7 @@ CPU rehearsal (`study_assets`, `python -m constrained_sft.testing study-assets R
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from typing import Any
 
 import transformers
@@ -95,7 +96,7 @@ def tiny_vlm(arch: str = "llava", num_layers: int = 4, hidden: int = 32, vocab: 
     """
     transformers.set_seed(seed)
     text = _decoder(num_layers, hidden, vocab)
-    vision: dict[str, Any] = dict(
+    vision: Mapping[str, Any] = dict(  # the vision configs' keywords
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=8
     )
     if arch == "llava":

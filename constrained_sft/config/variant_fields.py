@@ -24,6 +24,7 @@ from ..constraints.modes import EarlyExitLoss, Penalty
 from ..constraints.objectives import EarlyExitScale
 from ..utils.fields import check_fields, describe_type, matches_type
 from ..utils.registry import Registry
+from ..utils.types import JSONRead
 
 # the config field that picks each registry's variant
 PICKERS: dict[str, Registry[Any]] = {"constraints": MODES, "dual_optimizer": DUAL_OPTIMIZERS}
@@ -67,7 +68,7 @@ class VariantArguments:
     alm_growth: float = field(default=1.0, metadata=AugmentedLagrangianDual.settings["growth"].metadata)
     alm_tolerance: float = field(default=0.0, metadata=AugmentedLagrangianDual.settings["tolerance"].metadata)
     # > variants registered from one's own module
-    plugin_settings: dict[str, Any] | str | None = field(
+    plugin_settings: JSONRead | str | None = field(
         default=None,
         metadata={
             "help": "The settings of training modes and dual optimizers registered from one's own module (this "
@@ -94,7 +95,7 @@ class VariantArguments:
 STATIC_FIELDS = frozenset(f.name for f in dataclasses.fields(VariantArguments)) - {"plugin_settings"}
 
 
-def _plugin_settings(value: object) -> dict[str, Any] | None:
+def _plugin_settings(value: object) -> JSONRead | None:
     """`plugin_settings` as a dict whose every key is a setting of a registered variant without a field of its own,
     each value of its setting's type; anything else is refused naming the key and what is allowed. Empty is None, the
     default, so a run or study recorded before the field existed has the same settings."""

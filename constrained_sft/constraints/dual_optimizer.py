@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 
 from ..utils.registry import Registry
+from ..utils.types import StateDict
 from .multipliers import Multipliers
 from .objectives import LayerObjective
 from .variants import Setting, SettingValues
@@ -135,7 +136,7 @@ class DualOptimizer(ABC):
             return self.relaxation.tolist()
         return [self.resilience * lam for lam in self.multipliers.weight.tolist()]
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         """Copies of everything a resumed run needs: multipliers, relaxation, the torch optimizer's state, settings."""
         return {
             "kind": self.name,
@@ -147,14 +148,14 @@ class DualOptimizer(ABC):
             "extra": {k: v.clone() for k, v in self.extra_state().items()},
         }
 
-    def optimizer_state(self) -> dict[str, Any]:
+    def optimizer_state(self) -> StateDict:
         """The torch optimizer's state, its param groups reduced to the settings JSON can hold (nuPI's gains are
         tensors: they come from the run's config on resume, like the learning rate)."""
         state = copy.deepcopy(self.optimizer.state_dict())
         state["param_groups"] = [{k: v for k, v in g.items() if _jsonable(v)} for g in state["param_groups"]]
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: StateDict) -> None:
         """Restore `state_dict()`'s output; another dual optimizer, constraint count or relaxation form is refused
         naming the setting. The run's current learning rate wins (a user may lower the dual lr on resume)."""
         if state.get("kind") != self.name:

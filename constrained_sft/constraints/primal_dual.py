@@ -13,11 +13,10 @@ import dataclasses
 import logging
 import math
 from collections import deque
-from typing import Any
 
 import torch
 
-from ..utils.types import JSONObject
+from ..utils.types import JSONObject, StateDict
 from .dual_optimizer import DualOptimizer, SGDDual
 from .feasibility import FeasibilityReport, WindowStep, feasibility_report
 from .lagrangian import DescentConstraints
@@ -160,7 +159,7 @@ class PrimalDual:
             nonfinite_steps_skipped=self.nonfinite_steps,
         )
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> StateDict:
         """Everything a resumed run needs (the layout, the dual optimizer's state, the feasibility window, the skip
         counters), as copies; `load_state_dict` restores it."""
         return {
@@ -180,7 +179,7 @@ class PrimalDual:
                 "`descent_epsilon` must match the run being resumed."
             )
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: StateDict) -> None:
         """Restore `state_dict()`'s output; another constraint layout or dual optimizer is refused naming it."""
         self.check_saved_spec(state["spec"])
         self.dual.load_state_dict(state["dual_optimizer"])

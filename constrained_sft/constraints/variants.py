@@ -47,7 +47,7 @@ class Setting:
     choices: tuple[str, ...] | None = None
 
     @property
-    def metadata(self) -> dict[str, Any]:
+    def metadata(self) -> dict[str, object]:
         """The `dataclasses.field` metadata of the config field that carries it: its help (and choices)."""
         return {"help": self.help, **({"choices": list(self.choices)} if self.choices else {})}
 

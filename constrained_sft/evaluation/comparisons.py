@@ -4,8 +4,8 @@ value and spread over training seeds, and A - B with its paired-bootstrap interv
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from ..utils.types import JSONObject, JSONRead
 from .bootstrap import Interval
 
 
@@ -23,7 +23,7 @@ class Difference:
     def of(cls, interval: Interval) -> Difference:
         return cls(interval.estimate, interval.low, interval.high, interval.confidence, interval.verdict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "estimate": self.estimate,
             "low": self.low,
@@ -56,7 +56,7 @@ class Comparison:
     def name(self) -> str:
         return f"{self.a} - {self.b}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             stat: {
                 self.a: r.value_a,
@@ -68,7 +68,7 @@ class Comparison:
         }
 
     @classmethod
-    def from_dict(cls, name: str, rows: dict[str, Any]) -> Comparison:
+    def from_dict(cls, name: str, rows: JSONRead) -> Comparison:
         a, b = name.split(" - ")
         return cls(
             a,

@@ -11,13 +11,12 @@ between the encoder and W: a pretrained encoder's pooler / head is not used.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 from transformers import AutoModel, AutoModelForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import SequenceClassifierOutput
 
+from ..utils.types import Kwargs
 from .configs import PooledLinearConfig, Pooling, label_count
 
 
@@ -46,7 +45,7 @@ class PooledLinearForSequenceClassification(PreTrainedModel):
         """A pretrained encoder (a folder or Hub id; any pretrained head is dropped) with a new readout W, in the
         encoder's dtype."""
         encoder = _without_pooler(AutoModel.from_pretrained(path, **kwargs))
-        labels: dict[str, Any] = {"num_labels": num_labels}  # PreTrainedConfig's keyword (it sets id2label), no field
+        labels: Kwargs = {"num_labels": num_labels}  # PreTrainedConfig's keyword (it sets id2label), no field
         config = PooledLinearConfig(
             encoder=encoder.config.to_dict(),
             pooling=pooling,

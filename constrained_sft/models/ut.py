@@ -25,13 +25,14 @@ Readings where the paper leaves a choice (each a config field where it could mat
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModel, AutoModelForSequenceClassification, PreTrainedModel
 from transformers.modeling_outputs import BaseModelOutput, SequenceClassifierOutput
 
+from ..utils.types import Kwargs
 from .configs import UTConfig, label_count
 
 
@@ -142,7 +143,7 @@ class UTForSequenceClassification(UTPreTrainedModel):
         `hidden_size` and `vocab_size` follow the encoder's table."""
         table = AutoModel.from_pretrained(path, revision=revision).get_input_embeddings().weight.detach()  # [V, D]
         encoder = AutoConfig.from_pretrained(path, revision=revision)
-        labels: dict[str, Any] = {"num_labels": num_labels}  # PreTrainedConfig's keyword (it sets id2label), no field
+        labels: Kwargs = {"num_labels": num_labels}  # PreTrainedConfig's keyword (it sets id2label), no field
         config = UTConfig(
             vocab_size=table.shape[0],
             hidden_size=table.shape[1],

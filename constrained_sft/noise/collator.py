@@ -6,11 +6,10 @@ import math
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
-from ..utils.types import Batch
+from ..utils.types import Batch, JSONRead
 from .embedding import EmbeddingNoiseError
 
 
@@ -89,7 +88,7 @@ class EmbeddingNoiseCollator:
 
     def __init__(
         self,
-        base: Callable[[list[dict[str, Any]]], Batch],
+        base: Callable[[list[JSONRead]], Batch],
         gamma: float | None = None,
         gamma_range: Sequence[float] | None = None,
         gamma_levels: Sequence[float] | None = None,
@@ -112,7 +111,7 @@ class EmbeddingNoiseCollator:
     def sample(self, n: int) -> torch.Tensor:
         return self.levels.sample(n, self._rng())
 
-    def __call__(self, examples: list[dict[str, Any]]) -> Batch:
+    def __call__(self, examples: list[JSONRead]) -> Batch:
         batch = self.base(examples)
         batch["noise_gamma"] = self.sample(len(examples))
         return batch

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from ..utils.modules import unwrap_model, zero3_gathered
+from ..utils.types import Kwargs
 
 
 class EmbeddingNoiseError(ValueError):
@@ -122,7 +123,7 @@ class EmbeddingNoise:
         self.segments: torch.Tensor | None = None  # [B, T] document ids (padding-free rows)
         self.calls = 0  # forward calls that were perturbed (tests count generation steps with it)
 
-    def _capture_call(self, _module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _capture_call(self, _module: nn.Module, args: tuple[Any, ...], kwargs: Kwargs) -> None:
         self.mask = kwargs.get("attention_mask")
         position_ids = kwargs.get("position_ids")
         self.segments = None

@@ -66,7 +66,7 @@ class RunRecord:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], key: str, where: str = "the record") -> RunRecord:
+    def from_dict(cls, data: JSONRead, key: str, where: str = "the record") -> RunRecord:
         """A record as any version wrote it, checked first (`check_record`: refused naming `where` and the field)."""
         check_record(data, where)
         seconds = {LEGACY_PHASES.get(k, k): v for k, v in data.get("seconds", {}).items() if k != "total"}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..evaluation import (
     Comparison,
@@ -21,7 +20,7 @@ from ..tasks import Headline
 from ..utils.fields import known_keys
 from ..utils.files import read_saved, write_json
 from ..utils.redact import redact_url
-from ..utils.types import JSONObject
+from ..utils.types import JSONObject, JSONRead
 from .arguments import StudyArguments
 from .folder import STUDY_JSON, TIMINGS_JSON
 
@@ -45,10 +44,10 @@ class StudyRobustness:
             results.settings, results.headline, results.arms, results.comparisons, results.files, results.summaries
         )
 
-    def to_dict(self) -> tuple[dict[str, Any], dict[str, Any]]:
+    def to_dict(self) -> tuple[JSONObject, JSONObject]:
         """(study.json's `robustness`, its `summaries`)."""
         key = self.headline.key
-        kept = {
+        kept: JSONObject = {
             "settings": self.settings.to_dict(),
             "headline": dataclasses.asdict(self.headline),
             "arms": self.arms,
@@ -58,7 +57,7 @@ class StudyRobustness:
         return kept, {name: s.to_dict(key) for name, s in self.summaries.items()}
 
     @classmethod
-    def from_dict(cls, kept: dict[str, Any], summaries: dict[str, Any]) -> StudyRobustness:
+    def from_dict(cls, kept: JSONRead, summaries: JSONRead) -> StudyRobustness:
         known_keys(cls, kept, "study robustness")
         headline = Headline(**kept["headline"])
         return cls(
@@ -86,7 +85,7 @@ class StudyBudget:
     runs_missing: list[str] = field(default_factory=list)  # runs (or a run's phases) left for the next call
     judged_seeds_per_arm: int | None = None  # seeds with every arm's answers, where fewer than the measured ones
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = dataclasses.asdict(self)
         if not self.runs_missing:
             del out["runs_missing"]
@@ -108,7 +107,7 @@ class InstructionSet:
     repeated: int | None = None
     no_exchange: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
@@ -123,7 +122,7 @@ class StudySettings:
     instructions: InstructionSet
     budget: StudyBudget
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         study = dataclasses.asdict(self.study)
         study["judge_base_url"] = redact_url(study.get("judge_base_url"))  # the server, never its key
         for name in ("judge_base_url", "judge_timeout"):  # an API judge's server and patience, where given (results
@@ -138,7 +137,7 @@ class StudySettings:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StudySettings:
+    def from_dict(cls, data: JSONRead) -> StudySettings:
         known_keys(cls, data, "study settings")
         given = known_keys(StudyArguments, data["study"], "study arguments")
         study = StudyArguments(**{k: v for k, v in given.items() if k != "study_dir"})
@@ -162,9 +161,9 @@ class StudyTimings:
     train: dict[str, float]
     stages: dict[str, float]
     runs: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
-    probe: dict[str, Any] | None = None
+    probe: JSONRead | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "train": self.train,
             **self.stages,
@@ -173,7 +172,7 @@ class StudyTimings:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StudyTimings:
+    def from_dict(cls, data: JSONRead) -> StudyTimings:
         stages = {k: v for k, v in data.items() if k not in ("train", "runs", "probe")}
         probe = data.get("probe") if isinstance(data.get("probe"), dict) else None
         return cls(dict(data.get("train", {})), stages, dict(data.get("runs", {})), probe)
@@ -230,7 +229,7 @@ class StudyResults:
     def budget(self) -> StudyBudget:
         return self.settings.budget
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         robustness, summaries = self.robustness.to_dict()
         more = {arm: head.to_dict() for arm, head in self.more_head_to_heads.items()}
         return {
@@ -246,7 +245,7 @@ class StudyResults:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StudyResults:
+    def from_dict(cls, data: JSONRead) -> StudyResults:
         allowed = {f.name for f in dataclasses.fields(cls)} | {"summaries"}
         if unknown := sorted(set(data) - allowed):
             raise ValueError(f"study results: unknown key(s) {unknown}; known: {sorted(allowed)}")

@@ -12,7 +12,7 @@ from typing import Any
 from ..evaluation import Comparison, ReportFiles
 from ..utils.fields import known_keys
 from ..utils.files import read_saved, write_json
-from ..utils.types import JSONObject
+from ..utils.types import JSONObject, JSONRead
 from .arguments import SweepArguments
 from .space import Params, ParamValue
 
@@ -54,7 +54,7 @@ class ArmTrials:
     searched: list[str]
     not_searched: list[str]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "trials": [t.row() for t in self.trials],
             "best": None if self.best is None else self.best.row(),
@@ -64,7 +64,7 @@ class ArmTrials:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ArmTrials:
+    def from_dict(cls, data: JSONRead) -> ArmTrials:
         data = known_keys(cls, data, "sweep arm")
         best = data["best"]
         return cls(
@@ -92,8 +92,8 @@ class SweepResults:
     def compared(self) -> bool:
         return self.comparisons is not None
 
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {
             "settings": dataclasses.asdict(self.settings),
             "arms": {name: a.to_dict() for name, a in self.arms.items()},
         }
@@ -103,7 +103,7 @@ class SweepResults:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SweepResults:
+    def from_dict(cls, data: JSONRead) -> SweepResults:
         allowed = {"settings", "arms", "comparison", "test_report", "arm_plot"}
         if unknown := sorted(set(data) - allowed):
             raise ValueError(f"sweep results: unknown key(s) {unknown}; known: {sorted(allowed)}")

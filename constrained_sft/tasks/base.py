@@ -30,7 +30,7 @@ import torch
 
 from ..constraints import ERM
 from ..trainers import BatchScore
-from ..utils.types import Batch
+from ..utils.types import Batch, JSONRead, Kwargs
 
 if TYPE_CHECKING:  # TRL is imported by the tasks that use it
     from transformers import TrainingArguments
@@ -96,7 +96,7 @@ class Measure:
     sigma: float | None  # sigma_x of the comparison; None: the model's own
 
 
-def measure_only(measure: Measure, bf16: bool | None = None) -> dict[str, Any]:
+def measure_only(measure: Measure, bf16: bool | None = None) -> Kwargs:
     """Trainer-config fields of a trainer that only measures: no constraints, no logging, every layer of
     `measure.layers` measured, noise at the comparison's sigma_x."""
     return dict(
@@ -201,7 +201,7 @@ class Measuring(ABC):
         """What a report figure needs from a model while it is loaded (None: nothing)."""
         return None
 
-    def figures(self, snapshots: dict[str, Any], data: Any, output_dir: str) -> dict[str, str]:
+    def figures(self, snapshots: JSONRead, data: Any, output_dir: str) -> dict[str, str]:
         """Extra report figures from the models' snapshots: {name: path}."""
         return {}
 

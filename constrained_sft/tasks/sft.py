@@ -36,6 +36,7 @@ from ..data import (
 from ..trainers import ConstrainedSFTTrainer
 from ..utils.fields import mapping_field
 from ..utils.files import write_json
+from ..utils.types import Kwargs
 from .base import (
     Arm,
     Headline,
@@ -78,13 +79,13 @@ class SFTSweepData:
     """What every trial of an SFT sweep shares: the model source, its init kwargs, LoRA, the two row sets."""
 
     model_path: str
-    init_kwargs: dict[str, Any]
+    init_kwargs: Kwargs
     peft_config: Any
     train: Any
     validation: Any
 
 
-def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) -> dict[str, Any]:
+def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) -> Kwargs:
     """`model_init_kwargs` of the trainer from the recipe's model fields (the trainer loads the model by path)."""
     base = {
         "revision": model_args.model_revision,

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import torch
@@ -38,6 +37,7 @@ from ..models import DENOISERS, denoiser_of
 from ..models.denoisers import architecture_help
 from ..trainers import ConstrainedTrainer
 from ..utils.files import write_json
+from ..utils.types import JSONRead
 from .base import (
     Arm,
     Headline,
@@ -220,7 +220,7 @@ class VideoMeasuring(Measuring):
         noisy = [g for g in gammas if g > 0] or gammas  # a clean "noisy" row would repeat the clean one
         return {g: reconstruct_clip(model, dataset, clip, g, 0, sigma, mean) for g in noisy}
 
-    def figures(self, snapshots: dict[str, Any], data: VideoEvalData, output_dir: str) -> dict[str, str]:
+    def figures(self, snapshots: JSONRead, data: VideoEvalData, output_dir: str) -> dict[str, str]:
         if not snapshots:
             return {}
         clean = data.clips[0][len(data.clips[0]) // 2]

@@ -20,6 +20,7 @@ from transformers import TrainingArguments
 
 from ..config import ConstraintArguments
 from ..constraints import LayerStats, PrimalDual
+from ..utils.types import Kwargs
 from .callbacks import DualStepCallback, use_compact_console
 from .noise import TrainingNoise
 from .problem import own_primal_dual, primal_dual_from_config
@@ -68,7 +69,7 @@ def constrained_args(args: object, config_class: type[C], trainer: str, default:
 
 
 @contextlib.contextmanager
-def building(trainer: Any, args: Any, model: Any, datasets: dict[str, Any]) -> Iterator[None]:
+def building(trainer: Any, args: Any, model: Any, datasets: Kwargs) -> Iterator[None]:
     """
     Around a constrained trainer's construction: its run identity (from the arguments and the model as given), and
     the output-folder guard (a refusal inside leaves no folder behind: `resume.refusal_leaves_nothing`); empty

@@ -9,7 +9,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
-from .types import JSONRead
+from .types import JSONRead, Kwargs
 
 
 def check_fields(instance: Any, owner: type | tuple[type, ...] | None = None) -> None:
@@ -87,7 +87,7 @@ def known_keys(cls: type, data: Mapping[str, Any], what: str) -> JSONRead:
     return dict(data)
 
 
-def mapping_field(value: object, name: str) -> dict[str, Any]:
+def mapping_field(value: object, name: str) -> Kwargs:
     """A keyword-arguments field (`model_init_kwargs`, `dataset_kwargs`): unset is {}; `TrainingArguments` has read
     a JSON string into a dict by the time it is used, so anything else is an error naming the field."""
     if value is None:

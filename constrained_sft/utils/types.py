@@ -10,8 +10,12 @@ The shapes of the plain dicts that cross the library's seams, named once so a si
 - `JSONRead`: a JSON object as a reader gets it from a file (a folder's marker, a saved state, a record), before a
   dataclass (`from_dict`, `known_keys`) or the reader's own checks type its values: the JSON boundary, by name.
 
-`dict[str, Any]` stays where the values really are anything: keyword arguments handed on to a library we do not own
-(`from_pretrained`, alpaca_eval's judges) and torch-style `state_dict()`s (tensors beside numbers and lists).
+- `Kwargs`: keyword arguments handed on to a library we do not own (`from_pretrained`, an OpenAI client, alpaca_eval's
+  judges, a module's forward), whose values really are anything.
+- `StateDict`: a torch-style `state_dict()` (tensors beside numbers and lists), written to a checkpoint's files.
+
+`dict[str, Any]` appears nowhere else in the package (`tests/test_house.py` holds it): every such dict is one of
+these, named for its role.
 """
 
 from __future__ import annotations
@@ -27,3 +31,5 @@ Logs: TypeAlias = "dict[str, float]"
 JSONValue: TypeAlias = "str | int | float | bool | None | Sequence[JSONValue] | Mapping[str, JSONValue]"
 JSONObject: TypeAlias = "dict[str, JSONValue]"
 JSONRead: TypeAlias = "dict[str, Any]"
+Kwargs: TypeAlias = "dict[str, Any]"
+StateDict: TypeAlias = "dict[str, Any]"

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from ...utils.redact import redact_text, redact_url
+from ...utils.types import Kwargs
 from .errors import JudgeError
 from .transport import make_transport
 
@@ -95,12 +96,12 @@ class JudgeEndpoint:
             self._http = self._http or make()
             return self._http
 
-    def client_options(self, timeout: float | None = None, max_retries: int = MAX_RETRIES) -> dict[str, Any]:
+    def client_options(self, timeout: float | None = None, max_retries: int = MAX_RETRIES) -> Kwargs:
         """The keyword arguments of `openai.OpenAI` for this server: its timeout and retries, the checked HTTP
         client and, for a URL of the user's, the root (its query, e.g. `?api_key=`, sent as the client's default
         query, where the client would lose it) and key."""
         seconds = timeout or self.timeout or CLIENT_TIMEOUT
-        options: dict[str, Any] = {
+        options: Kwargs = {
             "timeout": seconds,
             "max_retries": max_retries,
             "http_client": self.http_client(seconds, max_retries),

@@ -17,7 +17,6 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -29,7 +28,7 @@ from ...tasks import SFTTask, get_task
 from ...utils.fields import check_fields
 from ...utils.files import write_json
 from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
-from ...utils.types import JSONObject
+from ...utils.types import JSONObject, Kwargs
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma
 from .folders import AnswersFolder
@@ -154,7 +153,7 @@ def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, g
         ).to(device)
         seed = args.seed * 1_000_003 + b  # a function of the position only: resumed batches see the same noise
         torch.manual_seed(seed)
-        decoding: dict[str, Any] = {"do_sample": args.do_sample, "max_new_tokens": args.max_new_tokens}
+        decoding: Kwargs = {"do_sample": args.do_sample, "max_new_tokens": args.max_new_tokens}
         if args.do_sample:
             decoding.update(temperature=args.temperature, top_p=args.top_p)
         else:

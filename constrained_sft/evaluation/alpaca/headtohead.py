@@ -24,10 +24,11 @@ import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
+from ...utils.types import Kwargs
 from ..bootstrap import Statistic, bootstrap_interval
 from .cost import Spend
 from .endpoint import JudgeEndpoint
@@ -56,7 +57,7 @@ class AlpacaEvalJudge:
 
     proxy = False
 
-    def __init__(self, config: str, judge_kwargs: dict[str, Any], caching_path: str | None, name: str):
+    def __init__(self, config: str, judge_kwargs: Kwargs, caching_path: str | None, name: str):
         from .annotator_configs import annotator_class, kept_columns
 
         self.name = name

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Protocol, TypeAlias
+from typing import ClassVar, Protocol, TypeAlias
 from urllib.parse import urlsplit
 
 from ...utils.redact import redact_url
 from ...utils.registry import Registry
+from ...utils.types import Kwargs
 from .annotator_configs import (
     GPT5,
     JUDGE_CONFIGS,
@@ -42,7 +43,7 @@ class JudgeFields(Protocol):
     judge_timeout: float | None
 
 
-AnnotatorSetup: TypeAlias = "tuple[str, dict[str, Any]]"  # (alpaca_eval annotator config, its extra keyword arguments)
+AnnotatorSetup: TypeAlias = "tuple[str, Kwargs]"  # (alpaca_eval annotator config, its extra keyword arguments)
 JUDGE_FLAGS = ("judge_model", "judge_base_url", "judge_timeout")  # the judging flags only some judges read
 
 

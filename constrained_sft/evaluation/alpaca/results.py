@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
 
 from ...utils.fields import known_keys
 from ...utils.files import read_saved
+from ...utils.types import JSONObject, JSONRead
 
 ALPACA_JSON = "alpaca_eval.json"
 ALPACA_EVAL_SIZE = 805  # AlpacaEval's instructions: the set its length control is fitted on, and a full run's pairs
@@ -56,14 +56,14 @@ class WinRateLevel:
     def judged(self) -> bool:
         return self.win_rate is not None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = dataclasses.asdict(self)
         if not (self.empty_model or self.empty_reference):  # the layout of results written before they were counted
             del out["empty_model"], out["empty_reference"]
         return out
 
     @classmethod
-    def from_dict(cls, row: dict[str, Any]) -> WinRateLevel:
+    def from_dict(cls, row: JSONRead) -> WinRateLevel:
         """A level as alpaca_eval.json keeps it; a key this version does not know is an error, not a lost number."""
         return cls(**known_keys(cls, row, "win-rate level"))
 
@@ -93,7 +93,7 @@ class JudgeCost:
         return None if value is None or not self.with_usage else value / self.with_usage
 
     @classmethod
-    def from_dict(cls, row: dict[str, Any]) -> JudgeCost:
+    def from_dict(cls, row: JSONRead) -> JudgeCost:
         return cls(**known_keys(cls, row, "judge cost"))
 
 
@@ -120,7 +120,7 @@ class HeadToHead:
     def judged_levels(self) -> list[WinRateLevel]:
         return [lv for lv in self.levels if lv.judged]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["levels"] = [lv.to_dict() for lv in self.levels]
         if self.cost is None:  # the layout of results written before costs were kept, and of free judges
@@ -132,7 +132,7 @@ class HeadToHead:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HeadToHead:
+    def from_dict(cls, data: JSONRead) -> HeadToHead:
         data = dict(data)
         levels = [WinRateLevel.from_dict(row) for row in data.pop("levels")]
         cost = JudgeCost.from_dict(data.pop("cost")) if data.get("cost") is not None else None

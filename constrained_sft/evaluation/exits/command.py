@@ -34,7 +34,7 @@ from ...readout import CausalLMReadout
 from ...tasks import SFTTask, get_task
 from ...utils.files import read_json, write_json
 from ...utils.folders import check_folder, child_path, differences, mark_folder, normalized
-from ...utils.types import JSONObject
+from ...utils.types import JSONObject, Kwargs
 from ..bootstrap import Statistic, bootstrap_interval
 from ..instructions import GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma, versions
@@ -60,7 +60,7 @@ class ForwardCounter:
         self.depths: list[int] = []
         self.handle = model.register_forward_pre_hook(self._record, with_kwargs=True)
 
-    def _record(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def _record(self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: Kwargs) -> None:
         self.depths.append(self.config.num_hidden_layers)
 
     def take(self) -> list[int]:

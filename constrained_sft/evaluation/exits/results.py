@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ...utils.fields import known_keys
 from ...utils.files import read_saved
+from ...utils.types import JSONObject, JSONRead
 from ..report.folder import ResultsFolder
 
 EXITS_JSON = "exits.json"
@@ -38,7 +39,7 @@ class ExitSpeedup:
     identical_to_greedy: bool
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ExitSpeedup:
+    def from_dict(cls, data: JSONRead) -> ExitSpeedup:
         return cls(**known_keys(cls, data, "exit layer"))
 
 
@@ -51,7 +52,7 @@ class PromptMeasurements:
     tokens: list[int]
     exits: dict[int, dict[str, list]]  # layer -> {"seconds", "drafted", "verified", "identical"}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "plain_seconds": self.plain_seconds,
             "tokens": self.tokens,
@@ -59,7 +60,7 @@ class PromptMeasurements:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PromptMeasurements:
+    def from_dict(cls, data: JSONRead) -> PromptMeasurements:
         known_keys(cls, data, "per-prompt measurements")
         return cls(data["plain_seconds"], data["tokens"], {int(k): v for k, v in data["exits"].items()})
 
@@ -72,11 +73,11 @@ class LayerReadout:
     loss: dict[int, float]
     accuracy: dict[int, float]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {what: {str(k): v for k, v in getattr(self, what).items()} for what in ("loss", "accuracy")}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> LayerReadout:
+    def from_dict(cls, data: JSONRead) -> LayerReadout:
         known_keys(cls, data, "layer readout")
         return cls(*(dict(sorted((int(k), v) for k, v in data[what].items())) for what in ("loss", "accuracy")))
 
@@ -93,8 +94,8 @@ class ExitsModel:
     per_prompt: PromptMeasurements
     layers: dict[float, LayerReadout] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {
             "path": self.path,
             "num_layers": self.num_layers,
             "plain_tokens_per_second": self.plain_tokens_per_second,
@@ -106,7 +107,7 @@ class ExitsModel:
         return out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ExitsModel:
+    def from_dict(cls, data: JSONRead) -> ExitsModel:
         known_keys(cls, data, "exits model")
         layers = data.get("layers")
         return cls(
@@ -143,7 +144,7 @@ class ExitsSettings:
     description: str
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ExitsSettings:
+    def from_dict(cls, data: JSONRead) -> ExitsSettings:
         return cls(**known_keys(cls, data, "exits settings"))
 
 
@@ -166,7 +167,7 @@ class ExitsResults:
         views = {name: m.layers for name, m in self.models.items() if m.layers is not None}
         return views if len(views) == len(self.models) else {}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {
             "settings": dataclasses.asdict(self.settings),
             "versions": self.versions,
@@ -175,7 +176,7 @@ class ExitsResults:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ExitsResults:
+    def from_dict(cls, data: JSONRead) -> ExitsResults:
         known_keys(cls, data, "exits results")
         return cls(
             settings=ExitsSettings.from_dict(data["settings"]),

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ...noise import NoiseGrid
 from ...utils.fields import known_keys
 from ...utils.files import read_saved
+from ...utils.types import JSONObject, JSONRead
 from ..comparisons import Band, Comparison
 from ..report.folder import ResultsFolder
 
@@ -48,11 +49,11 @@ class HarnessSettings:
     include_path: str | None = None
     dtype: str = "auto"  # not recorded before it was an option: the default then and now
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {**dataclasses.asdict(self), "gammas": self.gammas.to_list()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HarnessSettings:
+    def from_dict(cls, data: JSONRead) -> HarnessSettings:
         known_keys(cls, data, "harness settings")
         return cls(**{**data, "gammas": NoiseGrid(tuple(data["gammas"]))})
 
@@ -78,8 +79,8 @@ class HarnessResults:
         """Every `task/metric` with a band, sorted."""
         return sorted({key for bands in self.bands.values() for key in bands})
 
-    def to_dict(self) -> dict[str, Any]:
-        out = {
+    def to_dict(self) -> JSONObject:
+        out: JSONObject = {
             "settings": self.settings.to_dict(),
             "versions": self.versions,
             "arms": self.arms,
@@ -92,7 +93,7 @@ class HarnessResults:
         return {**out, "files": self.files} if self.files else out
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> HarnessResults:
+    def from_dict(cls, data: JSONRead) -> HarnessResults:
         known_keys(cls, data, "harness results")
         return cls(
             settings=HarnessSettings.from_dict(data["settings"]),

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeAlias
+from typing import ClassVar, TypeAlias
 
 from ...noise import NoiseGrid
 from ...tasks import Headline
 from ...utils.fields import known_keys
 from ...utils.files import read_saved, write_json
-from ...utils.types import JSONObject
+from ...utils.types import JSONObject, JSONRead
 from ..comparisons import Band, Comparison
 from ..report.folder import ResultsFolder
 
@@ -61,11 +61,11 @@ class RobustnessSettings:
     bootstrap_samples: int
     held_out_rows: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         return {**vars(self), "gammas": self.gammas.to_list()}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RobustnessSettings:
+    def from_dict(cls, data: JSONRead) -> RobustnessSettings:
         known_keys(cls, data, "robustness settings")
         return cls(**{**data, "gammas": NoiseGrid(tuple(data["gammas"]))})
 
@@ -88,7 +88,7 @@ class LevelSummary:
     ratio_counts: list[int]
     seeds: list[int]
 
-    def to_dict(self, key: str) -> dict[str, Any]:
+    def to_dict(self, key: str) -> JSONObject:
         return {
             "gamma": self.gamma,
             f"{key}_mean": self.metric_mean,
@@ -104,7 +104,7 @@ class LevelSummary:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], key: str) -> LevelSummary:
+    def from_dict(cls, data: JSONRead, key: str) -> LevelSummary:
         fixed = {
             "gamma",
             f"{key}_mean",
@@ -152,7 +152,7 @@ class ModelSummary:
         """The summary at level `gamma`."""
         return next(row for row in self.levels if row.gamma == gamma)
 
-    def to_dict(self, key: str) -> dict[str, Any]:
+    def to_dict(self, key: str) -> JSONObject:
         return {
             "train_gamma": self.train_gamma,
             "levels": [row.to_dict(key) for row in self.levels],
@@ -164,7 +164,7 @@ class ModelSummary:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], key: str) -> ModelSummary:
+    def from_dict(cls, data: JSONRead, key: str) -> ModelSummary:
         return cls(
             train_gamma=data["train_gamma"],
             levels=[LevelSummary.from_dict(row, key) for row in data["levels"]],
@@ -188,11 +188,11 @@ class ModelResult:
     summary: ModelSummary
     scores: dict[str, dict[str, list[float]]]
 
-    def to_dict(self, key: str) -> dict[str, Any]:
+    def to_dict(self, key: str) -> JSONObject:
         return {**vars(self), "summary": self.summary.to_dict(key)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], key: str) -> ModelResult:
+    def from_dict(cls, data: JSONRead, key: str) -> ModelResult:
         return cls(**{**data, "summary": ModelSummary.from_dict(data["summary"], key)})
 
 
@@ -219,7 +219,7 @@ class RobustnessResults:
         """Each model's summary, by name."""
         return {name: m.summary for name, m in self.models.items()}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JSONObject:
         key = self.headline.key
         return {
             "settings": self.settings.to_dict(),
@@ -234,7 +234,7 @@ class RobustnessResults:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> RobustnessResults:
+    def from_dict(cls, data: JSONRead) -> RobustnessResults:
         known_keys(cls, data, "robustness results")
         headline = Headline(**data["headline"])
         return cls(

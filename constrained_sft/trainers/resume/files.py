@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 import zipfile
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError
@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from ...constraints import ConstraintStateError, PrimalDual
 from ...utils.files import atomic_path, write_json
-from ...utils.types import JSONObject, JSONRead
+from ...utils.types import JSONObject, JSONRead, StateDict
 
 if TYPE_CHECKING:
     from transformers import TrainingArguments
@@ -33,7 +33,7 @@ MARKER = "checkpoint_complete.json"
 TRAINER_STATE = "trainer_state.json"
 
 
-def to_files(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], JSONObject]:
+def to_files(state: StateDict) -> tuple[dict[str, torch.Tensor], JSONObject]:
     """
     `PrimalDual.state_dict()` as the checkpoint's two parts: tensors for safetensors (`multipliers`, `relaxation`,
     `optimizer.<name>` for the torch optimizer's per-parameter tensors, `extra.<name>` for the dual optimizer's own) and the rest for JSON (format version 1).
@@ -54,7 +54,7 @@ def to_files(state: dict[str, Any]) -> tuple[dict[str, torch.Tensor], JSONObject
     return tensors, {**state, "dual_optimizer": meta}
 
 
-def from_files(tensors: dict[str, torch.Tensor], meta: JSONRead) -> dict[str, Any]:
+def from_files(tensors: dict[str, torch.Tensor], meta: JSONRead) -> StateDict:
     """The inverse of `to_files`: a state for `PrimalDual.load_state_dict` (`meta` as JSON holds it; the
     multipliers' own `load_state_dict` checks what it reads)."""
     saved = meta["dual_optimizer"]
