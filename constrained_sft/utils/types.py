@@ -30,6 +30,7 @@ Batch: TypeAlias = "dict[str, torch.Tensor]"
 Logs: TypeAlias = "dict[str, float]"
 JSONValue: TypeAlias = "str | int | float | bool | None | Sequence[JSONValue] | Mapping[str, JSONValue]"
 JSONObject: TypeAlias = "dict[str, JSONValue]"
-JSONRead: TypeAlias = "dict[str, Any]"
-Kwargs: TypeAlias = "dict[str, Any]"
-StateDict: TypeAlias = "dict[str, Any]"
+# real types, not strings: a dataclass field annotated with one is resolved at run time (`typing.get_type_hints`)
+JSONRead: TypeAlias = dict[str, Any]
+Kwargs: TypeAlias = dict[str, Any]
+StateDict: TypeAlias = dict[str, Any]
