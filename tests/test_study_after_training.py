@@ -45,7 +45,7 @@ def test_answers_start_fresh_and_count_the_empty_ones(tmp_path, monkeypatch):
         return {gamma: LevelAnswers(gamma, str(tmp_path / f"answers-{gamma}.json"), 2, 1 if gamma else 0)
                 for gamma in args.gammas}  # fmt: skip
 
-    monkeypatch.setattr(after_training, "generate", generate)
+    monkeypatch.setattr(after_training, "generate_answers", generate)
     empty = settings().answer("train/erm/seed0", "erm-seed0", str(out), 0.5)
     assert empty == {"0.0": 0, "1.5": 1}
     (args,) = calls
