@@ -40,6 +40,7 @@ from .atomic import replacing
 from .content import sha256
 
 RECORD = ".written-by.json"
+FIELDS = ("by", "files", "pending")  # a record's own keys; any other is a section
 LEGACY_MARK = ".written-by"  # earlier versions' mark of a script's folder: the script's name
 WRITER = "constrained-sft"  # the library's own name in a record (a script beside it records under its own)
 
@@ -56,11 +57,12 @@ def read_record(folder: str) -> tuple[str | None, dict[str, str]]:
     return by, files
 
 
-def _read(folder: str) -> tuple[str | None, dict[str, str], dict[str, str]]:
-    """(who wrote, {path: sha256} written, {path: sha256} pending: about to be renamed into place)."""
+def _load(folder: str) -> tuple[str, dict[str, str], dict[str, str], dict[str, object]] | None:
+    """(who wrote, {path: sha256} written, {path: sha256} pending: about to be renamed into place, the sections) of
+    the folder's record, where it is one (a plain file of its shape); else None."""
     path = os.path.join(folder, RECORD)
     if os.path.islink(path) or not os.path.isfile(path):
-        return None, {}, {}
+        return None
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)
@@ -68,10 +70,16 @@ def _read(folder: str) -> tuple[str | None, dict[str, str], dict[str, str]]:
         if isinstance(by, str) and all(
             isinstance(d, dict) and all(isinstance(v, str) for v in d.values()) for d in (files, pending)
         ):
-            return by, files, pending
+            return by, files, pending, {k: v for k, v in value.items() if k not in FIELDS}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         pass
-    return None, {}, {}
+    return None
+
+
+def _read(folder: str) -> tuple[str | None, dict[str, str], dict[str, str]]:
+    """(who wrote, {path: sha256} written, {path: sha256} pending); (None, {}, {}) where there is no record."""
+    loaded = _load(folder)
+    return (None, {}, {}) if loaded is None else loaded[:3]
 
 
 def write_whole(path: str, value: object) -> None:
@@ -83,19 +91,10 @@ def write_whole(path: str, value: object) -> None:
         json.dump(value, f, indent=2, sort_keys=True)
 
 
-FIELDS = ("by", "files", "pending")  # a record's own keys; any other is a section
-
-
 def _sections(folder: str, by: str) -> dict[str, object]:
     """The record's sections, where it is `by`'s (a record replaced by another writer starts without them)."""
-    if read_record(folder)[0] != by:
-        return {}
-    try:
-        with open(os.path.join(folder, RECORD), encoding="utf-8") as f:
-            value = json.load(f)
-    except (OSError, ValueError):
-        return {}
-    return {k: v for k, v in value.items() if k not in FIELDS} if isinstance(value, dict) else {}
+    loaded = _load(folder)
+    return loaded[3] if loaded is not None and loaded[0] == by else {}
 
 
 def _write(
