@@ -44,6 +44,8 @@ class StudyCommand(Command):
         from ..study.results import StudyResults
         from ..tasks import get_task
         from ..tasks.recipes import dataclass_parser, parse
+        from ..utils.shipped import launch_config_of
+        from ..utils.slurm import SlurmArguments
 
         task = get_task(task_name)
         description = (
@@ -54,15 +56,21 @@ class StudyCommand(Command):
 
         def parser():  # one per recipe: a parser keeps the keys of the recipe it read as its defaults
             return dataclass_parser(
-                (StudyArguments, ProcessArguments, *task.parser_classes()), prog, description, other_tasks(prog, task)
+                (StudyArguments, SlurmArguments, ProcessArguments, *task.parser_classes()),
+                prog,
+                description,
+                other_tasks(prog, task),
             )
 
-        args, process, *fields = parse(parser(), argv)
+        args, launcher, process, *fields = parse(parser(), argv)
+        if args.accelerate_config is None:  # runs on several devices launch as the recipe's own first line does
+            config = next((v for k, v in zip(argv, argv[1:]) if k == "--config"), None)
+            args.accelerate_config = launch_config_of(config) if config else None
         constrained = task.recipe(tuple(fields))
         erm = arm_recipe(task, parser, argv, args.erm_config, "--erm_config") if args.erm_config else constrained
         more = more_recipes(task, parser, argv, args.extra_arms())
         own_process(process, constrained.training)
-        out = run(args, task, constrained, erm, more)
+        out = run(args, task, constrained, erm, more, launcher)
         if not isinstance(out, StudyResults):  # `--stage train`, or a time budget that ended before a whole seed
             done = [
                 p

@@ -31,10 +31,10 @@ def with_config(argv: list[str], config: str) -> list[str]:
 def arm_recipe(task: Task, parser: Callable[[], RecipeParser], argv: list[str], path: str, flag: str) -> AnyRecipe:
     """The recipe at `path` with the command line's overrides; a broken recipe refused naming `flag`, before TRL
     reads it. `parser` makes a new parser (one keeps the keys of the recipe it read as its defaults); the command's own
-    options (its first two dataclasses: the command's arguments and the process's) are left out."""
+    options (the dataclasses before the task's) are left out."""
     read_recipe(path, flag)
-    _, _, *fields = parse(parser(), with_config(argv, path))
-    return task.recipe(tuple(fields))
+    parsed = parse(parser(), with_config(argv, path))
+    return task.recipe(tuple(parsed[-len(task.parser_classes()) :]))
 
 
 def more_recipes(

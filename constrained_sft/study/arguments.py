@@ -16,6 +16,7 @@ from ..evaluation.instructions import ALPACA_EVAL
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
+from ..utils.shipped import find
 from .phases import KeepModels
 
 if TYPE_CHECKING:
@@ -116,6 +117,21 @@ class StudyArguments:
             "the results equal --jobs 1's). Each run is measured, answers and (seed 0) decodes right after it trains."
         },
     )
+    gpus_per_run: int = field(
+        default=1,
+        metadata={
+            "help": "GPUs each run holds: with --jobs N on a machine with several GPUs each run gets its own "
+            "(CUDA_VISIBLE_DEVICES); above 1 a run trains under `accelerate launch` with --accelerate_config. With "
+            "--launcher slurm: the GPUs each job asks for."
+        },
+    )
+    accelerate_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "The launch config of runs with --gpus_per_run > 1: a file or a shipped name (ddp, fsdp2, "
+            "deepspeed_zero3; default: the one the recipe's first line launches with, else ddp)."
+        },
+    )
     keep_models: KeepModels = field(
         default="all",
         metadata={
@@ -161,8 +177,10 @@ class StudyArguments:
                 NoiseGrid.parse(getattr(self, name), f"--{name}")
         if self.gammas is not None and len(set(self.gammas)) < 2:
             raise ValueError(f"`--gammas` needs >= 2 distinct levels for the curves, got {self.gammas}.")
-        if self.jobs < 1:
-            raise ValueError(f"`--jobs` must be >= 1, got {self.jobs}.")
+        if self.jobs < 1 or self.gpus_per_run < 1:
+            raise ValueError(f"`--jobs` and `--gpus_per_run` must be >= 1, got {self.jobs} and {self.gpus_per_run}.")
+        if self.accelerate_config is not None:
+            find(self.accelerate_config, "--accelerate_config", launch=True)
         if self.keep_models != "all" and self.stage == "train":
             raise ValueError(
                 f"`--keep_models {self.keep_models}` with `--stage train`: weights are deleted only once a run's "
@@ -206,6 +224,8 @@ class StudyArguments:
             "erm_config",
             "arm",
             "jobs",
+            "gpus_per_run",
+            "accelerate_config",
             "keep_models",
             "time_budget",
             "judge_base_url",

@@ -24,8 +24,12 @@ from ..evaluation import ALPACA_EVAL_SIZE
 from ..evaluation.instructions import ALPACA_EVAL, load_instructions
 from ..tasks import Recipe, Task, is_finished
 from ..utils.files import write_text
+from ..utils.shipped import find
+from ..utils.slurm import Cluster, SlurmArguments, SlurmJobsError, check_cluster
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
+from .cluster import Ledger, follow, per_run, submit
+from .devices import Machine, visible_devices
 from .finish import finish_study, seeds_with
 from .phases import Job, keeps_weights, required
 from .plan import StudyPlan, plan
@@ -39,27 +43,38 @@ COMMAND = "study"
 
 
 def run(
-    args: StudyArguments, task: Task, constrained: Recipe, erm: Recipe, more: dict[str, Recipe] | None = None
+    args: StudyArguments,
+    task: Task,
+    constrained: Recipe,
+    erm: Recipe,
+    more: dict[str, Recipe] | None = None,
+    launcher: SlurmArguments | None = None,
 ) -> StudyResults | TrainedRuns:
     """The study's stages (`args.stage`); every input checked before the first run starts (`plan.plan`). `more`:
-    the `--arm`s ({name: recipe}). With `--stage train`, or when no seed of every arm has been measured yet
-    (`--time_budget`): the runs' folders and timings, and the runs still to do; else the study's results over the
-    seeds every arm has."""
+    the `--arm`s ({name: recipe}); `launcher`: where the runs go (this machine, or Slurm: `cluster`). With `--stage
+    train`, when no seed of every arm has been measured yet (`--time_budget`), or with Slurm jobs not waited for:
+    the runs' folders and timings, and the runs still to do; else the study's results over the seeds every arm
+    has."""
     started = clock.now()  # the time budget counts from here: preparing the data and the probe spend it too
     p = plan(args, task, constrained, erm, more or {})
+    cluster = on_cluster(p, launcher or SlurmArguments())
     records, timings = open_study(p, task)
     instructions = instruction_set(p) if p.evaluation is not None else None
     queue = jobs_left(p, task, records)
     check_trained(p, queue)
     drop_weights(p, records, queue)
     book = Bookkeeper(p.folder.root, records, timings, queue, p.processes.is_main_process)
-    jobs, est, budget = scheduled(p, queue, book, started)
-    left = run_all(queue, jobs, budget, est, book.on_done)
-    if p.processes.num_processes > 1:  # the runs kept the process group for each other; the last one is done with it
-        p.processes.destroy_process_group()
-    missing = [job.name for job in left]
-    if left:
-        print(f"not started (the time budget): {', '.join(missing)}; the same command continues with them.")
+    if cluster is not None:
+        missing = on_slurm(p, cluster, queue, book, task.headline.key)
+    else:
+        machine = Machine(tuple(visible_devices()), p.options.gpus_per_run)
+        jobs, est, budget = scheduled(p, queue, book, started, machine)
+        left = run_all(queue, jobs, budget, est, book.on_done, machine.slots(jobs))
+        if p.processes.num_processes > 1:  # the runs kept the process group for each other; the last is done with it
+            p.processes.destroy_process_group()
+        missing = [job.name for job in left]
+        if left:
+            print(f"not started (the time budget): {', '.join(missing)}; the same command continues with them.")
     if p.evaluation is None or instructions is None or seeds_with(records, p.arms, ROBUSTNESS) == 0:
         folders = {arm: [p.folder.run(run) for run in p.runs if run.arm == arm] for arm in p.arms}
         return TrainedRuns(folders, timings, missing)
@@ -137,7 +152,7 @@ class Bookkeeper:
 
 
 def scheduled(
-    p: StudyPlan, queue: list[Job], book: Bookkeeper, started: float
+    p: StudyPlan, queue: list[Job], book: Bookkeeper, started: float, machine: Machine
 ) -> tuple[int, Estimate | None, float | None]:
     """(runs at once, the estimate, the seconds of budget left): with `--time_budget`, a queue the records cannot price
     probed first, and refused when no job fits; the plan printed."""
@@ -151,8 +166,8 @@ def scheduled(
     spent = clock.now() - started
     if budget is not None:
         budget = max(budget - spent, 0.0)
-    jobs = choose_jobs(queue, est, p.options.jobs, budget)
-    if budget is not None and queue and est is not None and not fitting(queue, est, jobs, budget):
+    jobs = choose_jobs(queue, est, p.options.jobs, budget, machine.sharing)
+    if budget is not None and queue and est is not None and not fitting(queue, est, jobs, budget, machine.sharing):
         alone = est.total(queue[0], 1) / 60
         raise ValueError(
             f"`--time_budget` {minutes:g} min: no job can finish in it ({queue[0].name} alone is estimated at "
@@ -161,7 +176,7 @@ def scheduled(
         )
     if p.processes.is_main_process and (queue or budget is not None):
         done = len(p.runs) - len({j.run for j in queue})
-        print("\n".join(plan_lines(queue, done, len(p.runs), est, jobs, budget, spent)))
+        print("\n".join(plan_lines(queue, done, len(p.runs), est, jobs, budget, spent, machine)))
     return jobs, est, budget
 
 
@@ -215,6 +230,8 @@ def jobs_left(p: StudyPlan, task: Task, records: dict[str, RunRecord]) -> list[J
             keep=p.options.keep_models,
             data_dir=p.folder.data,
             writes=p.processes.is_main_process,
+            gpus=p.options.gpus_per_run,
+            launch_config=find(p.options.accelerate_config or "ddp", "--accelerate_config", launch=True),
         )
         if main_phases := tuple(ph for ph in left if ph != EXITS):
             main.append(dataclasses.replace(job, phases=main_phases, restart=restart))
@@ -226,3 +243,51 @@ def jobs_left(p: StudyPlan, task: Task, records: dict[str, RunRecord]) -> list[J
 def unpriced(est: Estimate | None, queue: list[Job]) -> bool:
     """Whether a phase of the queue has no figure yet (no finished phase of its kind, no probe)."""
     return est is None or any(est.phase(j.run.arm, ph, 1) == 0.0 for j in queue for ph in j.phases)
+
+
+def on_cluster(p: StudyPlan, launcher: SlurmArguments) -> Cluster | None:
+    """The Slurm cluster the runs go to (`--launcher slurm`), asked before anything is written or submitted (its
+    partition, account, the folder's visibility: `utils.slurm.check_cluster`); None: this machine."""
+    if launcher.launcher != "slurm":
+        return None
+    o = p.options
+    if o.jobs > 1 or o.time_budget is not None or p.processes.num_processes > 1:
+        raise ValueError(
+            "`--launcher slurm` submits every run as its own Slurm job (the cluster decides how many run at once): "
+            "leave out `--jobs`, `--time_budget` and `accelerate launch`."
+        )
+    return check_cluster(launcher, os.path.abspath(p.folder.root), "--study_dir")
+
+
+def on_slurm(p: StudyPlan, cluster: Cluster, queue: list[Job], book: Bookkeeper, key: str) -> list[str]:
+    """Each run with phases left submitted as one Slurm job (or found queued or running), then followed to its end
+    unless `--wait false` (`cluster`); the runs not finished by this call. Jobs that ended unfinished are refused
+    in one line each (`SlurmJobsError`) once every other has ended: the same command submits them again."""
+    ledger = Ledger(p.folder.slurm)
+    out = submit(cluster, ledger, per_run(queue), key, cluster.gpus(p.options.gpus_per_run))
+    ids = {name: job_id for name, (_, job_id) in out.following.items()}
+    if out.following:
+        print(
+            f"slurm: {len(out.new)} run(s) submitted to partition {cluster.partition!r}, "
+            f"{len(ids) - len(out.new)} already queued or running: "
+            + ", ".join(f"{n} ({i})" for n, i in ids.items())
+            + f"; logs in {ledger.logs}"
+        )
+    if not cluster.options.wait:
+        if ids:
+            print("not waiting for them (--wait false): the same command follows them and collects their results.")
+        return list(ids)
+
+    def partial(job: Job, record: RunRecord) -> None:
+        for phase in job.phases:
+            if record.done(phase):
+                book.timings.add_phase(job.run.name, phase, record.seconds[phase], None)
+        book.save()
+
+    failed = follow(cluster, ledger, out.following, key, book.on_done, partial)
+    if failed:
+        raise SlurmJobsError(
+            f"{len(failed)} Slurm job(s) ended with their run unfinished: " + "; ".join(failed) + ". The same "
+            "command submits them again; each goes on from its last recorded phase and checkpoint."
+        )
+    return []

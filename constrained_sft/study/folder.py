@@ -9,6 +9,7 @@ hand, and a reader finds a file where its writer put it.
     generations/<arm>-seed<s>/gamma_<g>.json   every run's answers (`answers`: `eval generate`'s layout)
     judging/[<model>-vs-<reference>/]    the head-to-heads (`verdicts`: `eval alpaca`'s gamma_<g>/verdicts-<s>.json)
     exits/                               the seed-0 models' exit-layer decoding
+    slurm/                               `--launcher slurm`: jobs.json (every job submitted) and logs/<job id>/
     instructions.jsonl, study.json, timings.json, report.html, report.md, win_rate[_<arm>]_vs_gamma.png, the marker
     study-id.txt                         the study's own id, which every run record carries (`identity`)
 """
@@ -24,12 +25,21 @@ from ..comparison import CONSTRAINED, ERM, TWINS, RunKey
 from ..evaluation.alpaca import AnswersFolder, VerdictsFolder
 from ..utils.folders import MARKER, child_path
 
-TRAIN, RUNS, DATA, ROBUSTNESS, GENERATIONS, JUDGING, EXITS = (
-    "train", "runs", "data", "robustness", "generations", "judging", "exits"
+TRAIN, RUNS, DATA, ROBUSTNESS, GENERATIONS, JUDGING, EXITS, SLURM = (
+    "train", "runs", "data", "robustness", "generations", "judging", "exits", "slurm"
 )  # fmt: skip
 INSTRUCTIONS, STUDY_JSON, TIMINGS_JSON, STUDY_ID = "instructions.jsonl", "study.json", "timings.json", "study-id.txt"
 REPORT_HTML, REPORT_MD = "report.html", "report.md"
-FOLDERS = (TRAIN, RUNS, GENERATIONS, EXITS, DATA, ROBUSTNESS, JUDGING)  # the folders the runs and the finish write
+FOLDERS = (
+    TRAIN,
+    RUNS,
+    GENERATIONS,
+    EXITS,
+    DATA,
+    ROBUSTNESS,
+    JUDGING,
+    SLURM,
+)  # the folders the runs and the finish write
 FILES = (STUDY_JSON, TIMINGS_JSON, INSTRUCTIONS, REPORT_HTML, REPORT_MD, MARKER, STUDY_ID)  # the files written whole
 
 
@@ -77,6 +87,10 @@ class StudyFolder:
     @property
     def data(self) -> str:
         return os.path.join(self.root, DATA)
+
+    @property
+    def slurm(self) -> str:
+        return os.path.join(self.root, SLURM)
 
     @property
     def robustness(self) -> str:

@@ -63,6 +63,8 @@ class Job:
     estimates: dict[str, float] = field(default_factory=dict, compare=False)
     jobs: int = 1
     writes: bool = True
+    gpus: int = 1  # devices the run trains on: above 1 under `accelerate launch` (`launched.launch_training`)
+    launch_config: str | None = None  # that launch's accelerate config (a file)
 
     @property
     def name(self) -> str:
@@ -91,6 +93,11 @@ def train(job: Job, callbacks=()) -> float:
         resume_from_checkpoint=True if checkpoints else None,
     )
     start = time.perf_counter()
+    if job.gpus > 1:  # this process stays out of the launch: it goes on with the phases after, on the first device
+        from .launched import launch_training
+
+        launch_training(dataclasses.replace(job, recipe=dataclasses.replace(job.recipe, training=training)))
+        return time.perf_counter() - start
     recipe = Recipe(job.recipe.script, job.recipe.model, training)
     training = get_task(job.task).training
     if not isinstance(training, SharedDataTraining):  # `conduct.checked_arms` refuses such a task before any work

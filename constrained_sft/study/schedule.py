@@ -1,6 +1,6 @@
 """
-How a study spends its time: its jobs one after the other in this process, or several at once in worker processes
-sharing the device; with `--time_budget`, a plan printed before any job starts and no job started that cannot finish
+How a study spends its time: its jobs one after the other in this process, or several at once in worker processes,
+each on its own GPU(s) where the machine has enough (`devices`), else sharing them; with `--time_budget`, a plan printed before any job starts and no job started that cannot finish
 inside the budget. A job is a run's phases (`phases.Job`); runs go seed-major (every arm's seed 0, then seed 1, ...) so
 a study cut short holds comparable seeds, and the seed-0 exit-layer decodings go last, each its own job, started only
 once its run has trained and only where it still fits: the budget may leave them for the next call without losing
@@ -9,7 +9,8 @@ the run.
 Estimates are per phase (`Estimate`): from the phases this study has finished (the mean of this arm's, else of every
 arm's), else from the probe (`probe`: warm steps, each phase measured on its own). A phase measured with `c0` runs
 sharing the device is priced at `c` runs as `seconds x max(1, c / c0)`: sharing one device, each of `c` runs gets at
-least 1/c of it, and at fewer runs no phase is slower. The plan takes the number of runs at once, up to `--jobs`,
+least 1/c of it, and at fewer runs no phase is slower. `c` counts the runs on one device (`share`): N runs on N
+GPUs of their own are priced as one run each. The plan takes the number of runs at once, up to `--jobs`,
 that starts the most runs inside the budget (so one run that fits alone is never left out because two would not fit
 side by side), and corrects itself as phases finish.
 """
@@ -26,6 +27,7 @@ from multiprocessing import get_context
 
 from ..comparison import RunKey
 from . import clock
+from .devices import DeviceSlots, Machine, pin
 from .phases import Job, run_job
 from .probe import ProbeTimes, optimizer_steps
 from .record import EXITS, PHASES, RunRecord
@@ -79,7 +81,14 @@ def estimate(records: dict[str, RunRecord], probed: ProbeTimes | None, first: Jo
     return Estimate(observed, figures, "; ".join(sources), probed.epoch_steps if probed is not None else 0)
 
 
-def fitting(queue: list[Job], est: Estimate, jobs: int, budget: float) -> list[Job]:
+def alone(jobs: int) -> int:
+    """Runs sharing one device when `jobs` run at once on one device (the default `share`)."""
+    return jobs
+
+
+def fitting(
+    queue: list[Job], est: Estimate, jobs: int, budget: float, share: Callable[[int], int] = alone
+) -> list[Job]:
     """The jobs that start and finish inside `budget` seconds with `jobs` slots, each starting when a slot frees and
     (an exits job) once its run's other phases are done: runs in order, the first that cannot fit stopping the runs
     after it (seed-major); each exits job then on its own."""
@@ -92,7 +101,7 @@ def fitting(queue: list[Job], est: Estimate, jobs: int, budget: float) -> list[J
             continue  # a run after the first that did not fit, or the exits of such a run
         slot = min(range(jobs), key=slots.__getitem__)
         start = max(slots[slot], ends.get(job.run, 0.0))
-        end = start + est.total(job, jobs)
+        end = start + est.total(job, share(jobs))
         if end > budget:
             if not exits:  # seed-major: the runs after it wait too
                 blocked.update(j.run for j in queue[i:] if j.phases != (EXITS,))
@@ -102,11 +111,13 @@ def fitting(queue: list[Job], est: Estimate, jobs: int, budget: float) -> list[J
     return out
 
 
-def choose_jobs(queue: list[Job], est: Estimate | None, most: int, budget: float | None) -> int:
+def choose_jobs(
+    queue: list[Job], est: Estimate | None, most: int, budget: float | None, share: Callable[[int], int] = alone
+) -> int:
     """How many runs at once (1..`most`): the most that start the most jobs inside the budget."""
     if budget is None or est is None or not queue:
         return most
-    return max(range(1, most + 1), key=lambda n: (len(fitting(queue, est, n, budget)), n))
+    return max(range(1, most + 1), key=lambda n: (len(fitting(queue, est, n, budget, share)), n))
 
 
 def steps_text(training, epoch_steps: int) -> str:
@@ -124,28 +135,38 @@ def steps_text(training, epoch_steps: int) -> str:
 
 
 def plan_lines(
-    queue: list[Job], done: int, total: int, est: Estimate | None, jobs: int, budget: float | None, spent: float = 0.0
+    queue: list[Job],
+    done: int,
+    total: int,
+    est: Estimate | None,
+    jobs: int,
+    budget: float | None,
+    spent: float = 0.0,
+    machine: Machine | None = None,
 ) -> list[str]:
-    """What the study will do, before it starts: jobs left, their steps, the estimate and what the budget allows
-    (`budget`: the seconds left of it once `spent` went on preparing the data and the probe)."""
+    """What the study will do, before it starts: jobs left, their steps, where they run (`machine`), the estimate and
+    what the budget allows (`budget`: the seconds left of it once `spent` went on preparing the data and the
+    probe)."""
+    share = machine.sharing if machine is not None else alone
     runs = [job for job in queue if job.phases != (EXITS,)]
     exits = [job for job in queue if job.phases == (EXITS,)]
     steps = sorted({steps_text(job.recipe.training, est.epoch_steps if est else 0) for job in runs})
     lines = [
         f"plan: {len(runs)} of {total} run(s) left ({', '.join(j.name for j in runs) or 'none'}), "
         f"{' / '.join(steps) or 'no optimizer steps'} each, {jobs} at a time"
+        + (f", {machine.slots(jobs).describe()}" if machine is not None and jobs > 1 else "")
         + (f"; then the exit-layer decoding of {len(exits)} seed-0 run(s)" if exits else "")
     ]
     if est is None or not queue:
         return lines
-    per_phase = {p: est.phase(queue[0].run.arm, p, jobs) for p in PHASES}
+    per_phase = {p: est.phase(queue[0].run.arm, p, share(jobs)) for p in PHASES}
     shown = ", ".join(f"{p} {s:.0f} s" for p, s in per_phase.items() if s)
-    whole = sum(est.total(job, jobs) for job in queue) / jobs
+    whole = sum(est.total(job, share(jobs)) for job in queue) / jobs
     lines.append(
         f"estimate per run at {jobs} at a time: {shown} (from {est.source}); all in about {whole / 60:.1f} min"
     )
     if budget is not None:
-        fit = fitting(queue, est, jobs, budget)
+        fit = fitting(queue, est, jobs, budget, share)
         started = sum(job.phases != (EXITS,) for job in fit)
         decoded = len(fit) - started
         spending = f" ({budget / 60:.1f} min left after {spent:.0f} s of preparation and probe)" if spent >= 1 else ""
@@ -157,7 +178,10 @@ def plan_lines(
     return lines
 
 
-def _worker_init(threads: int, parent: int) -> None:
+def _worker_init(threads: int, parent: int, groups) -> None:
+    """A worker's start: its devices (one group off `groups`, a queue: one per worker, before CUDA starts), its
+    threads, and its end with the study's."""
+    pin(groups.get())
     import torch
 
     torch.set_num_threads(threads)
@@ -186,17 +210,21 @@ def run_all(
     budget: float | None,
     est: Estimate | None,
     on_done: Callable[[Job, RunRecord], Estimate | None],
+    slots: DeviceSlots | None = None,
 ) -> list[Job]:
     """Run `queue` with at most `jobs` at once; with `budget` (seconds from now) start a job only if its estimate
     ends inside it (runs stop at the first that does not fit; exits jobs are each tried, once their run is done).
-    Each job carries its phases' estimates and `jobs`; `on_done(job, record)` is called here as each ends and may
-    return a better estimate. Returns the jobs not started."""
+    Each job carries its phases' estimates and the runs sharing its device; `on_done(job, record)` is called here as
+    each ends and may return a better estimate. `slots`: the workers' devices (`devices.DeviceSlots`; None: all on
+    one). Returns the jobs not started."""
     deadline = None if budget is None else clock.now() + budget
+    slots = slots or DeviceSlots((), jobs)
+    sharing = slots.sharing
     queue, left = list(queue), []
     blocked: set[RunKey] = set()
 
     def fits(job: Job) -> bool:
-        return deadline is None or est is None or clock.now() + est.total(job, jobs) <= deadline
+        return deadline is None or est is None or clock.now() + est.total(job, sharing) <= deadline
 
     def ready(running_runs: set) -> Job | None:
         """The next job to start (taken off the queue), or None: nothing can start now."""
@@ -212,7 +240,7 @@ def run_all(
                 continue
             queue.pop(i)
             if fits(job):
-                return dataclasses.replace(job, estimates=est.of(job, jobs) if est else {}, jobs=jobs)
+                return dataclasses.replace(job, estimates=est.of(job, sharing) if est else {}, jobs=sharing)
             left.append(job)
             if not exits:  # seed-major: the runs after it wait too, and so do their exits
                 stopped = [j for j in queue if j.phases != (EXITS,)]
@@ -228,7 +256,7 @@ def run_all(
         return left + queue
     threads = max(1, (os.cpu_count() or 1) // jobs)
     context = get_context("spawn")  # a fresh interpreter per worker: no CUDA state, no process group inherited
-    pool = ProcessPoolExecutor(jobs, mp_context=context, initializer=_worker_init, initargs=(threads, os.getpid()))
+    pool = worker_pool(slots, threads, context)
     with pool:
         running: dict = {}
         while queue or running:
@@ -241,3 +269,15 @@ def run_all(
                 job = running.pop(future)
                 est = on_done(job, future.result()) or est  # a failed job raises here, naming itself
     return left + queue
+
+
+def worker_pool(slots: DeviceSlots, threads: int, context=None) -> ProcessPoolExecutor:
+    """`slots.workers` spawned workers, worker i holding `slots.of(i)` for its life (a job runs on its worker's
+    devices, so no job lands on devices another worker holds)."""
+    context = context or get_context("spawn")
+    groups = context.Queue()
+    for worker in range(slots.workers):
+        groups.put(slots.of(worker))
+    return ProcessPoolExecutor(
+        slots.workers, mp_context=context, initializer=_worker_init, initargs=(threads, os.getpid(), groups)
+    )

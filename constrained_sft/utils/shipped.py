@@ -63,6 +63,18 @@ def header_command(text: str) -> str:
     return ""
 
 
+def launch_config_of(recipe: str) -> str | None:
+    """The shipped accelerate config a recipe's first line launches with (`--config_file accelerate_configs/X.yaml`),
+    as its name; None where the line names none (or another file)."""
+    try:
+        with open(recipe, encoding="utf-8") as f:
+            command = header_command(f.read())
+    except OSError:
+        return None
+    found = re.search(r"--config_file\s+(?:\S*/)?accelerate_configs/([\w-]+)\.yaml", command)
+    return found.group(1) if found else None
+
+
 def purpose(text: str) -> str:
     """The first sentence of a YAML's header comment after its command lines (the recipes' convention: the exact
     command first, a blank comment line, then what the file is for)."""

@@ -1,0 +1,161 @@
+"""
+The study on a Slurm cluster (`--launcher slurm`): every run with phases left becomes one Slurm job doing them in
+order (`phases.run_job`, as `--jobs` workers do them here), submitted through submitit with its logs under
+`slurm/logs/<job id>/`. The job ids go into `slurm/jobs.json` under a lock, before the lock is let go: a second call,
+at once or later, finds a run's job still queued or running and follows it instead of submitting it again; a run
+whose last job ended without recording every phase (failed, timed out, cancelled, preempted) is submitted again and
+goes on from its last recorded phase (its records) and its last checkpoint (`phases.train` resumes).
+
+The command follows the jobs (`follow`: the queue read with `squeue`, less often as time goes by) and, once every
+run is recorded, goes on to the study's finish in this process; `--wait false` returns after submitting. Ctrl-C
+stops following, not the jobs: it says which keep running and how to cancel them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..data.prepared import locked
+from ..utils.files import read_json, write_json
+from ..utils.slurm import Cluster
+from . import clock
+from .phases import Job, run_job
+from .record import RunRecord, read_record
+
+JOBS_JSON = "jobs.json"
+POLL_FIRST, POLL_MOST = 1.0, 30.0  # seconds between readings of the queue: the first, and at most
+
+
+def per_run(queue: list[Job]) -> list[Job]:
+    """The queue as one job per run: its main phases and its exit decoding together (a Slurm job holds its own
+    devices, so the exits need not wait for the other runs)."""
+    merged: dict[str, Job] = {}
+    for job in queue:
+        if (first := merged.get(job.run.name)) is None:
+            merged[job.run.name] = job
+        else:
+            merged[job.run.name] = dataclasses.replace(
+                first, phases=first.phases + job.phases, restart=first.restart or job.restart
+            )
+    return list(merged.values())
+
+
+def slurm_job(job: Job) -> None:
+    """What a Slurm job runs: the run's phases with the cores Slurm gave it (torch would take the node's)."""
+    import torch
+
+    if cores := os.environ.get("SLURM_CPUS_PER_TASK"):
+        torch.set_num_threads(int(cores))
+    run_job(job)
+
+
+@dataclass
+class Ledger:
+    """`slurm/jobs.json`: every job this study submitted, {"jobs": [{"run", "job_id", "phases", "submitted"}]}."""
+
+    folder: str  # the study's slurm/ folder
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.folder, JOBS_JSON)
+
+    @property
+    def logs(self) -> str:
+        return os.path.join(self.folder, "logs")
+
+    def entries(self) -> list[dict]:
+        data = read_json(self.path, "--study_dir") if os.path.isfile(self.path) else {"jobs": []}
+        if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+            raise ValueError(f"`--study_dir` {self.path} is not a job list this version wrote; move it away.")
+        return data["jobs"]
+
+    def last(self) -> dict[str, str]:
+        """{run name: the id of its last job}."""
+        return {e["run"]: str(e["job_id"]) for e in self.entries()}
+
+    def add(self, job: Job, job_id: str) -> None:
+        entry = {
+            "run": job.run.name,
+            "job_id": job_id,
+            "phases": list(job.phases),
+            "submitted": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        }
+        write_json(self.path, {"jobs": [*self.entries(), entry]})
+
+
+@dataclass
+class Submitted:
+    """The runs this call follows ({run name: (job, Slurm job id)}), and those it found finished meanwhile."""
+
+    following: dict[str, tuple[Job, str]]
+    new: list[str]  # the runs this call submitted
+
+
+def submit(cluster: Cluster, ledger: Ledger, jobs: list[Job], key: str, gpus: int) -> Submitted:
+    """Each run of `jobs` whose last job is not queued or running, and which its record still says is unfinished,
+    submitted; all under the ledger's lock, so two calls at once submit each run once."""
+    os.makedirs(ledger.folder, exist_ok=True)
+    following: dict[str, tuple[Job, str]] = {}
+    new: list[str] = []
+    with locked(ledger.path):
+        last = ledger.last()
+        active = cluster.queued(list(last.values()))
+        for job in jobs:
+            name = job.run.name
+            if last.get(name) in active:
+                following[name] = (job, last[name])
+                continue
+            record = read_record(job.study, job.run, key)  # read again under the lock: another call may have run it
+            left = tuple(p for p in job.phases if not (record and record.done(p)))
+            if not left:
+                continue
+            job = dataclasses.replace(job, phases=left)
+            job_id = cluster.submit(ledger.logs, f"study-{job.run.stem}", gpus, slurm_job, job)
+            ledger.add(job, job_id)
+            following[name] = (job, job_id)
+            new.append(name)
+    return Submitted(following, new)
+
+
+def follow(
+    cluster: Cluster,
+    ledger: Ledger,
+    following: dict[str, tuple[Job, str]],
+    key: str,
+    on_done: Callable[[Job, RunRecord], object],
+    on_partial: Callable[[Job, RunRecord], None],
+) -> list[str]:
+    """Wait for the jobs to leave the queue; each run whose record then holds its phases handed to `on_done`, the
+    others to `on_partial` (the phases they did record). Returns why each unfinished run ended, one line each.
+    Ctrl-C: which jobs keep running and how to cancel them, then the interrupt goes on."""
+    waiting, failed = dict(following), []
+    started, pause = clock.now(), POLL_FIRST
+    try:
+        while waiting:
+            active = cluster.queued([job_id for _, job_id in waiting.values()])
+            for name, (job, job_id) in list(waiting.items()):
+                if job_id in active:
+                    continue
+                del waiting[name]
+                record = read_record(job.study, job.run, key) or RunRecord(name)
+                if all(record.done(p) for p in job.phases):
+                    on_done(job, record)
+                    continue
+                on_partial(job, record)
+                failed.append(f"{name}: {cluster.ended(ledger.logs, job_id)}")
+            if waiting:
+                time.sleep(pause)
+                pause = min(POLL_MOST, POLL_FIRST + (clock.now() - started) / 20)
+    except KeyboardInterrupt:
+        ids = " ".join(job_id for _, job_id in waiting.values())
+        print(
+            f"\nstopped following; the Slurm jobs keep running: {', '.join(f'{n} ({i})' for n, (_, i) in waiting.items())}."
+            f" Cancel them with `scancel {ids}`, or run the same command again to follow them and collect."
+        )
+        raise
+    return failed
