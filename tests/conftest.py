@@ -325,3 +325,26 @@ def full_and_resumed(make_trainer, tmp_path, stop_at: int, **config):
     resumed = make_trainer(**config, output_dir=str(tmp_path / "cut"))
     resumed.train(resume_from_checkpoint=str(tmp_path / "cut" / f"checkpoint-{stop_at}"))
     return full, resumed
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A real one-node Slurm cluster (tests/slurm_cluster.py), reached through SLURM_CONF for the session; skipped
+    where the machine cannot start one, unless CONSTRAINED_SFT_REQUIRE_SLURM=1 (`.ci/run`), where that fails."""
+    import slurm_cluster
+
+    if reason := slurm_cluster.missing_reason():
+        if os.environ.get("CONSTRAINED_SFT_REQUIRE_SLURM"):
+            pytest.fail(f"CONSTRAINED_SFT_REQUIRE_SLURM is set but there is {reason}")
+        pytest.skip(reason)
+    cluster = slurm_cluster.start()
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = cluster.conf
+    try:
+        yield cluster
+    finally:
+        if before is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = before
+        cluster.stop()

@@ -1,0 +1,150 @@
+"""`constrained-sft study --launcher slurm` on a real one-node Slurm cluster (the `slurm` fixture: Debian's slurm-wlm
+and munge, started by the test): the tiny five-arm study gives the records and numbers of the same study run here;
+two copies of the command at once submit each run once; a job cancelled with `scancel` is submitted again by the same
+command, which redoes no recorded phase; a partition the cluster does not have is refused before any job."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import hang_limit
+from test_study import RECIPE, study_argv
+from test_study import assets as assets  # noqa: F401 (the module's fixture: tiny model, encoder, rows, recipes)
+
+from constrained_sft.cli import main as cli
+
+pytest.importorskip("alpaca_eval")
+
+ARMS = {"early-exit": "early_exit", "neftune": "none"}  # beside constrained, erm and penalty: the five arms
+NEFTUNE = "neftune_noise_alpha: 5.0\n"
+
+
+def five_arms(root) -> list[str]:
+    for name, kind in ARMS.items():
+        text = RECIPE.format(model=root / "model", data=root / "rows.jsonl", constraints=kind, out=root / "run")
+        (root / f"{name}.yaml").write_text(text + (NEFTUNE if name == "neftune" else ""))
+    arms = {"penalty": "penalty", **{n: n for n in ARMS}}
+    return [a for name, f in arms.items() for a in ("--arm", f"{name}={root / f}.yaml")]
+
+
+def on_slurm(*extra: str) -> list[str]:
+    return ["--launcher", "slurm", "--slurm_cpus", "1", *extra]
+
+
+def close(a, b, path="") -> list[str]:
+    """Where two JSON values differ beyond float32 rounding (a run on 1 core against one on 2 sums in another
+    order): the paths, empty when they agree."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        if set(a) != set(b):
+            return [f"{path}: keys {sorted(set(a) ^ set(b))}"]
+        return [d for k in a for d in close(a[k], b[k], f"{path}.{k}")]
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in close(x, y, f"{path}[{i}]")]
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return [] if b == pytest.approx(a, rel=1e-4, abs=1e-6) else [f"{path}: {a} vs {b}"]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+TIMED = ("study", "seconds", "estimates", "jobs", "path", "plain_seconds", "tokens_per_second",
+         "plain_tokens_per_second", "speedup", "speedup_low", "speedup_high")  # fmt: skip
+
+
+def untimed(value):
+    """`value` without what depends on where and when it ran: wall times, speed-ups, paths, the study's id."""
+    if isinstance(value, dict):
+        return {k: untimed(v) for k, v in value.items() if k not in TIMED}
+    return [untimed(v) for v in value] if isinstance(value, list) else value
+
+
+def results(folder) -> dict:
+    """What a study concluded (`untimed`): every run's record, the comparisons and the head-to-head."""
+    records = {}
+    for path in sorted((folder / "runs").glob("*.json")):
+        records[path.name] = untimed(json.loads(path.read_text()))
+    study = json.loads((folder / "study.json").read_text())
+    head = {k: study["head_to_head"][k] for k in ("levels", "judge_is_proxy")}
+    return {"records": records, "robustness": study["robustness"]["comparisons"], "head_to_head": head}
+
+
+def test_the_five_arm_study_on_slurm_gives_the_local_records(assets, tmp_path, slurm, capsys):  # noqa: F811
+    arms = five_arms(assets)
+    base = ("--training_seeds", "1", "--exit_prompts", "1", *arms)
+    assert cli(study_argv(assets, tmp_path / "local", *base)) == 0
+    started = time.monotonic()
+    assert cli(study_argv(assets, tmp_path / "slurm", *base, *on_slurm())) == 0
+    took = time.monotonic() - started
+    printed = capsys.readouterr().out
+    assert "slurm: 5 run(s) submitted to partition 'debug', 0 already queued or running" in printed
+    local, remote = results(tmp_path / "local"), results(tmp_path / "slurm")
+    assert len(remote["records"]) == 5
+    assert close(local, remote) == [], "\n".join(close(local, remote))
+    ledger = json.loads((tmp_path / "slurm" / "slurm" / "jobs.json").read_text())["jobs"]
+    assert sorted(e["run"] for e in ledger) == sorted(f"{a}/seed0" for a in ("constrained", "erm", *ARMS, "penalty"))
+    assert all(e["phases"] == ["train", "robustness", "answers", "exits"] for e in ledger)
+    for entry in ledger:  # submitit's own files, under the study: the pickled call, the logs, the result
+        assert (tmp_path / "slurm" / "slurm" / "logs" / entry["job_id"]).is_dir()
+    print(f"five runs through Slurm: {took:.1f} s")  # the overhead figure of the guide comes from a benchmark
+
+    # collected again: every run recorded, nothing submitted, the same numbers
+    assert cli(study_argv(assets, tmp_path / "slurm", *base, *on_slurm())) == 0
+    assert len(json.loads((tmp_path / "slurm" / "slurm" / "jobs.json").read_text())["jobs"]) == 5
+    assert close(results(tmp_path / "slurm"), remote) == []
+
+
+def command(argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "constrained_sft", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def wait_for(condition, what: str, limit: float):
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if found := condition():
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"not within {limit:.0f} s: {what}")
+
+
+def test_doubled_cancelled_and_continued_submissions_train_nothing_twice(assets, tmp_path, slurm):  # noqa: F811
+    out = tmp_path / "study"
+    argv = study_argv(assets, out, "--training_seeds", "1", "--exit_prompts", "0", "--max_steps", "1000", *on_slurm())
+    copies = [command([*argv, "--wait", "false"]) for _ in range(2)]  # two copies at once
+    for copy in copies:
+        stdout, stderr = copy.communicate(timeout=hang_limit(30))
+        assert copy.returncode == 0, stderr[-2000:]
+    ledger = json.loads((out / "slurm" / "jobs.json").read_text())["jobs"]
+    assert sorted(e["run"] for e in ledger) == ["constrained/seed0", "erm/seed0"]  # each run submitted once
+
+    # the constrained run's job cancelled while it trains (its progress bar in its log, no phase recorded)
+    job = next(e["job_id"] for e in ledger if e["run"] == "constrained/seed0")
+    log = out / "slurm" / "logs" / job / f"{job}_0_log.err"
+    wait_for(lambda: log.is_file() and "/1000 [" in log.read_text(), "the run's training starts", hang_limit(30))
+    slurm.run("scancel", job)
+    wait_for(lambda: slurm.states()[job][1] == "CANCELLED", "the job is cancelled", hang_limit(10))
+    wait_for(lambda: not slurm.run("squeue", "-h", "-j", job), "the job leaves the queue", hang_limit(20))
+    before = {p.name: json.loads(p.read_text())["seconds"] for p in (out / "runs").glob("*.json")}
+    record = out / "runs" / "constrained-seed0.json"
+    assert "train" not in before.get(record.name, {})  # cancelled in training
+
+    # the same command: the cancelled run submitted again, the other followed; no recorded phase done again
+    assert cli(argv) == 0
+    ledger = json.loads((out / "slurm" / "jobs.json").read_text())["jobs"]
+    assert sorted(e["run"] for e in ledger) == ["constrained/seed0", "constrained/seed0", "erm/seed0"]
+    after = {p.name: json.loads(p.read_text())["seconds"] for p in (out / "runs").glob("*.json")}
+    for name, phases in before.items():
+        assert {k: after[name][k] for k in phases} == phases  # recorded before, untouched since
+    assert set(after[record.name]) == {"train", "robustness", "answers"}
+    assert ledger[-1]["run"] == "constrained/seed0" and ledger[-1]["phases"] == ["train", "robustness", "answers"]
+    assert (out / "study.json").is_file()
+
+
+def test_a_partition_the_cluster_lacks_is_refused_before_any_job(assets, tmp_path, slurm):  # noqa: F811
+    jobs = slurm.states()
+    out = tmp_path / "study"
+    with pytest.raises(ValueError, match=r"`--slurm_partition` 'gpu-h100' is not a partition of this cluster; it has"):
+        cli(study_argv(assets, out, "--training_seeds", "1", *on_slurm("--slurm_partition", "gpu-h100")))
+    assert slurm.states() == jobs and not os.path.exists(out)
