@@ -99,14 +99,19 @@ class SlurmCluster:
         return {i: (n, s) for i, n, s in (line.split("|") for line in out.splitlines() if line.strip())}
 
     def log_tail(self) -> str:
-        return "".join(open(os.path.join(self.root, f"{d}.log")).read()[-1500:] for d in ("slurmctld", "slurmd"))
+        tails = []
+        for daemon in ("slurmctld", "slurmd"):
+            with open(os.path.join(self.root, f"{daemon}.log"), errors="replace") as f:
+                tails.append(f.read()[-1500:])
+        return "".join(tails)
 
     def stop(self) -> None:
         """Every daemon ended (SIGTERM, then SIGKILL after 10 s), then the folder removed."""
         for name in ("slurmd", "slurmctld", "munged"):
             pid_file = os.path.join(self.root, f"{name}.pid")
             try:
-                pid = int(open(pid_file).read().strip())
+                with open(pid_file) as f:
+                    pid = int(f.read().strip())
                 os.kill(pid, signal.SIGTERM)
             except (OSError, ValueError):
                 continue

@@ -41,8 +41,10 @@ def close(a, b, path="") -> list[str]:
         if set(a) != set(b):
             return [f"{path}: keys {sorted(set(a) ^ set(b))}"]
         return [d for k in a for d in close(a[k], b[k], f"{path}.{k}")]
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in close(x, y, f"{path}[{i}]")]
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in close(x, y, f"{path}[{i}]")]
     if isinstance(a, float) and isinstance(b, (int, float)):
         return [] if b == pytest.approx(a, rel=1e-4, abs=1e-6) else [f"{path}: {a} vs {b}"]
     return [] if a == b else [f"{path}: {a!r} vs {b!r}"]

@@ -64,7 +64,7 @@ class StudyCommand(Command):
 
         args, launcher, process, *fields = parse(parser(), argv)
         if args.accelerate_config is None:  # runs on several devices launch as the recipe's own first line does
-            config = next((v for k, v in zip(argv, argv[1:]) if k == "--config"), None)
+            config = next((v for k, v in zip(argv, argv[1:], strict=False) if k == "--config"), None)
             args.accelerate_config = launch_config_of(config) if config else None
         constrained = task.recipe(tuple(fields))
         erm = arm_recipe(task, parser, argv, args.erm_config, "--erm_config") if args.erm_config else constrained
