@@ -84,7 +84,7 @@ def test_the_five_arm_study_on_slurm_gives_the_local_records(assets, tmp_path, s
     assert len(remote["records"]) == 5
     assert close(local, remote) == [], "\n".join(close(local, remote))
     ledger = json.loads((tmp_path / "slurm" / "slurm" / "jobs.json").read_text())["jobs"]
-    assert sorted(e["run"] for e in ledger) == sorted(f"{a}/seed0" for a in ("constrained", "erm", *ARMS, "penalty"))
+    assert sorted(e["name"] for e in ledger) == sorted(f"{a}/seed0" for a in ("constrained", "erm", *ARMS, "penalty"))
     assert all(e["phases"] == ["train", "robustness", "answers", "exits"] for e in ledger)
     for entry in ledger:  # submitit's own files, under the study: the pickled call, the logs, the result
         assert (tmp_path / "slurm" / "slurm" / "logs" / entry["job_id"]).is_dir()
@@ -119,10 +119,10 @@ def test_doubled_cancelled_and_continued_submissions_train_nothing_twice(assets,
         stdout, stderr = copy.communicate(timeout=hang_limit(30))
         assert copy.returncode == 0, stderr[-2000:]
     ledger = json.loads((out / "slurm" / "jobs.json").read_text())["jobs"]
-    assert sorted(e["run"] for e in ledger) == ["constrained/seed0", "erm/seed0"]  # each run submitted once
+    assert sorted(e["name"] for e in ledger) == ["constrained/seed0", "erm/seed0"]  # each run submitted once
 
     # the constrained run's job cancelled while it trains (its progress bar in its log, no phase recorded)
-    job = next(e["job_id"] for e in ledger if e["run"] == "constrained/seed0")
+    job = next(e["job_id"] for e in ledger if e["name"] == "constrained/seed0")
     log = out / "slurm" / "logs" / job / f"{job}_0_log.err"
     wait_for(lambda: log.is_file() and "/1000 [" in log.read_text(), "the run's training starts", hang_limit(30))
     slurm.run("scancel", job)
@@ -135,12 +135,12 @@ def test_doubled_cancelled_and_continued_submissions_train_nothing_twice(assets,
     # the same command: the cancelled run submitted again, the other followed; no recorded phase done again
     assert cli(argv) == 0
     ledger = json.loads((out / "slurm" / "jobs.json").read_text())["jobs"]
-    assert sorted(e["run"] for e in ledger) == ["constrained/seed0", "constrained/seed0", "erm/seed0"]
+    assert sorted(e["name"] for e in ledger) == ["constrained/seed0", "constrained/seed0", "erm/seed0"]
     after = {p.name: json.loads(p.read_text())["seconds"] for p in (out / "runs").glob("*.json")}
     for name, phases in before.items():
         assert {k: after[name][k] for k in phases} == phases  # recorded before, untouched since
     assert set(after[record.name]) == {"train", "robustness", "answers"}
-    assert ledger[-1]["run"] == "constrained/seed0" and ledger[-1]["phases"] == ["train", "robustness", "answers"]
+    assert ledger[-1]["name"] == "constrained/seed0" and ledger[-1]["phases"] == ["train", "robustness", "answers"]
     assert (out / "study.json").is_file()
 
 

@@ -33,6 +33,7 @@ class SweepCommand(Command):
         from ..sweep.run import searched_line
         from ..tasks import get_task
         from ..tasks.recipes import dataclass_parser, parse
+        from ..utils.slurm import SlurmArguments
 
         task = get_task(task_name)
         description = (
@@ -42,14 +43,17 @@ class SweepCommand(Command):
 
         def parser():  # one per recipe: a parser keeps the keys of the recipe it read as its defaults
             return dataclass_parser(
-                (SweepArguments, ProcessArguments, *task.parser_classes()), prog, description, other_tasks(prog, task)
+                (SweepArguments, SlurmArguments, ProcessArguments, *task.parser_classes()),
+                prog,
+                description,
+                other_tasks(prog, task),
             )
 
-        settings, process, *fields = parse(parser(), argv)
+        settings, launcher, process, *fields = parse(parser(), argv)
         more = more_recipes(task, parser, argv, settings.extra_arms())
         recipe = task.recipe(tuple(fields))
         own_process(process, recipe.training)
-        out = run(settings, task, recipe, more)
+        out = run(settings, task, recipe, more, launcher)
         for arm, info in out.arms.items():
             best = info.best
             print(

@@ -14,20 +14,16 @@ stops following, not the jobs: it says which keep running and how to cancel them
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..data.prepared import locked
-from ..utils.files import read_json, write_json
-from ..utils.slurm import Cluster
+from ..utils.slurm import Cluster, Ledger
 from . import clock
 from .phases import Job, run_job
 from .record import RunRecord, read_record
 
-JOBS_JSON = "jobs.json"
 POLL_FIRST, POLL_MOST = 1.0, 30.0  # seconds between readings of the queue: the first, and at most
 
 
@@ -55,40 +51,6 @@ def slurm_job(job: Job) -> None:
 
 
 @dataclass
-class Ledger:
-    """`slurm/jobs.json`: every job this study submitted, {"jobs": [{"run", "job_id", "phases", "submitted"}]}."""
-
-    folder: str  # the study's slurm/ folder
-
-    @property
-    def path(self) -> str:
-        return os.path.join(self.folder, JOBS_JSON)
-
-    @property
-    def logs(self) -> str:
-        return os.path.join(self.folder, "logs")
-
-    def entries(self) -> list[dict]:
-        data = read_json(self.path, "--study_dir") if os.path.isfile(self.path) else {"jobs": []}
-        if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
-            raise ValueError(f"`--study_dir` {self.path} is not a job list this version wrote; move it away.")
-        return data["jobs"]
-
-    def last(self) -> dict[str, str]:
-        """{run name: the id of its last job}."""
-        return {e["run"]: str(e["job_id"]) for e in self.entries()}
-
-    def add(self, job: Job, job_id: str) -> None:
-        entry = {
-            "run": job.run.name,
-            "job_id": job_id,
-            "phases": list(job.phases),
-            "submitted": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        }
-        write_json(self.path, {"jobs": [*self.entries(), entry]})
-
-
-@dataclass
 class Submitted:
     """The runs this call follows ({run name: (job, Slurm job id)}), and those it found finished meanwhile."""
 
@@ -99,10 +61,9 @@ class Submitted:
 def submit(cluster: Cluster, ledger: Ledger, jobs: list[Job], key: str, gpus: int) -> Submitted:
     """Each run of `jobs` whose last job is not queued or running, and which its record still says is unfinished,
     submitted; all under the ledger's lock, so two calls at once submit each run once."""
-    os.makedirs(ledger.folder, exist_ok=True)
     following: dict[str, tuple[Job, str]] = {}
     new: list[str] = []
-    with locked(ledger.path):
+    with ledger.locked():
         last = ledger.last()
         active = cluster.queued(list(last.values()))
         for job in jobs:
@@ -116,7 +77,7 @@ def submit(cluster: Cluster, ledger: Ledger, jobs: list[Job], key: str, gpus: in
                 continue
             job = dataclasses.replace(job, phases=left)
             job_id = cluster.submit(ledger.logs, f"study-{job.run.stem}", gpus, slurm_job, job)
-            ledger.add(job, job_id)
+            ledger.add(name, job_id, phases=list(job.phases))
             following[name] = (job, job_id)
             new.append(name)
     return Submitted(following, new)

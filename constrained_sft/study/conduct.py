@@ -25,10 +25,10 @@ from ..evaluation.instructions import ALPACA_EVAL, load_instructions
 from ..tasks import Recipe, Task, is_finished
 from ..utils.files import write_text
 from ..utils.shipped import find
-from ..utils.slurm import Cluster, SlurmArguments, SlurmJobsError, check_cluster
+from ..utils.slurm import Cluster, Ledger, SlurmArguments, SlurmJobsError, check_cluster
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
-from .cluster import Ledger, follow, per_run, submit
+from .cluster import follow, per_run, submit
 from .devices import Machine, visible_devices
 from .finish import finish_study, seeds_with
 from .phases import Job, keeps_weights, required
@@ -263,7 +263,7 @@ def on_slurm(p: StudyPlan, cluster: Cluster, queue: list[Job], book: Bookkeeper,
     """Each run with phases left submitted as one Slurm job (or found queued or running), then followed to its end
     unless `--wait false` (`cluster`); the runs not finished by this call. Jobs that ended unfinished are refused
     in one line each (`SlurmJobsError`) once every other has ended: the same command submits them again."""
-    ledger = Ledger(p.folder.slurm)
+    ledger = Ledger(p.folder.slurm, "--study_dir")
     out = submit(cluster, ledger, per_run(queue), key, cluster.gpus(p.options.gpus_per_run))
     ids = {name: job_id for name, (_, job_id) in out.following.items()}
     if out.following:

@@ -27,6 +27,8 @@ def launch_training(job) -> None:
     how = ["--config_file", job.launch_config] if job.launch_config else ["--multi_gpu"]
     cmd = [sys.executable, "-m", "accelerate.commands.launch", *how, "--num_processes", str(job.gpus),
            "--num_machines", "1", "-m", "constrained_sft.study.launched", path]  # fmt: skip
+    config = job.launch_config or "accelerate's --multi_gpu"
+    print(f"{job.name}: training on {job.gpus} processes (accelerate launch --config_file {config})", flush=True)
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     finally:
@@ -42,6 +44,8 @@ def main(path: str) -> None:
 
     with open(path, "rb") as f:
         job = pickle.load(f)
+    if (world := int(os.environ.get("WORLD_SIZE", "1"))) != job.gpus:  # a launch config that ignored --num_processes
+        raise RuntimeError(f"{job.name}: launched as {world} process(es), not the {job.gpus} it holds devices for.")
     train(dataclasses.replace(job, gpus=1))
 
 

@@ -86,6 +86,14 @@ class SweepArguments:
         },
     )
 
+    workers: int = field(
+        default=1,
+        metadata={
+            "help": "With --launcher slurm: search workers submitted as Slurm jobs, all against --storage (a "
+            "PostgreSQL URL every node reaches)."
+        },
+    )
+
     def __post_init__(self) -> None:
         check_fields(self)
         check_output_folder(self.sweep_dir, "--sweep_dir")
@@ -97,7 +105,7 @@ class SweepArguments:
         if not self.space:
             raise ValueError("`space` is required: a search-space YAML (see recipes/*/*/sweep.yaml).")
         names = ("n_trials", "evaluations_per_trial", "final_seeds", "eval_batch_size", "bootstrap_samples")
-        for name in (*names, "heartbeat_interval"):
+        for name in (*names, "heartbeat_interval", "workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`{name}` must be >= 1, got {getattr(self, name)}.")
         v = self.validation_size
@@ -134,7 +142,8 @@ class SweepArguments:
         """What decides a sweep's results, for its folder (`utils.folders`): the options (a continuation may
         raise `n_trials` and `final_seeds`), every arm's recipe (`recipes`: {name: Recipe}; the ERM twins train the
         constrained recipe), the search space and a storage the user named (the default one lives in the folder)."""
-        skip = ("sweep_dir", "n_trials", "final_seeds", "stage", "storage", "heartbeat_interval", "bootstrap_samples")
+        skip = ("sweep_dir", "n_trials", "final_seeds", "stage", "storage", "heartbeat_interval", "bootstrap_samples",
+                "workers")  # fmt: skip
         settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in (*skip, "arm")}
         settings["arms"] = {name: recipe_identity(recipe) for name, recipe in recipes.items()}
         settings["space"] = {name: [dataclasses.asdict(p) for p in space.params] for name, space in spaces.items()}

@@ -37,11 +37,13 @@ from ..utils.folders import (
     normalized,
 )
 from ..utils.redact import redact_url
+from ..utils.slurm import SlurmArguments, check_cluster
 from .arguments import SweepArguments, SweepPlan
+from .cluster import check_storage, on_slurm
 from .compare import evaluate_finals, seed_dir
 from .objectives import SWEEP_OBJECTIVES
 from .results import ArmTrials, SweepResults, Trial
-from .search import Objective, best_params, run_trial, search, trial_args
+from .search import Objective, best_params, finished, run_trial, search, trial_args
 from .space import Params, arm_spaces, check_ranges, load_space
 
 if TYPE_CHECKING:
@@ -49,9 +51,16 @@ if TYPE_CHECKING:
     from transformers import TrainingArguments
 
 
-def run(settings: SweepArguments, task: Task, recipe: Recipe, more: dict[str, Recipe] | None = None) -> SweepResults:
+def run(
+    settings: SweepArguments,
+    task: Task,
+    recipe: Recipe,
+    more: dict[str, Recipe] | None = None,
+    launcher: SlurmArguments | None = None,
+) -> SweepResults:
     """Search (`stage` search / all), then retrain and compare (compare / all); everything checked before any
-    trial, nothing written on a refusal. `more`: the `--arm` recipes by name."""
+    trial, nothing written on a refusal. `more`: the `--arm` recipes by name; `launcher`: here, or the stages as
+    Slurm jobs (`cluster`)."""
     more = more or {}
     # every input checked before any trial, nothing written on a refusal; then the folder checked and marked
     arms = sweep_arms(task, recipe, settings.readouts, settings.baseline == ERM, more)
@@ -65,16 +74,29 @@ def run(settings: SweepArguments, task: Task, recipe: Recipe, more: dict[str, Re
     refuse_streamed_selection(recipe.script)
     recipes = {"recipe": recipe, **more}  # the ERM twins train the recipe
     folder_settings = options.folder_settings(recipes, spaces, settings.storage)
-    check_comparison_folder(plan.sweep_dir, COMMAND, folder_settings, "--sweep_dir", recipes).mark()
+    folder = check_comparison_folder(plan.sweep_dir, COMMAND, folder_settings, "--sweep_dir", recipes)
+    cluster = None
+    if launcher is not None and launcher.launcher == "slurm":  # asked before the folder is marked or a job submitted
+        check_storage(plan.storage)
+        cluster = check_cluster(launcher, os.path.abspath(plan.sweep_dir), "--sweep_dir")
+    folder.mark()
     train_gamma = training_level(recipe.training.noise_gamma)
     objective = Objective(options.objective, plan.gammas, train_gamma, task.headline, options.ood_floor)
-    data = task.searching.sweep_data(recipe, options.validation_size)
+    studies = {arm.name: plan.study(arm.name, objective) for arm in arms}
+    if cluster is not None:
+
+        def search_done() -> bool:
+            return all(finished(study) >= options.n_trials for study in studies.values())
+
+        given = dataclasses.replace(settings, storage=plan.storage)
+        if (done := on_slurm(cluster, plan.sweep_dir, given, task.name, recipe, more, search_done)) is not None:
+            return done
+    data = task.searching.sweep_data(recipe, options.validation_size) if cluster is None else None
     bases = {
         a.name: dataclasses.replace(a.training or recipe.training, per_device_eval_batch_size=options.eval_batch_size)
         for a in arms
     }
-    studies = {arm.name: plan.study(arm.name, objective) for arm in arms}
-    if options.stage in ("search", "all"):
+    if options.stage in ("search", "all") and cluster is None:
         for arm in arms:
             trial = partial(
                 run_trial,
@@ -98,7 +120,7 @@ def run(settings: SweepArguments, task: Task, recipe: Recipe, more: dict[str, Re
             not_searched[arm.name],
             objective.maximize,
         )
-    if options.stage in ("compare", "all"):
+    if options.stage in ("compare", "all") and cluster is None:
         pairs = compared_pairs([a.name for a in arms], reference, erm_twins(arms, more))
         compare(Finals(task, arms, studies, objective, plan, data, bases, recipe.script, pairs), out)
     write_report(out, plan.sweep_dir)

@@ -12,6 +12,8 @@ finished; submitit's result file, where there is one, says why it did not.
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import getpass
 import os
 import shutil
@@ -20,9 +22,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from .fields import check_fields
+from .files import read_json, write_json
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
 Launcher: TypeAlias = Literal["local", "slurm"]
 LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
@@ -203,6 +206,47 @@ class Cluster:
             except Exception as error:  # the call's own exception, as submitit carried it back
                 why = f"{found}: {str(error).strip().splitlines()[-1][:200]}"
         return f"job {job_id} {why} (log: {job.paths.stderr})"
+
+
+@dataclass
+class Ledger:
+    """`<folder>/slurm/jobs.json`: every job a command submitted, {"jobs": [{"name", "job_id", "submitted", ...}]} in
+    order, and the logs of each under `logs/<job id>/` (submitit's folder). Written under `locked` by the command
+    that submits, so that two copies at once see each other's jobs."""
+
+    folder: str  # the command folder's slurm/
+    flag: str  # the command's folder option, for the messages
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.folder, "jobs.json")
+
+    @property
+    def logs(self) -> str:
+        return os.path.join(self.folder, "logs")
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """The ledger's lock between processes (filelock), held for the block: read, submit, write."""
+        from filelock import FileLock
+
+        os.makedirs(self.folder, exist_ok=True)
+        with FileLock(self.path + ".lock"):
+            yield
+
+    def entries(self) -> list[dict]:
+        data = read_json(self.path, self.flag) if os.path.isfile(self.path) else {"jobs": []}
+        if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+            raise ValueError(f"`{self.flag}` {self.path} is not a job list this library wrote; move it away.")
+        return data["jobs"]
+
+    def last(self) -> dict[str, str]:
+        """{name: the id of the last job submitted under it}."""
+        return {e["name"]: str(e["job_id"]) for e in self.entries()}
+
+    def add(self, name: str, job_id: str, **more: object) -> None:
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        write_json(self.path, {"jobs": [*self.entries(), {"name": name, "job_id": job_id, **more, "submitted": now}]})
 
 
 def check_cluster(options: SlurmArguments, folder: str, flag: str) -> Cluster:

@@ -10,6 +10,7 @@ which installs the server), where it fails.
 """
 
 import glob
+import json
 import os
 import shutil
 import signal
@@ -90,21 +91,27 @@ def recipe(tmp_path_factory):
     return root
 
 
-def worker(recipe, storage, log) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "constrained_sft", "sweep", "--task", "classification",
+def sweep_argv(recipe, storage, study_name="pg") -> list[str]:
+    return ["sweep", "--task", "classification",
            "--model_name_or_path", str(recipe / "encoder"), "--dataset_name", str(recipe / "data"),
            "--dataset_test_split", "none", "--max_seq_length", "16", "--output_dir", str(recipe / "out"),
            "--max_steps", "24", "--per_device_train_batch_size", "8", "--use_cpu", "true", "--report_to", "none",
            "--noise_gamma", "0.5", "--space", str(recipe / "space.yaml"), "--validation_size", "16",
            "--eval_batch_size", "16", "--stage", "search", "--n_trials", str(N_TRIALS), "--pruner", "none",
-           "--storage", storage, "--study_name", "pg", "--heartbeat_interval", "2", "--disable_tqdm", "true"]  # fmt: skip
+           "--storage", storage, "--study_name", study_name, "--heartbeat_interval", "2", "--disable_tqdm", "true"]  # fmt: skip
+
+
+def worker(recipe, storage, log) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "constrained_sft", *sweep_argv(recipe, storage)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
 
 
-def trials(storage):
+def trials(storage, study_name="pg"):
     try:
-        return optuna.load_study(study_name="pg-constrained-head", storage=storage).get_trials(deepcopy=False)
+        return optuna.load_study(study_name=f"{study_name}-constrained-head", storage=storage).get_trials(
+            deepcopy=False
+        )
     except KeyError:  # the study is not created yet
         return []
 
@@ -156,3 +163,26 @@ def test_two_workers_share_one_study_and_a_killed_worker_loses_nothing(postgres,
     assert all({t.number: t.state.name for t in final}[n] == "FAIL" for n in surplus)
     print(f"\ntrials per worker: { {w: sorted(n) for w, n in by_worker.items()} }; killed trial {killed}; surplus "
           f"{surplus}; wall {wall:.0f} s")  # fmt: skip
+
+
+def test_search_workers_submitted_to_slurm_fill_one_study(postgres, recipe, tmp_path, slurm, monkeypatch):
+    """`sweep --launcher slurm --workers 2`: two Slurm jobs search the one study to exactly `--n_trials`; the URL's
+    password reaches no file of the sweep folder (the jobs read it from their environment); the same command
+    again submits nothing (the search holds its trials)."""
+    from constrained_sft.cli import main as cli
+    from constrained_sft.sweep.cluster import STORAGE_ENV
+
+    monkeypatch.delenv(STORAGE_ENV, raising=False)  # the command sets it for its jobs; restored after the test
+    secret = "sk-PG-SENTINEL-77"
+    storage = postgres.replace("postgres@", f"postgres:{secret}@")  # trust authentication: any password passes
+    argv = [*sweep_argv(recipe, storage, "pg-slurm"), "--sweep_dir", str(tmp_path / "sweep"),
+            "--launcher", "slurm", "--workers", "2", "--slurm_cpus", "1"]  # fmt: skip
+    assert cli(argv) == 0
+    final = trials(postgres, "pg-slurm")
+    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in final) == N_TRIALS
+    assert len({t.user_attrs["worker"] for t in final}) <= 2
+    ledger = json.loads((tmp_path / "sweep" / "slurm" / "jobs.json").read_text())["jobs"]
+    assert [e["name"] for e in ledger] == ["worker-0", "worker-1"]
+    assert not [p for p in (tmp_path / "sweep").rglob("*") if p.is_file() and secret.encode() in p.read_bytes()]
+    assert cli(argv) == 0  # the search holds its trials: no worker submitted
+    assert len(json.loads((tmp_path / "sweep" / "slurm" / "jobs.json").read_text())["jobs"]) == 2

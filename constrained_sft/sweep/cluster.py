@@ -1,0 +1,147 @@
+"""
+A sweep on a Slurm cluster (`--launcher slurm --workers N`): N search workers submitted as Slurm jobs against the
+sweep's shared storage (PostgreSQL: Optuna's RDB, as workers started by hand on several machines use it), each the
+same sweep at `--stage search` (`worker`), then, with `--stage all` / `compare`, the retraining and comparison as one
+more job whose results come back to the command (`finals`). The jobs are recorded in `slurm/jobs.json` under its
+lock (`utils.slurm.Ledger`): a second call follows the workers still queued or running and submits only the
+missing ones, none once the search holds its trials.
+
+The storage URL's password never reaches a file: the pickled settings carry the URL without it, and the job reads
+the whole URL from its environment (`STORAGE_ENV`, which sbatch passes from the submitting shell; or keep the
+password in ~/.pgpass, which PostgreSQL's driver reads).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+
+from ..tasks import Recipe, get_task
+from ..utils.redact import redact_url
+from ..utils.slurm import Cluster, Ledger, SlurmArguments, SlurmJobsError
+from .arguments import SweepArguments
+from .results import SweepResults
+
+STORAGE_ENV = "CONSTRAINED_SFT_SWEEP_STORAGE"
+WORKER, FINALS = "worker", "compare"
+POLL_FIRST, POLL_MOST = 1.0, 30.0  # seconds between readings of the queue: the first, and at most
+
+
+def check_storage(storage: str) -> None:
+    """Workers on several nodes share one storage server: SQLite, a file one process locks at a time on one
+    machine's disk, is refused."""
+    if storage.startswith("sqlite"):
+        raise ValueError(
+            "`--launcher slurm`: the workers need a storage every node reaches: give `--storage` a PostgreSQL URL "
+            "(postgresql+psycopg://user@host/db), not SQLite."
+        )
+
+
+def sweep_job(task: str, settings: SweepArguments, recipe: Recipe, more: dict[str, Recipe]) -> SweepResults:
+    """What a sweep job runs: the sweep here, its storage URL whole from the environment."""
+    from .run import run
+
+    storage = os.environ.get(STORAGE_ENV) or settings.storage
+    return run(dataclasses.replace(settings, storage=storage), get_task(task), recipe, more)
+
+
+def submit_workers(
+    cluster: Cluster, ledger: Ledger, call: tuple, workers: int, done: Callable[[], bool]
+) -> dict[str, str]:
+    """{name: job id} of the workers to follow: those queued or running, and, while the search is not `done`, new
+    ones up to `workers`; under the ledger's lock, so two calls at once submit `workers` in all."""
+    with ledger.locked():
+        last = ledger.last()
+        active = cluster.queued([i for n, i in last.items() if n.startswith(WORKER)])
+        following = {n: i for n, i in last.items() if i in active}
+        if not done():
+            taken = {int(n.split("-")[1]) for n in last if n.startswith(WORKER)}
+            fresh = (k for k in range(workers + len(taken)) if k not in taken)
+            for k in [next(fresh) for _ in range(workers - len(following))]:
+                following[f"{WORKER}-{k}"] = job_id = cluster.submit(ledger.logs, f"sweep-{WORKER}-{k}", cluster.gpus(1), *call)
+                ledger.add(f"{WORKER}-{k}", job_id)
+    return following
+
+
+def submit_finals(cluster: Cluster, ledger: Ledger, call: tuple, gpus: int) -> str:
+    """The id of the compare job to follow: one queued or running, else a new one (under the ledger's lock)."""
+    with ledger.locked():
+        last = ledger.last().get(FINALS)
+        if last is not None and cluster.queued([last]):
+            return last
+        job_id = cluster.submit(ledger.logs, f"sweep-{FINALS}", gpus, *call)
+        ledger.add(FINALS, job_id)
+        return job_id
+
+
+def wait_out(cluster: Cluster, jobs: dict[str, str]) -> None:
+    """Until none of `jobs` ({name: id}) is queued or running. Ctrl-C: which keep running and how to cancel them."""
+    started, pause = time.monotonic(), POLL_FIRST
+    try:
+        while cluster.queued(list(jobs.values())):
+            time.sleep(pause)
+            pause = min(POLL_MOST, POLL_FIRST + (time.monotonic() - started) / 20)
+    except KeyboardInterrupt:
+        left = cluster.queued(list(jobs.values()))
+        print(
+            f"\nstopped following; the Slurm jobs keep running: {', '.join(left)}. Cancel them with "
+            f"`scancel {' '.join(left)}`, or run the same command again to follow them."
+        )
+        raise
+
+
+def on_slurm(
+    cluster: Cluster,
+    folder: str,
+    settings: SweepArguments,
+    task: str,
+    recipe: Recipe,
+    more: dict[str, Recipe],
+    searched: Callable[[], bool],
+) -> SweepResults | None:
+    """The sweep's stages as Slurm jobs (see the module docstring): the workers until the search is done
+    (`searched`), then the finals' job, whose results are returned; None where `--wait false` returned first or the
+    stage is `search`."""
+    options: SlurmArguments = cluster.options
+    storage = settings.storage or ""
+    check_storage(storage)
+    os.environ[STORAGE_ENV] = storage  # sbatch hands the submitting environment to the jobs
+    ledger = Ledger(os.path.join(folder, "slurm"), "--sweep_dir")
+    safe = dataclasses.replace(settings, storage=redact_url(storage))  # what the pickle in the folder carries
+    if settings.stage in ("search", "all"):
+        call = (sweep_job, task, dataclasses.replace(safe, stage="search"), recipe, more)
+        workers = submit_workers(cluster, ledger, call, settings.workers, searched)
+        if workers:
+            print(
+                f"slurm: search workers {', '.join(f'{n} ({i})' for n, i in workers.items())}; logs in {ledger.logs}"
+            )
+        if not options.wait:
+            return None
+        wait_out(cluster, workers)
+        if not searched():
+            failed = [f"{n}: {cluster.ended(ledger.logs, i)}" for n, i in workers.items()]
+            raise SlurmJobsError(
+                "the search workers ended before the search held its trials: " + "; ".join(failed) + ". The same "
+                "command submits workers again; the trials finished so far are kept."
+            )
+    if settings.stage == "search":
+        return None
+    call = (sweep_job, task, dataclasses.replace(safe, stage="compare"), recipe, more)
+    job_id = submit_finals(cluster, ledger, call, cluster.gpus(1))
+    print(f"slurm: the finals' retraining and comparison, job {job_id}; logs in {ledger.logs}")
+    if not options.wait:
+        return None
+    wait_out(cluster, {FINALS: job_id})
+    import submitit
+
+    job = submitit.SlurmJob(folder=os.path.join(ledger.logs, "%j"), job_id=job_id)
+    if job.paths.result_pickle.exists():  # without it submitit would wait for `sacct`, which may never answer
+        with contextlib.suppress(Exception):  # the job's own error: `Cluster.ended` says it
+            return job.result()
+    raise SlurmJobsError(
+        f"the finals' job ended unfinished: {cluster.ended(ledger.logs, job_id)}. The same command submits it "
+        "again; finished retrainings are kept."
+    )
