@@ -57,9 +57,14 @@ PartitionName={partition} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """
 
 
+def daemon(name: str) -> str:
+    """The daemon's program: on PATH, or in /usr/sbin (Debian's place, off a non-root PATH)."""
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
 def missing_reason() -> str | None:
     """Why this machine cannot start the cluster, or None."""
-    if absent := [d for d in DAEMONS if shutil.which(d) is None and not os.path.exists(f"/usr/sbin/{d}")]:
+    if absent := [d for d in DAEMONS if not os.path.exists(daemon(d))]:
         return f"no {', '.join(absent)} (Debian: apt-get install slurm-wlm munge)"
     if os.geteuid() != 0:
         return "the test cluster's daemons run as root, and this user is not"
@@ -100,8 +105,8 @@ class SlurmCluster:
 
     def log_tail(self) -> str:
         tails = []
-        for daemon in ("slurmctld", "slurmd"):
-            with open(os.path.join(self.root, f"{daemon}.log"), errors="replace") as f:
+        for name in ("slurmctld", "slurmd"):
+            with open(os.path.join(self.root, f"{name}.log"), errors="replace") as f:
                 tails.append(f.read()[-1500:])
         return "".join(tails)
 
@@ -147,13 +152,13 @@ def start(wait: float = 60.0) -> SlurmCluster:
         f.write(CONF.format(host=host, ctld_port=free_port(), d_port=free_port(), root=root,
                             cpus=os.cpu_count() or 1, partition=PARTITION))  # fmt: skip
     cluster = SlurmCluster(root, conf)
-    daemon = {"env": cluster.env, "capture_output": True, "timeout": 60, "check": True}
+    options = {"env": cluster.env, "capture_output": True, "timeout": 60, "check": True}
     subprocess.run(
-        ["munged", "-f", f"--socket={root}/munge.sock", f"--key-file={key}", f"--log-file={root}/munged.log",
-         f"--pid-file={root}/munged.pid", f"--seed-file={root}/munged.seed"], **daemon,
+        [daemon("munged"), "-f", f"--socket={root}/munge.sock", f"--key-file={key}", f"--log-file={root}/munged.log",
+         f"--pid-file={root}/munged.pid", f"--seed-file={root}/munged.seed"], **options,
     )  # fmt: skip
-    subprocess.run(["slurmctld", "-c"], **daemon)
-    subprocess.run(["slurmd"], **daemon)
+    subprocess.run([daemon("slurmctld"), "-c"], **options)
+    subprocess.run([daemon("slurmd")], **options)
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, env=cluster.env).stdout

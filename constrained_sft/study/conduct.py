@@ -22,7 +22,7 @@ from ..data import delete_weights, has_weights
 from ..data.instructions import held_out_instructions
 from ..evaluation import ALPACA_EVAL_SIZE
 from ..evaluation.instructions import ALPACA_EVAL, load_instructions
-from ..tasks import Recipe, Task, is_finished
+from ..tasks import AnyRecipe, Recipe, Task, is_finished
 from ..utils.files import write_text
 from ..utils.shipped import find
 from ..utils.slurm import Cluster, Ledger, SlurmArguments, SlurmJobsError, check_cluster
@@ -45,9 +45,9 @@ COMMAND = "study"
 def run(
     args: StudyArguments,
     task: Task,
-    constrained: Recipe,
-    erm: Recipe,
-    more: dict[str, Recipe] | None = None,
+    constrained: AnyRecipe,
+    erm: AnyRecipe,
+    more: dict[str, AnyRecipe] | None = None,
     launcher: SlurmArguments | None = None,
 ) -> StudyResults | TrainedRuns:
     """The study's stages (`args.stage`); every input checked before the first run starts (`plan.plan`). `more`:

@@ -13,11 +13,15 @@ import os
 import pickle
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 from ..utils.files import atomic_path
 
+if TYPE_CHECKING:
+    from .phases import Job
 
-def launch_training(job) -> None:
+
+def launch_training(job: Job) -> None:
     """Train `job.recipe` (its `output_dir` the run's folder) on `job.gpus` processes; a failed launch raises with
     its last output lines."""
     path = job.folder.rstrip("/") + ".launch.pkl"

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from multiprocessing import get_context
+from typing import TYPE_CHECKING
 
 from ..comparison import RunKey
 from . import clock
@@ -31,6 +32,10 @@ from .devices import DeviceSlots, Machine, pin
 from .phases import Job, run_job
 from .probe import ProbeTimes, optimizer_steps
 from .record import EXITS, PHASES, RunRecord
+
+if TYPE_CHECKING:
+    from multiprocessing.context import SpawnContext
+    from multiprocessing.queues import Queue
 
 MIN_SECONDS = 0.05  # a phase recorded faster than this did no work (a run finished before it was recorded)
 
@@ -178,7 +183,7 @@ def plan_lines(
     return lines
 
 
-def _worker_init(threads: int, parent: int, groups) -> None:
+def _worker_init(threads: int, parent: int, groups: Queue[tuple[str, ...]]) -> None:
     """A worker's start: its devices (one group off `groups`, a queue: one per worker, before CUDA starts), its
     threads, and its end with the study's."""
     pin(groups.get())
@@ -271,7 +276,7 @@ def run_all(
     return left + queue
 
 
-def worker_pool(slots: DeviceSlots, threads: int, context=None) -> ProcessPoolExecutor:
+def worker_pool(slots: DeviceSlots, threads: int, context: SpawnContext | None = None) -> ProcessPoolExecutor:
     """`slots.workers` spawned workers, worker i holding `slots.of(i)` for its life (a job runs on its worker's
     devices, so no job lands on devices another worker holds)."""
     context = context or get_context("spawn")

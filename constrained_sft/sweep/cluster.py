@@ -19,7 +19,7 @@ import os
 import time
 from collections.abc import Callable
 
-from ..tasks import Recipe, get_task
+from ..tasks import AnyRecipe, get_task
 from ..utils.redact import redact_url
 from ..utils.slurm import Cluster, Ledger, SlurmArguments, SlurmJobsError
 from .arguments import SweepArguments
@@ -40,7 +40,7 @@ def check_storage(storage: str) -> None:
         )
 
 
-def sweep_job(task: str, settings: SweepArguments, recipe: Recipe, more: dict[str, Recipe]) -> SweepResults:
+def sweep_job(task: str, settings: SweepArguments, recipe: AnyRecipe, more: dict[str, AnyRecipe]) -> SweepResults:
     """What a sweep job runs: the sweep here, its storage URL whole from the environment."""
     from .run import run
 
@@ -49,7 +49,7 @@ def sweep_job(task: str, settings: SweepArguments, recipe: Recipe, more: dict[st
 
 
 def submit_workers(
-    cluster: Cluster, ledger: Ledger, call: tuple, workers: int, done: Callable[[], bool]
+    cluster: Cluster, ledger: Ledger, call: tuple[object, ...], workers: int, done: Callable[[], bool]
 ) -> dict[str, str]:
     """{name: job id} of the workers to follow: those queued or running, and, while the search is not `done`, new
     ones up to `workers`; under the ledger's lock, so two calls at once submit `workers` in all."""
@@ -61,18 +61,19 @@ def submit_workers(
             taken = {int(n.split("-")[1]) for n in last if n.startswith(WORKER)}
             fresh = (k for k in range(workers + len(taken)) if k not in taken)
             for k in [next(fresh) for _ in range(workers - len(following))]:
-                following[f"{WORKER}-{k}"] = job_id = cluster.submit(ledger.logs, f"sweep-{WORKER}-{k}", cluster.gpus(1), *call)
-                ledger.add(f"{WORKER}-{k}", job_id)
+                name = f"{WORKER}-{k}"
+                following[name] = cluster.submit(ledger.logs, f"sweep-{name}", cluster.gpus(1), sweep_job, *call)
+                ledger.add(name, following[name])
     return following
 
 
-def submit_finals(cluster: Cluster, ledger: Ledger, call: tuple, gpus: int) -> str:
+def submit_finals(cluster: Cluster, ledger: Ledger, call: tuple[object, ...], gpus: int) -> str:
     """The id of the compare job to follow: one queued or running, else a new one (under the ledger's lock)."""
     with ledger.locked():
         last = ledger.last().get(FINALS)
         if last is not None and cluster.queued([last]):
             return last
-        job_id = cluster.submit(ledger.logs, f"sweep-{FINALS}", gpus, *call)
+        job_id = cluster.submit(ledger.logs, f"sweep-{FINALS}", gpus, sweep_job, *call)
         ledger.add(FINALS, job_id)
         return job_id
 
@@ -98,8 +99,8 @@ def on_slurm(
     folder: str,
     settings: SweepArguments,
     task: str,
-    recipe: Recipe,
-    more: dict[str, Recipe],
+    recipe: AnyRecipe,
+    more: dict[str, AnyRecipe],
     searched: Callable[[], bool],
 ) -> SweepResults | None:
     """The sweep's stages as Slurm jobs (see the module docstring): the workers until the search is done
@@ -112,7 +113,7 @@ def on_slurm(
     ledger = Ledger(os.path.join(folder, "slurm"), "--sweep_dir")
     safe = dataclasses.replace(settings, storage=redact_url(storage))  # what the pickle in the folder carries
     if settings.stage in ("search", "all"):
-        call = (sweep_job, task, dataclasses.replace(safe, stage="search"), recipe, more)
+        call = (task, dataclasses.replace(safe, stage="search"), recipe, more)
         workers = submit_workers(cluster, ledger, call, settings.workers, searched)
         if workers:
             print(
@@ -129,7 +130,7 @@ def on_slurm(
             )
     if settings.stage == "search":
         return None
-    call = (sweep_job, task, dataclasses.replace(safe, stage="compare"), recipe, more)
+    call = (task, dataclasses.replace(safe, stage="compare"), recipe, more)
     job_id = submit_finals(cluster, ledger, call, cluster.gpus(1))
     print(f"slurm: the finals' retraining and comparison, job {job_id}; logs in {ledger.logs}")
     if not options.wait:
@@ -137,7 +138,7 @@ def on_slurm(
     wait_out(cluster, {FINALS: job_id})
     import submitit
 
-    job = submitit.SlurmJob(folder=os.path.join(ledger.logs, "%j"), job_id=job_id)
+    job: submitit.SlurmJob[SweepResults] = submitit.SlurmJob(folder=os.path.join(ledger.logs, "%j"), job_id=job_id)
     if job.paths.result_pickle.exists():  # without it submitit would wait for `sacct`, which may never answer
         with contextlib.suppress(Exception):  # the job's own error: `Cluster.ended` says it
             return job.result()

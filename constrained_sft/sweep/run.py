@@ -29,7 +29,7 @@ from ..evaluation.report import (
     comparison_blocks,
     write_markdown,
 )
-from ..tasks import Arm, Recipe, Task, is_finished
+from ..tasks import AnyRecipe, Arm, Recipe, Task, is_finished
 from ..utils.files import atomic_path, read_json, write_json
 from ..utils.folders import (
     OutputDirError,
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
 def run(
     settings: SweepArguments,
     task: Task,
-    recipe: Recipe,
-    more: dict[str, Recipe] | None = None,
+    recipe: AnyRecipe,
+    more: dict[str, AnyRecipe] | None = None,
     launcher: SlurmArguments | None = None,
 ) -> SweepResults:
     """Search (`stage` search / all), then retrain and compare (compare / all); everything checked before any

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from .fields import check_fields
 from .files import read_json, write_json
+from .types import JSONRead
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -194,7 +195,7 @@ class Cluster:
         where the call raised, and its log."""
         import submitit
 
-        job = submitit.SlurmJob(folder=os.path.join(logs, "%j"), job_id=job_id)
+        job: submitit.SlurmJob[object] = submitit.SlurmJob(folder=os.path.join(logs, "%j"), job_id=job_id)
         state = subprocess.run(
             ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=60, check=False
         ).stdout
@@ -234,11 +235,12 @@ class Ledger:
         with FileLock(self.path + ".lock"):
             yield
 
-    def entries(self) -> list[dict]:
+    def entries(self) -> list[JSONRead]:
         data = read_json(self.path, self.flag) if os.path.isfile(self.path) else {"jobs": []}
-        if not isinstance(data, dict) or not isinstance(data.get("jobs"), list):
+        jobs = data.get("jobs") if isinstance(data, dict) else None
+        if not isinstance(jobs, list) or not all(isinstance(e, dict) and {"name", "job_id"} <= set(e) for e in jobs):
             raise ValueError(f"`{self.flag}` {self.path} is not a job list this library wrote; move it away.")
-        return data["jobs"]
+        return jobs
 
     def last(self) -> dict[str, str]:
         """{name: the id of the last job submitted under it}."""
