@@ -5,6 +5,7 @@ What `--launcher slurm` costs per run over running the study here, on the tests'
 - `submit`: one `Cluster.submit` (submitit writes the pickle and the sbatch script, sbatch answers with an id);
 - `turnaround`: a job that does nothing (`os.getpid`), from submission until its result is written: the scheduler's
   start (`SchedulerParameters=sched_interval=1`), srun, a fresh Python unpickling the call;
+- `imports`: a fresh Python importing what a study job runs (the training stack and the task), as each job does;
 - `per run`: the tiny two-arm study (the tests' tiny model, one seed, no exit decoding) through Slurm with every
   core per job (one job at a time, as the local study runs them) minus the same study here, over its runs.
 
@@ -25,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from provenance import machine, write_report
+from provenance import machine, source_commit, write_report
 
 TESTS = Path(__file__).resolve().parent.parent / "tests"
 
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     import slurm_cluster
     from intervals import t_interval
 
+    import constrained_sft
+
     if reason := slurm_cluster.missing_reason():
         raise SystemExit(f"cannot start the test cluster: {reason}")
     cluster = slurm_cluster.start()
@@ -47,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     scratch = Path(tempfile.mkdtemp(prefix="slurm-bench-"))
     try:
         submit, turnaround = trivial_jobs(scratch / "trivial", args.trivial)
+        imports = [import_seconds() for _ in range(3)]
         assets = tiny_assets(scratch / "assets")
         local, remote = [], []
         for r in range(args.repeats):
@@ -59,16 +63,18 @@ def main(argv: list[str] | None = None) -> int:
         report = {
             "benchmark": "slurm_overhead",
             "machine": machine(),
-            "cluster": f"one node, {os.cpu_count()} CPUs, slurm-wlm {cluster.run('sinfo', '-V').strip()}",
+            "commit": source_commit(os.path.dirname(os.path.abspath(constrained_sft.__file__))),
+            "cluster": f"one node, {os.cpu_count()} CPUs, {cluster.run('sinfo', '-V').strip()}",
             "submit_seconds": {"median": statistics.median(submit), "all": submit},
             "turnaround_seconds": {"median": statistics.median(turnaround), "all": turnaround},
+            "job_import_seconds": {"median": statistics.median(imports), "all": imports},
             "study_local_seconds": local,
             "study_slurm_seconds": remote,
             "per_run_overhead_seconds": {"median": statistics.median(per_run), "low": low, "high": high},
         }
         print(
             f"submit {statistics.median(submit) * 1000:.0f} ms, trivial job turnaround "
-            f"{statistics.median(turnaround):.1f} s; the tiny study: here {statistics.median(local):.1f} s, through "
+            f"{statistics.median(turnaround):.1f} s, a job's imports {statistics.median(imports):.1f} s; the tiny study: here {statistics.median(local):.1f} s, through "
             f"Slurm {statistics.median(remote):.1f} s: {statistics.median(per_run):.1f} s per run "
             f"[{low:.1f}, {high:.1f}]"
         )
@@ -94,6 +100,16 @@ def trivial_jobs(folder: Path, count: int) -> tuple[list[float], list[float]]:
             time.sleep(0.02)
         turnaround.append(time.perf_counter() - started)
     return submit, turnaround
+
+
+def import_seconds() -> float:
+    """Wall seconds of a fresh Python importing what a study job imports before its first phase."""
+    import subprocess
+
+    code = "from constrained_sft.study.cluster import slurm_job; from constrained_sft.tasks import get_task; get_task('sft')"
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+    return time.perf_counter() - started
 
 
 def tiny_assets(root: Path) -> Path:

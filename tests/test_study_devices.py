@@ -77,7 +77,7 @@ def test_a_run_on_two_devices_trains_under_accelerate_launch(assets, tmp_path, c
     assert "ddp.yaml)" in printed  # the recipe's first line names none: data parallel
     for arm in ("constrained", "erm"):
         assert json.loads((out / "train" / arm / "seed0" / "training_args.json").read_text())["max_steps"] == 3
-    assert not list(out.rglob("*.launch.pkl"))  # the job handed to the launch, removed after it
+    assert not list(out.rglob("*.launch.json"))  # the job handed to the launch, removed after it
 
 
 def device_uuid() -> str:

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..tasks import AnyRecipe
 from ..utils.slurm import Cluster, Ledger
 from . import clock
 from .phases import Job, run_job
@@ -39,6 +40,16 @@ def per_run(queue: list[Job]) -> list[Job]:
                 first, phases=first.phases + job.phases, restart=first.restart or job.restart
             )
     return list(merged.values())
+
+
+def without_tokens(recipe: AnyRecipe) -> AnyRecipe:
+    """The recipe without the trainer config's tokens (`hub_token`): submitit pickles the job into the study
+    folder, where no secret goes; the job reads HF_TOKEN from its environment as the Hub client does."""
+    training = recipe.training
+    tokens = {f.name: None for f in dataclasses.fields(training) if f.name.endswith("_token") and f.init}
+    if not any(getattr(training, name) for name in tokens):
+        return recipe
+    return dataclasses.replace(recipe, training=dataclasses.replace(training, **tokens))
 
 
 def slurm_job(job: Job) -> None:
@@ -75,7 +86,7 @@ def submit(cluster: Cluster, ledger: Ledger, jobs: list[Job], key: str, gpus: in
             left = tuple(p for p in job.phases if not (record and record.done(p)))
             if not left:
                 continue
-            job = dataclasses.replace(job, phases=left)
+            job = dataclasses.replace(job, phases=left, recipe=without_tokens(job.recipe))
             job_id = cluster.submit(ledger.logs, f"study-{job.run.stem}", gpus, slurm_job, job)
             ledger.add(name, job_id, phases=list(job.phases))
             following[name] = (job, job_id)

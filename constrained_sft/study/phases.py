@@ -14,16 +14,21 @@ import dataclasses
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, get_args
 
+from ..comparison import RunKey
 from ..data import delete_weights, has_weights, model_fingerprint
 from ..tasks import Recipe, SharedDataTraining, get_task, is_finished
+from ..utils.files import json_safe, write_json
+from ..utils.types import JSONObject, JSONRead
 from . import clock
 from .after_training import Evaluation
 from .folder import StudyFolder
-from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunKey, RunRecord, read_record, write_record
+from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunRecord, read_record, write_record
 
 logger = logging.getLogger(__name__)
 KeepModels: TypeAlias = Literal["all", "seed0", "none"]  # `--keep_models`
@@ -63,7 +68,7 @@ class Job:
     estimates: dict[str, float] = field(default_factory=dict, compare=False)
     jobs: int = 1
     writes: bool = True
-    gpus: int = 1  # devices the run trains on: above 1 under `accelerate launch` (`launched.launch_training`)
+    gpus: int = 1  # devices the run trains on: above 1 under `accelerate launch` (`launch_training`)
     launch_config: str | None = None  # that launch's accelerate config (a file)
 
     @property
@@ -94,8 +99,6 @@ def train(job: Job, callbacks=()) -> float:
     )
     start = time.perf_counter()
     if job.gpus > 1:  # this process stays out of the launch: it goes on with the phases after, on the first device
-        from .launched import launch_training
-
         launch_training(dataclasses.replace(job, recipe=dataclasses.replace(job.recipe, training=training)))
         return time.perf_counter() - start
     recipe = Recipe(job.recipe.script, job.recipe.model, training)
@@ -104,6 +107,58 @@ def train(job: Job, callbacks=()) -> float:
         raise TypeError(f"`task: {job.task}` cannot train a study's runs (they share prepared data).")
     training.train(recipe, more_runs=True, data_dir=job.data_dir, callbacks=callbacks)
     return time.perf_counter() - start
+
+
+def launch_training(job: Job) -> None:
+    """Train `job.recipe` (its `output_dir` the run's folder) under `accelerate launch` on `job.gpus` processes with
+    the study's launch config (`--accelerate_config`; FSDP2 for an 8B model's full fine-tuning), while this worker
+    waits; it then measures the run in one process (robustness, answers and exits need no launch). The job crosses
+    to the launched processes as JSON beside the run's folder (`job_spec`; `python -m
+    constrained_sft.study.launched <file>`), removed once they end. A failed launch raises with its last lines."""
+    path = job.folder.rstrip("/") + ".launch.json"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    write_json(path, job_spec(job))
+    how = ["--config_file", job.launch_config] if job.launch_config else ["--multi_gpu"]
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", *how, "--num_processes", str(job.gpus)]
+    cmd += ["--num_machines", "1", "-m", "constrained_sft.study.launched", path]
+    config = job.launch_config or "accelerate's --multi_gpu"
+    print(f"{job.name}: training on {job.gpus} processes (accelerate launch --config_file {config})", flush=True)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    finally:
+        os.remove(path)
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+        raise RuntimeError(f"{job.name}: the launch of its training on {job.gpus} devices failed:\n{tail}")
+
+
+def job_spec(job: Job) -> JSONObject:
+    """What a launched process needs of `job` to train it, as JSON: the run, the folders, the task and the recipe's
+    three dataclasses by field (the trainer config as transformers serialises it; hub tokens left out, the launched
+    processes read HF_TOKEN from the environment as the Hub client does)."""
+
+    def fields(value: object) -> JSONObject:
+        if hasattr(value, "to_dict"):  # TrainingArguments: enums as their values
+            data = value.to_dict()
+        else:
+            data = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}  # type: ignore[arg-type]
+        return json_safe({k: v for k, v in data.items() if not k.endswith("_token")})
+
+    r = job.recipe
+    recipe = {"script": fields(r.script), "model": None if r.model is None else fields(r.model)}
+    where = {"study": job.study.root, "task": job.task, "run": job.run.name, "data_dir": job.data_dir}
+    return {**where, "gpus": job.gpus, "recipe": {**recipe, "training": fields(r.training)}}
+
+
+def job_from_spec(spec: JSONRead) -> Job:
+    """The job `job_spec` wrote, its recipe's dataclasses built again from their fields (the task's own classes)."""
+    task = get_task(spec["task"])
+    script_cls, model_cls, training_cls = task.parser_classes()[-3:]
+    r = spec["recipe"]
+    model = None if r["model"] is None else model_cls(**r["model"])
+    recipe = Recipe(script_cls(**r["script"]), model, training_cls(**r["training"]))
+    run = RunKey.parse(spec["run"])
+    return Job(StudyFolder(spec["study"]), spec["task"], run, recipe, None, data_dir=spec["data_dir"], gpus=1)
 
 
 def start_over(job: Job) -> None:

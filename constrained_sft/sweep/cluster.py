@@ -40,10 +40,15 @@ def check_storage(storage: str) -> None:
         )
 
 
-def sweep_job(task: str, settings: SweepArguments, recipe: AnyRecipe, more: dict[str, AnyRecipe]) -> SweepResults:
-    """What a sweep job runs: the sweep here, its storage URL whole from the environment."""
-    from .run import run
-
+def sweep_job(
+    run: Callable[..., SweepResults],
+    task: str,
+    settings: SweepArguments,
+    recipe: AnyRecipe,
+    more: dict[str, AnyRecipe],
+) -> SweepResults:
+    """What a sweep job runs: the sweep (`run`: `sweep.run.run`, handed in by reference) here, its storage URL whole
+    from the environment."""
     storage = os.environ.get(STORAGE_ENV) or settings.storage
     return run(dataclasses.replace(settings, storage=storage), get_task(task), recipe, more)
 
@@ -102,9 +107,10 @@ def on_slurm(
     recipe: AnyRecipe,
     more: dict[str, AnyRecipe],
     searched: Callable[[], bool],
+    run: Callable[..., SweepResults],
 ) -> SweepResults | None:
     """The sweep's stages as Slurm jobs (see the module docstring): the workers until the search is done
-    (`searched`), then the finals' job, whose results are returned; None where `--wait false` returned first or the
+    (`searched`), then the finals' job, whose results are returned (each job runs the sweep here: `run`); None where `--wait false` returned first or the
     stage is `search`."""
     options: SlurmArguments = cluster.options
     storage = settings.storage or ""
@@ -113,7 +119,7 @@ def on_slurm(
     ledger = Ledger(os.path.join(folder, "slurm"), "--sweep_dir")
     safe = dataclasses.replace(settings, storage=redact_url(storage))  # what the pickle in the folder carries
     if settings.stage in ("search", "all"):
-        call = (task, dataclasses.replace(safe, stage="search"), recipe, more)
+        call = (run, task, dataclasses.replace(safe, stage="search"), recipe, more)
         workers = submit_workers(cluster, ledger, call, settings.workers, searched)
         if workers:
             print(
@@ -130,7 +136,7 @@ def on_slurm(
             )
     if settings.stage == "search":
         return None
-    call = (task, dataclasses.replace(safe, stage="compare"), recipe, more)
+    call = (run, task, dataclasses.replace(safe, stage="compare"), recipe, more)
     job_id = submit_finals(cluster, ledger, call, cluster.gpus(1))
     print(f"slurm: the finals' retraining and comparison, job {job_id}; logs in {ledger.logs}")
     if not options.wait:

@@ -89,7 +89,7 @@ def run(
             return all(finished(study) >= options.n_trials for study in studies.values())
 
         given = dataclasses.replace(settings, storage=plan.storage)
-        if (done := on_slurm(cluster, plan.sweep_dir, given, task.name, recipe, more, search_done)) is not None:
+        if (done := on_slurm(cluster, plan.sweep_dir, given, task.name, recipe, more, search_done, run)) is not None:
             return done
     data = task.searching.sweep_data(recipe, options.validation_size) if cluster is None else None
     bases = {

@@ -13,6 +13,7 @@ finished; submitit's result file, where there is one, says why it did not.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime
 import getpass
 import os
@@ -32,12 +33,23 @@ Launcher: TypeAlias = Literal["local", "slurm"]
 LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
 # states in which a job still holds (or waits for) its place: it may yet write its results
 ACTIVE = frozenset(
-    {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-     "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD"}
-)  # fmt: skip
+    [
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+    ]
+)
 NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm")  # per-node folders on every cluster (and $TMPDIR where set)
-SLURM_FIELDS = ("slurm_partition", "slurm_account", "slurm_qos", "slurm_time", "slurm_gpus", "slurm_cpus",
-                "slurm_mem_gb", "slurm_sbatch")  # fmt: skip
 INSTALL = "pip install 'constrained-sft[slurm]'"
 
 
@@ -96,7 +108,8 @@ class SlurmArguments:
 
     def validate(self) -> None:
         """The options' own rules, before Slurm is asked anything."""
-        if self.launcher == "local" and (given := [f"--{n}" for n in SLURM_FIELDS if getattr(self, n) is not None]):
+        slurm_only = [f.name for f in dataclasses.fields(self) if f.name.startswith("slurm_")]
+        if self.launcher == "local" and (given := [f"--{n}" for n in slurm_only if getattr(self, n) is not None]):
             raise ValueError(f"{', '.join(given)} apply to `--launcher slurm`; add it, or leave them out.")
         for name in ("slurm_time", "slurm_cpus"):
             if (value := getattr(self, name)) is not None and value < 1:
