@@ -26,6 +26,8 @@ class FakeSlurm:
             return f"AccountingStorageType   = {self.accounting}\n"
         if cmd[0] == "sacctmgr":
             return "lab-a\nlab-b\n"
+        if cmd[0] == "squeue":  # every job of the user's the controller still knows
+            return "12 RUNNING\n13 COMPLETED\n14 PENDING\n15 CANCELLED\n"
         raise AssertionError(cmd)
 
 
@@ -110,6 +112,14 @@ def test_submitit_or_slurm_missing(monkeypatch, tmp_path):
 def test_bad_options_are_refused_as_they_are_read(options, message):
     with pytest.raises(ValueError, match=message):
         SlurmArguments(**options)
+
+
+def test_the_queue_read_holds_the_active_jobs_asked_for(fake):
+    """A job long gone from the controller (99: purged after MinJobAge) is not queued; `squeue -j 99` alone would
+    have failed."""
+    assert Cluster.queued(["12", "13", "15", "99"]) == {"12": "RUNNING"}
+    assert Cluster.queued([]) == {} and [c for c in fake.asked if c[0] == "squeue"] == [fake.asked[-1]]
+    assert "-j" not in fake.asked[-1]
 
 
 def test_sbatch_options_and_time_limits():

@@ -63,7 +63,7 @@ def slurm_job(job: Job) -> None:
 
 @dataclass
 class Submitted:
-    """The runs this call follows ({run name: (job, Slurm job id)}), and those it found finished meanwhile."""
+    """The runs this call follows ({run name: (job, Slurm job id)}): found queued or running, or submitted now."""
 
     following: dict[str, tuple[Job, str]]
     new: list[str]  # the runs this call submitted

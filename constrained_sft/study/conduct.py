@@ -58,6 +58,9 @@ def run(
     started = clock.now()  # the time budget counts from here: preparing the data and the probe spend it too
     p = plan(args, task, constrained, erm, more or {})
     cluster = on_cluster(p, launcher or SlurmArguments())
+    machine = Machine(tuple(visible_devices()), p.options.gpus_per_run)
+    if cluster is None:
+        machine.slots(p.options.jobs)  # a run wanting more GPUs than the machine has: refused before any work
     records, timings = open_study(p, task)
     instructions = instruction_set(p) if p.evaluation is not None else None
     queue = jobs_left(p, task, records)
@@ -67,7 +70,6 @@ def run(
     if cluster is not None:
         missing = on_slurm(p, cluster, queue, book, task.headline.key)
     else:
-        machine = Machine(tuple(visible_devices()), p.options.gpus_per_run)
         jobs, est, budget = scheduled(p, queue, book, started, machine)
         left = run_all(queue, jobs, budget, est, book.on_done, machine.slots(jobs))
         if p.processes.num_processes > 1:  # the runs kept the process group for each other; the last is done with it
@@ -261,7 +263,7 @@ def on_cluster(p: StudyPlan, launcher: SlurmArguments) -> Cluster | None:
 
 def on_slurm(p: StudyPlan, cluster: Cluster, queue: list[Job], book: Bookkeeper, key: str) -> list[str]:
     """Each run with phases left submitted as one Slurm job (or found queued or running), then followed to its end
-    unless `--wait false` (`cluster`); the runs not finished by this call. Jobs that ended unfinished are refused
+    unless `--wait false` (`study.cluster`); the runs not finished by this call. Jobs that ended unfinished are refused
     in one line each (`SlurmJobsError`) once every other has ended: the same command submits them again."""
     ledger = Ledger(p.folder.slurm, "--study_dir")
     out = submit(cluster, ledger, per_run(queue), key, cluster.gpus(p.options.gpus_per_run))

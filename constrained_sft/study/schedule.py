@@ -1,7 +1,7 @@
 """
 How a study spends its time: its jobs one after the other in this process, or several at once in worker processes,
-each on its own GPU(s) where the machine has enough (`devices`), else sharing them; with `--time_budget`, a plan printed before any job starts and no job started that cannot finish
-inside the budget. A job is a run's phases (`phases.Job`); runs go seed-major (every arm's seed 0, then seed 1, ...) so
+each on its own GPU(s) where the machine has enough (`devices`), else sharing them; with `--time_budget`, a plan
+printed before any job starts and no job started that cannot finish inside the budget. A job is a run's phases (`phases.Job`); runs go seed-major (every arm's seed 0, then seed 1, ...) so
 a study cut short holds comparable seeds, and the seed-0 exit-layer decodings go last, each its own job, started only
 once its run has trained and only where it still fits: the budget may leave them for the next call without losing
 the run.

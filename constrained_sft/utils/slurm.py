@@ -198,9 +198,10 @@ class Cluster:
         """{job id: state} of the jobs among `ids` the queue still holds in an active state (`ACTIVE`)."""
         if not ids:
             return {}
-        out = run_slurm("squeue", "-h", "--states=all", "-o", "%i %T", "-j", ",".join(ids))
+        # the user's jobs, not `-j ids`: squeue refuses a lone id it no longer knows (purged after MinJobAge)
+        out = run_slurm("squeue", "-h", "--states=all", "-o", "%i %T", "-u", getpass.getuser())
         states = dict(line.split(maxsplit=1) for line in out.splitlines() if line.strip())
-        return {i: s.strip() for i, s in states.items() if s.strip() in ACTIVE}
+        return {i: states[i].strip() for i in ids if states.get(i, "").strip() in ACTIVE}
 
     @staticmethod
     def ended(logs: str, job_id: str) -> str:
