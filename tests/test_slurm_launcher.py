@@ -106,6 +106,8 @@ def test_submitit_or_slurm_missing(monkeypatch, tmp_path):
         ({"launcher": "slurm", "slurm_sbatch": ["exclusive"]}, r"`--slurm_sbatch` 'exclusive': give KEY=VALUE"),
         ({"launcher": "slurm", "slurm_time": 0}, r"`--slurm_time` must be >= 1"),
         ({"launcher": "slurm", "slurm_mem_gb": -1.0}, r"`--slurm_mem_gb` must be > 0"),
+        ({"launcher": "slurm", "slurm_gpus": -1}, r"`--slurm_gpus` must be >= 0"),
+        ({"launcher": "slurm", "slurm_cpus": 0}, r"`--slurm_cpus` must be >= 1"),
         ({"launcher": "pbs"}, r"`launcher` must be one of \['local', 'slurm'\], got 'pbs'"),
     ],
 )

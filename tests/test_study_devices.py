@@ -4,7 +4,6 @@ runs on separate devices as not sharing; a run with `--gpus_per_run 2` trains un
 CPU processes here). The gpu-marked test checks the assignment on real devices."""
 
 import json
-import time
 
 import pytest
 from test_study import assets as assets  # noqa: F401 (the tiny model, encoder, rows and recipes)
@@ -50,20 +49,23 @@ def test_runs_on_their_own_devices_are_priced_as_not_sharing():
     assert len(fitting(queue, est, 4, 150.0, on_one.sharing)) == 0
 
 
-def hold(seconds: float):
-    """What a worker holds, after keeping it busy a while (so that every worker takes a job)."""
-    time.sleep(seconds)
+def hold(barrier) -> tuple[int, str | None]:
+    """What a worker holds, once every worker holds a job (the barrier: no worker can take two of the first round)."""
+    barrier.wait(timeout=60)
     return held()
 
 
 def test_each_worker_holds_its_own_devices_for_its_life():
+    """Two rounds of two jobs, each round held at a barrier until both workers hold one: every worker sees one
+    group, the same in both rounds, and the two workers different groups."""
+    from multiprocessing import get_context
+
     slots = DeviceSlots.assign(FOUR, 2, 2)
-    with worker_pool(slots, threads=1) as pool:
-        seen = [f.result() for f in [pool.submit(hold, 0.5) for _ in range(6)]]
-    by_worker = {}
-    for pid, devices in seen:
-        by_worker.setdefault(pid, set()).add(devices)
-    assert sorted(d for held_ in by_worker.values() for d in held_) == ["0,1", "2,3"]  # one group per worker, always
+    context = get_context("spawn")
+    with context.Manager() as manager, worker_pool(slots, threads=1, context=context) as pool:
+        barrier = manager.Barrier(2)
+        rounds = [dict(f.result() for f in [pool.submit(hold, barrier) for _ in range(2)]) for _ in range(2)]
+    assert rounds[0] == rounds[1] and sorted(rounds[0].values()) == ["0,1", "2,3"]
 
 
 def test_a_run_on_two_devices_trains_under_accelerate_launch(assets, tmp_path, capsys):  # noqa: F811
@@ -80,9 +82,11 @@ def test_a_run_on_two_devices_trains_under_accelerate_launch(assets, tmp_path, c
     assert not list(out.rglob("*.launch.json"))  # the job handed to the launch, removed after it
 
 
-def device_uuid() -> str:
+def device_uuid(barrier) -> str:
+    """The GPU this worker computes on, once both workers hold a job."""
     import torch
 
+    barrier.wait(timeout=60)
     return str(torch.cuda.get_device_properties(0).uuid)
 
 
@@ -92,8 +96,11 @@ def test_each_worker_sees_its_own_gpu():
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs two GPUs")
+    from multiprocessing import get_context
+
     slots = Machine(tuple(str(i) for i in range(torch.cuda.device_count()))).slots(2)
-    with worker_pool(slots, threads=1) as pool:
-        uuids = [pool.submit(device_uuid).result() for _ in range(2)]
-        seen = {f.result() for f in [pool.submit(device_uuid) for _ in range(8)]}
-    assert len(seen) == 2 and set(uuids) <= seen
+    context = get_context("spawn")
+    with context.Manager() as manager, worker_pool(slots, threads=1, context=context) as pool:
+        barrier = manager.Barrier(2)
+        uuids = [f.result() for f in [pool.submit(device_uuid, barrier) for _ in range(2)]]
+    assert len(set(uuids)) == 2  # the two workers, busy at once, on two different GPUs
