@@ -124,7 +124,10 @@ class EmbeddingNoise:
         self.calls = 0  # forward calls that were perturbed (tests count generation steps with it)
 
     def _capture_call(self, _module: nn.Module, args: tuple[Any, ...], kwargs: Kwargs) -> None:
-        self.mask = kwargs.get("attention_mask")
+        mask = kwargs.get("attention_mask")
+        # a [B, T_total] padding mask; a static cache's decoding steps pass a [B, 1, T, L] attention mask instead,
+        # whose columns are cache slots, not these tokens: left out (every token of a decoding step is real)
+        self.mask = mask if torch.is_tensor(mask) and mask.dim() == 2 else None
         position_ids = kwargs.get("position_ids")
         self.segments = None
         if self.mask is None and position_ids is not None and position_ids.dim() == 2:

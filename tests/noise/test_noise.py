@@ -100,6 +100,25 @@ def test_noise_reaches_every_generation_step_with_kv_cache():
     assert not torch.allclose(clean, noisy)
 
 
+def test_a_static_cache_decodes_the_dynamic_caches_noisy_tokens():
+    """`cache_implementation="static"` (transformers' first step to compiled decoding) hands the backbone a
+    [B, 1, T, L] attention mask on its decoding steps, not a padding mask: the hook leaves it out (every token of a
+    step is real) and the left-padded batch decodes the dynamic cache's noisy tokens from the same draws. Before, the
+    4-D mask broadcast into the noise and the step failed (a size mismatch; SmolLM2: an IndexError)."""
+    model = tiny_causal_lm("llama").eval()
+    ids = torch.tensor([[0, 0, 9, 10, 6], [1, 11, 12, 13, 6]])
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    kw = dict(attention_mask=mask, max_new_tokens=6, min_new_tokens=6, do_sample=False, pad_token_id=0)
+    outs, calls = [], []
+    for cache in (None, "static"):
+        with embedding_noise(model, gamma=1.5, seed=3) as noise:
+            outs.append(model.generate(ids, cache_implementation=cache, **kw))
+        calls.append(noise.calls)
+    assert torch.equal(outs[0], outs[1]) and calls == [6, 6]
+    with embedding_noise(model, gamma=1.5, seed=4):  # another draw decodes otherwise: the noise reached the steps
+        assert not torch.equal(model.generate(ids, cache_implementation="static", **kw), outs[1])
+
+
 def test_per_example_gamma_gives_each_row_its_level():
     model = tiny_causal_lm("llama", hidden=64).eval()
     ids = torch.randint(4, 32, (3, 512))
