@@ -6,7 +6,7 @@ at once or later, finds a run's job still queued or running and follows it inste
 whose last job ended without recording every phase (failed, timed out, cancelled, preempted) is submitted again and
 goes on from its last recorded phase (its records) and its last checkpoint (`phases.train` resumes).
 
-The command follows the jobs (`follow`: the queue read with `squeue`, less often as time goes by) and, once every
+The command follows the jobs (`follow`: the queue read with `squeue`, less often as time goes by: `Cluster.follow`) and, once every
 run is recorded, goes on to the study's finish in this process; `--wait false` returns after submitting. Ctrl-C
 stops following, not the jobs: it says which keep running and how to cancel them.
 """
@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..tasks import AnyRecipe
 from ..utils.slurm import Cluster, Ledger
-from . import clock
 from .phases import Job, run_job
 from .record import RunRecord, read_record
-
-POLL_FIRST, POLL_MOST = 1.0, 30.0  # seconds between readings of the queue: the first, and at most
 
 
 def per_run(queue: list[Job]) -> list[Job]:
@@ -102,32 +98,19 @@ def follow(
     on_done: Callable[[Job, RunRecord], object],
     on_partial: Callable[[Job, RunRecord], None],
 ) -> list[str]:
-    """Wait for the jobs to leave the queue; each run whose record then holds its phases handed to `on_done`, the
-    others to `on_partial` (the phases they did record). Returns why each unfinished run ended, one line each.
-    Ctrl-C: which jobs keep running and how to cancel them, then the interrupt goes on."""
-    waiting, failed = dict(following), []
-    started, pause = clock.now(), POLL_FIRST
-    try:
-        while waiting:
-            active = cluster.queued([job_id for _, job_id in waiting.values()])
-            for name, (job, job_id) in list(waiting.items()):
-                if job_id in active:
-                    continue
-                del waiting[name]
-                record = read_record(job.study, job.run, key) or RunRecord(name)
-                if all(record.done(p) for p in job.phases):
-                    on_done(job, record)
-                    continue
-                on_partial(job, record)
-                failed.append(f"{name}: {cluster.ended(ledger.logs, job_id)}")
-            if waiting:
-                time.sleep(pause)
-                pause = min(POLL_MOST, POLL_FIRST + (clock.now() - started) / 20)
-    except KeyboardInterrupt:
-        ids = " ".join(job_id for _, job_id in waiting.values())
-        print(
-            f"\nstopped following; the Slurm jobs keep running: {', '.join(f'{n} ({i})' for n, (_, i) in waiting.items())}."
-            f" Cancel them with `scancel {ids}`, or run the same command again to follow them and collect."
-        )
-        raise
+    """Wait for the jobs to leave the queue (`Cluster.follow`, Ctrl-C included); each run whose record then holds
+    its phases handed to `on_done`, the others to `on_partial` (the phases they did record). Returns why each
+    unfinished run ended, one line each."""
+    failed: list[str] = []
+
+    def ended(name: str, job_id: str) -> None:
+        job = following[name][0]
+        record = read_record(job.study, job.run, key) or RunRecord(name)
+        if all(record.done(p) for p in job.phases):
+            on_done(job, record)
+            return
+        on_partial(job, record)
+        failed.append(f"{name}: {cluster.ended(ledger.logs, job_id)}")
+
+    cluster.follow({name: job_id for name, (_, job_id) in following.items()}, ended)
     return failed

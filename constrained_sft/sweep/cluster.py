@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import time
 from collections.abc import Callable
 
 from ..tasks import AnyRecipe, get_task
@@ -27,7 +26,6 @@ from .results import SweepResults
 
 STORAGE_ENV = "CONSTRAINED_SFT_SWEEP_STORAGE"
 WORKER, FINALS = "worker", "compare"
-POLL_FIRST, POLL_MOST = 1.0, 30.0  # seconds between readings of the queue: the first, and at most
 
 
 def check_storage(storage: str) -> None:
@@ -83,22 +81,6 @@ def submit_finals(cluster: Cluster, ledger: Ledger, call: tuple[object, ...], gp
         return job_id
 
 
-def wait_out(cluster: Cluster, jobs: dict[str, str]) -> None:
-    """Until none of `jobs` ({name: id}) is queued or running. Ctrl-C: which keep running and how to cancel them."""
-    started, pause = time.monotonic(), POLL_FIRST
-    try:
-        while cluster.queued(list(jobs.values())):
-            time.sleep(pause)
-            pause = min(POLL_MOST, POLL_FIRST + (time.monotonic() - started) / 20)
-    except KeyboardInterrupt:
-        left = cluster.queued(list(jobs.values()))
-        print(
-            f"\nstopped following; the Slurm jobs keep running: {', '.join(left)}. Cancel them with "
-            f"`scancel {' '.join(left)}`, or run the same command again to follow them."
-        )
-        raise
-
-
 def on_slurm(
     cluster: Cluster,
     folder: str,
@@ -110,8 +92,8 @@ def on_slurm(
     run: Callable[..., SweepResults],
 ) -> SweepResults | None:
     """The sweep's stages as Slurm jobs (see the module docstring): the workers until the search is done
-    (`searched`), then the finals' job, whose results are returned (each job runs the sweep here: `run`); None where `--wait false` returned first or the
-    stage is `search`."""
+    (`searched`), then the finals' job, whose results are returned (each job runs the sweep: `run`); None where
+    `--wait false` returned first or the stage is `search`."""
     options: SlurmArguments = cluster.options
     storage = settings.storage or ""
     check_storage(storage)
@@ -127,7 +109,7 @@ def on_slurm(
             )
         if not options.wait:
             return None
-        wait_out(cluster, workers)
+        cluster.follow(workers)
         if not searched():
             failed = [f"{n}: {cluster.ended(ledger.logs, i)}" for n, i in workers.items()]
             raise SlurmJobsError(
@@ -141,7 +123,7 @@ def on_slurm(
     print(f"slurm: the finals' retraining and comparison, job {job_id}; logs in {ledger.logs}")
     if not options.wait:
         return None
-    wait_out(cluster, {FINALS: job_id})
+    cluster.follow({FINALS: job_id})
     import submitit
 
     job: submitit.SlurmJob[SweepResults] = submitit.SlurmJob(folder=os.path.join(ledger.logs, "%j"), job_id=job_id)

@@ -19,6 +19,7 @@ import getpass
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
@@ -49,6 +50,7 @@ ACTIVE = frozenset(
         "RESV_DEL_HOLD",
     ]
 )
+POLL_FIRST, POLL_MOST = 1.0, 30.0  # seconds between readings of the queue: the first, and at most
 NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm")  # per-node folders on every cluster (and $TMPDIR where set)
 INSTALL = "pip install 'constrained-sft[slurm]'"
 
@@ -202,6 +204,31 @@ class Cluster:
         out = run_slurm("squeue", "-h", "--states=all", "-o", "%i %T", "-u", getpass.getuser())
         states = dict(line.split(maxsplit=1) for line in out.splitlines() if line.strip())
         return {i: states[i].strip() for i in ids if states.get(i, "").strip() in ACTIVE}
+
+    def follow(self, jobs: dict[str, str], on_end: Callable[[str, str], None] | None = None) -> None:
+        """Wait until none of `jobs` ({name: job id}) is queued or running, reading the queue after a second, then
+        less often (at most every 30 s); `on_end(name, job id)` as each leaves it. Ctrl-C: which jobs keep running
+        and the `scancel` that stops them, then the interrupt goes on (the jobs are not this process's to stop)."""
+        waiting = dict(jobs)
+        started, pause = time.monotonic(), POLL_FIRST
+        try:
+            while waiting:
+                active = self.queued(list(waiting.values()))
+                for name, job_id in list(waiting.items()):
+                    if job_id not in active:
+                        del waiting[name]
+                        if on_end is not None:
+                            on_end(name, job_id)
+                if waiting:
+                    time.sleep(pause)
+                    pause = min(POLL_MOST, POLL_FIRST + (time.monotonic() - started) / 20)
+        except KeyboardInterrupt:
+            running = ", ".join(f"{name} ({job_id})" for name, job_id in waiting.items())
+            print(
+                f"\nstopped following; the Slurm jobs keep running: {running}. Cancel them with "
+                f"`scancel {' '.join(waiting.values())}`, or run the same command again to follow them and collect."
+            )
+            raise
 
     @staticmethod
     def ended(logs: str, job_id: str) -> str:
