@@ -106,7 +106,9 @@ def import_seconds() -> float:
     """Wall seconds of a fresh Python importing what a study job imports before its first phase."""
     import subprocess
 
-    code = "from constrained_sft.study.cluster import slurm_job; from constrained_sft.tasks import get_task; get_task('sft')"
+    code = (
+        "from constrained_sft.study.phases import run_job; from constrained_sft.tasks import get_task; get_task('sft')"
+    )
     started = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
     return time.perf_counter() - started

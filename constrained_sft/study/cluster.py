@@ -14,7 +14,6 @@ stops following, not the jobs: it says which keep running and how to cancel them
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -48,15 +47,6 @@ def without_tokens(recipe: AnyRecipe) -> AnyRecipe:
     return dataclasses.replace(recipe, training=dataclasses.replace(training, **tokens))
 
 
-def slurm_job(job: Job) -> None:
-    """What a Slurm job runs: the run's phases with the cores Slurm gave it (torch would take the node's)."""
-    import torch
-
-    if cores := os.environ.get("SLURM_CPUS_PER_TASK"):
-        torch.set_num_threads(int(cores))
-    run_job(job)
-
-
 @dataclass
 class Submitted:
     """The runs this call follows ({run name: (job, Slurm job id)}): found queued or running, or submitted now."""
@@ -83,7 +73,7 @@ def submit(cluster: Cluster, ledger: Ledger, jobs: list[Job], key: str, gpus: in
             if not left:
                 continue
             job = dataclasses.replace(job, phases=left, recipe=without_tokens(job.recipe))
-            job_id = cluster.submit(ledger.logs, f"study-{job.run.stem}", gpus, slurm_job, job)
+            job_id = cluster.submit(ledger.logs, f"study-{job.run.stem}", gpus, run_job, job)
             ledger.add(name, job_id, phases=list(job.phases))
             following[name] = (job, job_id)
             new.append(name)

@@ -193,7 +193,7 @@ class Cluster:
             additional_parameters=o.sbatch_options(),
             **{k: v for k, v in more.items() if v is not None},
         )
-        return str(executor.submit(call, *args).job_id)
+        return str(executor.submit(in_job, call, *args).job_id)
 
     @staticmethod
     def queued(ids: list[str]) -> dict[str, str]:
@@ -290,6 +290,16 @@ class Ledger:
     def add(self, name: str, job_id: str, **more: object) -> None:
         now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
         write_json(self.path, {"jobs": [*self.entries(), {"name": name, "job_id": job_id, **more, "submitted": now}]})
+
+
+def in_job(call: Callable[..., object], *args: object) -> object:
+    """What every Slurm job runs: `call(*args)` with torch on the cores Slurm gave the job (it would take the
+    node's every core, oversubscribing a node shared with other jobs)."""
+    if cores := os.environ.get("SLURM_CPUS_PER_TASK"):
+        import torch
+
+        torch.set_num_threads(int(cores))
+    return call(*args)
 
 
 def check_cluster(options: SlurmArguments, folder: str, flag: str) -> Cluster:
