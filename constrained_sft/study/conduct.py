@@ -56,8 +56,9 @@ def run(
     the runs' folders and timings, and the runs still to do; else the study's results over the seeds every arm
     has."""
     started = clock.now()  # the time budget counts from here: preparing the data and the probe spend it too
-    p = plan(args, task, constrained, erm, more or {})
-    cluster = on_cluster(p, launcher or SlurmArguments())
+    launcher = launcher or SlurmArguments()
+    p = plan(args, task, constrained, erm, more or {}, on_slurm=launcher.launcher == "slurm")
+    cluster = on_cluster(p, launcher)
     machine = Machine(tuple(visible_devices()), p.options.gpus_per_run)
     if cluster is None:
         machine.slots(p.options.jobs)  # a run wanting more GPUs than the machine has: refused before any work
@@ -249,15 +250,10 @@ def unpriced(est: Estimate | None, queue: list[Job]) -> bool:
 
 def on_cluster(p: StudyPlan, launcher: SlurmArguments) -> Cluster | None:
     """The Slurm cluster the runs go to (`--launcher slurm`), asked before anything is written or submitted (its
-    partition, account, the folder's visibility: `utils.slurm.check_cluster`); None: this machine."""
+    partition, account, the folder's visibility: `utils.slurm.check_cluster`; the options it cannot honour were
+    refused by `plan.plan`); None: this machine."""
     if launcher.launcher != "slurm":
         return None
-    o = p.options
-    if o.jobs > 1 or o.time_budget is not None or p.processes.num_processes > 1:
-        raise ValueError(
-            "`--launcher slurm` submits every run as its own Slurm job (the cluster decides how many run at once): "
-            "leave out `--jobs`, `--time_budget` and `accelerate launch`."
-        )
     return check_cluster(launcher, os.path.abspath(p.folder.root), "--study_dir")
 
 

@@ -44,15 +44,27 @@ class StudyPlan:
         return next(iter(self.arms.values()))
 
 
-def plan(args: StudyArguments, task: Task, constrained: Recipe, erm: Recipe, more: Mapping[str, Recipe]) -> StudyPlan:
-    """Everything checked before any work: the options, the task, the arms (`comparison.study_arms`), the launch and
-    the judge (its credentials, model or encoder: before hours of training); then the settings resolved once, the
-    caller's options left as given."""
+def plan(
+    args: StudyArguments,
+    task: Task,
+    constrained: Recipe,
+    erm: Recipe,
+    more: Mapping[str, Recipe],
+    on_slurm: bool = False,
+) -> StudyPlan:
+    """Everything checked before any work: the options, the task, the arms (`comparison.study_arms`), the launch
+    (`on_slurm`: `--launcher slurm`, which schedules the runs itself) and the judge (its credentials, model or
+    encoder: before hours of training); then the settings resolved once, the caller's options left as given."""
     args.validate()
     if not task.generates or not isinstance(task.training, SharedDataTraining):
         raise ValueError(f"`task: {task.name}` models do not answer instructions; the study compares LLM recipes.")
     arms, differences = study_arms(constrained, erm, dict(more))
     processes = launch(constrained.training)
+    if on_slurm and (args.jobs > 1 or args.time_budget is not None or processes.num_processes > 1):
+        raise ValueError(
+            "`--launcher slurm` submits every run as its own Slurm job (the cluster decides how many run at once): "
+            "leave out `--jobs`, `--time_budget` and `accelerate launch`."
+        )
     if processes.num_processes > 1 and (args.stage != "train" or args.jobs > 1):
         raise ValueError(
             f"`--stage {args.stage}`{f' with `--jobs {args.jobs}`' if args.jobs > 1 else ''} under "
