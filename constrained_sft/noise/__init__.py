@@ -1,12 +1,13 @@
 """
 Gaussian noise on token embeddings, e ~ N(mu, (gamma sigma_x)^2 I), in training, evaluation and generation: the
-forward hook and sigma_x (`embedding`), the collator that gives each training example its own level (`collator`),
+forward hook and sigma_x (`embedding`), the same noise drawn ahead for a `generate()` call (`decoding`), the collator that gives each training example its own level (`collator`),
 and the noise levels of an evaluation as one type (`grid.NoiseGrid`).
 
 May import: `constrained_sft.utils` only. Trainers and evaluation use it; it knows nothing of them.
 """
 
 from .collator import EmbeddingNoiseCollator, NoiseLevels
+from .decoding import DecodingNoise, noisy_decoding
 from .embedding import (
     EmbeddingNoiseError,
     embedding_noise,
@@ -18,6 +19,7 @@ from .embedding import (
 from .grid import NoiseGrid
 
 __all__ = [
+    "DecodingNoise",
     "EmbeddingNoiseCollator",
     "EmbeddingNoiseError",
     "NoiseGrid",
@@ -27,4 +29,5 @@ __all__ = [
     "input_embedding_module",
     "noise_stream",
     "noisy",
+    "noisy_decoding",
 ]

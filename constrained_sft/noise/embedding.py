@@ -21,7 +21,7 @@ Shapes: B rows of T tokens, hidden size D.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -89,10 +89,17 @@ def embedding_sigma(model: nn.Module) -> float:
     return module_sigma(input_embedding_module(model))
 
 
-def _check_gamma(gamma: float | torch.Tensor) -> None:
+def check_gamma(gamma: float | torch.Tensor) -> None:
+    """A level (or `[B]` levels) of noise: finite and >= 0, else an `EmbeddingNoiseError`."""
     values = gamma if torch.is_tensor(gamma) else torch.tensor([float(gamma)])
     if not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
         raise EmbeddingNoiseError(f"`gamma` must be finite and >= 0, got {gamma!r}.")
+
+
+def check_sigma(sigma: float | None) -> None:
+    """A given sigma_x: a finite number > 0 (None: measured on the model), else an `EmbeddingNoiseError`."""
+    if sigma is not None and not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
+        raise EmbeddingNoiseError(f"`sigma` must be a finite number > 0 (or None to measure it), got {sigma!r}.")
 
 
 class EmbeddingNoise:
@@ -109,9 +116,8 @@ class EmbeddingNoise:
         generator: torch.Generator | None,
         sigma: float | None = None,
     ):
-        _check_gamma(gamma)
-        if sigma is not None and not (isinstance(sigma, (int, float)) and math.isfinite(sigma) and sigma > 0):
-            raise EmbeddingNoiseError(f"`sigma` must be a finite number > 0 (or None to measure it), got {sigma!r}.")
+        check_gamma(gamma)
+        check_sigma(sigma)
         self.model = unwrap_model(model)
         self.module = input_embedding_module(model)
         # measured on entering the block, on every rank alike (a collective under ZeRO-3), never in the forward
@@ -192,15 +198,20 @@ def noisy(
     perturbed. Leaving the block, even through an exception, removes the hooks and restores the exact clean model.
     """
     noise = EmbeddingNoise(model, gamma, mean, generator, sigma)
-    # The backbone is always entered through __call__ with the attention mask as a keyword (PEFT calls the outer
-    # model's `.forward` directly, which would skip a hook there).
-    backbone = getattr(noise.model, "base_model", noise.model)
-    handles = [
-        backbone.register_forward_pre_hook(noise._capture_call, with_kwargs=True),
-        noise.module.register_forward_hook(noise._perturb),
-    ]
-    try:
+    with hooked(noise.model, noise.module, noise._capture_call, noise._perturb):
         yield noise
+
+
+@contextmanager
+def hooked(model: nn.Module, module: nn.Module, capture: Callable, perturb: Callable) -> Iterator[None]:
+    """`capture(backbone, args, kwargs)` before every call of `model`'s backbone (it is always entered through
+    `__call__` with the attention mask and position ids as keywords; PEFT calls the outer model's `.forward` directly,
+    which would skip a hook there) and `perturb(module, args, embeds)` after every call of the embedding `module`,
+    inside the block; removed on leaving it, even through an exception."""
+    backbone = getattr(model, "base_model", model)
+    handles = [backbone.register_forward_pre_hook(capture, with_kwargs=True), module.register_forward_hook(perturb)]
+    try:
+        yield
     finally:
         for handle in handles:
             handle.remove()

@@ -23,12 +23,13 @@ from tqdm.auto import tqdm
 
 from ...comparison.arm_arguments import check_model_paths, folder_name
 from ...data import ModelSpec, model_fingerprint
-from ...noise import NoiseGrid, embedding_sigma, noise_stream, noisy
+from ...noise import NoiseGrid, embedding_sigma, noise_stream, noisy_decoding
 from ...tasks import SFTTask, get_task
 from ...utils.fields import check_fields
 from ...utils.files import write_json
 from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
 from ...utils.types import JSONObject, Kwargs
+from ..decoding import compiled_decoding
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma
 from .folders import AnswersFolder
@@ -68,6 +69,14 @@ class GenerateArguments:
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass (with --do_sample)."})
     system_prompt: str | None = field(default=None, metadata={"help": "A system message before each instruction."})
     bf16: bool | None = field(default=None, metadata={"help": "bf16 weights (default: on CUDA devices with bf16)."})
+    compile: bool = field(
+        default=False,
+        metadata={
+            "help": "Compiled decoding: a static KV cache and a torch.compile'd step (transformers'), the noise drawn "
+            "ahead of the steps, the same greedy tokens. The first batch pays the compile (about 30-70 s on CPU): "
+            "it pays on long runs only (docs/guides/performance.md)."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -95,8 +104,12 @@ class GenerateArguments:
 
 RESUME_KEYS = (  # what fixes an answer: the same values are required to resume
     "model", "model_fingerprint", "base_model", "instructions", "instructions_sha", "noise_mean", "sigma_x", "seed",
-    "batch_size", "max_new_tokens", "do_sample", "temperature", "top_p", "system_prompt", "generator",
+    "batch_size", "max_new_tokens", "do_sample", "temperature", "top_p", "system_prompt", "generator", "compile",
+    "noise_draws",
 )  # fmt: skip
+# How a batch's noise is drawn: every slot of its prompts and new tokens at once, before decoding (`noisy_decoding`);
+# folders written before lack the key (their noise was drawn call by call) and are not resumed.
+NOISE_DRAWS = "per slot, before decoding"
 COMMAND = "eval generate"  # one folder per `--name` below its --output_dir, each with its settings.json
 
 
@@ -106,6 +119,7 @@ def _settings(args: GenerateArguments, model: str, rows: list[dict[str, str]], n
         **settings,
         "model_fingerprint": model_fingerprint(model),
         "generator": name,
+        "noise_draws": NOISE_DRAWS,
         "n_instructions": len(rows),
         "instructions_sha": fingerprint(rows),
         # the condition for alpaca_eval's length-controlled win rate (fitted on that set, in that order)
@@ -127,9 +141,19 @@ def _check_resume(path: str, settings: dict, measured_later: tuple[str, ...] = (
         )
 
 
+def cache_length(tokenizer, rows: list[dict[str, str]], args: GenerateArguments) -> int:
+    """Positions a batch of `rows` needs at most: the longest prompt's tokens plus `max_new_tokens` (one static cache
+    and one noise bank shape for the whole run: `compiled_decoding`, `noisy_decoding`)."""
+    prompts = prompts_for(tokenizer, rows, args.system_prompt)
+    return max(map(len, tokenizer(prompts, add_special_tokens=False)["input_ids"])) + args.max_new_tokens
+
+
 @torch.no_grad()
-def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, gamma: float, path: str) -> list:
-    """Answers for one noise level; resumes from `path` and rewrites it after every batch."""
+def generate_level(
+    model, tokenizer, rows, args: GenerateArguments, name: str, gamma: float, path: str, cache_len: int
+) -> list:
+    """Answers for one noise level; resumes from `path` and rewrites it after every batch. `cache_len`:
+    `cache_length` of every row."""
     done: list[dict] = []
     if os.path.isfile(path):
         with open(path) as f:
@@ -158,7 +182,11 @@ def generate_level(model, tokenizer, rows, args: GenerateArguments, name: str, g
             decoding.update(temperature=args.temperature, top_p=args.top_p)
         else:
             decoding.update(temperature=None, top_p=None, top_k=None)
-        with noisy(model, gamma, noise_stream(model, seed), args.noise_mean, args.sigma_x):
+        if args.compile:
+            decoding.update(compiled_decoding(device, cache_len))
+        stream = noise_stream(model, seed)
+        mask, new = enc["attention_mask"], args.max_new_tokens
+        with noisy_decoding(model, gamma, stream, mask, new, args.noise_mean, args.sigma_x, slots=cache_len):
             out = model.generate(**enc, pad_token_id=tokenizer.pad_token_id, **decoding)  # [B, T_prompt + new]
         answers = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
         done += [
@@ -198,8 +226,9 @@ def run(args: GenerateArguments) -> dict[float, LevelAnswers]:
     os.makedirs(folder, exist_ok=True)
     write_json(saved, settings)
     levels: dict[float, LevelAnswers] = {}
+    cache_len = cache_length(tokenizer, rows, args)
     for gamma in NoiseGrid.parse(args.gammas):
         path = AnswersFolder(output_dir).answers(name, gamma)
-        done = generate_level(model, tokenizer, rows, args, name, gamma, path)
+        done = generate_level(model, tokenizer, rows, args, name, gamma, path, cache_len)
         levels[gamma] = LevelAnswers(gamma, path, len(done), sum(not r["output"].strip() for r in done))
     return levels

@@ -1,0 +1,32 @@
+"""
+How the evaluation commands' `generate()` calls decode: eagerly (transformers' dynamic KV cache, the default) or
+compiled (`--compile true`): transformers' own compiled decoding, a static KV cache and a `torch.compile`d forward for
+the decoding steps (`cache_implementation="static"`, `CompileConfig`), with the cache sized once for a whole run
+(`max_cache_len`) so that batches of other prompt lengths reuse the compiled step instead of recompiling it. The
+prefill stays eager (transformers compiles the steps only). The embedding noise rides inside the compiled step
+because it is drawn ahead of it (`noise.noisy_decoding`).
+
+The first compiled call pays the compile (32-69 s for SmolLM2-135M on 2 CPU cores, `benchmarks/compiled_decoding.py`),
+a smaller last batch once more; what a warm step gains is in docs/guides/performance.md, which is why eager stays the
+default.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import CompileConfig
+
+from ..utils.types import Kwargs
+
+
+def compiled_decoding(device: torch.device, cache_len: int) -> Kwargs:
+    """`generate()` arguments for compiled decoding on `device` with a static cache of `cache_len` positions (the
+    longest prompt of the run plus its new tokens). CUDA: transformers' default config (inductor, CUDA graphs:
+    `mode="reduce-overhead"`); elsewhere inductor's default mode, and transformers' switch that lets it compile off
+    GPUs (`_compile_all_devices`, which it otherwise reserves for CUDA)."""
+    if device.type == "cuda":
+        config = CompileConfig()
+    else:
+        config = CompileConfig(mode="default")
+        config._compile_all_devices = True
+    return {"cache_implementation": "static", "compile_config": config, "max_cache_len": cache_len}
