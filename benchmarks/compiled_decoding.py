@@ -28,6 +28,38 @@ import time
 from provenance import machine, source_commit, write_report
 
 
+def logit_gap(model, tokenizer, rows, new_tokens: int, gamma: float, sigma: float) -> dict[str, float]:
+    """How far compiled numerics are from eager ones on the batch: the largest |compiled - eager| of the step logits
+    over every step and row (both decoding the same tokens), the largest |logit|, and the smallest margin between a
+    step's two best logits (a gap above it could change a greedy token)."""
+    import torch
+
+    from constrained_sft.evaluation.decoding import compiled_decoding
+    from constrained_sft.evaluation.instructions import prompts_for
+    from constrained_sft.noise import noise_stream, noisy_decoding
+
+    enc = tokenizer(prompts_for(tokenizer, rows, None), return_tensors="pt", padding=True, add_special_tokens=False)
+    slots = enc["input_ids"].shape[1] + new_tokens
+    logits = []
+    for way in ({}, compiled_decoding(torch.device("cpu"), slots)):
+        stream = noise_stream(model, 0)
+        with (
+            torch.no_grad(),
+            noisy_decoding(model, gamma, stream, enc["attention_mask"], new_tokens, 0.0, sigma, slots),
+        ):
+            out = model.generate(**enc, max_new_tokens=new_tokens, do_sample=False, temperature=None, top_p=None,
+                                 top_k=None, pad_token_id=tokenizer.pad_token_id, output_logits=True,
+                                 return_dict_in_generate=True, **way)  # fmt: skip
+        logits.append(torch.stack(out.logits))  # [steps, B, V]
+    eager, compiled = logits
+    top2 = eager.topk(2, dim=-1).values
+    return {
+        "max_abs": float((compiled - eager).abs().max()),
+        "max_logit": float(eager.abs().max()),
+        "min_top2_margin": float((top2[..., 0] - top2[..., 1]).min()),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
@@ -65,7 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             if os.path.exists(target):
                 os.remove(target)
             started = time.perf_counter()
-            generate_level(model, tokenizer, rows, config, "bench", args.gamma, target, cache_length(tokenizer, rows, config))
+            generate_level(
+                model, tokenizer, rows, config, "bench", args.gamma, target, cache_length(tokenizer, rows, config)
+            )
             took = time.perf_counter() - started
             with open(target) as f:
                 return took, [r["output"] for r in json.load(f)]
@@ -86,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             [e / c for e, c in zip(seconds["eager"], seconds["compiled"], strict=True)]
         )
         identical = all(a == b for a, b in zip(answers["eager"], answers["compiled"], strict=True))
+        gap = logit_gap(model, tokenizer, rows, args.new_tokens, args.gamma, sigma)
         row = {
             "batch": batch,
             "new_tokens": args.new_tokens,
@@ -95,13 +130,16 @@ def main(argv: list[str] | None = None) -> int:
             "tokens_per_second": {way: tokens / statistics.median(s) for way, s in seconds.items()},
             "speedup": {"geometric_mean": speedup, "low": low, "high": high},
             "identical_answers": identical,
+            "logit_gap": gap,
         }
         rows_out.append(row)
         tps = row["tokens_per_second"]
         print(
             f"batch {batch} x {args.new_tokens} tokens at gamma {args.gamma}: eager {tps['eager']:.1f} tok/s, "
             f"compiled {tps['compiled']:.1f} tok/s, speed-up {speedup:.3f} [{low:.3f}, {high:.3f}]; first call "
-            f"eager {first['eager']:.1f} s, compiled {first['compiled']:.1f} s; identical answers: {identical}"
+            f"eager {first['eager']:.1f} s, compiled {first['compiled']:.1f} s; identical answers: {identical}; "
+            f"largest logit gap {gap['max_abs']:.2e} (logits up to {gap['max_logit']:.1f}), smallest top-2 margin "
+            f"{gap['min_top2_margin']:.2e}"
         )
     report = {
         "benchmark": "compiled_decoding (eval generate's generate_level, noise inside the compiled step)",

@@ -42,7 +42,8 @@ def held_out(task: Task, data_args, data_dir: str | None):
 @dataclass(frozen=True)
 class Evaluation:
     """What every run is measured with after it trains (fixed for the study): the robustness grid and its noise
-    seeds, the instructions and how they are answered, the exit-layer decoding of seed 0 (`exit_prompts` 0: none).
+    seeds, the instructions and how they are answered, the exit-layer decoding of seed 0 (`exit_prompts` 0: none),
+    eager or compiled (`compile_decoding`).
     `sigma_x`: None takes each run's recorded scale (every run records its starting model's, the same base model;
     the study checks they agree)."""
 
@@ -62,6 +63,7 @@ class Evaluation:
     exit_new_tokens: int
     bootstrap_samples: int
     sigma_x: float | None = None
+    compile_decoding: bool = False
 
     def run_sigma(self, folder: str) -> float:
         """The sigma_x a run is measured with: the study's, else the one the run in `folder` recorded (every run
@@ -132,6 +134,7 @@ class Evaluation:
                 sigma_x=sigma,
                 batch_size=self.generation_batch_size,
                 max_new_tokens=self.max_new_tokens,
+                compile=self.compile_decoding,
             )
         )
         return {str(float(gamma)): level.empty for gamma, level in levels.items()}
@@ -149,6 +152,7 @@ class Evaluation:
             gammas=sorted(set(self.generation_gammas)),
             sigma_x=sigma,
             bootstrap_samples=self.bootstrap_samples,
+            compile=self.compile_decoding,
         )
 
     def exit_rows(self) -> list[dict[str, str]]:

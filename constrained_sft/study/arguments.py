@@ -110,6 +110,13 @@ class StudyArguments:
         default=None, metadata={"help": "The draft's exit layers l (default: L/4, L/2 and 3L/4)."}
     )
     exit_new_tokens: int = field(default=32, metadata={"help": "New tokens per self-speculative decoding."})
+    compile_decoding: bool = field(
+        default=False,
+        metadata={
+            "help": "Answers and exit decodings with a static KV cache and a torch.compile'd step (`eval generate "
+            "--compile`, `eval exits --compile`): the same greedy tokens; each run's first batch pays the compile."
+        },
+    )
     jobs: int = field(
         default=1,
         metadata={
@@ -214,7 +221,8 @@ class StudyArguments:
     def folder_settings(self, recipes: Mapping[str, Recipe]) -> dict:
         """What decides a study's results, for its folder (`utils.folders`): every arm's recipe (but for the
         seed) and the evaluation options. A continuation may add training seeds; where the study writes, which stage
-        runs, the intervals' resamples and the report's examples decide nothing."""
+        runs, the intervals' resamples, the report's examples, and where and how the runs run and decode (jobs, devices,
+        compiled decoding: the same greedy tokens) decide nothing."""
         skip = (
             "study_dir",
             "stage",
@@ -224,6 +232,7 @@ class StudyArguments:
             "erm_config",
             "arm",
             "jobs",
+            "compile_decoding",
             "gpus_per_run",
             "accelerate_config",
             "keep_models",

@@ -119,6 +119,7 @@ def evaluation_settings(o: StudyArguments, recipe: Recipe, instructions: str) ->
         exit_prompts=o.exit_prompts,
         exit_layers=o.exit_layers,
         exit_new_tokens=o.exit_new_tokens,
+        compile_decoding=o.compile_decoding,
         bootstrap_samples=o.bootstrap_samples,
         sigma_x=t.noise_sigma,
     )

@@ -83,6 +83,18 @@ class Ctx:
         return ["eval", "exits", *models, "--output_dir", str(self.out), "--instructions",
                 instructions or self.instructions(), *extra]  # fmt: skip
 
+    def generate(self, *extra):
+        return ["eval", "generate", "--model", self.lm, "--instructions", self.instructions(), "--output_dir",
+                str(self.out), "--max_new_tokens", "2", *extra]  # fmt: skip
+
+    def answered(self, *extra) -> None:
+        """ctx.out holding this version's real `eval generate` folder (with `extra`)."""
+        assert console(self.generate(*extra)) == 0
+
+    def exited(self, *extra) -> None:
+        """ctx.out holding this version's real `eval exits` folder (with `extra`)."""
+        assert console(self.exits(*extra)) == 0
+
     def recipe(self, name: str, text: str) -> str:
         return self.file(name, text)
 
@@ -163,6 +175,9 @@ def harness_with_cell(c):
     cell.parent.mkdir(parents=True)
     cell.write_text(json.dumps({"key": {"model": "another", "sigma_x_measured_on": "another", "task": "v1"}}))
     return argv
+
+
+EXITS_SMALL = ("--exit_layers", "1", "--max_instances", "2", "--max_new_tokens", "2")
 
 
 def exits_with_row(c):
@@ -247,6 +262,8 @@ CASES = [
     Case("exits-folder-of-another-command", "exits", lambda c: (c.folder_of("eval harness"), c.exits())[1], "holds the results of `constrained-sft eval harness`", "give another folder"),
     Case("exits-folder-other-settings", "exits", lambda c: (c.folder_of("eval exits", {"max_new_tokens": 8}), c.exits())[1], r"holds `eval exits` results made with other settings \(.*max_new_tokens 8 -> 64", "same settings to continue"),
     Case("exits-unmarked-folder", "exits", lambda c: (c.unmarked(), c.exits())[1], "holds files that no constrained-sft command marked", "empty or new folder"),
+    Case("exits-other-compile", "exits", lambda c: (c.exited(*EXITS_SMALL), c.exits(*EXITS_SMALL, "--compile", "true"))[1], r"other settings \(compile false -> true\)", "same settings to continue"),
+    Case("generate-other-compile", "outputs", lambda c: (c.answered(), c.generate("--compile", "true"))[1], r"written with other settings \(compile: False\)", "the same settings to resume"),
     Case("exits-row-of-another-model", "exits", exits_with_row, r"rows/lm.json was measured from another model behind the name 'lm'", "another --names"),
     # --- study (and its arms) ----------------------------------------------------------------------------------------
     Case("study-no-erm", "study", lambda c: c.study(erm=None), "`--erm_config` is required", "constraints: none"),

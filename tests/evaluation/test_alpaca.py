@@ -94,6 +94,30 @@ def test_resume_with_other_settings_is_refused(models, tmp_path):
         _generate(models, tmp_path, "constrained", seed=1)
 
 
+def test_compiled_generation_writes_the_eager_answers(models, tmp_path):
+    """`--compile true` (a static cache and a compiled step, the noise drawn ahead of it): every level's answers
+    equal eager decoding's, a smaller last batch (10 rows by 4) included; a folder of the other way is not resumed."""
+    eager = _generate(models, tmp_path / "eager", "constrained")
+    compiled = _generate(models, tmp_path / "compiled", "constrained", compile=True)
+    for gamma in (0.0, 1.5):
+        assert _load(compiled[gamma].path) == _load(eager[gamma].path), gamma
+    with pytest.raises(GenerationError, match=r"compile: True"):
+        _generate(models, tmp_path / "compiled", "constrained")
+
+
+def test_a_folder_of_noise_drawn_call_by_call_is_not_resumed(models, tmp_path):
+    """Answers written before the noise was drawn ahead of decoding (settings without `noise_draws`) came from other
+    draws: continuing them would mix two noises in one file."""
+    paths = _generate(models, tmp_path, "constrained", max_instances=4)
+    settings = os.path.join(os.path.dirname(paths[1.5].path), "settings.json")
+    saved = _load(settings)
+    del saved["noise_draws"], saved["compile"]
+    with open(settings, "w") as f:
+        json.dump(saved, f)
+    with pytest.raises(GenerationError, match=r"noise_draws: None"):
+        _generate(models, tmp_path, "constrained", max_instances=4)
+
+
 def test_instruction_sources(tmp_path, monkeypatch):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"prompt": "x"}) + "\n")

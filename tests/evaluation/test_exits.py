@@ -34,6 +34,22 @@ def test_drafted_decoding_returns_the_greedy_tokens_at_every_exit():
         assert r.speedup_low <= r.speedup <= r.speedup_high
 
 
+@pytest.mark.slow  # ~20 s of compiles: the compiled path is `eval generate`'s (tested in the default suite)
+def test_compiled_decoding_drafts_and_verifies_the_eager_greedy_tokens():
+    """`--compile true`: plain and drafted decoding with a static cache and compiled steps (transformers allows it
+    for assisted generation): the same greedy tokens as eager decoding, every exit identical to greedy; its forwards
+    counted as eagerly (the counter is a hook on the outer model, outside what is compiled)."""
+    torch.manual_seed(0)
+    model, tokenizer = tiny_causal_lm("llama").eval(), tiny_tokenizer()
+    prompts = ["a b c", "d e", "f g h i"]
+    eager = measure_model(model, tokenizer, prompts, [1, 2], max_new_tokens=10, desc="t")
+    compiled = measure_model(model, tokenizer, prompts, [1, 2], max_new_tokens=10, desc="t", compile=True)
+    assert compiled.tokens == eager.tokens == [10, 10, 10]
+    for layer, row in compiled.exits.items():
+        assert row["identical"] == [True, True, True], layer
+        assert sum(row["verified"]) >= 1 and sum(row["drafted"]) >= 1
+
+
 def test_each_layers_readout_of_the_answers_ends_at_the_models_own_loss():
     """Layer L is scored as the model scores itself: its loss is the model's own loss on the answer tokens."""
     torch.manual_seed(0)

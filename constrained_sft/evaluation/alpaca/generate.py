@@ -134,7 +134,8 @@ def _check_resume(path: str, settings: dict, measured_later: tuple[str, ...] = (
         return
     with open(path) as f:
         old = json.load(f)
-    if changed := [k for k in RESUME_KEYS if k not in measured_later and old.get(k) != settings[k]]:
+    earlier = {"compile": False}  # what a folder written before the key existed did (no key: no default)
+    if changed := [k for k in RESUME_KEYS if k not in measured_later and old.get(k, earlier.get(k)) != settings[k]]:
         raise GenerationError(
             f"{path} was written with other settings ({', '.join(f'{k}: {old.get(k)!r}' for k in changed)}); "
             "use another --output_dir or --name, or the same settings to resume."

@@ -45,6 +45,13 @@ class ExitsArguments:
     )
     bootstrap_samples: int = field(default=2000, metadata={"help": "Bootstrap resamples of the prompts."})
     bf16: bool | None = field(default=None, metadata={"help": "bf16 weights (default: on CUDA devices with bf16)."})
+    compile: bool = field(
+        default=False,
+        metadata={
+            "help": "Compiled decoding, plain and drafted alike: a static KV cache and torch.compile'd steps "
+            "(transformers'; every way warmed up once, untimed). Greedy tokens are unchanged."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -36,6 +36,7 @@ from ...utils.files import read_json, write_json
 from ...utils.folders import check_folder, child_path, differences, mark_folder, normalized
 from ...utils.types import JSONObject, Kwargs
 from ..bootstrap import Statistic, bootstrap_interval
+from ..decoding import compiled_decoding
 from ..instructions import GenerationError, fingerprint, load_instructions, prompts_for
 from ..loading import auto_bf16, reference_sigma, versions
 from ..report import Document, write_html
@@ -68,9 +69,10 @@ class ForwardCounter:
         return depths
 
 
-def _decode(model, enc, max_new_tokens: int, pad_token_id: int, exit_layer: int | None):
-    """(new token ids, seconds) of one greedy decoding, plain or drafted by layer `exit_layer`."""
-    extra = {} if exit_layer is None else {"assistant_early_exit": exit_layer}
+def _decode(model, enc, max_new_tokens: int, pad_token_id: int, exit_layer: int | None, way: Kwargs):
+    """(new token ids, seconds) of one greedy decoding, plain or drafted by layer `exit_layer`; `way`: how it decodes
+    (`compiled_decoding`, or {} for eager)."""
+    extra = {**way} if exit_layer is None else {**way, "assistant_early_exit": exit_layer}
     start = time.perf_counter()
     out = model.generate(
         **enc,
@@ -89,30 +91,34 @@ def _decode(model, enc, max_new_tokens: int, pad_token_id: int, exit_layer: int 
 
 @torch.no_grad()
 def measure_model(
-    model, tokenizer, prompts: list[str], exits: list[int], max_new_tokens: int, desc: str
+    model, tokenizer, prompts: list[str], exits: list[int], max_new_tokens: int, desc: str, compile: bool = False
 ) -> PromptMeasurements:
     """
     Per prompt: plain greedy decoding, then each exit layer's self-speculative decoding of the same prompt (one untimed
-    warm-up decode first): N plain seconds and new-token counts, and per exit layer N drafted seconds, drafting and
-    verifying forwards and identical-to-greedy flags.
+    warm-up decode first; `compile`: one full decode of the first prompt per way, which compiles its steps): N plain
+    seconds and new-token counts, and per exit layer N drafted seconds, drafting and verifying forwards and
+    identical-to-greedy flags.
     """
     model.eval()
     device = next(model.parameters()).device
     L = getattr(model, model.base_model_prefix).config.num_hidden_layers
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     encoded = [tokenizer(p, return_tensors="pt", add_special_tokens=False).to(device) for p in prompts]
-    _decode(model, encoded[0], 2, pad, None)  # warm-up: first-call allocations are not timed
+    cache_len = max(e["input_ids"].shape[1] for e in encoded) + max_new_tokens
+    way = compiled_decoding(device, cache_len) if compile else {}
+    for layer in [None, *exits] if compile else [None]:  # warm-up: allocations (and compiles) are not timed
+        _decode(model, encoded[0], max_new_tokens if compile else 2, pad, layer, way)
     counter = ForwardCounter(model)
     keys = ("seconds", "drafted", "verified", "identical")
     out = PromptMeasurements([], [], {x: {k: [] for k in keys} for x in exits})
     try:
         for enc in tqdm(encoded, desc=desc):
-            plain, seconds = _decode(model, enc, max_new_tokens, pad, None)
+            plain, seconds = _decode(model, enc, max_new_tokens, pad, None, way)
             counter.take()
             out.plain_seconds.append(seconds)
             out.tokens.append(int(plain.numel()))
             for layer in exits:
-                drafted_ids, seconds = _decode(model, enc, max_new_tokens, pad, layer)
+                drafted_ids, seconds = _decode(model, enc, max_new_tokens, pad, layer, way)
                 depths = counter.take()
                 row = out.exits[layer]
                 row["seconds"].append(seconds)
@@ -228,7 +234,7 @@ def run(args: ExitsArguments) -> ExitsResults:
         k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples", "models", "names")
     }
     settings.update(bf16=bf16, device=device, n_prompts=len(rows), instructions_sha=fingerprint(rows))
-    check_folder(output_dir, COMMAND, settings)
+    check_folder(output_dir, COMMAND, settings, vouch=lambda key: key == "compile" and not args.compile)
     identities = model_identities([(s.name, s.path) for s in specs])
     sigma = reference_sigma(args.sigma_x, paths[0])[0]
     scale = {"sigma_x": sigma} if sigma is not None else {"sigma_x_measured_on": identities[specs[0].name]}
@@ -261,7 +267,9 @@ def measure_exits(
     if bad := [x for x in exits if not 1 <= x < L]:
         raise GenerationError(f"`--exit_layers` {bad} are outside 1..{L - 1} for {spec.name} ({L} layers).")
     prompts = prompts_for(tokenizer, rows, args.system_prompt)
-    measured = measure_model(model, tokenizer, prompts, exits, args.max_new_tokens, f"decoding {spec.name}")
+    measured = measure_model(
+        model, tokenizer, prompts, exits, args.max_new_tokens, f"decoding {spec.name}", args.compile
+    )
     answers = [r["reference"] for r in rows if r.get("reference")]
     view = None
     if answers and len(answers) == len(rows):  # one scale for every model compared: the first's, recorded or measured
@@ -289,7 +297,8 @@ def write_exits(
     """exits.json, the plots and report.html in `output_dir` from the measured `models`."""
     description = (
         f"{len(rows)} prompts of {args.instructions}, {args.max_new_tokens} new tokens each, greedy, batch 1 "
-        f"(transformers' assisted generation decodes one sequence at a time), on {device}. Speed-up: plain greedy "
+        f"(transformers' assisted generation decodes one sequence at a time), on {device}"
+        f"{', compiled (static cache, torch.compile)' if args.compile else ''}. Speed-up: plain greedy "
         "seconds / drafted seconds, pooled over the prompts; interval: 95% bootstrap over prompts (paired: each "
         "prompt decoded both ways)."
     )

@@ -142,6 +142,7 @@ class ExitsSettings:
     bf16: bool | None
     n_prompts: int
     description: str
+    compile: bool = False  # written since issue 83: earlier exits.json files decoded eagerly
 
     @classmethod
     def from_dict(cls, data: JSONRead) -> ExitsSettings:
