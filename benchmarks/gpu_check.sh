@@ -11,7 +11,8 @@
 # STUDY_DIR (the study's folder, default a temporary one: give one to keep the study, its prepared data and probe on a
 # warm machine for the next call), PY (python). Paths are read from where the command is given, like any command's.
 # 1. the GPU tests: FSDP2 and DDP launches of the CLI on a tiny model, the CUDA readout against the CPU kernel, the bf16
-#    fused-head equality (`-m gpu`; the DeepSpeed launches are left to a longer window: ~40 s each);
+#    fused-head equality, compiled decoding under CUDA graphs (`-m gpu`; the DeepSpeed launches are left to a longer
+#    window: ~40 s each);
 # 1b. (PARTS=decoding) the compiled-decoding table (benchmarks/compiled_decoding.py): `eval generate`'s batch loop at
 #    the study's batch of 100 and 32 new tokens, gamma 1.5, eager vs --compile true, 3 interleaved repeats, the first
 #    compiled call apart, its rows into check.txt;
@@ -93,7 +94,7 @@ part() { # part NAME LIMIT_SECONDS LOG COMMAND...
 
 if [[ ,$PARTS, == *,tests,* ]]; then
   part tests 150 "$OUT/tests.log" $PY -m pytest -m gpu -q -p no:cacheprovider tests/trainers/test_gpu.py \
-    -k "fsdp2 or ddp or readout"
+    tests/noise/test_decoding_noise.py -k "fsdp2 or ddp or readout or cuda_graphs"
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -1 | tee -a "$OUT/check.txt"
 fi
 if [[ ,$PARTS, == *,decoding,* ]]; then

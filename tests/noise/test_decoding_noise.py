@@ -144,3 +144,19 @@ def test_smollm2_compiled_answers_equal_eager_at_every_level():
             with torch.no_grad(), noisy_decoding(model, gamma, stream, enc["attention_mask"], 16, slots=slots):
                 outs.append(model.generate(**enc, **kw, **way))
         assert torch.equal(outs[0], outs[1]), gamma
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_graphs_decode_the_eager_noisy_tokens():
+    """On CUDA `compiled_decoding` is transformers' default config (inductor with CUDA graphs): the noisy greedy
+    tokens of three batches of other prompt lengths equal eager decoding's, in one graph, without a graph break."""
+    model = tiny_causal_lm("llama").cuda().eval()
+    slots = 9 + NEW
+    way = compiled_decoding(torch.device("cuda"), slots)
+    batches = [(ids.cuda(), mask.cuda()) for ids, mask in _batches()]
+    eager = [_decode(model, ids, mask, 1.5, slots=slots)[0] for ids, mask in batches]
+    counters.clear()
+    compiled = [_decode(model, ids, mask, 1.5, slots=slots, **way)[0] for ids, mask in batches]
+    assert all(torch.equal(a, b) for a, b in zip(eager, compiled, strict=True))
+    assert counters["stats"]["unique_graphs"] == 1 and not counters["graph_break"], dict(counters["graph_break"])
