@@ -28,5 +28,5 @@ def compiled_decoding(device: torch.device, cache_len: int) -> Kwargs:
         config = CompileConfig()
     else:
         config = CompileConfig(mode="default")
-        config._compile_all_devices = True
+        config._compile_all_devices = True  # type: ignore[assignment]  # transformers types it as None
     return {"cache_implementation": "static", "compile_config": config, "max_cache_len": cache_len}

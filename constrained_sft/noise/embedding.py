@@ -203,7 +203,12 @@ def noisy(
 
 
 @contextmanager
-def hooked(model: nn.Module, module: nn.Module, capture: Callable, perturb: Callable) -> Iterator[None]:
+def hooked(
+    model: nn.Module,
+    module: nn.Module,
+    capture: Callable[[nn.Module, tuple[Any, ...], Kwargs], None],
+    perturb: Callable[[nn.Module, Any, torch.Tensor], torch.Tensor],
+) -> Iterator[None]:
     """`capture(backbone, args, kwargs)` before every call of `model`'s backbone (it is always entered through
     `__call__` with the attention mask and position ids as keywords; PEFT calls the outer model's `.forward` directly,
     which would skip a hook there) and `perturb(module, args, embeds)` after every call of the embedding `module`,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ..comparison import RunKey, compared_pairs, comparison_levels, study_arms
 from ..config import training_level
 from ..evaluation.alpaca import check_judge
-from ..tasks import Recipe, SharedDataTraining, Task
+from ..tasks import AnyRecipe, SharedDataTraining, Task
 from ..trainers.setup import check_launch
 from .after_training import Evaluation
 from .arguments import HELD_OUT, StudyArguments
@@ -32,7 +32,7 @@ class StudyPlan:
 
     options: StudyArguments  # as given, `study_dir` filled (what study.json records)
     folder: StudyFolder
-    arms: Mapping[str, Recipe]  # {name: recipe}: constrained, its ERM twin, then the `--arm`s
+    arms: Mapping[str, AnyRecipe]  # {name: recipe}: constrained, its ERM twin, then the `--arm`s
     differences: tuple[str, ...]  # "field: a vs b" (or "arm: field: ...") where an arm's training differs
     runs: tuple[RunKey, ...]  # every arm x training seed, seed-major
     pairs: tuple[tuple[str, str], ...]  # (arm, reference arm) for every other arm, in the arms' order
@@ -40,16 +40,16 @@ class StudyPlan:
     processes: PartialState  # this launch as accelerate holds it (`launch`)
 
     @property
-    def constrained(self) -> Recipe:
+    def constrained(self) -> AnyRecipe:
         return next(iter(self.arms.values()))
 
 
 def plan(
     args: StudyArguments,
     task: Task,
-    constrained: Recipe,
-    erm: Recipe,
-    more: Mapping[str, Recipe],
+    constrained: AnyRecipe,
+    erm: AnyRecipe,
+    more: Mapping[str, AnyRecipe],
     on_slurm: bool = False,
 ) -> StudyPlan:
     """Everything checked before any work: the options, the task, the arms (`comparison.study_arms`), the launch
@@ -96,7 +96,7 @@ def launch(training: TrainingArguments) -> PartialState:
     return state
 
 
-def evaluation_settings(o: StudyArguments, recipe: Recipe, instructions: str) -> Evaluation:
+def evaluation_settings(o: StudyArguments, recipe: AnyRecipe, instructions: str) -> Evaluation:
     """What every run is measured with right after it trains (`after_training.Evaluation`): the robustness grid
     (`comparison.comparison_levels`, with the curves' three levels: the ends and the one nearest the training
     level), the instructions at `instructions` and how they are answered, the exit-layer decoding."""

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 from tqdm.auto import tqdm
+from transformers import PreTrainedTokenizerBase
 
 from ...comparison.arm_arguments import check_model_paths, folder_name
 from ...data import ModelSpec, model_fingerprint
@@ -142,7 +143,7 @@ def _check_resume(path: str, settings: dict, measured_later: tuple[str, ...] = (
         )
 
 
-def cache_length(tokenizer, rows: list[dict[str, str]], args: GenerateArguments) -> int:
+def cache_length(tokenizer: PreTrainedTokenizerBase, rows: list[dict[str, str]], args: GenerateArguments) -> int:
     """Positions a batch of `rows` needs at most: the longest prompt's tokens plus `max_new_tokens` (one static cache
     and one noise bank shape for the whole run: `compiled_decoding`, `noisy_decoding`)."""
     prompts = prompts_for(tokenizer, rows, args.system_prompt)
