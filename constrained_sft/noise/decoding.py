@@ -5,13 +5,13 @@ by slot instead of by call, so that a decoding step only reads.
 
 A batch of B left-padded prompts of T columns decoding at most S new tokens has T + S slots per row: the prompt's
 columns, then one per new token. On the first call the hook draws every slot's noise at once from the batch's stream,
-`noise[b, j] = (mu + gamma_b sigma_x eps[b, j]) [gamma_b > 0] real[b, j]` (`[B, T + S, D]` float32: B (T + S) D x 4 bytes,
-e.g. 53 MB at B = 100, T + S = 232, D = 576; the padding columns are zero). The prompt's calls read its columns in
+`noise[b, j] = (mu + gamma_b sigma_x eps[b, j]) [gamma_b > 0] real[b, j]` (`[B, T + S, D]` float32, zero-padded to
+`slots` columns: B x slots x D x 4 bytes, e.g. 53 MB at B = 100, slots = 232, D = 576; the padding columns are zero). The prompt's calls read its columns in
 order; a decoding step reads the slots of its tokens from their position ids (slot = position + the row's padding),
 tensors in, tensor out. So the step asks the host nothing (no `bool()`, no `.item()`) and calls no generator: under
 `torch.compile` it traces into the compiled forward without a graph break, and eager and compiled decoding read the
-same numbers (`eval generate --compile`). One host read per batch is left: whether any level is > 0, when the block
-is entered. Written by hand: transformers' decoding loop has no place for per-step random inputs.
+same numbers (`eval generate --compile`). The host reads left are a fixed few per batch, when the block is entered:
+the levels checked, the left padding checked, whether any level is > 0 (and sigma_x, when it is measured). Written by hand: transformers' decoding loop has no place for per-step random inputs.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class DecodingNoise:
                 f"`gamma` has {levels.numel()} values for {B} prompts; give one, or one per row."
             )
         levels = levels.expand(B)
-        if not torch.equal(real, left):  # one host read per batch, like the one below
+        if not torch.equal(real, left):  # a host read, once per batch
             raise EmbeddingNoiseError("decoding noise needs left-padded prompts (`tokenizer.padding_side = 'left'`).")
         self.model = unwrap_model(model)
         self.module = input_embedding_module(model)
@@ -74,7 +74,7 @@ class DecodingNoise:
         self.filled = 0  # prompt columns (or, without position ids, slots) read so far
         self.prefilled = False  # every prompt column read: the calls now are decoding steps
         self.positions: torch.Tensor | None = None  # [B, T_call] position ids of the current call
-        self.bank: torch.Tensor | None = None  # [B, T + S, D] float32, drawn on the first call
+        self.bank: torch.Tensor | None = None  # [B, slots, D] float32, drawn on the first call
 
     def _capture_call(self, _module: nn.Module, args: tuple[Any, ...], kwargs: Kwargs) -> None:
         positions = kwargs.get("position_ids")

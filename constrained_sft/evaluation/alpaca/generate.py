@@ -74,8 +74,8 @@ class GenerateArguments:
         default=False,
         metadata={
             "help": "Compiled decoding: a static KV cache and a torch.compile'd step (transformers'), the noise drawn "
-            "ahead of the steps, the same greedy tokens. The first batch pays the compile (about 30-70 s on CPU): "
-            "it pays on long runs only (docs/guides/performance.md)."
+            "ahead of the steps, the same greedy tokens. The first batch pays the compile (40-80 s on 2 CPU cores); "
+            "on CPU it pays only at small batches over many of them (docs/guides/performance.md)."
         },
     )
 
