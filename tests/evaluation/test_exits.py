@@ -141,7 +141,7 @@ def test_a_rerun_reuses_each_models_row_and_measures_only_the_new_model(tmp_path
     first = json.loads((tmp_path / "out" / "exits.json").read_text())["models"]["a"]
     measured = []
     original = exits_module.measure_model
-    monkeypatch.setattr(exits_module, "measure_model", lambda m, t, p, e, n, desc: measured.append(desc) or original(m, t, p, e, n, desc))  # fmt: skip
+    monkeypatch.setattr(exits_module, "measure_model", lambda m, t, p, e, n, desc, compile: measured.append(desc) or original(m, t, p, e, n, desc, compile))  # fmt: skip
     assert cli([*base, "--models", str(tmp_path / "a"), str(tmp_path / "b")]) == 0
     assert measured == ["decoding b"]  # a's row reused
     results = json.loads((tmp_path / "out" / "exits.json").read_text())

