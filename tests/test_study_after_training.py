@@ -75,3 +75,22 @@ def test_a_run_is_measured_at_the_studys_scale_else_its_recorded_one_else_refuse
         settings().run_sigma(str(run))
     (run / "constraints.json").write_text(json.dumps({"noise_sigma_x": 0.0123}))
     assert settings().run_sigma(str(run)) == 0.0123
+
+
+def test_compiled_decoding_reaches_the_answers_and_the_exits(tmp_path, monkeypatch):
+    """`study --compile_decoding true` is `eval generate --compile true` and `eval exits --compile true` for every
+    run; the study's settings leave it out (the same greedy tokens, like `--jobs`)."""
+    from constrained_sft.study.arguments import StudyArguments
+    from constrained_sft.study.plan import evaluation_settings
+
+    calls = []
+    monkeypatch.setattr(after_training, "generate_answers", lambda args: calls.append(args) or {})
+    for flag in (False, True):
+        e = settings(compile_decoding=flag)
+        e.answer("train/erm/seed0", "erm-seed0", str(tmp_path / "generations"), 0.5)
+        assert calls[-1].compile is flag and e.exits_arguments(str(tmp_path), ["m"], ["erm"], None).compile is flag
+    o = StudyArguments(compile_decoding=True)
+    recipe = SimpleNamespace(training=SimpleNamespace(noise_gamma=0.0, per_device_eval_batch_size=2, max_length=64,
+                                                      noise_sigma=None))  # fmt: skip
+    assert evaluation_settings(o, recipe, "unused.jsonl").compile_decoding is True
+    assert "compile_decoding" not in o.folder_settings({})
