@@ -6,9 +6,10 @@ the decoding steps (`cache_implementation="static"`, `CompileConfig`), with the 
 prefill stays eager (transformers compiles the steps only). The embedding noise rides inside the compiled step
 because it is drawn ahead of it (`noise.noisy_decoding`).
 
-The first compiled call pays the compile (32-69 s for SmolLM2-135M on 2 CPU cores, `benchmarks/compiled_decoding.py`),
-a smaller last batch once more; what a warm step gains is in docs/guides/performance.md, which is why eager stays the
-default.
+The first compiled call pays the compile (40 s at batch 8 and 80 s at batch 32 for SmolLM2-135M on 2 CPU cores with
+inductor's disk cache empty, against 5 s and 13 s eager: `benchmarks/compiled_decoding.py`), a smaller last batch
+once more; a warm step gains 13% at batch 8 and loses 7% at batch 32 (docs/guides/performance.md), which is why eager
+stays the default.
 """
 
 from __future__ import annotations
