@@ -59,7 +59,13 @@ class SweepArguments:
     baseline: Baseline = field(default="none", metadata={"help": f"'{ERM}': an ERM arm per readout, same trials."})
     final_seeds: int = field(default=3, metadata={"help": "Seeds of each best configuration's retraining."})
     stage: Stage = field(default="all", metadata={"help": "'search', 'compare' (retrain and test) or 'all'."})
-    sampler_seed: int = field(default=0, metadata={"help": "Seed of the TPE sampler."})
+    sampler_seed: int = field(
+        default=0,
+        metadata={
+            "help": "Seed of the TPE sampler: trial n draws from a seed made of this one and n (the storage numbers "
+            "the trials), so workers sharing a study never draw alike and a rerun draws the same."
+        },
+    )
     eval_batch_size: int = field(default=64, metadata={"help": "Batch size of validation and test scoring."})
     bootstrap_samples: int = field(default=2000, metadata={"help": "Paired-bootstrap resamples per interval."})
     arm: list[str] | None = field(

@@ -149,9 +149,12 @@ def _total_steps(args: TrainingArguments, rows: int) -> int:
 
 
 def open_study(name: str, storage: str, seed: int, pruner: str, objective: Objective, heartbeat: int = 10):
-    """The arm's study, created or loaded (so a killed sweep resumes); TPE, median pruning after 2 trials. A study
-    made for another objective is refused: its values could not be compared."""
+    """The arm's study, created or loaded (so a killed sweep resumes); TPE with each trial seeded from `seed` and its
+    number (`sampler.TrialSeededTPE`: workers never draw alike), median pruning after 2 trials. A study made for
+    another objective is refused: its values could not be compared."""
     import optuna
+
+    from .sampler import TrialSeededTPE
 
     if storage.startswith("sqlite:///"):
         os.makedirs(os.path.dirname(os.path.abspath(storage[len("sqlite:///") :])), exist_ok=True)
@@ -159,7 +162,7 @@ def open_study(name: str, storage: str, seed: int, pruner: str, objective: Objec
     study = optuna.create_study(
         study_name=name,
         storage=rdb,
-        sampler=optuna.samplers.TPESampler(seed=seed),
+        sampler=TrialSeededTPE(seed),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=2) if pruner == "median" else optuna.pruners.NopPruner(),
         direction="maximize" if objective.maximize else "minimize",
         load_if_exists=True,

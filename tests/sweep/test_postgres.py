@@ -159,6 +159,8 @@ def test_two_workers_share_one_study_and_a_killed_worker_loses_nothing(postgres,
         by_worker.setdefault(t.user_attrs["worker"], []).append(t.number)
     assert set(by_worker) <= {killed_name, f"{socket.gethostname()}:{b.pid}"}
     assert sum(len(v) for v in by_worker.values()) == len({t.number for t in done}) == N_TRIALS  # none ran twice
+    points = {tuple(sorted(t.params.items())) for t in done}
+    assert len(points) == N_TRIALS, [t.params for t in done]  # the workers searched apart (`sweep.sampler`)
     surplus = [t.number for t in final if t.user_attrs.get("surplus")]
     assert all({t.number: t.state.name for t in final}[n] == "FAIL" for n in surplus)
     print(f"\ntrials per worker: { {w: sorted(n) for w, n in by_worker.items()} }; killed trial {killed}; surplus "
@@ -179,7 +181,9 @@ def test_search_workers_submitted_to_slurm_fill_one_study(postgres, recipe, tmp_
             "--launcher", "slurm", "--workers", "2", "--slurm_cpus", "1"]  # fmt: skip
     assert cli(argv) == 0
     final = trials(postgres, "pg-slurm")
-    assert sum(t.state.name in ("COMPLETE", "PRUNED") for t in final) == N_TRIALS
+    done = [t for t in final if t.state.name in ("COMPLETE", "PRUNED")]
+    assert len(done) == N_TRIALS
+    assert len({tuple(sorted(t.params.items())) for t in done}) == N_TRIALS  # two workers, no point trained twice
     assert len({t.user_attrs["worker"] for t in final}) <= 2
     ledger = json.loads((tmp_path / "sweep" / "slurm" / "jobs.json").read_text())["jobs"]
     assert [e["name"] for e in ledger] == ["worker-0", "worker-1"]
