@@ -21,7 +21,11 @@ import numpy as np
 import optuna
 from optuna.samplers import BaseSampler, TPESampler
 
+from .space import Params
+
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from optuna.distributions import BaseDistribution
     from optuna.study import Study
     from optuna.trial import FrozenTrial, TrialState
@@ -57,9 +61,7 @@ class TrialSeededTPE(BaseSampler):
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return self.for_trial(trial.number).infer_relative_search_space(study, trial)
 
-    def sample_relative(
-        self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
-    ) -> dict[str, Any]:
+    def sample_relative(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> Params:
         return self.for_trial(trial.number).sample_relative(study, trial, search_space)
 
     def sample_independent(
@@ -70,7 +72,7 @@ class TrialSeededTPE(BaseSampler):
     def before_trial(self, study: Study, trial: FrozenTrial) -> None:
         self.for_trial(trial.number).before_trial(study, trial)
 
-    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState, values: list[float] | None) -> None:
+    def after_trial(self, study: Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> None:
         self.for_trial(trial.number).after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
