@@ -2,12 +2,23 @@
 `tests/test_study_slurm.py`'s): submitit or Slurm missing, an unknown partition or account, a folder the nodes cannot
 see, options that apply only to Slurm; the time limits Slurm prints; Ctrl-C while following says what keeps running."""
 
+import os
 import sys
 
 import pytest
 
 from constrained_sft.utils import slurm
-from constrained_sft.utils.slurm import Cluster, SlurmArguments, check_cluster, minutes, node_local
+from constrained_sft.utils.slurm import (
+    Cluster,
+    SlurmArguments,
+    StoppedFollowing,
+    check_cluster,
+    folder_tag,
+    gpus_of,
+    minutes,
+    node_local,
+)
+from constrained_sft.utils.slurm_ledger import Ledger
 
 
 class FakeSlurm:
@@ -15,17 +26,20 @@ class FakeSlurm:
 
     def __init__(self, nodes: int = 4, accounting: str = "accounting_storage/slurmdbd"):
         self.nodes, self.accounting, self.asked = nodes, accounting, []
+        self.comments = ""  # squeue's "%i|%T|%k" lines
 
     def __call__(self, *cmd: str) -> str:
         self.asked.append(cmd)
         if cmd[:2] == ("sinfo", "-h") and cmd[2] == "-o":
             return "cpu*\ngpu\n"
         if cmd[0] == "sinfo":
-            return f"{self.nodes}|gpu:h100:8|2-00:00:00\n"
+            return f"{self.nodes}|gpu:h100:8(S:0-1)|2-00:00:00|64|512000\n"
         if cmd[:2] == ("scontrol", "show"):
             return f"AccountingStorageType   = {self.accounting}\n"
         if cmd[0] == "sacctmgr":
             return "lab-a\nlab-b\n"
+        if cmd[0] == "squeue" and "%i|%T|%k" in cmd:  # the user's jobs with their comments
+            return self.comments
         if cmd[0] == "squeue":  # every job of the user's the controller still knows
             return "12 RUNNING\n13 COMPLETED\n14 PENDING\n15 CANCELLED\n"
         raise AssertionError(cmd)
@@ -50,7 +64,11 @@ def test_the_cluster_as_found(fake, tmp_path):
     found = check_cluster(on(slurm_account="lab-b"), SHARED, "--study_dir")
     assert (found.partition, found.nodes, found.has_gpus, found.time_limit) == ("cpu", 4, True, 2880)
     assert found.gpus(2) == 2 and Cluster(on(slurm_gpus=0), "cpu", 1, True, 0).gpus(2) == 0
-    assert check_cluster(on(slurm_time=30, slurm_partition="gpu"), SHARED, "--study_dir").time_limit == 30
+    assert found.gpus_per_node == 8
+    assert check_cluster(on(slurm_time="30", slurm_partition="gpu"), SHARED, "--study_dir").time_limit == 30
+    assert check_cluster(on(slurm_time="1-00"), SHARED, "--study_dir").time_limit == 1440
+    with pytest.raises(ValueError, match=r"`--gpus_per_run` 9: the largest node of partition 'cpu' has 8 GPUs"):
+        found.gpus(9)
 
 
 @pytest.mark.parametrize(
@@ -58,6 +76,10 @@ def test_the_cluster_as_found(fake, tmp_path):
     [
         ({"slurm_partition": "h200"}, r"`--slurm_partition` 'h200' is not a partition of this cluster; it has \['cpu', 'gpu'\]"),
         ({"slurm_account": "lab-z"}, r"`--slurm_account` 'lab-z' is not one of \w+'s accounts on this cluster: \['lab-a', 'lab-b'\]"),
+        ({"slurm_cpus": 1000000000}, r"`--slurm_cpus` 1e\+09: the largest node of partition 'cpu' has 64 CPU cores; a job asking more would wait in the queue for good"),
+        ({"slurm_mem_gb": 1e9}, r"`--slurm_mem_gb` 1e\+09 GB: the largest node of partition 'cpu' has 500 GB"),
+        ({"slurm_gpus": 1000000000}, r"`--slurm_gpus` 1e\+09: the largest node of partition 'cpu' has 8 GPUs"),
+        ({"slurm_time": "3-00"}, r"`--slurm_time` 3-00: partition 'cpu' lets a job run 2880 minute\(s\) at most"),
     ],
 )  # fmt: skip
 def test_what_slurm_does_not_know_is_refused(fake, tmp_path, options, message):
@@ -104,7 +126,30 @@ def test_submitit_or_slurm_missing(monkeypatch, tmp_path):
     [
         ({"slurm_partition": "gpu"}, r"--slurm_partition apply to `--launcher slurm`; add it"),
         ({"launcher": "slurm", "slurm_sbatch": ["exclusive"]}, r"`--slurm_sbatch` 'exclusive': give KEY=VALUE"),
-        ({"launcher": "slurm", "slurm_time": 0}, r"`--slurm_time` must be >= 1"),
+        ({"launcher": "slurm", "slurm_time": 0}, r"`--slurm_time` must be at least a minute, got '0'"),
+        (
+            {"launcher": "slurm", "slurm_time": "2h"},
+            r"`--slurm_time` '2h': give one of Slurm's forms MM, MM:SS, HH:MM:SS",
+        ),
+        ({"launcher": "slurm", "slurm_time": "1:2:3:4"}, r"`--slurm_time` '1:2:3:4': give one of Slurm's forms"),
+        (
+            {"launcher": "slurm", "slurm_sbatch": ["partition=gone"]},
+            r"'partition=gone': partition is set by this tool; use `--slurm_partition`",
+        ),
+        (
+            {"launcher": "slurm", "slurm_sbatch": ["cpus-per-task=2"]},
+            r"cpus-per-task is set by this tool; use `--slurm_cpus`",
+        ),
+        ({"launcher": "slurm", "slurm_sbatch": ["gres=gpu:2"]}, r"gres is set by this tool; use `--slurm_gpus`"),
+        (
+            {"launcher": "slurm", "slurm_sbatch": ["output=/x/%j.out"]},
+            r"output is set by this tool \(each job logs under the folder's slurm/logs/<job id>/\)",
+        ),
+        (
+            {"launcher": "slurm", "slurm_sbatch": ["wrap=sleep 1"]},
+            r"wrap is set by this tool \(each job runs one call of this tool\)",
+        ),
+        ({"launcher": "slurm", "slurm_sbatch": ["job_name=x"]}, r"job-name is set by this tool"),
         ({"launcher": "slurm", "slurm_mem_gb": -1.0}, r"`--slurm_mem_gb` must be > 0"),
         ({"launcher": "slurm", "slurm_gpus": -1}, r"`--slurm_gpus` must be >= 0"),
         ({"launcher": "slurm", "slurm_cpus": 0}, r"`--slurm_cpus` must be >= 1"),
@@ -127,23 +172,67 @@ def test_the_queue_read_holds_the_active_jobs_asked_for(fake):
 def test_sbatch_options_and_time_limits():
     assert on(slurm_sbatch=["constraint=a100", "gres-flags=enforce-binding"]).sbatch_options() == {
         "constraint": "a100", "gres_flags": "enforce-binding"}  # fmt: skip
-    assert [minutes(t) for t in ("infinite", "30", "1:00:00", "2-00:00:00", "00:10:30")] == [0, 30, 60, 2880, 11]
+    forms = ("infinite", "30", "1:00:00", "2-00:00:00", "00:10:30", "10:30", "2-00", "1-02:30", "0:30")
+    assert [minutes(t) for t in forms] == [0, 30, 60, 2880, 11, 11, 2880, 1590, 1]  # MM:SS, not HH:MM
+    assert on(slurm_time="90").time_minutes() == 90 and on(slurm_time=90).slurm_time == "90"  # a YAML number
+    assert [gpus_of(g) for g in ("(null)", "gpu:h100:8(S:0-1)", "gpu:4,shard:8", "gpu")] == [0, 8, 4, 1]
 
 
-def test_ctrl_c_while_following_says_which_jobs_keep_running(tmp_path, capsys):
+def test_ctrl_c_while_following_says_which_jobs_keep_running(tmp_path, capsys, monkeypatch):
+    from constrained_sft.cli import console
     from constrained_sft.comparison import RunKey
     from constrained_sft.study.cluster import follow
     from constrained_sft.study.folder import StudyFolder
     from constrained_sft.study.phases import Job
-    from constrained_sft.utils.slurm import Ledger
 
     class Interrupted(Cluster):
         def queued(self, ids):
             raise KeyboardInterrupt
 
     job = Job(StudyFolder(str(tmp_path)), "sft", RunKey(0, "erm"), None, None)  # type: ignore[arg-type]
-    with pytest.raises(KeyboardInterrupt):
+
+    def following(argv):
         follow(Interrupted(on(), "cpu", 1, False, 0), Ledger(SHARED, "--study_dir"),
                {"erm/seed0": (job, "4242")}, "accuracy", print, print)  # fmt: skip
-    out = capsys.readouterr().out
-    assert "the Slurm jobs keep running: erm/seed0 (4242). Cancel them with `scancel 4242`" in out
+
+    with pytest.raises(StoppedFollowing, match=r"the Slurm jobs keep running: erm/seed0 \(4242\). Cancel them"):
+        following([])
+    import constrained_sft.cli as cli
+
+    monkeypatch.setattr(cli, "main", following)  # the command as a user runs it: one line, no trace, exit 130
+    monkeypatch.delenv("CONSTRAINED_SFT_TRACEBACK", raising=False)
+    assert console(["study"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [
+        "constrained-sft: stopped following; the Slurm jobs keep running: erm/seed0 (4242). Cancel them with "
+        "`scancel 4242`, or run the same command again to follow them and collect."
+    ]
+
+
+def test_a_folder_name_slurm_would_expand_is_refused(fake):
+    with pytest.raises(ValueError, match=r"`--study_dir` /shared/100%u: Slurm reads '%' in a job's log path"):
+        check_cluster(on(), "/shared/100%u", "--study_dir")
+
+
+def test_the_queue_says_which_jobs_are_a_folders_and_repairs_its_ledger(fake, tmp_path, capsys):
+    """The ledger deleted: the folder's jobs come back from their comments; edited to name another job of the
+    user's: that job is not followed; another folder's jobs and ended jobs are not this folder's."""
+    ledger = Ledger(str(tmp_path / "study" / "slurm"), "--study_dir")
+    mine, other = ledger.tag, folder_tag(str(tmp_path / "elsewhere"))
+    assert mine == folder_tag(str(tmp_path / "study" / "." ))  # fmt: skip
+    fake.comments = (f"21|RUNNING|constrained-sft:{mine}:erm/seed0\n22|PENDING|constrained-sft:{mine}:constrained/seed0\n"
+                     f"23|RUNNING|constrained-sft:{other}:erm/seed0\n24|COMPLETED|constrained-sft:{mine}:penalty/seed0\n"
+                     "12|RUNNING|(null)\n")  # fmt: skip
+    cluster = Cluster(on(), "cpu", 1, False, 0)
+    assert cluster.ours(mine) == {"erm/seed0": ["21"], "constrained/seed0": ["22"]}
+    with ledger.locked():  # as the commands call it
+        assert ledger.active(cluster) == {"erm/seed0": "21", "constrained/seed0": "22"}  # no jobs.json at all
+    assert ledger.last() == {"erm/seed0": "21", "constrained/seed0": "22"}  # recorded again
+    assert "did not record erm/seed0 (21), constrained/seed0 (22): found in the queue" in capsys.readouterr().out
+    ledger.add("penalty/seed0", "12")  # edited to name the user's own `sbatch --wrap` job, running
+    assert ledger.active(cluster) == {"erm/seed0": "21", "constrained/seed0": "22"}
+    assert "names job 12 for penalty/seed0, which the queue says is not this folder's" in capsys.readouterr().out
+    os.remove(ledger.path)
+    os.mkdir(ledger.path)  # a folder where the file was
+    with pytest.raises(ValueError, match=r"`--study_dir`: .*jobs.json is not a file; move it away"):
+        ledger.active(cluster)

@@ -33,6 +33,18 @@ def test_the_groups_each_worker_holds():
     with pytest.raises(ValueError, match=r"`--gpus_per_run` 8: this machine has 4 GPU\(s\) \(0, 1, 2, 3\)"):
         DeviceSlots.assign(FOUR, 1, 8)
     assert DeviceSlots.assign(FOUR, 2, 1).describe() == "each on its own device(s) (GPU 0, GPU 1)"  # fmt: skip
+    with pytest.raises(ValueError, match=r"`--gpus_per_run` 1000000000: this machine has no GPU, .* it has \d+"):
+        DeviceSlots.assign([], 1, 10**9)  # without GPUs a run's processes are CPU processes, one per core
+
+
+def test_a_gpu_named_twice_is_refused(monkeypatch):
+    from constrained_sft.study.devices import visible_devices
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,0")
+    with pytest.raises(ValueError, match=r"CUDA_VISIBLE_DEVICES=0,1,0 names GPU 0 more than once"):
+        visible_devices()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
+    assert visible_devices() == ["2", "3"]
 
 
 def test_runs_on_their_own_devices_are_priced_as_not_sharing():

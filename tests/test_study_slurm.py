@@ -15,6 +15,7 @@ from test_study import RECIPE, study_argv
 from test_study import assets as assets  # noqa: F401 (the module's fixture: tiny model, encoder, rows, recipes)
 
 from constrained_sft.cli import main as cli
+from constrained_sft.utils.slurm import ACTIVE, folder_tag
 
 pytest.importorskip("alpaca_eval")
 
@@ -144,9 +145,62 @@ def test_doubled_cancelled_and_continued_submissions_train_nothing_twice(assets,
     assert (out / "study.json").is_file()
 
 
-def test_a_partition_the_cluster_lacks_is_refused_before_any_job(assets, tmp_path, slurm):  # noqa: F811
+@pytest.mark.parametrize(
+    ("extra", "folder", "message"),
+    [
+        (("--slurm_partition", "gpu-h100"), "study", r"`--slurm_partition` 'gpu-h100' is not a partition of this cluster; it has"),
+        (("--slurm_sbatch", "constraint=nope"), "study", r"`--launcher slurm`: Slurm would refuse every job of it: allocation failure: Invalid feature specification"),
+        (("--slurm_mem_gb", "1e9"), "study", r"`--slurm_mem_gb` 1e\+09 GB: the largest node of partition 'debug' has 3.90625 GB"),
+        (("--slurm_gpus", "1"), "study", r"`--slurm_gpus` 1: the largest node of partition 'debug' has 0 GPUs"),
+        ((), "100%u", r"`--study_dir` \S+100%u: Slurm reads '%' in a job's log path as a pattern"),
+    ],
+)  # fmt: skip
+def test_what_the_cluster_cannot_run_is_refused_before_any_job(assets, tmp_path, slurm, extra, folder, message):  # noqa: F811
     jobs = slurm.states()
-    out = tmp_path / "study"
-    with pytest.raises(ValueError, match=r"`--slurm_partition` 'gpu-h100' is not a partition of this cluster; it has"):
-        cli(study_argv(assets, out, "--training_seeds", "1", *on_slurm("--slurm_partition", "gpu-h100")))
+    out = tmp_path / folder
+    with pytest.raises(ValueError, match=message):
+        cli(study_argv(assets, out, "--training_seeds", "1", *on_slurm(*extra)))
     assert slurm.states() == jobs and not os.path.exists(out)
+
+
+def test_a_lost_or_edited_ledger_never_doubles_a_run_nor_follows_another_job(assets, tmp_path, slurm, capsys):  # noqa: F811
+    """The queue is the truth: jobs.json deleted while the runs train, the same command submits nothing and
+    records the jobs again from their comments; edited to name another job of the user's, that job is not followed
+    and the run is not submitted twice; a folder where the file was is refused in one line."""
+    out = tmp_path / "study"
+    argv = study_argv(assets, out, "--training_seeds", "1", "--exit_prompts", "0", "--max_steps", "100000",
+                      *on_slurm("--wait", "false"))  # fmt: skip
+    ledger = out / "slurm" / "jobs.json"
+    tag = folder_tag(str(out))
+
+    def ours() -> dict[str, str]:
+        return {i: name for i, (name, state) in slurm.states().items() if name.endswith(f".{tag}") and state in ACTIVE}
+
+    other = slurm.run("sbatch", "--parsable", "--wrap", "sleep 300").strip()
+    try:
+        assert cli(argv) == 0
+        first = ours()
+        assert sorted(first.values()) == [f"constrained-seed0.{tag}", f"erm-seed0.{tag}"]
+        ledger.unlink()
+        capsys.readouterr()
+        assert cli(argv) == 0
+        assert ours() == first  # nothing submitted again
+        assert "did not record" in capsys.readouterr().out
+        entries = json.loads(ledger.read_text())["jobs"]
+        assert sorted(e["job_id"] for e in entries) == sorted(first)
+        for entry in entries:  # edited: the constrained run's job is now the user's `sleep`
+            entry["job_id"] = other if entry["name"] == "constrained/seed0" else entry["job_id"]
+        ledger.write_text(json.dumps({"jobs": entries}))
+        assert cli(argv) == 0
+        assert ours() == first
+        assert f"names job {other} for constrained/seed0, which the queue says is not this folder's" in (
+            capsys.readouterr().out
+        )
+        assert slurm.states()[other][1] in ("RUNNING", "PENDING")  # left alone
+        ledger.unlink()
+        ledger.mkdir()
+        with pytest.raises(ValueError, match=r"`--study_dir`: \S+jobs.json is not a file; move it away"):
+            cli(argv)
+        assert ours() == first
+    finally:
+        slurm.run("scancel", other, *ours())

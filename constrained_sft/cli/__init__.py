@@ -89,6 +89,11 @@ def console(argv: list[str] | None = None) -> int:
             raise
         print(f"{PROG}: error: {redact_text(str(error))}", file=sys.stderr)  # a URL's key never printed
         return 2
+    except KeyboardInterrupt as stopped:  # Ctrl-C: the one line the command had to say (what keeps running), no trace
+        if os.environ.get("CONSTRAINED_SFT_TRACEBACK"):
+            raise
+        print(f"\n{PROG}: {stopped}" if str(stopped) else f"\n{PROG}: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell tool ends on Ctrl-C
     except BrokenPipeError:  # Python's documented recipe (`signal` docs): nothing more goes to the closed pipe
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + 13  # SIGPIPE

@@ -16,7 +16,7 @@ from ..evaluation.instructions import ALPACA_EVAL
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
-from ..utils.shipped import find
+from ..utils.shipped import check_launch_config, find
 from .phases import KeepModels
 
 if TYPE_CHECKING:
@@ -187,7 +187,9 @@ class StudyArguments:
         if self.jobs < 1 or self.gpus_per_run < 1:
             raise ValueError(f"`--jobs` and `--gpus_per_run` must be >= 1, got {self.jobs} and {self.gpus_per_run}.")
         if self.accelerate_config is not None:
-            find(self.accelerate_config, "--accelerate_config", launch=True)
+            check_launch_config(
+                find(self.accelerate_config, "--accelerate_config", launch=True), "--accelerate_config"
+            )
         if self.keep_models != "all" and self.stage == "train":
             raise ValueError(
                 f"`--keep_models {self.keep_models}` with `--stage train`: weights are deleted only once a run's "

@@ -1,8 +1,10 @@
 """
 The study on a Slurm cluster (`--launcher slurm`): every run with phases left becomes one Slurm job doing them in
 order (`phases.run_job`, as `--jobs` workers do them here), submitted through submitit with its logs under
-`slurm/logs/<job id>/`. The job ids go into `slurm/jobs.json` under a lock, before the lock is let go: a second call,
-at once or later, finds a run's job still queued or running and follows it instead of submitting it again; a run
+`slurm/logs/<job id>/`. The job ids go into `slurm/jobs.json` under a lock, before the lock is let go, and every job
+carries the study folder's tag and its run in its Slurm comment: a second call, at once or later, asks the queue for
+the study's jobs (`utils.slurm_ledger.Ledger.active`, so a lost or edited ledger never doubles a run nor follows
+another's job), finds a run's job still queued or running and follows it instead of submitting it again; a run
 whose last job ended without recording every phase (failed, timed out, cancelled, preempted) is submitted again and
 goes on from its last recorded phase (its records) and its last checkpoint (`phases.train` resumes).
 
@@ -18,7 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..tasks import AnyRecipe
-from ..utils.slurm import Cluster, Ledger
+from ..utils.slurm import Cluster
+from ..utils.slurm_ledger import Ledger
 from .phases import Job, run_job
 from .record import RunRecord, read_record
 
@@ -61,19 +64,18 @@ def submit(cluster: Cluster, ledger: Ledger, jobs: list[Job], key: str, gpus: in
     following: dict[str, tuple[Job, str]] = {}
     new: list[str] = []
     with ledger.locked():
-        last = ledger.last()
-        active = cluster.queued(list(last.values()))
+        active = ledger.active(cluster)
         for job in jobs:
             name = job.run.name
-            if last.get(name) in active:
-                following[name] = (job, last[name])
+            if name in active:
+                following[name] = (job, active[name])
                 continue
             record = read_record(job.study, job.run, key)  # read again under the lock: another call may have run it
             left = tuple(p for p in job.phases if not (record and record.done(p)))
             if not left:
                 continue
             job = dataclasses.replace(job, phases=left, recipe=without_tokens(job.recipe))
-            job_id = cluster.submit(ledger.logs, f"study-{job.run.stem}", gpus, run_job, job)
+            job_id = cluster.submit(ledger.logs, ledger.tag, name, gpus, run_job, job)
             ledger.add(name, job_id, phases=list(job.phases))
             following[name] = (job, job_id)
             new.append(name)

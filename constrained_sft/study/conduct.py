@@ -25,7 +25,8 @@ from ..evaluation.instructions import ALPACA_EVAL, load_instructions
 from ..tasks import AnyRecipe, Recipe, Task, is_finished
 from ..utils.files import write_text
 from ..utils.shipped import find
-from ..utils.slurm import Cluster, Ledger, SlurmArguments, SlurmJobsError, check_cluster
+from ..utils.slurm import Cluster, SlurmArguments, SlurmJobsError, check_cluster
+from ..utils.slurm_ledger import Ledger
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
 from .cluster import follow, per_run, submit
@@ -254,7 +255,10 @@ def on_cluster(p: StudyPlan, launcher: SlurmArguments) -> Cluster | None:
     refused by `plan.plan`); None: this machine."""
     if launcher.launcher != "slurm":
         return None
-    return check_cluster(launcher, os.path.abspath(p.folder.root), "--study_dir")
+    cluster = check_cluster(launcher, os.path.abspath(p.folder.root), "--study_dir")
+    # more GPUs per run than a node has, or a request sbatch would refuse: refused before any work
+    cluster.check_request(cluster.gpus(p.options.gpus_per_run), "--launcher slurm")
+    return cluster
 
 
 def on_slurm(p: StudyPlan, cluster: Cluster, queue: list[Job], book: Bookkeeper, key: str) -> list[str]:

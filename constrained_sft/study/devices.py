@@ -19,7 +19,13 @@ def visible_devices() -> list[str]:
     """This machine's GPUs as `CUDA_VISIBLE_DEVICES` names them (or 0..n-1 where it is unset); none without CUDA.
     Counted without starting CUDA in this process (torch asks NVML), so workers can still be pinned after."""
     if (given := os.environ.get(VISIBLE)) is not None:
-        return [d.strip() for d in given.split(",") if d.strip() and d.strip() != "-1"]
+        devices = [d.strip() for d in given.split(",") if d.strip() and d.strip() != "-1"]
+        if repeated := sorted({d for d in devices if devices.count(d) > 1}):
+            raise ValueError(
+                f"{VISIBLE}={given} names GPU {', '.join(repeated)} more than once: two runs would share a device "
+                "the plan counts as two; name each GPU once."
+            )
+        return devices
     import torch
 
     return [str(i) for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
@@ -36,6 +42,11 @@ class DeviceSlots:
     def assign(cls, devices: list[str], jobs: int, per_run: int) -> DeviceSlots:
         """`jobs` workers on `devices` in groups of `per_run`; refused where one run needs more GPUs than exist."""
         if not devices:
+            if per_run > (cores := os.cpu_count() or 1):  # without GPUs a run's processes are CPU processes
+                raise ValueError(
+                    f"`--gpus_per_run` {per_run}: this machine has no GPU, and a run's {per_run} processes on the "
+                    f"CPU need as many cores; it has {cores}."
+                )
             return cls((), jobs)
         if per_run > len(devices):
             raise ValueError(

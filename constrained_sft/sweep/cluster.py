@@ -3,8 +3,9 @@ A sweep on a Slurm cluster (`--launcher slurm --workers N`): N search workers su
 sweep's shared storage (PostgreSQL: Optuna's RDB, as workers started by hand on several machines use it), each the
 same sweep at `--stage search` (`worker`), then, with `--stage all` / `compare`, the retraining and comparison as one
 more job whose results come back to the command (`finals`). The jobs are recorded in `slurm/jobs.json` under its
-lock (`utils.slurm.Ledger`): a second call follows the workers still queued or running and submits only the
-missing ones, none once the search holds its trials.
+lock (`utils.slurm_ledger.Ledger`), and each carries the sweep folder's tag in its Slurm comment: a second call asks
+the queue for the sweep's jobs, follows the workers still queued or running and submits only the missing ones, none
+once the search holds its trials.
 
 The storage URL's password never reaches a file: the pickled settings carry the URL without it, and the job reads
 the whole URL from its environment (`STORAGE_ENV`, which sbatch passes from the submitting shell; or keep the
@@ -20,7 +21,8 @@ from collections.abc import Callable
 
 from ..tasks import AnyRecipe, get_task
 from ..utils.redact import redact_url
-from ..utils.slurm import Cluster, Ledger, SlurmArguments, SlurmJobsError
+from ..utils.slurm import Cluster, SlurmArguments, SlurmJobsError
+from ..utils.slurm_ledger import Ledger
 from .arguments import SweepArguments
 from .results import SweepResults
 
@@ -57,15 +59,13 @@ def submit_workers(
     """{name: job id} of the workers to follow: those queued or running, and, while the search is not `done`, new
     ones up to `workers`; under the ledger's lock, so two calls at once submit `workers` in all."""
     with ledger.locked():
-        last = ledger.last()
-        active = cluster.queued([i for n, i in last.items() if n.startswith(WORKER)])
-        following = {n: i for n, i in last.items() if i in active}
+        active = ledger.active(cluster)  # the queue's word, the ledger repaired from it
+        following = {n: i for n, i in active.items() if n.startswith(WORKER)}
         if not done():
-            taken = {int(n.split("-")[1]) for n in last if n.startswith(WORKER)}
-            fresh = (k for k in range(workers + len(taken)) if k not in taken)
-            for k in [next(fresh) for _ in range(workers - len(following))]:
-                name = f"{WORKER}-{k}"
-                following[name] = cluster.submit(ledger.logs, f"sweep-{name}", cluster.gpus(1), sweep_job, *call)
+            taken = {n for n in [*ledger.last(), *active] if n.startswith(WORKER)}
+            fresh = (f"{WORKER}-{k}" for k in range(workers + len(taken)) if f"{WORKER}-{k}" not in taken)
+            for name in [next(fresh) for _ in range(workers - len(following))]:
+                following[name] = cluster.submit(ledger.logs, ledger.tag, name, cluster.gpus(1), sweep_job, *call)
                 ledger.add(name, following[name])
     return following
 
@@ -73,10 +73,9 @@ def submit_workers(
 def submit_finals(cluster: Cluster, ledger: Ledger, call: tuple[object, ...], gpus: int) -> str:
     """The id of the compare job to follow: one queued or running, else a new one (under the ledger's lock)."""
     with ledger.locked():
-        last = ledger.last().get(FINALS)
-        if last is not None and cluster.queued([last]):
-            return last
-        job_id = cluster.submit(ledger.logs, f"sweep-{FINALS}", gpus, sweep_job, *call)
+        if (running := ledger.active(cluster).get(FINALS)) is not None:
+            return running
+        job_id = cluster.submit(ledger.logs, ledger.tag, FINALS, gpus, sweep_job, *call)
         ledger.add(FINALS, job_id)
         return job_id
 

@@ -79,6 +79,7 @@ def run(
     if launcher is not None and launcher.launcher == "slurm":  # asked before the folder is marked or a job submitted
         check_storage(plan.storage)
         cluster = check_cluster(launcher, os.path.abspath(plan.sweep_dir), "--sweep_dir")
+        cluster.check_request(cluster.gpus(1, "--slurm_gpus"), "--launcher slurm")  # sbatch's word, before any job
     folder.mark()
     train_gamma = training_level(recipe.training.noise_gamma)
     objective = Objective(options.objective, plan.gammas, train_gamma, task.headline, options.ood_floor)

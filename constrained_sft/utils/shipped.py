@@ -185,6 +185,30 @@ def find(value: str, flag: str, launch: bool = False, what: str | None = None) -
     return value if os.path.isfile(value) else find_shipped(value, launch, flag, what)
 
 
+def check_launch_config(path: str, flag: str) -> None:
+    """The accelerate config at `path` read as `accelerate launch` reads it (`ClusterConfig.from_yaml_file`), before
+    any work: a file that is not YAML, not a mapping, or has keys or values accelerate does not know, refused in
+    one line naming `flag`."""
+    import yaml
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"`{flag}` {path} is not a readable YAML file: {first}") from None
+    if not isinstance(data, dict):
+        raise ValueError(
+            f"`{flag}` {path} is not an accelerate config: give a YAML mapping as `accelerate config` writes "
+            f"(got {type(data).__name__})."
+        )
+    try:
+        ClusterConfig.from_yaml_file(path)
+    except (ValueError, TypeError, KeyError) as error:
+        raise ValueError(f"`{flag}` {path}: accelerate cannot read it: {str(error).strip()[:300]}") from None
+
+
 def copy(name: str, destination: str = ".") -> str:
     """
     Copy the shipped recipe, search space or accelerate config `name` to `destination` (a folder: the file keeps its

@@ -1,37 +1,41 @@
 """
-Jobs on a Slurm cluster through submitit (`--launcher slurm`): the study's runs and the sweep's workers. The options
-(`SlurmArguments`), the cluster asked before any submission (`check_cluster`: one line naming the field where a
-partition, an account or the folder will not do), one submission (`Cluster.submit`) and the queue (`Cluster.queued`).
+Jobs on a Slurm cluster through submitit (`--launcher slurm`): the study's runs and the sweep's workers. The cluster
+asked before any submission (`check_cluster`: one line naming the field where a partition, an account, the
+resources per job or the folder will not do), one submission (`Cluster.submit`: sbatch's own refusal in one line,
+nothing left behind) and the queue (`Cluster.queued`, `Cluster.ours`). The options are `utils.slurm_options`'s, the
+record of what was submitted `utils.slurm_ledger`'s.
 
 submitit writes the sbatch script, pickles the call, keeps the logs and the result; no job script is written here.
 What is written by hand is the queue's reading: submitit reads job states with `sacct`, which answers only where the
 cluster keeps an accounting database (slurmdbd), and many do not; `squeue` answers on every cluster. A job the queue
 no longer holds has ended, and what it left in the folder (a study's run records, a sweep's trials) says whether it
-finished; submitit's result file, where there is one, says why it did not.
+finished; submitit's result file, where there is one, says why it did not. Every job carries its folder's tag and
+its name in its comment (`TAG`), so the queue itself says which jobs are a folder's, whatever its ledger says.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import datetime
 import getpass
+import io
 import os
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .fields import check_fields
-from .files import read_json, write_json
-from .types import JSONRead
+from .slurm_ledger import Ledger, folder_tag
+from .slurm_options import LAUNCHERS, SET_HERE, Launcher, SlurmArguments, minutes
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
-Launcher: TypeAlias = Literal["local", "slurm"]
-LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
+__all__ = ["LAUNCHERS", "SET_HERE", "Cluster", "Launcher", "Ledger", "SlurmArguments", "SlurmJobsError",
+           "StoppedFollowing", "check_cluster", "folder_tag", "in_job", "minutes"]  # fmt: skip
+
+
+TAG = "constrained-sft"  # a job's comment: "constrained-sft:<folder tag>:<name>"
 # states in which a job still holds (or waits for) its place: it may yet write its results
 ACTIVE = frozenset(
     [
@@ -59,78 +63,14 @@ class SlurmJobsError(ValueError):
     """Jobs that ended without finishing their work, one line each with its state, error and log."""
 
 
-@dataclass
-class SlurmArguments:
-    """Where the work runs: here, or as Slurm jobs (see the module docstring)."""
+class StoppedFollowing(KeyboardInterrupt):
+    """Ctrl-C while following jobs: its message is the one line the command prints (`cli.console`)."""
 
-    launcher: Launcher = field(
-        default="local",
-        metadata={
-            "help": "'local' (this machine) or 'slurm' (each job submitted to Slurm through submitit; the folder must "
-            "be on a filesystem the nodes share; `--wait false` returns after submitting, and the same command "
-            "later follows or collects)."
-        },
-    )
-    slurm_partition: str | None = field(
-        default=None, metadata={"help": "Slurm partition (default: the cluster's default partition)."}
-    )
-    slurm_account: str | None = field(default=None, metadata={"help": "Slurm account charged for the jobs."})
-    slurm_qos: str | None = field(default=None, metadata={"help": "Slurm quality of service."})
-    slurm_time: int | None = field(
-        default=None, metadata={"help": "Minutes a job may run (default: the partition's time limit)."}
-    )
-    slurm_gpus: int | None = field(
-        default=None,
-        metadata={
-            "help": "GPUs per job (default: a study's --gpus_per_run, a sweep worker 1, where the partition has "
-            "GPUs; else 0)."
-        },
-    )
-    slurm_cpus: int | None = field(default=None, metadata={"help": "CPU cores per job (default: Slurm's, one)."})
-    slurm_mem_gb: float | None = field(default=None, metadata={"help": "Memory per job in GB (default: Slurm's)."})
-    slurm_sbatch: list[str] | None = field(
-        default=None,
-        metadata={
-            "help": "More sbatch options, KEY=VALUE, repeatable (e.g. --slurm_sbatch constraint=a100 "
-            "--slurm_sbatch exclusive=true): passed to sbatch as --KEY=VALUE.",
-            "action": "extend",
-        },
-    )
-    wait: bool = field(
-        default=True,
-        metadata={
-            "help": "With --launcher slurm: follow the jobs to the end (true), or return once they are submitted "
-            "(false; the same command later follows them or collects their results)."
-        },
-    )
 
-    def __post_init__(self) -> None:
-        check_fields(self, SlurmArguments)
-        self.validate()
-
-    def validate(self) -> None:
-        """The options' own rules, before Slurm is asked anything."""
-        slurm_only = [f.name for f in dataclasses.fields(self) if f.name.startswith("slurm_")]
-        if self.launcher == "local" and (given := [f"--{n}" for n in slurm_only if getattr(self, n) is not None]):
-            raise ValueError(f"{', '.join(given)} apply to `--launcher slurm`; add it, or leave them out.")
-        for name in ("slurm_time", "slurm_cpus"):
-            if (value := getattr(self, name)) is not None and value < 1:
-                raise ValueError(f"`--{name}` must be >= 1, got {value}.")
-        if self.slurm_gpus is not None and self.slurm_gpus < 0:
-            raise ValueError(f"`--slurm_gpus` must be >= 0, got {self.slurm_gpus}.")
-        if self.slurm_mem_gb is not None and self.slurm_mem_gb <= 0:
-            raise ValueError(f"`--slurm_mem_gb` must be > 0, got {self.slurm_mem_gb}.")
-        self.sbatch_options()
-
-    def sbatch_options(self) -> dict[str, str]:
-        """`--slurm_sbatch` as {option: value} (submitit's `additional_parameters`)."""
-        out = {}
-        for item in self.slurm_sbatch or []:
-            key, sep, value = item.partition("=")
-            if not sep or not key or key.startswith("-"):
-                raise ValueError(f"`--slurm_sbatch` {item!r}: give KEY=VALUE without dashes (e.g. constraint=a100).")
-            out[key.replace("-", "_")] = value
-        return out
+def job_order(job_id: str) -> tuple[int, str]:
+    """A job id's place in submission order ("123" before "1234", an array's "12_3" by its job)."""
+    head = job_id.split("_")[0]
+    return (int(head) if head.isdigit() else 0, job_id)
 
 
 def run_slurm(*cmd: str) -> str:
@@ -151,16 +91,6 @@ def node_local(path: str) -> bool:
     return any(path == r or path.startswith(os.path.realpath(r).rstrip("/") + "/") for r in roots)
 
 
-def minutes(limit: str) -> int:
-    """A Slurm time limit ("infinite", "MM", "HH:MM:SS", "D-HH:MM:SS") in minutes; 0 for none."""
-    if limit.strip().lower() in ("infinite", "unlimited", "n/a", ""):
-        return 0
-    days, _, clock = limit.strip().rpartition("-")
-    parts = [int(p) for p in clock.split(":")]
-    h, m, s = ([0] * (3 - len(parts)) + parts) if len(parts) > 1 else (0, parts[0], 0)
-    return int(days or 0) * 1440 + h * 60 + m + (1 if s else 0)
-
-
 @dataclass(frozen=True)
 class Cluster:
     """The Slurm cluster as `check_cluster` found it, and what every job asks of it."""
@@ -170,30 +100,88 @@ class Cluster:
     nodes: int
     has_gpus: bool
     time_limit: int  # minutes per job (0: none)
+    gpus_per_node: int = 0  # on the partition's largest node (0: unknown, or none)
 
-    def gpus(self, wanted: int) -> int:
-        """GPUs per job: `--slurm_gpus`, else `wanted` where the partition has GPUs, else 0."""
+    def gpus(self, wanted: int, flag: str = "--gpus_per_run") -> int:
+        """GPUs per job: `--slurm_gpus`, else `wanted` (`flag`) where the partition has GPUs, else 0; more than a
+        node of the partition has refused (the job would wait for good)."""
         if self.options.slurm_gpus is not None:
             return self.options.slurm_gpus
+        if self.has_gpus and self.gpus_per_node and wanted > self.gpus_per_node:
+            raise ValueError(
+                f"`{flag}` {wanted}: the largest node of partition {self.partition!r} has {self.gpus_per_node} GPUs; "
+                "a job asking more would wait in the queue for good."
+            )
         return wanted if self.has_gpus else 0
 
-    def submit(self, logs: str, name: str, gpus: int, call: Callable[..., object], *args: object) -> str:
-        """`call(*args)` as one Slurm job named `name`, its logs and submitit's files under `logs/<job id>/`; its id."""
+    def submit(self, logs: str, tag: str, name: str, gpus: int, call: Callable[..., object], *args: object) -> str:
+        """`call(*args)` as one Slurm job of the folder tagged `tag` (`folder_tag`), known to the queue as `name`
+        (its comment) and named `<name>.<tag>`, its logs and submitit's files under `logs/<job id>/`; its id.
+        sbatch's refusal is one line (ValueError), and the files submitit wrote before it asked are removed."""
         import submitit
 
         o = self.options
         executor = submitit.SlurmExecutor(folder=os.path.join(logs, "%j"), max_num_timeout=0)
         more = {"account": o.slurm_account, "qos": o.slurm_qos, "cpus_per_task": o.slurm_cpus}
         executor.update_parameters(
-            job_name=name,
+            job_name=f"{name.replace('/', '-')}.{tag}",
             partition=self.partition,
             time=self.time_limit,
             gpus_per_node=gpus or None,
             mem=None if o.slurm_mem_gb is None else f"{int(o.slurm_mem_gb * 1024)}M",
-            additional_parameters=o.sbatch_options(),
+            additional_parameters={**o.sbatch_options(), "comment": f"{TAG}:{tag}:{name}"},
             **{k: v for k, v in more.items() if v is not None},
         )
-        return str(executor.submit(in_job, call, *args).job_id)
+        os.makedirs(logs, exist_ok=True)
+        before = set(os.listdir(logs))
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's error; it is said below
+                return str(executor.submit(in_job, call, *args).job_id)
+        except submitit.core.utils.FailedJobError as error:
+            for left in set(os.listdir(logs)) - before:  # the pickled call and the script of a job never made
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(logs, left))
+            lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
+            said = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "no reason")
+            raise ValueError(f"`--launcher slurm`: sbatch refused {name}'s job: {said[:300]}") from None
+
+    def check_request(self, gpus: int, flag: str) -> None:
+        """What every job will ask (partition, time, CPUs, memory, GPUs, account, QoS, `--slurm_sbatch`) put to
+        `sbatch --test-only`, which says whether and when the cluster could run it and submits nothing: a request it
+        refuses (an unknown constraint, more than a node has) is refused here in one line, before any work."""
+        o = self.options
+        asked = {
+            "partition": self.partition,
+            "time": self.time_limit or None,
+            "cpus-per-task": o.slurm_cpus,
+            "mem": None if o.slurm_mem_gb is None else f"{int(o.slurm_mem_gb * 1024)}M",
+            "gpus-per-node": gpus or None,
+            "account": o.slurm_account,
+            "qos": o.slurm_qos,
+            **{k.replace("_", "-"): v for k, v in o.sbatch_options().items()},
+        }
+        cmd = ["sbatch", "--test-only", *(f"--{k}={v}" for k, v in asked.items() if v is not None), "--wrap=true"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise ValueError(f"`--launcher slurm`: `sbatch --test-only` did not answer ({error}).") from None
+        if done.returncode != 0:
+            said = " ".join(done.stderr.split())[:300] or f"exit status {done.returncode}"
+            raise ValueError(f"`{flag}`: Slurm would refuse every job of it: {said}")
+
+    @staticmethod
+    def ours(tag: str) -> dict[str, list[str]]:
+        """{name: ids, oldest first} of the jobs of the folder tagged `tag` the queue holds in an active state,
+        read from their comments (`submit`): the truth of what runs for a folder, whatever its ledger says."""
+        out = run_slurm("squeue", "-h", "--states=all", "-o", "%i|%T|%k", "-u", getpass.getuser())
+        found: dict[str, list[str]] = {}
+        for line in out.splitlines():
+            job_id, _, rest = line.strip().partition("|")
+            state, _, comment = rest.partition("|")
+            owner, _, name = comment.removeprefix(f"{TAG}:").partition(":")
+            if comment.startswith(f"{TAG}:") and owner == tag and state.strip() in ACTIVE:
+                found.setdefault(name.strip(), []).append(job_id)
+        return {name: sorted(ids, key=job_order) for name, ids in found.items()}
 
     @staticmethod
     def queued(ids: list[str]) -> dict[str, str]:
@@ -207,8 +195,8 @@ class Cluster:
 
     def follow(self, jobs: dict[str, str], on_end: Callable[[str, str], None] | None = None) -> None:
         """Wait until none of `jobs` ({name: job id}) is queued or running, reading the queue after a second, then
-        less often (at most every 30 s); `on_end(name, job id)` as each leaves it. Ctrl-C: which jobs keep running
-        and the `scancel` that stops them, then the interrupt goes on (the jobs are not this process's to stop)."""
+        less often (at most every 30 s); `on_end(name, job id)` as each leaves it. Ctrl-C: `StoppedFollowing`, whose
+        one line says which jobs keep running and the `scancel` that stops them (they are not this process's)."""
         waiting = dict(jobs)
         started, pause = time.monotonic(), POLL_FIRST
         try:
@@ -224,11 +212,10 @@ class Cluster:
                     pause = min(POLL_MOST, POLL_FIRST + (time.monotonic() - started) / 20)
         except KeyboardInterrupt:
             running = ", ".join(f"{name} ({job_id})" for name, job_id in waiting.items())
-            print(
-                f"\nstopped following; the Slurm jobs keep running: {running}. Cancel them with "
+            raise StoppedFollowing(
+                f"stopped following; the Slurm jobs keep running: {running}. Cancel them with "
                 f"`scancel {' '.join(waiting.values())}`, or run the same command again to follow them and collect."
-            )
-            raise
+            ) from None
 
     @staticmethod
     def ended(logs: str, job_id: str) -> str:
@@ -248,48 +235,6 @@ class Cluster:
             except Exception as error:  # the call's own exception, as submitit carried it back
                 why = f"{found}: {str(error).strip().splitlines()[-1][:200]}"
         return f"job {job_id} {why} (log: {job.paths.stderr})"
-
-
-@dataclass
-class Ledger:
-    """`<folder>/slurm/jobs.json`: every job a command submitted, {"jobs": [{"name", "job_id", "submitted", ...}]} in
-    order, and the logs of each under `logs/<job id>/` (submitit's folder). Written under `locked` by the command
-    that submits, so that two copies at once see each other's jobs."""
-
-    folder: str  # the command folder's slurm/
-    flag: str  # the command's folder option, for the messages
-
-    @property
-    def path(self) -> str:
-        return os.path.join(self.folder, "jobs.json")
-
-    @property
-    def logs(self) -> str:
-        return os.path.join(self.folder, "logs")
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """The ledger's lock between processes (filelock), held for the block: read, submit, write."""
-        from filelock import FileLock
-
-        os.makedirs(self.folder, exist_ok=True)
-        with FileLock(self.path + ".lock"):
-            yield
-
-    def entries(self) -> list[JSONRead]:
-        data = read_json(self.path, self.flag) if os.path.isfile(self.path) else {"jobs": []}
-        jobs = data.get("jobs") if isinstance(data, dict) else None
-        if not isinstance(jobs, list) or not all(isinstance(e, dict) and {"name", "job_id"} <= set(e) for e in jobs):
-            raise ValueError(f"`{self.flag}` {self.path} is not a job list this library wrote; move it away.")
-        return jobs
-
-    def last(self) -> dict[str, str]:
-        """{name: the id of the last job submitted under it}."""
-        return {e["name"]: str(e["job_id"]) for e in self.entries()}
-
-    def add(self, name: str, job_id: str, **more: object) -> None:
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        write_json(self.path, {"jobs": [*self.entries(), {"name": name, "job_id": job_id, **more, "submitted": now}]})
 
 
 def in_job(call: Callable[..., object], *args: object) -> object:
@@ -323,17 +268,63 @@ def check_cluster(options: SlurmArguments, folder: str, flag: str) -> Cluster:
         raise ValueError(f"`--slurm_partition` {partition!r} is not a partition of this cluster; it has {names}.")
     if options.slurm_account is not None:
         check_account(options.slurm_account)
-    rows = run_slurm("sinfo", "-h", "-p", partition, "-o", "%D|%G|%l").splitlines()
-    nodes = sum(int(r.split("|")[0]) for r in rows if r.strip())
-    has_gpus = any("gpu" in r.split("|")[1] for r in rows if r.strip())
+    rows = [r.split("|") for r in run_slurm("sinfo", "-h", "-p", partition, "-o", "%D|%G|%l|%c|%m").splitlines()]
+    rows = [r for r in rows if len(r) >= 3 and r[0].strip()]
+    nodes = sum(int(r[0]) for r in rows)
+    has_gpus = any("gpu" in r[1] for r in rows)
+    if "%" in folder:
+        raise ValueError(
+            f"`{flag}` {folder}: Slurm reads '%' in a job's log path as a pattern (%u, %j, ...); choose a folder "
+            "name without '%'."
+        )
+    check_resources(options, partition, rows)
     if nodes > 1 and node_local(folder):
         raise ValueError(
             f"`{flag}` {folder} is on a node's own disk (/tmp, /var/tmp, /dev/shm or $TMPDIR) and partition "
             f"{partition!r} has {nodes} nodes: the jobs would write where this command cannot read. Put it on a "
             "filesystem the nodes share (your home or project folder)."
         )
-    limit = minutes(rows[0].split("|")[2]) if rows and options.slurm_time is None else (options.slurm_time or 0)
-    return Cluster(options, partition, nodes, has_gpus, limit)
+    limit = minutes(rows[0][2]) if rows and options.slurm_time is None else options.time_minutes()
+    return Cluster(options, partition, nodes, has_gpus, limit, max((gpus_of(r[1]) for r in rows), default=0))
+
+
+def gpus_of(gres: str) -> int:
+    """GPUs per node in a `sinfo %G` field ("gpu:h100:8(S:0-1)", "gpu:4,shard:8", "(null)")."""
+    count = 0
+    for item in gres.split(","):
+        kind, *rest = item.split("(")[0].split(":")
+        if kind == "gpu":
+            count += int(rest[-1]) if rest and rest[-1].isdigit() else 1
+    return count
+
+
+def check_resources(options: SlurmArguments, partition: str, rows: list[list[str]]) -> None:
+    """CPUs, memory, GPUs and time per job against the partition's largest node and its limit (`sinfo` rows of
+    nodes|gres|time limit|CPUs|memory MB): a job no node can hold would pend for good (`Reason=PartitionConfig`),
+    or sbatch would refuse it after the study had prepared its data."""
+
+    def most(column: int) -> int:
+        numbers = [int(r[column].rstrip("+")) for r in rows if len(r) > column and r[column].rstrip("+").isdigit()]
+        return max(numbers, default=0)
+
+    asked = [
+        ("--slurm_cpus", options.slurm_cpus, most(3), "CPU cores"),
+        ("--slurm_mem_gb", None if options.slurm_mem_gb is None else options.slurm_mem_gb * 1024, most(4), "MB"),
+        ("--slurm_gpus", options.slurm_gpus or None, max((gpus_of(r[1]) for r in rows), default=0), "GPUs"),
+    ]
+    for flag, wanted, largest, unit in asked:
+        if wanted is not None and (largest or flag == "--slurm_gpus") and wanted > largest:
+            shown = f"{options.slurm_mem_gb:g} GB" if flag == "--slurm_mem_gb" else f"{wanted:g}"
+            has = f"{largest / 1024:g} GB" if flag == "--slurm_mem_gb" else f"{largest} {unit}"
+            raise ValueError(
+                f"`{flag}` {shown}: the largest node of partition {partition!r} has {has}; a job asking more would "
+                "wait in the queue for good."
+            )
+    limit = max((minutes(r[2]) for r in rows), default=0) if rows and all(minutes(r[2]) for r in rows) else 0
+    if options.slurm_time is not None and limit and options.time_minutes() > limit:
+        raise ValueError(
+            f"`--slurm_time` {options.slurm_time}: partition {partition!r} lets a job run {limit} minute(s) at most."
+        )
 
 
 def check_account(account: str) -> None:
