@@ -236,3 +236,25 @@ def test_the_queue_says_which_jobs_are_a_folders_and_repairs_its_ledger(fake, tm
     os.mkdir(ledger.path)  # a folder where the file was
     with pytest.raises(ValueError, match=r"`--study_dir`: .*jobs.json is not a file; move it away"):
         ledger.active(cluster)
+
+
+def test_sbatchs_own_refusal_is_one_line_and_leaves_no_file(tmp_path, monkeypatch, capsys):
+    """sbatch refusing at submission (a limit --test-only does not see, e.g. a per-user job cap): one line naming
+    the job, nothing printed besides, none of submitit's files for a job that never was."""
+    pytest.importorskip("submitit")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(
+        "#!/bin/sh\ncat >&2 <<'MSG'\nsbatch: error: Batch job submission failed: Job violates accounting/QOS policy "
+        "(job submit limit, user's size and/or time limits)\nMSG\nexit 1\n"
+    )
+    (bin_dir / "sbatch").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    logs = tmp_path / "slurm" / "logs"
+    with pytest.raises(ValueError) as refused:
+        Cluster(on(), "cpu", 1, False, 0).submit(str(logs), "0123456789", "erm/seed0", 0, print, "x")
+    assert str(refused.value) == (
+        "`--launcher slurm`: sbatch refused erm/seed0's job: sbatch: error: Batch job submission failed: Job violates "
+        "accounting/QOS policy (job submit limit, user's size and/or time limits)"
+    )
+    assert list(logs.iterdir()) == [] and capsys.readouterr().err == ""
