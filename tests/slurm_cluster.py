@@ -31,7 +31,7 @@ SlurmdUser=root
 SlurmctldPort={ctld_port}
 SlurmdPort={d_port}
 AuthType=auth/munge
-AuthInfo=socket={root}/munge.sock
+AuthInfo=socket={root}/munge.sock,cred_expire=10
 CredType=cred/munge
 StateSaveLocation={root}/state
 SlurmdSpoolDir={root}/spool

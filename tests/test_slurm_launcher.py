@@ -65,6 +65,9 @@ def test_the_cluster_as_found(fake, tmp_path):
     assert (found.partition, found.nodes, found.has_gpus, found.time_limit) == ("cpu", 4, True, 2880)
     assert found.gpus(2) == 2 and Cluster(on(slurm_gpus=0), "cpu", 1, True, 0).gpus(2) == 0
     assert found.gpus_per_node == 8
+    warned = [Cluster(on(), "cpu", 1, False, limit).signal_delay for limit in (0, 1, 4, 6, 2880)]
+    assert warned == [90, 15, 60, 90, 90]  # submitit's 90 s, a quarter of a limit under 6 minutes
+    assert on().requeues == 3 and on(slurm_requeues=0).requeues == 0
     assert check_cluster(on(slurm_time="30", slurm_partition="gpu"), SHARED, "--study_dir").time_limit == 30
     assert check_cluster(on(slurm_time="1-00"), SHARED, "--study_dir").time_limit == 1440
     with pytest.raises(ValueError, match=r"`--gpus_per_run` 9: the largest node of partition 'cpu' has 8 GPUs"):

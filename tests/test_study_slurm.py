@@ -204,3 +204,48 @@ def test_a_lost_or_edited_ledger_never_doubles_a_run_nor_follows_another_job(ass
         assert ours() == first
     finally:
         slurm.run("scancel", other, *ours())
+
+
+REQUEUED = ("requeues",)  # what only a requeued run's record holds
+
+
+def test_a_run_past_its_time_limit_requeues_itself_and_a_preempted_one_loses_nothing(assets, tmp_path, slurm):  # noqa: F811
+    """Both runs train for longer than their one-minute `--slurm_time`: each job is warned (USR2), saves a
+    checkpoint at the end of its step, requeues itself and goes on; the constrained run's job is also requeued by
+    `scontrol requeue` while it trains, as a preemption is. Both end with the records of the same study run here,
+    uninterrupted, and say how often and why they were requeued."""
+    steps = ("--max_steps", "1500", "--exit_prompts", "0", "--training_seeds", "1")
+    argv = study_argv(assets, tmp_path / "slurm", *steps, *on_slurm("--slurm_time", "1", "--slurm_requeues", "12"))
+    copy = command(argv)
+    try:
+        ledger = tmp_path / "slurm" / "slurm" / "jobs.json"
+        wait_for(ledger.is_file, "the jobs are submitted", hang_limit(30))
+        job = next(e["job_id"] for e in json.loads(ledger.read_text())["jobs"] if e["name"] == "constrained/seed0")
+        log = tmp_path / "slurm" / "slurm" / "logs" / job / f"{job}_0_log.err"
+        wait_for(lambda: log.is_file() and "/1500 [" in log.read_text(), "the run trains", hang_limit(60))
+
+        def preempted() -> bool:  # refused while the job waits to start again after a time-limit requeue
+            if slurm.states()[job][1] != "RUNNING":
+                return False
+            done = subprocess.run(["scontrol", "requeue", job], env=slurm.env, capture_output=True, check=False)
+            return done.returncode == 0
+
+        wait_for(preempted, "the running job requeued by scontrol", hang_limit(120))
+        assert cli(study_argv(assets, tmp_path / "local", *steps)) == 0  # the uninterrupted twin, meanwhile
+        stdout, stderr = copy.communicate(timeout=hang_limit(600))
+        assert copy.returncode == 0, stderr[-3000:]
+    finally:
+        if copy.poll() is None:
+            copy.kill()
+    local, remote = results(tmp_path / "local"), results(tmp_path / "slurm")
+    requeues = {name: r.pop("requeues", []) for name, r in remote["records"].items()}
+    assert close(local, remote) == [], "\n".join(close(local, remote))
+    whys = {name: [r["why"] for r in found] for name, found in requeues.items()}
+    assert "time limit" in whys["erm-seed0.json"], whys
+    assert any(w.startswith("requeued by Slurm") for w in whys["constrained-seed0.json"]), whys
+    assert [r["restart"] for r in requeues["constrained-seed0.json"]] == list(
+        range(1, 1 + len(whys["constrained-seed0.json"]))
+    )
+    report = (tmp_path / "slurm" / "report.md").read_text()
+    assert "Slurm jobs requeued" in report and "time limit" in report
+    print(f"requeues: {whys}")

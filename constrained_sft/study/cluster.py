@@ -6,7 +6,9 @@ carries the study folder's tag and its run in its Slurm comment: a second call, 
 the study's jobs (`utils.slurm_ledger.Ledger.active`, so a lost or edited ledger never doubles a run nor follows
 another's job), finds a run's job still queued or running and follows it instead of submitting it again; a run
 whose last job ended without recording every phase (failed, timed out, cancelled, preempted) is submitted again and
-goes on from its last recorded phase (its records) and its last checkpoint (`phases.train` resumes).
+goes on from its last recorded phase (its records) and its last checkpoint (`phases.train` resumes). A job warned of
+its time limit saves a checkpoint and requeues itself (`slurm_job`, `utils.slurm_job.Requeueable`), up to
+`--slurm_requeues` times; a preempted one saves and ends, and Slurm requeues it; each requeue is in the run's record.
 
 The command follows the jobs (`follow`: the queue read with `squeue`, less often as time goes by: `Cluster.follow`) and, once every
 run is recorded, goes on to the study's finish in this process; `--wait false` returns after submitting. Ctrl-C
@@ -16,14 +18,19 @@ stops following, not the jobs: it says which keep running and how to cancel them
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..tasks import AnyRecipe
+from ..tasks import AnyRecipe, get_task
+from ..trainers.signals import SaveOnSignal
+from ..utils.files import read_json, write_json
 from ..utils.slurm import Cluster
 from ..utils.slurm_ledger import Ledger
 from .phases import Job, run_job
-from .record import RunRecord, read_record
+from .record import RunRecord, read_record, write_record
+
+TIME_LIMIT, BY_SLURM = "time limit", "requeued by Slurm (preempted, or `scontrol requeue`)"
 
 
 def per_run(queue: list[Job]) -> list[Job]:
@@ -75,11 +82,44 @@ def submit(cluster: Cluster, ledger: Ledger, jobs: list[Job], key: str, gpus: in
             if not left:
                 continue
             job = dataclasses.replace(job, phases=left, recipe=without_tokens(job.recipe))
-            job_id = cluster.submit(ledger.logs, ledger.tag, name, gpus, run_job, job)
+            job_id = cluster.submit(ledger.logs, ledger.tag, name, gpus, slurm_job, job, on_requeue=at_time_limit)
             ledger.add(name, job_id, phases=list(job.phases))
             following[name] = (job, job_id)
             new.append(name)
     return Submitted(following, new)
+
+
+def requeue_note(job: Job) -> str:
+    """Where a job warned of its time limit notes it before submitit requeues it (`at_time_limit`), beside the run's
+    folder; the next start moves the note into the run's record (`slurm_job`)."""
+    return job.folder.rstrip("/") + ".requeued.json"
+
+
+def at_time_limit(job: Job) -> None:
+    """What a run's job notes as submitit requeues it at its time limit (`utils.slurm_job.Requeueable.checkpoint`)."""
+    write_json(requeue_note(job), {"why": TIME_LIMIT})
+
+
+def slurm_job(job: Job) -> RunRecord:
+    """What a run's Slurm job does each time Slurm starts it, first or requeued: a requeue since the last start
+    noted in the run's record (why, the phase it was in, Slurm's restart count), then the phases the record still
+    lacks, training under `SaveOnSignal` (warned of the time limit or preemption, it saves a checkpoint at the end
+    of the step it is in and stops; the next start resumes from it). A requeued job never starts its run over."""
+    key = get_task(job.task).headline.key
+    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    record = read_record(job.study, job.run, key) or RunRecord(job.run.name)
+    left = tuple(p for p in job.phases if not record.done(p))
+    if restarts > len(record.requeues):
+        note = requeue_note(job)
+        why = read_json(note, "the requeue note").get("why", BY_SLURM) if os.path.isfile(note) else BY_SLURM
+        record.requeues.append({"why": why, "phase": left[0] if left else "none", "restart": restarts})
+        if job.writes:
+            write_record(job.study, record, key)
+        if os.path.isfile(note):
+            os.remove(note)
+    if not left:
+        return record
+    return run_job(dataclasses.replace(job, phases=left, restart=job.restart and restarts == 0), [SaveOnSignal()])
 
 
 def follow(

@@ -142,6 +142,8 @@ class Bookkeeper:
 
     def on_done(self, job: Job, done: RunRecord) -> Estimate | None:
         self.records[job.run.name] = done
+        if done.requeues:
+            self.timings.requeues[job.run.name] = list(done.requeues)
         for phase in job.phases:
             self.timings.add_phase(job.run.name, phase, done.seconds[phase], job.estimates.get(phase))
         self.save()

@@ -17,8 +17,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from ..comparison import RunKey
 from ..data import delete_weights, has_weights, model_fingerprint
@@ -29,6 +30,9 @@ from . import clock
 from .after_training import Evaluation
 from .folder import StudyFolder
 from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunRecord, read_record, write_record
+
+if TYPE_CHECKING:
+    from transformers import TrainerCallback
 
 logger = logging.getLogger(__name__)
 KeepModels: TypeAlias = Literal["all", "seed0", "none"]  # `--keep_models`
@@ -170,9 +174,10 @@ def start_over(job: Job) -> None:
         os.remove(job.study.record(job.run))
 
 
-def run_job(job: Job) -> RunRecord:
+def run_job(job: Job, callbacks: Sequence[TrainerCallback] = ()) -> RunRecord:
     """The job's phases in order, each written to the run's record as it ends; returns the record as written. Runs
-    in the study's process or in a worker of `--jobs` (the record comes back pickled)."""
+    in the study's process, in a worker of `--jobs` (the record comes back pickled) or in a Slurm job (`callbacks`:
+    the training's, there `trainers.signals.SaveOnSignal`)."""
     task = get_task(job.task)
     key = task.headline.key
     if job.restart:
@@ -188,7 +193,9 @@ def run_job(job: Job) -> RunRecord:
 
     if TRAIN in job.phases:
         started = clock.now()
-        if train(job) == 0.0:  # finished before it was recorded: nothing measured, nothing to learn an estimate from
+        if (
+            train(job, callbacks) == 0.0
+        ):  # finished before it was recorded: nothing measured, nothing to learn an estimate from
             started = clock.now()
         done(TRAIN, started)
     if job.evaluation is None:

@@ -5,7 +5,8 @@ and reports from these records alone, weights deleted or not.
 
     runs/<arm>-seed<s>.json   {"run", "study", "sigma_x", "model", "jobs": {phase: runs at once}, "seconds": {phase: measured},
                                "estimates": {phase: estimated}, "robustness": ModelResult | null,
-                               "empty_answers": {gamma: count} | null, "exits": ExitsModel | null}
+                               "empty_answers": {gamma: count} | null, "exits": ExitsModel | null,
+                               "requeues": [{"why", "phase", "restart"}] (only where its Slurm job was requeued)}
 
 `seconds` holds the phases done (wall seconds, measured where they ran, with `jobs[phase]` runs sharing the device);
 `estimates` what the plan priced each at before it started. Records of earlier versions (`seconds` with `generation`
@@ -47,6 +48,9 @@ class RunRecord:
     robustness: ModelResult | None = None
     empty_answers: dict[str, int] | None = None
     exits: ExitsModel | None = None
+    # each time its Slurm job was requeued: why ("time limit", or Slurm's own requeue), the phase it was in, and
+    # Slurm's restart count (`study.cluster.slurm_job`)
+    requeues: list[dict[str, str | int]] = field(default_factory=list)
 
     def done(self, phase: str) -> bool:
         return phase in self.seconds
@@ -63,6 +67,7 @@ class RunRecord:
             "robustness": None if self.robustness is None else self.robustness.to_dict(key),
             "empty_answers": self.empty_answers,
             "exits": None if self.exits is None else self.exits.to_dict(),
+            **({"requeues": self.requeues} if self.requeues else {}),
         }
 
     @classmethod
@@ -83,6 +88,7 @@ class RunRecord:
             robustness=robustness,
             empty_answers=data.get("empty_answers"),
             exits=exits,
+            requeues=list(data.get("requeues", [])),
         )
 
 
@@ -123,6 +129,12 @@ SHAPES = {
         lambda v: v is None or (isinstance(v, dict) and all(isinstance(n, int) for n in v.values())),
     ),
     "exits": ("an exit-layer result or null", lambda v: v is None or isinstance(v, dict)),
+    "requeues": (
+        "a list of {why, phase, restart}",
+        lambda v: (
+            isinstance(v, list) and all(isinstance(r, dict) and {"why", "phase", "restart"} <= set(r) for r in v)
+        ),
+    ),
 }
 # a phase recorded as done and the field that holds what it measured
 PHASE_FIELDS = {ROBUSTNESS: "robustness", EXITS: "exits"}

@@ -97,6 +97,14 @@ def study_blocks(study: StudyResults, folder: StudyFolder, n_examples: int, win_
         Heading("Wall time per stage (seconds, summed over the invocations that did its work)"),
         Table(["stage", "seconds"], [[k, v] for k, v in _timings(study.timings).items()]),
     ]
+    if study.timings.requeues:
+        rows = [
+            [run, r["restart"], r["why"], r["phase"]] for run, found in study.timings.requeues.items() for r in found
+        ]
+        blocks += [
+            Heading("Slurm jobs requeued (each went on from its checkpoint and recorded phases)", 3),
+            Table(["run", "restart", "why", "phase it was in"], rows),
+        ]
     if study.timings.runs:
         blocks += [
             Heading("Each run's phases: estimated and measured seconds", 3),

@@ -162,6 +162,7 @@ class StudyTimings:
     stages: dict[str, float]
     runs: dict[str, dict[str, dict[str, float | None]]] = field(default_factory=dict)
     probe: JSONRead | None = None
+    requeues: dict[str, list[JSONRead]] = field(default_factory=dict)  # per run: its Slurm job's requeues
 
     def to_dict(self) -> JSONObject:
         return {
@@ -169,13 +170,15 @@ class StudyTimings:
             **self.stages,
             **({"runs": self.runs} if self.runs else {}),
             **({"probe": self.probe} if self.probe else {}),
+            **({"requeues": self.requeues} if self.requeues else {}),
         }
 
     @classmethod
     def from_dict(cls, data: JSONRead) -> StudyTimings:
-        stages = {k: v for k, v in data.items() if k not in ("train", "runs", "probe")}
+        stages = {k: v for k, v in data.items() if k not in ("train", "runs", "probe", "requeues")}
         probe = data.get("probe") if isinstance(data.get("probe"), dict) else None
-        return cls(dict(data.get("train", {})), stages, dict(data.get("runs", {})), probe)
+        requeues = dict(data.get("requeues", {}))
+        return cls(dict(data.get("train", {})), stages, dict(data.get("runs", {})), probe, requeues)
 
     def add_phase(self, run: str, phase: str, measured: float, estimate: float | None) -> None:
         """One finished phase of `run`: its seconds beside the plan's estimate (None: planned without one)."""

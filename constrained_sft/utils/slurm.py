@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .slurm_ledger import Ledger, folder_tag
-from .slurm_options import LAUNCHERS, SET_HERE, Launcher, SlurmArguments, minutes
+from .slurm_options import LAUNCHERS, SET_HERE, Launcher, SlurmArguments, check_resources, gpus_of, minutes
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 __all__ = ["LAUNCHERS", "SET_HERE", "Cluster", "Launcher", "Ledger", "SlurmArguments", "SlurmJobsError",
-           "StoppedFollowing", "check_cluster", "folder_tag", "in_job", "minutes"]  # fmt: skip
+           "StoppedFollowing", "check_cluster", "folder_tag", "minutes"]  # fmt: skip
 
 
 TAG = "constrained-sft"  # a job's comment: "constrained-sft:<folder tag>:<name>"
@@ -102,6 +102,12 @@ class Cluster:
     time_limit: int  # minutes per job (0: none)
     gpus_per_node: int = 0  # on the partition's largest node (0: unknown, or none)
 
+    @property
+    def signal_delay(self) -> int:
+        """Seconds before its time limit a job is warned (USR2): submitit's 90, a quarter of a short limit (Slurm
+        sends it up to a minute early: a one-minute job is warned 15-45 s in)."""
+        return min(90, max(10, self.time_limit * 60 // 4)) if self.time_limit else 90
+
     def gpus(self, wanted: int, flag: str = "--gpus_per_run") -> int:
         """GPUs per job: `--slurm_gpus`, else `wanted` (`flag`) where the partition has GPUs, else 0; more than a
         node of the partition has refused (the job would wait for good)."""
@@ -114,14 +120,27 @@ class Cluster:
             )
         return wanted if self.has_gpus else 0
 
-    def submit(self, logs: str, tag: str, name: str, gpus: int, call: Callable[..., object], *args: object) -> str:
+    def submit(
+        self,
+        logs: str,
+        tag: str,
+        name: str,
+        gpus: int,
+        call: Callable[..., object],
+        *args: object,
+        on_requeue: Callable[..., None] | None = None,
+    ) -> str:
         """`call(*args)` as one Slurm job of the folder tagged `tag` (`folder_tag`), known to the queue as `name`
-        (its comment) and named `<name>.<tag>`, its logs and submitit's files under `logs/<job id>/`; its id.
-        sbatch's refusal is one line (ValueError), and the files submitit wrote before it asked are removed."""
+        (its comment) and named `<name>.<tag>`, its logs and submitit's files under `logs/<job id>/`; its id. The
+        job requeues itself at its time limit (`utils.slurm_job.Requeueable`: warned `signal_delay` seconds before,
+        up to `--slurm_requeues` times; `on_requeue(*args)` notes it). sbatch's refusal is one line (ValueError),
+        and the files submitit wrote before it asked are removed."""
         import submitit
 
+        from .slurm_job import Requeueable
+
         o = self.options
-        executor = submitit.SlurmExecutor(folder=os.path.join(logs, "%j"), max_num_timeout=0)
+        executor = submitit.SlurmExecutor(folder=os.path.join(logs, "%j"), max_num_timeout=o.requeues)
         more = {"account": o.slurm_account, "qos": o.slurm_qos, "cpus_per_task": o.slurm_cpus}
         executor.update_parameters(
             job_name=f"{name.replace('/', '-')}.{tag}",
@@ -130,13 +149,14 @@ class Cluster:
             gpus_per_node=gpus or None,
             mem=None if o.slurm_mem_gb is None else f"{int(o.slurm_mem_gb * 1024)}M",
             additional_parameters={**o.sbatch_options(), "comment": f"{TAG}:{tag}:{name}"},
+            signal_delay_s=self.signal_delay,
             **{k: v for k, v in more.items() if v is not None},
         )
         os.makedirs(logs, exist_ok=True)
         before = set(os.listdir(logs))
         try:
             with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's error; it is said below
-                return str(executor.submit(in_job, call, *args).job_id)
+                return str(executor.submit(Requeueable(call, on_requeue), *args).job_id)
         except submitit.core.utils.FailedJobError as error:
             for left in set(os.listdir(logs)) - before:  # the pickled call and the script of a job never made
                 with contextlib.suppress(OSError):
@@ -237,16 +257,6 @@ class Cluster:
         return f"job {job_id} {why} (log: {job.paths.stderr})"
 
 
-def in_job(call: Callable[..., object], *args: object) -> object:
-    """What every Slurm job runs: `call(*args)` with torch on the cores Slurm gave the job (it would take the
-    node's every core, oversubscribing a node shared with other jobs)."""
-    if cores := os.environ.get("SLURM_CPUS_PER_TASK"):
-        import torch
-
-        torch.set_num_threads(int(cores))
-    return call(*args)
-
-
 def check_cluster(options: SlurmArguments, folder: str, flag: str) -> Cluster:
     """The cluster asked before any submission: submitit and Slurm's commands present, the partition and account
     known to it, `folder` (`flag`) visible to every node of the partition. Refused in one line naming the field."""
@@ -286,45 +296,6 @@ def check_cluster(options: SlurmArguments, folder: str, flag: str) -> Cluster:
         )
     limit = minutes(rows[0][2]) if rows and options.slurm_time is None else options.time_minutes()
     return Cluster(options, partition, nodes, has_gpus, limit, max((gpus_of(r[1]) for r in rows), default=0))
-
-
-def gpus_of(gres: str) -> int:
-    """GPUs per node in a `sinfo %G` field ("gpu:h100:8(S:0-1)", "gpu:4,shard:8", "(null)")."""
-    count = 0
-    for item in gres.split(","):
-        kind, *rest = item.split("(")[0].split(":")
-        if kind == "gpu":
-            count += int(rest[-1]) if rest and rest[-1].isdigit() else 1
-    return count
-
-
-def check_resources(options: SlurmArguments, partition: str, rows: list[list[str]]) -> None:
-    """CPUs, memory, GPUs and time per job against the partition's largest node and its limit (`sinfo` rows of
-    nodes|gres|time limit|CPUs|memory MB): a job no node can hold would pend for good (`Reason=PartitionConfig`),
-    or sbatch would refuse it after the study had prepared its data."""
-
-    def most(column: int) -> int:
-        numbers = [int(r[column].rstrip("+")) for r in rows if len(r) > column and r[column].rstrip("+").isdigit()]
-        return max(numbers, default=0)
-
-    asked = [
-        ("--slurm_cpus", options.slurm_cpus, most(3), "CPU cores"),
-        ("--slurm_mem_gb", None if options.slurm_mem_gb is None else options.slurm_mem_gb * 1024, most(4), "MB"),
-        ("--slurm_gpus", options.slurm_gpus or None, max((gpus_of(r[1]) for r in rows), default=0), "GPUs"),
-    ]
-    for flag, wanted, largest, unit in asked:
-        if wanted is not None and (largest or flag == "--slurm_gpus") and wanted > largest:
-            shown = f"{options.slurm_mem_gb:g} GB" if flag == "--slurm_mem_gb" else f"{wanted:g}"
-            has = f"{largest / 1024:g} GB" if flag == "--slurm_mem_gb" else f"{largest} {unit}"
-            raise ValueError(
-                f"`{flag}` {shown}: the largest node of partition {partition!r} has {has}; a job asking more would "
-                "wait in the queue for good."
-            )
-    limit = max((minutes(r[2]) for r in rows), default=0) if rows and all(minutes(r[2]) for r in rows) else 0
-    if options.slurm_time is not None and limit and options.time_minutes() > limit:
-        raise ValueError(
-            f"`--slurm_time` {options.slurm_time}: partition {partition!r} lets a job run {limit} minute(s) at most."
-        )
 
 
 def check_account(account: str) -> None:

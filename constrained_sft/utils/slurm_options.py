@@ -2,7 +2,8 @@
 The options of `--launcher slurm` (`SlurmArguments`), checked as they are read, before Slurm is asked anything: the
 time limit in Slurm's own forms (`minutes`), and no `--slurm_sbatch` option that would undo what the tool sets
 (`SET_HERE`: the resources it checks against the partition, the job names the queue is read by, the logs its
-messages point to). What the cluster says of them is `utils.slurm.check_cluster`'s.
+messages point to); the resources asked against the partition's largest node (`check_resources`, with the rows
+`utils.slurm.check_cluster` reads from `sinfo`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .fields import check_fields
 
 Launcher: TypeAlias = Literal["local", "slurm"]
 LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
+REQUEUES = 3  # time-limit requeues a job may make by default (`--slurm_requeues`)
 SET_HERE = {
     "partition": "--slurm_partition",
     "account": "--slurm_account",
@@ -27,7 +29,10 @@ SET_HERE = {
     **dict.fromkeys(("output", "error", "open_mode"), "each job logs under the folder's slurm/logs/<job id>/"),
     **dict.fromkeys(("wrap", "array"), "each job runs one call of this tool"),
     **dict.fromkeys(("nodes", "ntasks", "ntasks_per_node"), "each job is one task on one node"),
-    "signal": "submitit signals each job before its time limit",
+    **dict.fromkeys(
+        ("signal", "requeue", "no_requeue"),
+        "a job is warned before its time limit and requeues itself: --slurm_requeues",
+    ),
 }
 
 
@@ -64,6 +69,13 @@ class SlurmArguments:
     )
     slurm_cpus: int | None = field(default=None, metadata={"help": "CPU cores per job (default: Slurm's, one)."})
     slurm_mem_gb: float | None = field(default=None, metadata={"help": "Memory per job in GB (default: Slurm's)."})
+    slurm_requeues: int | None = field(
+        default=None,
+        metadata={
+            "help": "Times a job may requeue itself at its time limit, each time going on from its checkpoint and "
+            "recorded phases (default 3; preemptions do not count; a job you `scancel` stays cancelled)."
+        },
+    )
     slurm_sbatch: list[str] | None = field(
         default=None,
         metadata={
@@ -93,6 +105,8 @@ class SlurmArguments:
             raise ValueError(f"{', '.join(given)} apply to `--launcher slurm`; add it, or leave them out.")
         if self.slurm_time is not None and self.time_minutes() < 1:
             raise ValueError(f"`--slurm_time` must be at least a minute, got {self.slurm_time!r}.")
+        if self.slurm_requeues is not None and self.slurm_requeues < 0:
+            raise ValueError(f"`--slurm_requeues` must be >= 0, got {self.slurm_requeues}.")
         if self.slurm_cpus is not None and self.slurm_cpus < 1:
             raise ValueError(f"`--slurm_cpus` must be >= 1, got {self.slurm_cpus}.")
         if self.slurm_gpus is not None and self.slurm_gpus < 0:
@@ -100,6 +114,11 @@ class SlurmArguments:
         if self.slurm_mem_gb is not None and self.slurm_mem_gb <= 0:
             raise ValueError(f"`--slurm_mem_gb` must be > 0, got {self.slurm_mem_gb}.")
         self.sbatch_options()
+
+    @property
+    def requeues(self) -> int:
+        """Time-limit requeues a job may make (`--slurm_requeues`, default `REQUEUES`)."""
+        return REQUEUES if self.slurm_requeues is None else self.slurm_requeues
 
     def time_minutes(self) -> int:
         """`--slurm_time` in whole minutes (seconds round up); 0 where it is not given."""
@@ -149,3 +168,42 @@ def minutes(limit: str, strict: bool = False) -> int:
     else:  # MM, MM:SS, HH:MM:SS
         h, m, s = {1: (0, numbers[0], 0), 2: (0, *numbers), 3: tuple(numbers)}[len(numbers)]
     return int(days or 0) * 1440 + h * 60 + m + (1 if s else 0)
+
+
+def gpus_of(gres: str) -> int:
+    """GPUs per node in a `sinfo %G` field ("gpu:h100:8(S:0-1)", "gpu:4,shard:8", "(null)")."""
+    count = 0
+    for item in gres.split(","):
+        kind, *rest = item.split("(")[0].split(":")
+        if kind == "gpu":
+            count += int(rest[-1]) if rest and rest[-1].isdigit() else 1
+    return count
+
+
+def check_resources(options: SlurmArguments, partition: str, rows: list[list[str]]) -> None:
+    """CPUs, memory, GPUs and time per job against the partition's largest node and its limit (`sinfo` rows of
+    nodes|gres|time limit|CPUs|memory MB): a job no node can hold would pend for good (`Reason=PartitionConfig`),
+    or sbatch would refuse it after the study had prepared its data."""
+
+    def most(column: int) -> int:
+        numbers = [int(r[column].rstrip("+")) for r in rows if len(r) > column and r[column].rstrip("+").isdigit()]
+        return max(numbers, default=0)
+
+    asked = [
+        ("--slurm_cpus", options.slurm_cpus, most(3), "CPU cores"),
+        ("--slurm_mem_gb", None if options.slurm_mem_gb is None else options.slurm_mem_gb * 1024, most(4), "MB"),
+        ("--slurm_gpus", options.slurm_gpus or None, max((gpus_of(r[1]) for r in rows), default=0), "GPUs"),
+    ]
+    for flag, wanted, largest, unit in asked:
+        if wanted is not None and (largest or flag == "--slurm_gpus") and wanted > largest:
+            shown = f"{options.slurm_mem_gb:g} GB" if flag == "--slurm_mem_gb" else f"{wanted:g}"
+            has = f"{largest / 1024:g} GB" if flag == "--slurm_mem_gb" else f"{largest} {unit}"
+            raise ValueError(
+                f"`{flag}` {shown}: the largest node of partition {partition!r} has {has}; a job asking more would "
+                "wait in the queue for good."
+            )
+    limit = max((minutes(r[2]) for r in rows), default=0) if rows and all(minutes(r[2]) for r in rows) else 0
+    if options.slurm_time is not None and limit and options.time_minutes() > limit:
+        raise ValueError(
+            f"`--slurm_time` {options.slurm_time}: partition {partition!r} lets a job run {limit} minute(s) at most."
+        )

@@ -1,0 +1,52 @@
+"""
+A cluster's warning that a job must stop, caught where the work can stop cleanly. Slurm signals a job before its time
+limit (USR2, which submitit asks for with `--signal`) and at preemption or `scancel` (TERM, then KILL after the
+cluster's grace time). Training cannot be checkpointed from inside a signal handler (the handler runs between two
+bytecodes, maybe halfway through an optimizer step), so `Deferred` only notes the signal; the training loop asks at
+each step's end (`trainers.signals.SaveOnSignal`), saves a checkpoint and raises `Interrupted`, and the job decides:
+requeue itself (USR2: `utils.slurm.Requeueable`) or end (TERM: Slurm requeues a preempted job itself, and a
+cancelled one stays cancelled).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+WARNINGS = (signal.SIGUSR2, signal.SIGTERM)
+
+
+class Interrupted(BaseException):
+    """Work stopped at a clean point after a cluster's signal (`signum`), its checkpoint on disk. A BaseException,
+    as KeyboardInterrupt: no `except Exception` on the way up may swallow it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped after {signal.Signals(signum).name}: checkpoint saved")
+        self.signum = signum
+
+
+class Deferred:
+    """Between `arm()` and `disarm()`, the signals of `WARNINGS` are noted (`caught`) instead of acted on; the
+    handlers found are put back by `disarm` (submitit's, in a Slurm job). Only in the main thread, where Python
+    delivers signals; elsewhere it notes nothing."""
+
+    def __init__(self, signals: tuple[int, ...] = WARNINGS) -> None:
+        self.signals = signals
+        self.caught: int | None = None
+        self._before: dict[int, Any] = {}
+
+    def arm(self) -> None:
+        if threading.current_thread() is not threading.main_thread() or self._before:
+            return
+        for signum in self.signals:
+            self._before[signum] = signal.signal(signum, self._note)
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        self.caught = self.caught or signum
+
+    def disarm(self) -> None:
+        for signum, handler in self._before.items():
+            signal.signal(signum, handler)
+        self._before = {}
