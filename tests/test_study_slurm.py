@@ -176,7 +176,7 @@ def test_a_lost_or_edited_ledger_never_doubles_a_run_nor_follows_another_job(ass
     def ours() -> dict[str, str]:
         return {i: name for i, (name, state) in slurm.states().items() if name.endswith(f".{tag}") and state in ACTIVE}
 
-    other = slurm.run("sbatch", "--parsable", "--wrap", "sleep 300").strip()
+    other = slurm.run("sbatch", "--parsable", f"--output={tmp_path / 'sleep.out'}", "--wrap", "sleep 300").strip()
     try:
         assert cli(argv) == 0
         first = ours()
