@@ -188,14 +188,17 @@ def test_ctrl_c_while_following_says_which_jobs_keep_running(tmp_path, capsys, m
     from constrained_sft.study.folder import StudyFolder
     from constrained_sft.study.phases import Job
 
-    class Interrupted(Cluster):
-        def queued(self, ids):
-            raise KeyboardInterrupt
+    pytest.importorskip("submitit")
+    from constrained_sft.utils.slurm_watch import QueueJob
 
+    def interrupted(self, force_check=False):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(QueueJob, "done", interrupted)  # Ctrl-C while submitit looks at the job
     job = Job(StudyFolder(str(tmp_path)), "sft", RunKey(0, "erm"), None, None)  # type: ignore[arg-type]
 
     def following(argv):
-        follow(Interrupted(on(), "cpu", 1, False, 0), Ledger(SHARED, "--study_dir"),
+        follow(Cluster(on(), "cpu", 1, False, 0), Ledger(str(tmp_path / "slurm"), "--study_dir"),
                {"erm/seed0": (job, "4242")}, "accuracy", print, print)  # fmt: skip
 
     with pytest.raises(StoppedFollowing, match=r"the Slurm jobs keep running: erm/seed0 \(4242\). Cancel them"):
@@ -261,3 +264,26 @@ def test_sbatchs_own_refusal_is_one_line_and_leaves_no_file(tmp_path, monkeypatc
         "accounting/QOS policy (job submit limit, user's size and/or time limits)"
     )
     assert list(logs.iterdir()) == [] and capsys.readouterr().err == ""
+
+
+def test_submitits_job_api_reads_the_queue_where_sacct_has_nothing(tmp_path, monkeypatch):
+    """`QueueWatcher` (submitit's watcher, reading squeue): an active state submitit does not know is not done, a
+    job gone from the queue has ended, PREEMPTED in the queue (not requeued) has ended."""
+    pytest.importorskip("submitit")
+    from constrained_sft.utils.slurm_watch import QueueWatcher
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "squeue").write_text(
+        "#!/bin/sh\nprintf '1|RUNNING\\n2|CONFIGURING\\n3|COMPLETED\\n4|PREEMPTED\\n99|RUNNING\\n'\n"
+    )
+    (bin_dir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    watcher = QueueWatcher(delay_s=30)
+    for job_id in "12345":
+        watcher.register_job(job_id)
+    watcher.update()  # one squeue for every registered job
+    assert [(watcher.get_state(i, mode="cache"), watcher.get_info(i, mode="cache")["SlurmState"]) for i in "12345"] == [
+        ("RUNNING", "RUNNING"), ("RUNNING", "CONFIGURING"), ("COMPLETED", "COMPLETED"), ("ENDED", "PREEMPTED"),
+        ("ENDED", "ENDED")]  # fmt: skip
+    assert [watcher.is_done(i, mode="cache") for i in "12345"] == [False, False, True, True, True]

@@ -106,17 +106,17 @@ def slurm_job(job: Job) -> RunRecord:
     lacks, training under `SaveOnSignal` (warned of the time limit or preemption, it saves a checkpoint at the end
     of the step it is in and stops; the next start resumes from it). A requeued job never starts its run over."""
     key = get_task(job.task).headline.key
-    restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
+    job_id, restarts = os.environ.get("SLURM_JOB_ID", ""), int(os.environ.get("SLURM_RESTART_COUNT") or 0)
     record = read_record(job.study, job.run, key) or RunRecord(job.run.name)
     left = tuple(p for p in job.phases if not record.done(p))
-    if restarts > len(record.requeues):
-        note = requeue_note(job)
+    note = requeue_note(job)
+    if restarts > sum(r.get("job") == job_id for r in record.requeues):  # this job was requeued since it last began
         why = read_json(note, "the requeue note").get("why", BY_SLURM) if os.path.isfile(note) else BY_SLURM
-        record.requeues.append({"why": why, "phase": left[0] if left else "none", "restart": restarts})
+        record.requeues.append({"why": why, "phase": left[0] if left else "none", "restart": restarts, "job": job_id})
         if job.writes:
             write_record(job.study, record, key)
-        if os.path.isfile(note):
-            os.remove(note)
+    if os.path.isfile(note):  # read, or left by an earlier job of the run that did not start again
+        os.remove(note)
     if not left:
         return record
     return run_job(dataclasses.replace(job, phases=left, restart=job.restart and restarts == 0), [SaveOnSignal()])
@@ -144,5 +144,5 @@ def follow(
         on_partial(job, record)
         failed.append(f"{name}: {cluster.ended(ledger.logs, job_id)}")
 
-    cluster.follow({name: job_id for name, (_, job_id) in following.items()}, ended)
+    cluster.follow(ledger.logs, {name: job_id for name, (_, job_id) in following.items()}, ended)
     return failed

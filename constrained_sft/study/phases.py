@@ -193,9 +193,8 @@ def run_job(job: Job, callbacks: Sequence[TrainerCallback] = ()) -> RunRecord:
 
     if TRAIN in job.phases:
         started = clock.now()
-        if (
-            train(job, callbacks) == 0.0
-        ):  # finished before it was recorded: nothing measured, nothing to learn an estimate from
+        # 0 s: finished before it was recorded, nothing measured, nothing to learn an estimate from
+        if train(job, callbacks) == 0.0:
             started = clock.now()
         done(TRAIN, started)
     if job.evaluation is None:

@@ -6,7 +6,7 @@ and reports from these records alone, weights deleted or not.
     runs/<arm>-seed<s>.json   {"run", "study", "sigma_x", "model", "jobs": {phase: runs at once}, "seconds": {phase: measured},
                                "estimates": {phase: estimated}, "robustness": ModelResult | null,
                                "empty_answers": {gamma: count} | null, "exits": ExitsModel | null,
-                               "requeues": [{"why", "phase", "restart"}] (only where its Slurm job was requeued)}
+                               "requeues": [{"why", "phase", "restart", "job"}] (only where its Slurm job was requeued)}
 
 `seconds` holds the phases done (wall seconds, measured where they ran, with `jobs[phase]` runs sharing the device);
 `estimates` what the plan priced each at before it started. Records of earlier versions (`seconds` with `generation`
@@ -48,8 +48,8 @@ class RunRecord:
     robustness: ModelResult | None = None
     empty_answers: dict[str, int] | None = None
     exits: ExitsModel | None = None
-    # each time its Slurm job was requeued: why ("time limit", or Slurm's own requeue), the phase it was in, and
-    # Slurm's restart count (`study.cluster.slurm_job`)
+    # each time its Slurm job was requeued: why ("time limit", or Slurm's own requeue), the phase it was in, Slurm's
+    # restart count and the job's id (`study.cluster.slurm_job`)
     requeues: list[dict[str, str | int]] = field(default_factory=list)
 
     def done(self, phase: str) -> bool:

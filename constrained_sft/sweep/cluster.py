@@ -14,10 +14,10 @@ password in ~/.pgpass, which PostgreSQL's driver reads).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 from collections.abc import Callable
+from typing import cast
 
 from ..tasks import AnyRecipe, get_task
 from ..utils.redact import redact_url
@@ -108,7 +108,7 @@ def on_slurm(
             )
         if not options.wait:
             return None
-        cluster.follow(workers)
+        cluster.follow(ledger.logs, workers)
         if not searched():
             failed = [f"{n}: {cluster.ended(ledger.logs, i)}" for n, i in workers.items()]
             raise SlurmJobsError(
@@ -122,14 +122,13 @@ def on_slurm(
     print(f"slurm: the finals' retraining and comparison, job {job_id}; logs in {ledger.logs}")
     if not options.wait:
         return None
-    cluster.follow({FINALS: job_id})
-    import submitit
+    cluster.follow(ledger.logs, {FINALS: job_id})
+    from ..utils.slurm_watch import QueueJob
 
-    job: submitit.SlurmJob[SweepResults] = submitit.SlurmJob(folder=os.path.join(ledger.logs, "%j"), job_id=job_id)
-    if job.paths.result_pickle.exists():  # without it submitit would wait for `sacct`, which may never answer
-        with contextlib.suppress(Exception):  # the job's own error: `Cluster.ended` says it
-            return job.result()
-    raise SlurmJobsError(
-        f"the finals' job ended unfinished: {cluster.ended(ledger.logs, job_id)}. The same command submits it "
-        "again; finished retrainings are kept."
-    )
+    try:  # submitit's result, or the job's own error: `Cluster.ended` says it
+        return cast(SweepResults, QueueJob(folder=os.path.join(ledger.logs, "%j"), job_id=job_id).result())
+    except Exception:
+        raise SlurmJobsError(
+            f"the finals' job ended unfinished: {cluster.ended(ledger.logs, job_id)}. The same command submits it "
+            "again; finished retrainings are kept."
+        ) from None

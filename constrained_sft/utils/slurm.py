@@ -21,12 +21,20 @@ import io
 import os
 import shutil
 import subprocess
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .slurm_ledger import Ledger, folder_tag
-from .slurm_options import LAUNCHERS, SET_HERE, Launcher, SlurmArguments, check_resources, gpus_of, minutes
+from .slurm_options import (
+    ACTIVE,
+    LAUNCHERS,
+    SET_HERE,
+    Launcher,
+    SlurmArguments,
+    check_resources,
+    gpus_of,
+    minutes,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -36,25 +44,7 @@ __all__ = ["LAUNCHERS", "SET_HERE", "Cluster", "Launcher", "Ledger", "SlurmArgum
 
 
 TAG = "constrained-sft"  # a job's comment: "constrained-sft:<folder tag>:<name>"
-# states in which a job still holds (or waits for) its place: it may yet write its results
-ACTIVE = frozenset(
-    [
-        "PENDING",
-        "CONFIGURING",
-        "RUNNING",
-        "COMPLETING",
-        "SUSPENDED",
-        "REQUEUED",
-        "REQUEUE_HOLD",
-        "REQUEUE_FED",
-        "RESIZING",
-        "SIGNALING",
-        "STAGE_OUT",
-        "STOPPED",
-        "RESV_DEL_HOLD",
-    ]
-)
-POLL_FIRST, POLL_MOST = 1.0, 30.0  # seconds between readings of the queue: the first, and at most
+POLL = 1.0  # seconds between looks at the jobs (`QueueJob.done`: its result file; the queue at submitit's pace)
 NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm")  # per-node folders on every cluster (and $TMPDIR where set)
 INSTALL = "pip install 'constrained-sft[slurm]'"
 
@@ -138,9 +128,10 @@ class Cluster:
         import submitit
 
         from .slurm_job import Requeueable
+        from .slurm_watch import QueueExecutor
 
         o = self.options
-        executor = submitit.SlurmExecutor(folder=os.path.join(logs, "%j"), max_num_timeout=o.requeues)
+        executor = QueueExecutor(folder=os.path.join(logs, "%j"), max_num_timeout=o.requeues)
         more = {"account": o.slurm_account, "qos": o.slurm_qos, "cpus_per_task": o.slurm_cpus}
         executor.update_parameters(
             job_name=f"{name.replace('/', '-')}.{tag}",
@@ -148,7 +139,8 @@ class Cluster:
             time=self.time_limit,
             gpus_per_node=gpus or None,
             mem=None if o.slurm_mem_gb is None else f"{int(o.slurm_mem_gb * 1024)}M",
-            additional_parameters={**o.sbatch_options(), "comment": f"{TAG}:{tag}:{name}"},
+            # --requeue: Slurm may requeue the job (preempted, its node lost) where the cluster's default is not to
+            additional_parameters={**o.sbatch_options(), "comment": f"{TAG}:{tag}:{name}", "requeue": True},
             signal_delay_s=self.signal_delay,
             **{k: v for k, v in more.items() if v is not None},
         )
@@ -213,23 +205,25 @@ class Cluster:
         states = dict(line.split(maxsplit=1) for line in out.splitlines() if line.strip())
         return {i: states[i].strip() for i in ids if states.get(i, "").strip() in ACTIVE}
 
-    def follow(self, jobs: dict[str, str], on_end: Callable[[str, str], None] | None = None) -> None:
-        """Wait until none of `jobs` ({name: job id}) is queued or running, reading the queue after a second, then
-        less often (at most every 30 s); `on_end(name, job id)` as each leaves it. Ctrl-C: `StoppedFollowing`, whose
-        one line says which jobs keep running and the `scancel` that stops them (they are not this process's)."""
+    @staticmethod
+    def follow(logs: str, jobs: dict[str, str], on_end: Callable[[str, str], None] | None = None) -> None:
+        """Wait until every one of `jobs` ({name: job id}, their files under `logs/<job id>/`) is done, as submitit
+        says (`submitit.helpers.as_completed` over `utils.slurm_watch.QueueJob`s: the queue read with `squeue`
+        after 0, 2, 4, 8 ... s, then every 30 s); `on_end(name, job id)` as each ends. Ctrl-C: `StoppedFollowing`,
+        whose one line says which jobs keep running and the `scancel` that stops them (they are not this
+        process's)."""
+        import submitit
+
+        from .slurm_watch import QueueJob
+
         waiting = dict(jobs)
-        started, pause = time.monotonic(), POLL_FIRST
+        handles = [QueueJob(folder=os.path.join(logs, "%j"), job_id=i) for i in jobs.values()]
+        names = {job_id: name for name, job_id in jobs.items()}
         try:
-            while waiting:
-                active = self.queued(list(waiting.values()))
-                for name, job_id in list(waiting.items()):
-                    if job_id not in active:
-                        del waiting[name]
-                        if on_end is not None:
-                            on_end(name, job_id)
-                if waiting:
-                    time.sleep(pause)
-                    pause = min(POLL_MOST, POLL_FIRST + (time.monotonic() - started) / 20)
+            for job in submitit.helpers.as_completed(handles, poll_frequency=POLL):
+                del waiting[names[job.job_id]]
+                if on_end is not None:
+                    on_end(names[job.job_id], job.job_id)
         except KeyboardInterrupt:
             running = ", ".join(f"{name} ({job_id})" for name, job_id in waiting.items())
             raise StoppedFollowing(
@@ -239,21 +233,14 @@ class Cluster:
 
     @staticmethod
     def ended(logs: str, job_id: str) -> str:
-        """Why an ended job left no result, in one line: its state where Slurm still knows it, submitit's error
-        where the call raised, and its log."""
-        import submitit
+        """Why an ended job left no result, in one line: Slurm's state where the queue still lists it, the error
+        submitit carried back where the call raised (`Job.exception`), and its log."""
+        from .slurm_watch import QueueJob
 
-        job: submitit.SlurmJob[object] = submitit.SlurmJob(folder=os.path.join(logs, "%j"), job_id=job_id)
-        state = subprocess.run(
-            ["scontrol", "-o", "show", "job", job_id], capture_output=True, text=True, timeout=60, check=False
-        ).stdout
-        found = next((w.split("=", 1)[1] for w in state.split() if w.startswith("JobState=")), "ended")
-        why = found
-        if job.paths.result_pickle.exists():
-            try:
-                job.result()
-            except Exception as error:  # the call's own exception, as submitit carried it back
-                why = f"{found}: {str(error).strip().splitlines()[-1][:200]}"
+        job = QueueJob(folder=os.path.join(logs, "%j"), job_id=job_id)
+        state = job.get_info(mode="force").get("SlurmState", "ENDED")
+        error = job.exception()  # None: the call returned; else its error, or submitit's word that it never ended
+        why = f"{state}: {str(error).strip().splitlines()[-1][:200]}" if error is not None else state
         return f"job {job_id} {why} (log: {job.paths.stderr})"
 
 

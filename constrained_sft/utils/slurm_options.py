@@ -16,6 +16,24 @@ from .fields import check_fields
 
 Launcher: TypeAlias = Literal["local", "slurm"]
 LAUNCHERS: tuple[Launcher, ...] = get_args(Launcher)
+# states in which a job still holds (or waits for) its place: it may yet write its results
+ACTIVE = frozenset(
+    [
+        "PENDING",
+        "CONFIGURING",
+        "RUNNING",
+        "COMPLETING",
+        "SUSPENDED",
+        "REQUEUED",
+        "REQUEUE_HOLD",
+        "REQUEUE_FED",
+        "RESIZING",
+        "SIGNALING",
+        "STAGE_OUT",
+        "STOPPED",
+        "RESV_DEL_HOLD",
+    ]
+)
 REQUEUES = 3  # time-limit requeues a job may make by default (`--slurm_requeues`)
 SET_HERE = {
     "partition": "--slurm_partition",
