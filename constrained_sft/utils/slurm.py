@@ -138,7 +138,7 @@ class Cluster:
             partition=self.partition,
             time=self.time_limit,
             gpus_per_node=gpus or None,
-            mem=None if o.slurm_mem_gb is None else f"{int(o.slurm_mem_gb * 1024)}M",
+            mem=o.memory,
             # --requeue: Slurm may requeue the job (preempted, its node lost) where the cluster's default is not to
             additional_parameters={**o.sbatch_options(), "comment": f"{TAG}:{tag}:{name}", "requeue": True},
             signal_delay_s=self.signal_delay,
@@ -166,7 +166,7 @@ class Cluster:
             "partition": self.partition,
             "time": self.time_limit or None,
             "cpus-per-task": o.slurm_cpus,
-            "mem": None if o.slurm_mem_gb is None else f"{int(o.slurm_mem_gb * 1024)}M",
+            "mem": o.memory,
             "gpus-per-node": gpus or None,
             "account": o.slurm_account,
             "qos": o.slurm_qos,

@@ -134,6 +134,11 @@ class SlurmArguments:
         self.sbatch_options()
 
     @property
+    def memory(self) -> str | None:
+        """`--slurm_mem_gb` as sbatch's `--mem` takes it (whole MB), None where not given."""
+        return None if self.slurm_mem_gb is None else f"{int(self.slurm_mem_gb * 1024)}M"
+
+    @property
     def requeues(self) -> int:
         """Time-limit requeues a job may make (`--slurm_requeues`, default `REQUEUES`)."""
         return REQUEUES if self.slurm_requeues is None else self.slurm_requeues
