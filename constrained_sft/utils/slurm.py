@@ -132,17 +132,12 @@ class Cluster:
 
         o = self.options
         executor = QueueExecutor(folder=os.path.join(logs, "%j"), max_num_timeout=o.requeues)
-        more = {"account": o.slurm_account, "qos": o.slurm_qos, "cpus_per_task": o.slurm_cpus}
         executor.update_parameters(
             job_name=f"{name.replace('/', '-')}.{tag}",
-            partition=self.partition,
-            time=self.time_limit,
-            gpus_per_node=gpus or None,
-            mem=o.memory,
             # --requeue: Slurm may requeue the job (preempted, its node lost) where the cluster's default is not to
             additional_parameters={**o.sbatch_options(), "comment": f"{TAG}:{tag}:{name}", "requeue": True},
             signal_delay_s=self.signal_delay,
-            **{k: v for k, v in more.items() if v is not None},
+            **self.request(gpus),
         )
         os.makedirs(logs, exist_ok=True)
         before = set(os.listdir(logs))
@@ -157,22 +152,21 @@ class Cluster:
             said = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "no reason")
             raise ValueError(f"`--launcher slurm`: sbatch refused {name}'s job: {said[:300]}") from None
 
-    def check_request(self, gpus: int, flag: str) -> None:
-        """What every job will ask (partition, time, CPUs, memory, GPUs, account, QoS, `--slurm_sbatch`) put to
-        `sbatch --test-only`, which says whether and when the cluster could run it and submits nothing: a request it
-        refuses (an unknown constraint, more than a node has) is refused here in one line, before any work."""
+    def request(self, gpus: int) -> dict[str, str | int]:
+        """The resources every job asks, as submitit's `SlurmExecutor` parameters (sbatch's options with `_` for
+        `-`): partition, time limit (0: none), GPUs, and CPUs, memory, account and QoS where given."""
         o = self.options
-        asked = {
-            "partition": self.partition,
-            "time": self.time_limit or None,
-            "cpus-per-task": o.slurm_cpus,
-            "mem": o.memory,
-            "gpus-per-node": gpus or None,
-            "account": o.slurm_account,
-            "qos": o.slurm_qos,
-            **{k.replace("_", "-"): v for k, v in o.sbatch_options().items()},
-        }
-        cmd = ["sbatch", "--test-only", *(f"--{k}={v}" for k, v in asked.items() if v is not None), "--wrap=true"]
+        given = {"cpus_per_task": o.slurm_cpus, "mem": o.memory, "account": o.slurm_account, "qos": o.slurm_qos}
+        asked = {"partition": self.partition, "time": self.time_limit, "gpus_per_node": gpus or None, **given}
+        return {k: v for k, v in asked.items() if v is not None}
+
+    def check_request(self, gpus: int, flag: str) -> None:
+        """What every job will ask (`request`, and `--slurm_sbatch`) put to `sbatch --test-only`, which says whether
+        and when the cluster could run it and submits nothing: a request it refuses (an unknown constraint, more than
+        a node has) is refused here in one line, before any work."""
+        asked = {**self.request(gpus), **self.options.sbatch_options()}
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in asked.items()]
+        cmd = ["sbatch", "--test-only", *flags, "--wrap=true"]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:

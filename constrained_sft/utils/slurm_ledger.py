@@ -36,6 +36,11 @@ class Queue(Protocol):
         ...
 
 
+def now() -> str:
+    """The time an entry is written, UTC to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
 def folder_tag(folder: str) -> str:
     """The tag of a command folder's jobs: 10 hex digits of its real path, so the queue's jobs of one folder are
     told from another's (the same folder reached by another path gets the same tag)."""
@@ -91,8 +96,8 @@ class Ledger:
         return {e["name"]: str(e["job_id"]) for e in self.entries()}
 
     def add(self, name: str, job_id: str, **more: object) -> None:
-        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        write_json(self.path, {"jobs": [*self.entries(), {"name": name, "job_id": job_id, **more, "submitted": now}]})
+        entry = {"name": name, "job_id": job_id, **more, "submitted": now()}
+        write_json(self.path, {"jobs": [*self.entries(), entry]})
 
     def active(self, cluster: Queue) -> dict[str, str]:
         """{name: job id} of the folder's jobs the queue holds queued or running (the newest of a name), read from
@@ -105,14 +110,14 @@ class Ledger:
         named = {name: i for name, i in named.items() if i not in mine}
         recorded = {str(e["job_id"]) for e in entries}
         if lost := [(name, i) for name, ids in ours.items() for i in ids if i not in recorded]:
-            now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-            found = [{"name": name, "job_id": i, "found_in_queue": now} for name, i in lost]
+            found = [{"name": name, "job_id": i, "found_in_queue": now()} for name, i in lost]
             write_json(self.path, {"jobs": [*entries, *found]})
             print(
                 f"slurm: {self.path} did not record {', '.join(f'{n} ({i})' for n, i in lost)}: found in the queue "
                 "by their comment, recorded again and followed."
             )
-        if strangers := {name: i for name, i in named.items() if i in cluster.queued(list(named.values()))}:
+        queued = cluster.queued(list(named.values()))  # one reading of the queue for them all
+        if strangers := {name: i for name, i in named.items() if i in queued}:
             print(
                 f"slurm: {self.path} names {', '.join(f'job {i} for {n}' for n, i in strangers.items())}, which the "
                 "queue says is not this folder's (its comment): not followed."
