@@ -24,13 +24,13 @@ from dataclasses import dataclass
 
 from ..tasks import AnyRecipe, get_task
 from ..trainers.signals import SaveOnSignal
-from ..utils.files import read_json, write_json
 from ..utils.slurm import Cluster
+from ..utils.slurm_job import requeued_for
 from ..utils.slurm_ledger import Ledger
 from .phases import Job, run_job
 from .record import RunRecord, read_record, write_record
 
-TIME_LIMIT, BY_SLURM = "time limit", "requeued by Slurm (preempted, or `scontrol requeue`)"
+BY_SLURM = "requeued by Slurm (preempted, or `scontrol requeue`)"
 
 
 def per_run(queue: list[Job]) -> list[Job]:
@@ -82,7 +82,7 @@ def submit(cluster: Cluster, ledger: Ledger, jobs: list[Job], key: str, gpus: in
             if not left:
                 continue
             job = dataclasses.replace(job, phases=left, recipe=without_tokens(job.recipe))
-            job_id = cluster.submit(ledger.logs, ledger.tag, name, gpus, slurm_job, job, on_requeue=at_time_limit)
+            job_id = cluster.submit(ledger.logs, ledger.tag, name, gpus, slurm_job, job, note=requeue_note(job))
             ledger.add(name, job_id, phases=list(job.phases))
             following[name] = (job, job_id)
             new.append(name)
@@ -90,14 +90,9 @@ def submit(cluster: Cluster, ledger: Ledger, jobs: list[Job], key: str, gpus: in
 
 
 def requeue_note(job: Job) -> str:
-    """Where a job warned of its time limit notes it before submitit requeues it (`at_time_limit`), beside the run's
-    folder; the next start moves the note into the run's record (`slurm_job`)."""
+    """Where a job warned of its time limit notes it before submitit requeues it (`utils.slurm_job.Requeueable`),
+    beside the run's folder; the next start moves the note into the run's record (`slurm_job`)."""
     return job.folder.rstrip("/") + ".requeued.json"
-
-
-def at_time_limit(job: Job) -> None:
-    """What a run's job notes as submitit requeues it at its time limit (`utils.slurm_job.Requeueable.checkpoint`)."""
-    write_json(requeue_note(job), {"why": TIME_LIMIT})
 
 
 def slurm_job(job: Job) -> RunRecord:
@@ -111,7 +106,7 @@ def slurm_job(job: Job) -> RunRecord:
     left = tuple(p for p in job.phases if not record.done(p))
     note = requeue_note(job)
     if restarts > sum(r.get("job") == job_id for r in record.requeues):  # this job was requeued since it last began
-        why = read_json(note, "the requeue note").get("why", BY_SLURM) if os.path.isfile(note) else BY_SLURM
+        why = requeued_for(note, BY_SLURM)
         record.requeues.append({"why": why, "phase": left[0] if left else "none", "restart": restarts, "job": job_id})
         if job.writes:
             write_record(job.study, record, key)

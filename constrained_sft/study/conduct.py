@@ -30,7 +30,7 @@ from ..utils.slurm_ledger import Ledger
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
 from .cluster import follow, per_run, submit
-from .devices import Machine, visible_devices
+from .devices import Machine
 from .finish import finish_study, seeds_with
 from .phases import Job, keeps_weights, required
 from .plan import StudyPlan, plan
@@ -60,9 +60,7 @@ def run(
     launcher = launcher or SlurmArguments()
     p = plan(args, task, constrained, erm, more or {}, on_slurm=launcher.launcher == "slurm")
     cluster = on_cluster(p, launcher)
-    machine = Machine(tuple(visible_devices()), p.options.gpus_per_run)
-    if cluster is None:
-        machine.slots(p.options.jobs)  # a run wanting more GPUs than the machine has: refused before any work
+    machine = p.machine
     records, timings = open_study(p, task)
     instructions = instruction_set(p) if p.evaluation is not None else None
     queue = jobs_left(p, task, records)

@@ -19,6 +19,7 @@ from ..tasks import AnyRecipe, SharedDataTraining, Task
 from ..trainers.setup import check_launch
 from .after_training import Evaluation
 from .arguments import HELD_OUT, StudyArguments
+from .devices import Machine, visible_devices
 from .folder import StudyFolder
 
 if TYPE_CHECKING:
@@ -38,6 +39,7 @@ class StudyPlan:
     pairs: tuple[tuple[str, str], ...]  # (arm, reference arm) for every other arm, in the arms' order
     evaluation: Evaluation | None  # what every run is measured with after it trains; None: `--stage train`
     processes: PartialState  # this launch as accelerate holds it (`launch`)
+    machine: Machine  # this machine's GPUs and each run's share (`devices`); unused by Slurm jobs
 
     @property
     def constrained(self) -> AnyRecipe:
@@ -72,6 +74,9 @@ def plan(
             "--stage train`), then evaluation, generation and judging in one process on one GPU (`constrained-sft "
             "study ... --stage evaluate`); --jobs runs several single-process runs at once, without a launcher."
         )
+    machine = Machine(tuple(visible_devices()), args.gpus_per_run)  # CUDA_VISIBLE_DEVICES naming a GPU twice: refused
+    if not on_slurm:
+        machine.slots(args.jobs)  # a run wanting more GPUs than the machine has: refused before the judge is checked
     study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
     options = dataclasses.replace(args, study_dir=study_dir)
     pairs = tuple(compared_pairs(list(arms), args.reference))
@@ -81,7 +86,9 @@ def plan(
         instructions = StudyFolder(study_dir).instructions if args.instructions == HELD_OUT else args.instructions
         evaluation = evaluation_settings(options, constrained, instructions)
     runs = tuple(RunKey(seed, arm) for seed in range(args.training_seeds) for arm in arms)
-    return StudyPlan(options, StudyFolder(study_dir), arms, tuple(differences), runs, pairs, evaluation, processes)
+    return StudyPlan(
+        options, StudyFolder(study_dir), arms, tuple(differences), runs, pairs, evaluation, processes, machine
+    )
 
 
 def launch(training: TrainingArguments) -> PartialState:

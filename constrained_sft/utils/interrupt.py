@@ -4,7 +4,7 @@ limit (USR2, which submitit asks for with `--signal`) and at preemption or `scan
 cluster's grace time). Training cannot be checkpointed from inside a signal handler (the handler runs between two
 bytecodes, maybe halfway through an optimizer step), so `Deferred` only notes the signal; the training loop asks at
 each step's end (`trainers.signals.SaveOnSignal`), saves a checkpoint and raises `Interrupted`, and the job decides:
-requeue itself (USR2: `utils.slurm.Requeueable`) or end (TERM: Slurm requeues a preempted job itself, and a
+requeue itself (USR2: `utils.slurm_job.Requeueable`) or end (TERM: Slurm requeues a preempted job itself, and a
 cancelled one stays cancelled).
 """
 

@@ -118,12 +118,12 @@ class Cluster:
         gpus: int,
         call: Callable[..., object],
         *args: object,
-        on_requeue: Callable[..., None] | None = None,
+        note: str | None = None,
     ) -> str:
         """`call(*args)` as one Slurm job of the folder tagged `tag` (`folder_tag`), known to the queue as `name`
         (its comment) and named `<name>.<tag>`, its logs and submitit's files under `logs/<job id>/`; its id. The
         job requeues itself at its time limit (`utils.slurm_job.Requeueable`: warned `signal_delay` seconds before,
-        up to `--slurm_requeues` times; `on_requeue(*args)` notes it). sbatch's refusal is one line (ValueError),
+        up to `--slurm_requeues` times, noting it at `note`). sbatch's refusal is one line (ValueError),
         and the files submitit wrote before it asked are removed."""
         import submitit
 
@@ -143,7 +143,7 @@ class Cluster:
         before = set(os.listdir(logs))
         try:
             with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's error; it is said below
-                return str(executor.submit(Requeueable(call, on_requeue), *args).job_id)
+                return str(executor.submit(Requeueable(call, args, note)).job_id)
         except submitit.core.utils.FailedJobError as error:
             for left in set(os.listdir(logs)) - before:  # the pickled call and the script of a job never made
                 with contextlib.suppress(OSError):

@@ -4,17 +4,29 @@ cores Slurm gave the job, as a submitit `Checkpointable`, so a job warned of its
 requeues itself through submitit, up to `--slurm_requeues` times, and goes on from where it stopped; a job
 preempted (TERM) ends and Slurm requeues it where the partition says so; a job cancelled stays cancelled. Imported
 only where submitit is: on the submitting machine and in the jobs.
+
+Slurm sends the warning up to a minute before the time asked ("due to the resolution of event handling", `man
+sbatch`; the controller looks every 30 s), so it can come at any moment of a short job: while Python starts, or
+after the work is done. Until submitit's handler is in, USR2 kills the process (the job FAILED, not requeued), so
+the job loads light: its pickle holds the call and its arguments as bytes, unpickled (torch, transformers: seconds,
+a minute on a network filesystem) only once submitit has put its handler in. After the work is done the warning is
+ignored: Python puts back the default (kill) while it exits, which would turn a finished job into a failed one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
 import signal
 from collections.abc import Callable
 
 import submitit
 
+from .files import read_json, write_json
 from .interrupt import Interrupted
+
+TIME_LIMIT = "time limit"  # what `Requeueable.checkpoint` notes as the reason, read back by `requeued_for`
 
 
 def in_job(call: Callable[..., object], *args: object) -> object:
@@ -31,22 +43,34 @@ class Requeueable(submitit.helpers.Checkpointable):
     """`call(*args)` in a Slurm job that survives its time limit. Where the call stops cleanly on the warning
     (`utils.interrupt.Interrupted`: a study's training saves a checkpoint first), USR2 is handed back to submitit's
     handler, which calls `checkpoint` and requeues the job (or, past `--slurm_requeues` time limits, ends it with
-    submitit's error); where it is warned outside such a stop, submitit's handler acts at once. `on_requeue(*args)`
-    notes why, before the job is requeued (the next start reads it)."""
+    submitit's error); where it is warned outside such a stop, submitit's handler acts at once. `note`: a file where
+    a time-limit requeue is noted (`{"why": TIME_LIMIT}`) before the job is requeued; the next start reads it
+    (`requeued_for`). The call and its arguments travel pickled (see the module docstring)."""
 
-    def __init__(self, call: Callable[..., object], on_requeue: Callable[..., None] | None = None) -> None:
-        self.call = call
-        self.on_requeue = on_requeue
+    def __init__(self, call: Callable[..., object], args: tuple[object, ...] = (), note: str | None = None) -> None:
+        self.payload = pickle.dumps((call, args))  # the call by reference: a module's function
+        self.note = note
 
-    def __call__(self, *args: object) -> object:
+    def __call__(self) -> object:
+        call, args = pickle.loads(self.payload)  # the heavy imports, under submitit's handler
         try:
-            return in_job(self.call, *args)
+            result = in_job(call, *args)
         except Interrupted as stop:
             if stop.signum == signal.SIGUSR2:
                 signal.raise_signal(signal.SIGUSR2)  # submitit's handler: `checkpoint`, requeue, exit
             raise SystemExit(128 + stop.signum) from None  # preempted or cancelled: Slurm decides what follows
+        signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # done: a late warning must not kill the exiting process
+        return result
 
-    def checkpoint(self, *args: object) -> submitit.helpers.DelayedSubmission:
-        if self.on_requeue is not None:
-            self.on_requeue(*args)
-        return submitit.helpers.DelayedSubmission(self, *args)
+    def checkpoint(self) -> submitit.helpers.DelayedSubmission:
+        if self.note is not None:  # warned maybe before the call made its folder; unwritten, the job still requeues
+            with contextlib.suppress(OSError):
+                os.makedirs(os.path.dirname(os.path.abspath(self.note)), exist_ok=True)
+                write_json(self.note, {"why": TIME_LIMIT})
+        return submitit.helpers.DelayedSubmission(self)
+
+
+def requeued_for(note: str, otherwise: str) -> str:
+    """Why the job was requeued since it last started: what `Requeueable.checkpoint` noted at `note`, else
+    `otherwise` (requeued by Slurm: preempted, `scontrol requeue`)."""
+    return str(read_json(note, "the requeue note").get("why", otherwise)) if os.path.isfile(note) else otherwise

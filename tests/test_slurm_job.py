@@ -1,0 +1,48 @@
+"""What a Slurm job runs (`utils.slurm_job.Requeueable`), without Slurm: it loads light, so submitit's USR2 handler is
+in before the call's heavy imports; a late warning after the work is done is ignored; a time-limit requeue is noted
+for the next start. The whole cycle on a real cluster is `tests/test_study_slurm.py`'s."""
+
+import importlib
+import json
+import pickle
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import submitit
+
+from constrained_sft.utils.slurm_job import TIME_LIMIT, Requeueable, requeued_for
+
+LOAD = """
+import pickle, sys
+job = pickle.loads(open(sys.argv[1], "rb").read())
+print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
+print(job.result())
+print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
+"""
+
+
+def test_the_pickled_job_loads_without_the_calls_imports_which_come_when_it_runs(tmp_path):
+    path = tmp_path / "submitted.pkl"
+    job = Requeueable(importlib.import_module, ("constrained_sft.study.cluster",))  # torch, transformers, ...
+    path.write_bytes(pickle.dumps(submitit.helpers.DelayedSubmission(job)))
+    shown = subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True, text=True, check=True)
+    loaded, result, ran = shown.stdout.splitlines()
+    assert loaded == "[]", shown.stdout  # nothing heavy before submitit's handler goes in
+    assert "constrained_sft.study.cluster" in result and ran == "['torch', 'transformers']"
+
+
+def test_a_warning_after_the_work_is_ignored_and_a_time_limit_is_noted_for_the_next_start(tmp_path):
+    note = str(tmp_path / "run.requeued.json")
+    job = Requeueable(len, ([1, 2],), note)
+    before = signal.getsignal(signal.SIGUSR2)
+    try:
+        assert job() == 2
+        assert signal.getsignal(signal.SIGUSR2) == signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+    assert requeued_for(note, "by Slurm") == "by Slurm"  # no note: requeued from outside
+    again = job.checkpoint()
+    assert json.loads(Path(note).read_text()) == {"why": TIME_LIMIT} and requeued_for(note, "by Slurm") == TIME_LIMIT
+    assert again.function is job and again.args == () and again.result() == 2
