@@ -3,7 +3,7 @@ Constrained fine-tuning for the Hugging Face stack: every layer must reduce the 
 
 The package, bottom to top (a folder imports only from the floors below it; `tests/test_layout.py` checks it, and
 that this map is its table):
-`version` -> `utils`, `testing` -> `constraints` -> `config` -> `readout`, `noise`, `data`, `models` -> `trainers` ->
+`version` -> `utils`, `testing` -> `launch` -> `constraints` -> `config` -> `readout`, `noise`, `data`, `models` -> `trainers` ->
 `tasks` -> `comparison` -> `evaluation` -> `sweep`, `study` -> `cli`.
 
 `import constrained_sft` loads nothing but this module (no torch, no transformers), as `import trl` does: each public

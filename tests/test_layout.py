@@ -21,13 +21,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(ROOT, "constrained_sft")
 BELOW_TRAINERS = {"utils", "config", "constraints", "readout", "noise"}
 
-# unit -> the units it may import (its own modules always). Floors, bottom to top: utils, testing -> constraints ->
+# unit -> the units it may import (its own modules always). Floors, bottom to top: utils, testing -> launch -> constraints ->
 # config -> readout, noise, data, models -> trainers -> tasks -> comparison -> evaluation -> sweep, study -> cli; the package's
 # __init__ / __main__ on top. (`config` reads the variants' registries of `constraints`: their settings are fields.)
 ALLOWED = {
     "utils": set(),
     "config": {"utils", "constraints"},
     "testing": set(),
+    "launch": {"utils"},
     "constraints": {"utils"},
     "readout": {"utils", "constraints"},
     "noise": {"utils"},
@@ -37,9 +38,10 @@ ALLOWED = {
     "tasks": BELOW_TRAINERS | {"data", "models", "trainers"},
     "comparison": BELOW_TRAINERS | {"data", "models", "trainers", "tasks"},
     "evaluation": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "comparison"},
-    "sweep": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "comparison", "evaluation"},
-    "study": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "comparison", "evaluation"},
-    "cli": BELOW_TRAINERS | {"data", "models", "trainers", "tasks", "comparison", "evaluation", "sweep", "study"},
+    "sweep": BELOW_TRAINERS | {"launch", "data", "models", "trainers", "tasks", "comparison", "evaluation"},
+    "study": BELOW_TRAINERS | {"launch", "data", "models", "trainers", "tasks", "comparison", "evaluation"},
+    "cli": BELOW_TRAINERS
+    | {"launch", "data", "models", "trainers", "tasks", "comparison", "evaluation", "sweep", "study"},
     "__init__": BELOW_TRAINERS | {"models", "trainers"},
     "__main__": {"cli"},
 }
@@ -48,6 +50,7 @@ ALLOWED["version"] = set()
 FLOORS = [  # bottom to top; a unit may import only units of lower floors, never one beside it
     {"version"},
     {"utils", "testing"},
+    {"launch"},
     {"constraints"},
     {"config"},
     {"readout", "noise", "data", "models"},

@@ -183,10 +183,7 @@ def test_sbatch_options_and_time_limits():
 
 def test_ctrl_c_while_following_says_which_jobs_keep_running(tmp_path, capsys, monkeypatch):
     from constrained_sft.cli import console
-    from constrained_sft.comparison import RunKey
-    from constrained_sft.study.cluster import follow
-    from constrained_sft.study.folder import StudyFolder
-    from constrained_sft.study.phases import Job
+    from constrained_sft.launch.slurm import SlurmHandle, SlurmLauncher
 
     pytest.importorskip("submitit")
     from constrained_sft.utils.slurm_watch import QueueJob
@@ -195,11 +192,11 @@ def test_ctrl_c_while_following_says_which_jobs_keep_running(tmp_path, capsys, m
         raise KeyboardInterrupt
 
     monkeypatch.setattr(QueueJob, "done", interrupted)  # Ctrl-C while submitit looks at the job
-    job = Job(StudyFolder(str(tmp_path)), "sft", RunKey(0, "erm"), None, None)  # type: ignore[arg-type]
+    ledger = Ledger(str(tmp_path / "slurm"), "--study_dir")
+    launcher = SlurmLauncher(Cluster(on(), "cpu", 1, False, 0), ledger, 0, "run")
 
     def following(argv):
-        follow(Cluster(on(), "cpu", 1, False, 0), Ledger(str(tmp_path / "slurm"), "--study_dir"),
-               {"erm/seed0": (job, "4242")}, "accuracy", print, print)  # fmt: skip
+        launcher.wait([SlurmHandle("erm/seed0", "4242", ledger.logs)])
 
     with pytest.raises(StoppedFollowing, match=r"the Slurm jobs keep running: erm/seed0 \(4242\). Cancel them"):
         following([])

@@ -79,20 +79,20 @@ def test_a_time_budget_plans_starts_what_fits_and_the_next_call_continues(assets
     budget trains only those two and reports both seeds."""
     import importlib
 
-    from constrained_sft.study import clock, schedule
+    from constrained_sft.study import clock, cluster, schedule
 
     study_run = importlib.import_module("constrained_sft.study.conduct")
 
     now = {"t": 0.0}
-    real_run_job = schedule.run_job
+    real_run_job = cluster.run_job  # what every launcher's job runs (`cluster.job_main`)
 
-    def slow_run_job(job):
-        out = real_run_job(job)
+    def slow_run_job(job, callbacks=()):
+        out = real_run_job(job, callbacks)
         now["t"] += 40.0
         return out
 
     monkeypatch.setattr(clock, "now", lambda: now["t"])
-    monkeypatch.setattr(schedule, "run_job", slow_run_job)
+    monkeypatch.setattr(cluster, "run_job", slow_run_job)
     fixed = schedule.Estimate([], {"train": 20.0, "robustness": 10.0, "answers": 10.0}, "a test's fixed 40 s")
     monkeypatch.setattr(study_run, "estimate", lambda *a: fixed)
     out = tmp_path / "study"

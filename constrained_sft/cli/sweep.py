@@ -30,7 +30,7 @@ class SweepCommand(Command):
         from ..config import ProcessArguments
         from ..evaluation.report import comparisons_markdown
         from ..sweep import SweepArguments, run
-        from ..sweep.run import searched_line
+        from ..sweep.report import searched_line
         from ..tasks import get_task
         from ..tasks.recipes import dataclass_parser, parse
         from ..utils.slurm import SlurmArguments

@@ -2,7 +2,7 @@
 The constrained-vs-ERM study of an LLM recipe (`constrained-sft study`, the paper's Section 6 in one command):
 training seeds per arm, robustness with intervals, noisy answers judged head to head in both orders, one report.
 
-May import: everything below `sweep` (utils, config, constraints, readout, noise, data, models, trainers, tasks,
+May import: everything below `sweep` (utils, launch, config, constraints, readout, noise, data, models, trainers, tasks,
 comparison, evaluation); only `cli` imports it.
 
 Importing the package loads none of its modules: `STAGES`, `StudyArguments` and `run` are imported on first read (PEP

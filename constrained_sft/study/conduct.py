@@ -22,23 +22,23 @@ from ..data import delete_weights, has_weights
 from ..data.instructions import held_out_instructions
 from ..evaluation import ALPACA_EVAL_SIZE
 from ..evaluation.instructions import ALPACA_EVAL, load_instructions
+from ..launch import Call, JobsError, Launcher, Request, open_launcher
 from ..tasks import AnyRecipe, Recipe, Task, is_finished
 from ..utils.files import write_text
 from ..utils.shipped import find
-from ..utils.slurm import Cluster, SlurmArguments, SlurmJobsError, check_cluster
-from ..utils.slurm_ledger import Ledger
+from ..utils.slurm_options import SlurmArguments
 from . import clock
 from .arguments import HELD_OUT, StudyArguments
-from .cluster import follow, per_run, submit
-from .devices import Machine
+from .cluster import job_main, per_run, requeue_note, without_tokens
 from .finish import finish_study, seeds_with
 from .phases import Job, keeps_weights, required
 from .plan import StudyPlan, plan
+from .policy import run_all
 from .probe import ProbeTimes
 from .probe import probed as probe_times
 from .record import EXITS, ROBUSTNESS, TRAIN, RunRecord, read_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
-from .schedule import Estimate, choose_jobs, estimate, fitting, plan_lines, run_all
+from .schedule import Estimate, choose_jobs, estimate, fitting, plan_lines
 
 COMMAND = "study"
 
@@ -52,31 +52,41 @@ def run(
     launcher: SlurmArguments | None = None,
 ) -> StudyResults | TrainedRuns:
     """The study's stages (`args.stage`); every input checked before the first run starts (`plan.plan`). `more`:
-    the `--arm`s ({name: recipe}); `launcher`: where the runs go (this machine, or Slurm: `cluster`). With `--stage
-    train`, when no seed of every arm has been measured yet (`--time_budget`), or with Slurm jobs not waited for:
-    the runs' folders and timings, and the runs still to do; else the study's results over the seeds every arm
-    has."""
+    the `--arm`s ({name: recipe}); `launcher`: where the runs go (`launch.open_launcher`: this process, a pool of
+    device-pinned workers, or Slurm jobs). With `--stage train`, when no seed of every arm has been measured yet
+    (`--time_budget`), or with jobs not waited for: the runs' folders and timings, and the runs still to do; else
+    the study's results over the seeds every arm has."""
     started = clock.now()  # the time budget counts from here: preparing the data and the probe spend it too
-    launcher = launcher or SlurmArguments()
-    p = plan(args, task, constrained, erm, more or {}, on_slurm=launcher.launcher == "slurm")
-    cluster = on_cluster(p, launcher)
-    machine = p.machine
+    options = launcher or SlurmArguments()
+    p = plan(args, task, constrained, erm, more or {}, options)
+    where = open_launcher(
+        options, Request(p.folder.root, "--study_dir", p.options.jobs, p.options.gpus_per_run, "run")
+    )
     records, timings = open_study(p, task)
     instructions = instruction_set(p) if p.evaluation is not None else None
     queue = jobs_left(p, task, records)
     check_trained(p, queue)
     drop_weights(p, records, queue)
-    book = Bookkeeper(p.folder.root, records, timings, queue, p.processes.is_main_process)
-    if cluster is not None:
-        missing = on_slurm(p, cluster, queue, book, task.headline.key)
-    else:
-        jobs, est, budget = scheduled(p, queue, book, started, machine)
-        left = run_all(queue, jobs, budget, est, book.on_done, machine.slots(jobs))
-        if p.processes.num_processes > 1:  # the runs kept the process group for each other; the last is done with it
-            p.processes.destroy_process_group()
-        missing = [job.name for job in left]
-        if left:
-            print(f"not started (the time budget): {', '.join(missing)}; the same command continues with them.")
+    book = Bookkeeper(p.folder.root, records, timings, queue, p.processes.is_main_process, task.headline.key)
+    if where.capabilities.at_once is None:  # every job starts at once, on devices of its own: exits need not wait
+        queue = per_run(queue)
+    if where.capabilities.detached:  # the calls are written into the folder, where no secret goes
+        queue = [dataclasses.replace(job, recipe=without_tokens(job.recipe)) for job in queue]
+    jobs, est, budget = scheduled(p, queue, book, started, where)
+    out = run_all(queue, where.at_most(jobs), budget, est, book)
+    if p.processes.num_processes > 1:  # the runs kept the process group for each other; the last is done with it
+        p.processes.destroy_process_group()
+    if out.left:
+        names = ", ".join(j.name for j in out.left)
+        print(f"not started (the time budget): {names}; the same command continues with them.")
+    if out.unfollowed:
+        print("not waiting for them (--wait false): the same command follows them and collects their results.")
+    if out.failed:
+        raise JobsError(
+            f"{len(out.failed)} job(s) ended with their run unfinished: " + "; ".join(out.failed) + ". The same "
+            "command submits them again; each goes on from its last recorded phase and checkpoint."
+        )
+    missing = [job.name for job in out.left + out.unfollowed]
     if p.evaluation is None or instructions is None or seeds_with(records, p.arms, ROBUSTNESS) == 0:
         folders = {arm: [p.folder.run(run) for run in p.runs if run.arm == arm] for arm in p.arms}
         return TrainedRuns(folders, timings, missing)
@@ -129,16 +139,22 @@ def check_trained(p: StudyPlan, queue: list[Job]) -> None:
 class Bookkeeper:
     """What the study knows as its jobs end: each run's record and the phases' timings (saved by one writer,
     `writes`: the main process), and the estimate the plan then goes on from (`probed`: the probe's figures, where
-    it ran)."""
+    it ran). The launcher's side of a job: what it runs (`call`), and what its end means (`done`, `ended`)."""
 
     study_dir: str
     records: dict[str, RunRecord]
     timings: StudyTimings
     queue: list[Job]
     writes: bool
+    key: str  # the task's headline metric (what a record is read with)
     probed: ProbeTimes | None = None
 
-    def on_done(self, job: Job, done: RunRecord) -> Estimate | None:
+    @staticmethod
+    def call(job: Job) -> Call:
+        """A job as every launcher runs it (`study.cluster.job_main`): named by its run, its phases in the ledger."""
+        return Call(job.run.name, job_main, (job,), note=requeue_note(job), about={"phases": list(job.phases)})
+
+    def done(self, job: Job, done: RunRecord) -> Estimate | None:
         self.records[job.run.name] = done
         if done.requeues:
             self.timings.requeues[job.run.name] = list(done.requeues)
@@ -150,13 +166,26 @@ class Bookkeeper:
         print(f"finished {job.name} in {took:.0f} s" + (f" (estimated {planned:.0f} s)" if job.estimates else ""))
         return estimate(self.records, self.probed, self.queue[0] if self.queue else None)
 
+    def ended(self, job: Job, why: str) -> RunRecord | None:
+        """A job that ended without its result (`launch.JobEnded`: failed, cancelled, out of time): its run's record,
+        where it holds every phase of the job anyway (killed as it exited); else the phases it did record timed, and
+        None."""
+        record = read_record(job.study, job.run, self.key) or RunRecord(job.run.name)
+        if all(record.done(p) for p in job.phases):
+            return record
+        for phase in job.phases:
+            if record.done(phase):
+                self.timings.add_phase(job.run.name, phase, record.seconds[phase], None)
+        self.save()
+        return None
+
     def save(self) -> None:
         if self.writes:  # one writer: ranks renaming the same temporary file over each other fail
             self.timings.save(self.study_dir)
 
 
 def scheduled(
-    p: StudyPlan, queue: list[Job], book: Bookkeeper, started: float, machine: Machine
+    p: StudyPlan, queue: list[Job], book: Bookkeeper, started: float, where: Launcher
 ) -> tuple[int, Estimate | None, float | None]:
     """(runs at once, the estimate, the seconds of budget left): with `--time_budget`, a queue the records cannot price
     probed first, and refused when no job fits; the plan printed."""
@@ -170,8 +199,8 @@ def scheduled(
     spent = clock.now() - started
     if budget is not None:
         budget = max(budget - spent, 0.0)
-    jobs = choose_jobs(queue, est, p.options.jobs, budget, machine.sharing)
-    if budget is not None and queue and est is not None and not fitting(queue, est, jobs, budget, machine.sharing):
+    jobs = choose_jobs(queue, est, where.capabilities.at_once or max(1, len(queue)), budget, where.sharing)
+    if budget is not None and queue and est is not None and not fitting(queue, est, jobs, budget, where.sharing):
         alone = est.total(queue[0], 1) / 60
         raise ValueError(
             f"`--time_budget` {minutes:g} min: no job can finish in it ({queue[0].name} alone is estimated at "
@@ -180,7 +209,7 @@ def scheduled(
         )
     if p.processes.is_main_process and (queue or budget is not None):
         done = len(p.runs) - len({j.run for j in queue})
-        print("\n".join(plan_lines(queue, done, len(p.runs), est, jobs, budget, spent, machine)))
+        print("\n".join(plan_lines(queue, done, len(p.runs), est, jobs, budget, spent, where)))
     return jobs, est, budget
 
 
@@ -247,49 +276,3 @@ def jobs_left(p: StudyPlan, task: Task, records: dict[str, RunRecord]) -> list[J
 def unpriced(est: Estimate | None, queue: list[Job]) -> bool:
     """Whether a phase of the queue has no figure yet (no finished phase of its kind, no probe)."""
     return est is None or any(est.phase(j.run.arm, ph, 1) == 0.0 for j in queue for ph in j.phases)
-
-
-def on_cluster(p: StudyPlan, launcher: SlurmArguments) -> Cluster | None:
-    """The Slurm cluster the runs go to (`--launcher slurm`), asked before anything is written or submitted (its
-    partition, account, the folder's visibility: `utils.slurm.check_cluster`; the options it cannot honour were
-    refused by `plan.plan`); None: this machine."""
-    if launcher.launcher != "slurm":
-        return None
-    cluster = check_cluster(launcher, os.path.abspath(p.folder.root), "--study_dir")
-    # more GPUs per run than a node has, or a request sbatch would refuse: refused before any work
-    cluster.check_request(cluster.gpus(p.options.gpus_per_run), "--launcher slurm")
-    return cluster
-
-
-def on_slurm(p: StudyPlan, cluster: Cluster, queue: list[Job], book: Bookkeeper, key: str) -> list[str]:
-    """Each run with phases left submitted as one Slurm job (or found queued or running), then followed to its end
-    unless `--wait false` (`study.cluster`); the runs not finished by this call. Jobs that ended unfinished are refused
-    in one line each (`SlurmJobsError`) once every other has ended: the same command submits them again."""
-    ledger = Ledger(p.folder.slurm, "--study_dir")
-    out = submit(cluster, ledger, per_run(queue), key, cluster.gpus(p.options.gpus_per_run))
-    ids = {name: job_id for name, (_, job_id) in out.following.items()}
-    if out.following:
-        print(
-            f"slurm: {len(out.new)} run(s) submitted to partition {cluster.partition!r}, "
-            f"{len(ids) - len(out.new)} already queued or running: "
-            + ", ".join(f"{n} ({i})" for n, i in ids.items())
-            + f"; logs in {ledger.logs}"
-        )
-    if not cluster.options.wait:
-        if ids:
-            print("not waiting for them (--wait false): the same command follows them and collects their results.")
-        return list(ids)
-
-    def partial(job: Job, record: RunRecord) -> None:
-        for phase in job.phases:
-            if record.done(phase):
-                book.timings.add_phase(job.run.name, phase, record.seconds[phase], None)
-        book.save()
-
-    failed = follow(cluster, ledger, out.following, key, book.on_done, partial)
-    if failed:
-        raise SlurmJobsError(
-            f"{len(failed)} Slurm job(s) ended with their run unfinished: " + "; ".join(failed) + ". The same "
-            "command submits them again; each goes on from its last recorded phase and checkpoint."
-        )
-    return []

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING
 from ..comparison import RunKey, compared_pairs, comparison_levels, study_arms
 from ..config import training_level
 from ..evaluation.alpaca import check_judge
+from ..launch import Request
+from ..launch import check as check_launcher
 from ..tasks import AnyRecipe, SharedDataTraining, Task
 from ..trainers.setup import check_launch
+from ..utils.slurm_options import SlurmArguments
 from .after_training import Evaluation
 from .arguments import HELD_OUT, StudyArguments
-from .devices import Machine, visible_devices
 from .folder import StudyFolder
 
 if TYPE_CHECKING:
@@ -39,7 +41,7 @@ class StudyPlan:
     pairs: tuple[tuple[str, str], ...]  # (arm, reference arm) for every other arm, in the arms' order
     evaluation: Evaluation | None  # what every run is measured with after it trains; None: `--stage train`
     processes: PartialState  # this launch as accelerate holds it (`launch`)
-    machine: Machine  # this machine's GPUs and each run's share (`devices`); unused by Slurm jobs
+    request: Request  # what the study asks of its launcher (`launch.open_launcher`)
 
     @property
     def constrained(self) -> AnyRecipe:
@@ -52,21 +54,21 @@ def plan(
     constrained: AnyRecipe,
     erm: AnyRecipe,
     more: Mapping[str, AnyRecipe],
-    on_slurm: bool = False,
+    launcher: SlurmArguments | None = None,
 ) -> StudyPlan:
     """Everything checked before any work: the options, the task, the arms (`comparison.study_arms`), the launch
-    (`on_slurm`: `--launcher slurm`, which schedules the runs itself) and the judge (its credentials, model or
-    encoder: before hours of training); then the settings resolved once, the caller's options left as given."""
+    (what the launcher `launcher` names can do: `launch.check`, and this machine's devices) and the judge (its
+    credentials, model or encoder: before hours of training); then the settings resolved once, the caller's options
+    left as given."""
     args.validate()
     if not task.generates or not isinstance(task.training, SharedDataTraining):
         raise ValueError(f"`task: {task.name}` models do not answer instructions; the study compares LLM recipes.")
     arms, differences = study_arms(constrained, erm, dict(more))
     processes = launch(constrained.training)
-    if on_slurm and (args.jobs > 1 or args.time_budget is not None or processes.num_processes > 1):
-        raise ValueError(
-            "`--launcher slurm` submits every run as its own Slurm job (the cluster decides how many run at once): "
-            "leave out `--jobs`, `--time_budget` and `accelerate launch`."
-        )
+    study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
+    request = Request(study_dir, "--study_dir", args.jobs, args.gpus_per_run, "run")
+    can = check_launcher(launcher or SlurmArguments(), request)
+    can.check(jobs=args.jobs, time_budget=args.time_budget is not None, processes=processes.num_processes)
     if processes.num_processes > 1 and (args.stage != "train" or args.jobs > 1):
         raise ValueError(
             f"`--stage {args.stage}`{f' with `--jobs {args.jobs}`' if args.jobs > 1 else ''} under "
@@ -74,10 +76,6 @@ def plan(
             "--stage train`), then evaluation, generation and judging in one process on one GPU (`constrained-sft "
             "study ... --stage evaluate`); --jobs runs several single-process runs at once, without a launcher."
         )
-    machine = Machine(tuple(visible_devices()), args.gpus_per_run)  # CUDA_VISIBLE_DEVICES naming a GPU twice: refused
-    if not on_slurm:
-        machine.slots(args.jobs)  # a run wanting more GPUs than the machine has: refused before the judge is checked
-    study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
     options = dataclasses.replace(args, study_dir=study_dir)
     pairs = tuple(compared_pairs(list(arms), args.reference))
     evaluation = None
@@ -87,7 +85,7 @@ def plan(
         evaluation = evaluation_settings(options, constrained, instructions)
     runs = tuple(RunKey(seed, arm) for seed in range(args.training_seeds) for arm in arms)
     return StudyPlan(
-        options, StudyFolder(study_dir), arms, tuple(differences), runs, pairs, evaluation, processes, machine
+        options, StudyFolder(study_dir), arms, tuple(differences), runs, pairs, evaluation, processes, request
     )
 
 

@@ -49,7 +49,7 @@ class RunRecord:
     empty_answers: dict[str, int] | None = None
     exits: ExitsModel | None = None
     # each time its Slurm job was requeued: why ("time limit", or Slurm's own requeue), the phase it was in, Slurm's
-    # restart count and the job's id (`study.cluster.slurm_job`)
+    # restart count and the job's id (`study.cluster.job_main`)
     requeues: list[dict[str, str | int]] = field(default_factory=list)
 
     def done(self, phase: str) -> bool:

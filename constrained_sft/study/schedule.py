@@ -17,25 +17,22 @@ side by side), and corrects itself as phases finish.
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import statistics
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing import get_context
 from typing import TYPE_CHECKING
 
 from ..comparison import RunKey
-from . import clock
-from .devices import DeviceSlots, Machine, pin
-from .phases import Job, run_job
+from ..launch.local import follow_parent, worker_pool
+from .phases import Job
 from .probe import ProbeTimes, optimizer_steps
 from .record import EXITS, PHASES, RunRecord
 
 if TYPE_CHECKING:
-    from multiprocessing.context import SpawnContext
-    from multiprocessing.queues import Queue
+    from ..launch import Launcher
+
+__all__ = ["Estimate", "choose_jobs", "estimate", "fitting", "follow_parent", "plan_lines", "worker_pool"]  # the
+# pool and its parent-following moved to `launch.local`; importable from here for a release
 
 MIN_SECONDS = 0.05  # a phase recorded faster than this did no work (a run finished before it was recorded)
 
@@ -91,6 +88,14 @@ def alone(jobs: int) -> int:
     return jobs
 
 
+def stopped_by(job: Job, after: Sequence[Job]) -> set[RunKey]:
+    """The runs a job that does not fit stops: none for an exit decoding (tried on its own); for a run, itself and
+    every run queued after it (seed-major), with their exit decodings."""
+    if job.phases == (EXITS,):
+        return set()
+    return {job.run, *(j.run for j in after if j.phases != (EXITS,))}
+
+
 def fitting(
     queue: list[Job], est: Estimate, jobs: int, budget: float, share: Callable[[int], int] = alone
 ) -> list[Job]:
@@ -101,15 +106,13 @@ def fitting(
     ends: dict[RunKey, float] = {}  # when each run's main job ends (its exits job starts after)
     blocked: set[RunKey] = set()
     for i, job in enumerate(queue):
-        exits = job.phases == (EXITS,)
         if job.run in blocked:
             continue  # a run after the first that did not fit, or the exits of such a run
         slot = min(range(jobs), key=slots.__getitem__)
         start = max(slots[slot], ends.get(job.run, 0.0))
         end = start + est.total(job, share(jobs))
         if end > budget:
-            if not exits:  # seed-major: the runs after it wait too
-                blocked.update(j.run for j in queue[i:] if j.phases != (EXITS,))
+            blocked.update(stopped_by(job, queue[i + 1 :]))  # seed-major: the runs after it wait too
             continue
         slots[slot], ends[job.run] = end, end
         out.append(job)
@@ -147,19 +150,19 @@ def plan_lines(
     jobs: int,
     budget: float | None,
     spent: float = 0.0,
-    machine: Machine | None = None,
+    where: Launcher | None = None,
 ) -> list[str]:
-    """What the study will do, before it starts: jobs left, their steps, where they run (`machine`), the estimate and
-    what the budget allows (`budget`: the seconds left of it once `spent` went on preparing the data and the
-    probe)."""
-    share = machine.sharing if machine is not None else alone
+    """What the study will do, before it starts: jobs left, their steps, where they run (`where`: the launcher), the
+    estimate and what the budget allows (`budget`: the seconds left of it once `spent` went on preparing the data
+    and the probe)."""
+    share = where.sharing if where is not None else alone
     runs = [job for job in queue if job.phases != (EXITS,)]
     exits = [job for job in queue if job.phases == (EXITS,)]
     steps = sorted({steps_text(job.recipe.training, est.epoch_steps if est else 0) for job in runs})
     lines = [
         f"plan: {len(runs)} of {total} run(s) left ({', '.join(j.name for j in runs) or 'none'}), "
         f"{' / '.join(steps) or 'no optimizer steps'} each, {jobs} at a time"
-        + (f", {machine.slots(jobs).describe()}" if machine is not None and jobs > 1 else "")
+        + (where.describe(jobs) if where is not None and jobs > 1 else "")
         + (f"; then the exit-layer decoding of {len(exits)} seed-0 run(s)" if exits else "")
     ]
     if est is None or not queue:
@@ -181,108 +184,3 @@ def plan_lines(
             + (f"; the other {len(queue) - len(fit)} job(s) wait for the next call" if len(fit) < len(queue) else "")
         )
     return lines
-
-
-def _worker_init(threads: int, parent: int, groups: Queue[tuple[str, ...]]) -> None:
-    """A worker's start: its devices (one group off `groups`, a queue: one per worker, before CUDA starts), its
-    threads, and its end with the study's."""
-    pin(groups.get())
-    import torch
-
-    torch.set_num_threads(threads)
-    follow_parent(parent)
-
-
-def follow_parent(parent: int, every: float = 1.0) -> None:
-    """End this worker within `every` seconds of the study that started it (`parent`, its process id) ending, however
-    it ends: a study killed with SIGKILL runs no clean-up, and a worker left training would go on writing into its
-    folder while the next call starts the same run. A daemon thread polls the parent (written by hand: the pool
-    stops its workers only when the study exits normally)."""
-    import threading
-    import time
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(every)
-        os._exit(1)  # the records written so far are whole (atomic writes); the phase in flight is done again
-
-    threading.Thread(target=watch, name="follow-study", daemon=True).start()
-
-
-def run_all(
-    queue: list[Job],
-    jobs: int,
-    budget: float | None,
-    est: Estimate | None,
-    on_done: Callable[[Job, RunRecord], Estimate | None],
-    slots: DeviceSlots | None = None,
-) -> list[Job]:
-    """Run `queue` with at most `jobs` at once; with `budget` (seconds from now) start a job only if its estimate
-    ends inside it (runs stop at the first that does not fit; exits jobs are each tried, once their run is done).
-    Each job carries its phases' estimates and the runs sharing its device; `on_done(job, record)` is called here as
-    each ends and may return a better estimate. `slots`: the workers' devices (`devices.DeviceSlots`; None: all on
-    one). Returns the jobs not started."""
-    deadline = None if budget is None else clock.now() + budget
-    slots = slots or DeviceSlots((), jobs)
-    sharing = slots.sharing
-    queue, left = list(queue), []
-    blocked: set[RunKey] = set()
-
-    def fits(job: Job) -> bool:
-        return deadline is None or est is None or clock.now() + est.total(job, sharing) <= deadline
-
-    def ready(running_runs: set) -> Job | None:
-        """The next job to start (taken off the queue), or None: nothing can start now."""
-        i = 0
-        while i < len(queue):
-            job = queue[i]
-            exits = job.phases == (EXITS,)
-            if exits and job.run in blocked:
-                left.append(queue.pop(i))
-                continue
-            if exits and (job.run in running_runs or any(j.run == job.run for j in queue[:i])):
-                i += 1  # its run is still training or measuring
-                continue
-            queue.pop(i)
-            if fits(job):
-                return dataclasses.replace(job, estimates=est.of(job, sharing) if est else {}, jobs=sharing)
-            left.append(job)
-            if not exits:  # seed-major: the runs after it wait too, and so do their exits
-                stopped = [j for j in queue if j.phases != (EXITS,)]
-                blocked.update(j.run for j in [job, *stopped])
-                left.extend(stopped)
-                queue[:] = [j for j in queue if j.phases == (EXITS,)]
-                i = 0
-        return None
-
-    if jobs == 1:
-        while (job := ready(set())) is not None:
-            est = on_done(job, run_job(job)) or est
-        return left + queue
-    threads = max(1, (os.cpu_count() or 1) // jobs)
-    context = get_context("spawn")  # a fresh interpreter per worker: no CUDA state, no process group inherited
-    pool = worker_pool(slots, threads, context)
-    with pool:
-        running: dict = {}
-        while queue or running:
-            while len(running) < jobs and (job := ready({j.run for j in running.values()})) is not None:
-                running[pool.submit(run_job, job)] = job
-            if not running:
-                break
-            finished, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in finished:
-                job = running.pop(future)
-                est = on_done(job, future.result()) or est  # a failed job raises here, naming itself
-    return left + queue
-
-
-def worker_pool(slots: DeviceSlots, threads: int, context: SpawnContext | None = None) -> ProcessPoolExecutor:
-    """`slots.workers` spawned workers, worker i holding `slots.of(i)` for its life (a job runs on its worker's
-    devices, so no job lands on devices another worker holds)."""
-    context = context or get_context("spawn")
-    groups = context.Queue()
-    for worker in range(slots.workers):
-        groups.put(slots.of(worker))
-    return ProcessPoolExecutor(
-        slots.workers, mp_context=context, initializer=_worker_init, initargs=(threads, os.getpid(), groups)
-    )

@@ -4,7 +4,7 @@ per arm on a validation carve-off of the training data (`space`, `search`), retr
 several seeds, held-out robustness with paired-bootstrap intervals through the evaluation's one comparison
 (`compare`), orchestrated by `run`. The task supplies the data, the trainers and the headline's direction.
 
-May import: utils, config, constraints, readout, noise, data, models, trainers, tasks, comparison, evaluation.
+May import: utils, launch, config, constraints, readout, noise, data, models, trainers, tasks, comparison, evaluation.
 """
 
 from .arguments import SweepArguments

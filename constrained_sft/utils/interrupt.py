@@ -10,12 +10,44 @@ cancelled one stays cancelled).
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import signal
 import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
 WARNINGS = (signal.SIGUSR2, signal.SIGTERM)
+TIME_LIMIT = "time limit"  # why a job noted its requeue (`utils.slurm_job.Requeueable.checkpoint`)
+_requeueable = False  # whether this process runs a job that requeues itself (`requeueable_job`)
+
+
+@contextlib.contextmanager
+def requeueable_job() -> Iterator[None]:
+    """Marks the call inside as a job that a warning requeues (`utils.slurm_job.Requeueable`): work that can stop
+    cleanly stops on the warning there (`in_requeueable_job`), and nowhere else."""
+    global _requeueable
+    _requeueable = True
+    try:
+        yield
+    finally:
+        _requeueable = False
+
+
+def in_requeueable_job() -> bool:
+    return _requeueable
+
+
+def requeued_for(note: str, otherwise: str) -> str:
+    """Why the job was requeued since it last started: what `Requeueable.checkpoint` noted at `note` (`TIME_LIMIT`),
+    else `otherwise` (requeued by Slurm: preempted, `scontrol requeue`)."""
+    if not os.path.isfile(note):
+        return otherwise
+    with open(note, encoding="utf-8") as f:
+        noted = json.load(f)
+    return str(noted.get("why", otherwise)) if isinstance(noted, dict) else otherwise
 
 
 class Interrupted(BaseException):

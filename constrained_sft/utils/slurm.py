@@ -200,32 +200,6 @@ class Cluster:
         return {i: states[i].strip() for i in ids if states.get(i, "").strip() in ACTIVE}
 
     @staticmethod
-    def follow(logs: str, jobs: dict[str, str], on_end: Callable[[str, str], None] | None = None) -> None:
-        """Wait until every one of `jobs` ({name: job id}, their files under `logs/<job id>/`) is done, as submitit
-        says (`submitit.helpers.as_completed` over `utils.slurm_watch.QueueJob`s: the queue read with `squeue`
-        after 0, 2, 4, 8 ... s, then every 30 s); `on_end(name, job id)` as each ends. Ctrl-C: `StoppedFollowing`,
-        whose one line says which jobs keep running and the `scancel` that stops them (they are not this
-        process's)."""
-        import submitit
-
-        from .slurm_watch import QueueJob
-
-        waiting = dict(jobs)
-        handles = [QueueJob(folder=os.path.join(logs, "%j"), job_id=i) for i in jobs.values()]
-        names = {job_id: name for name, job_id in jobs.items()}
-        try:
-            for job in submitit.helpers.as_completed(handles, poll_frequency=POLL):
-                del waiting[names[job.job_id]]
-                if on_end is not None:
-                    on_end(names[job.job_id], job.job_id)
-        except KeyboardInterrupt:
-            running = ", ".join(f"{name} ({job_id})" for name, job_id in waiting.items())
-            raise StoppedFollowing(
-                f"stopped following; the Slurm jobs keep running: {running}. Cancel them with "
-                f"`scancel {' '.join(waiting.values())}`, or run the same command again to follow them and collect."
-            ) from None
-
-    @staticmethod
     def ended(logs: str, job_id: str) -> str:
         """Why an ended job left no result, in one line: Slurm's state where the queue still lists it, the error
         submitit carried back where the call raised (`Job.exception`), and its log."""

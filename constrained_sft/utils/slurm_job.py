@@ -23,10 +23,10 @@ from collections.abc import Callable
 
 import submitit
 
-from .files import read_json, write_json
-from .interrupt import Interrupted
+from .files import write_json
+from .interrupt import TIME_LIMIT, Interrupted, requeueable_job, requeued_for
 
-TIME_LIMIT = "time limit"  # what `Requeueable.checkpoint` notes as the reason, read back by `requeued_for`
+__all__ = ["TIME_LIMIT", "Requeueable", "in_job", "requeued_for"]
 
 
 def in_job(call: Callable[..., object], *args: object) -> object:
@@ -45,7 +45,7 @@ class Requeueable(submitit.helpers.Checkpointable):
     handler, which calls `checkpoint` and requeues the job (or, past `--slurm_requeues` time limits, ends it with
     submitit's error); where it is warned outside such a stop, submitit's handler acts at once. `note`: a file where
     a time-limit requeue is noted (`{"why": TIME_LIMIT}`) before the job is requeued; the next start reads it
-    (`requeued_for`). The call and its arguments travel pickled (see the module docstring)."""
+    (`utils.interrupt.requeued_for`). The call and its arguments travel pickled (see the module docstring)."""
 
     def __init__(self, call: Callable[..., object], args: tuple[object, ...] = (), note: str | None = None) -> None:
         self.payload = pickle.dumps((call, args))  # the call by reference: a module's function
@@ -54,7 +54,8 @@ class Requeueable(submitit.helpers.Checkpointable):
     def __call__(self) -> object:
         call, args = pickle.loads(self.payload)  # the heavy imports, under submitit's handler
         try:
-            result = in_job(call, *args)
+            with requeueable_job():
+                result = in_job(call, *args)
         except Interrupted as stop:
             if stop.signum == signal.SIGUSR2:
                 signal.raise_signal(signal.SIGUSR2)  # submitit's handler: `checkpoint`, requeue, exit
@@ -68,9 +69,3 @@ class Requeueable(submitit.helpers.Checkpointable):
                 os.makedirs(os.path.dirname(os.path.abspath(self.note)), exist_ok=True)
                 write_json(self.note, {"why": TIME_LIMIT})
         return submitit.helpers.DelayedSubmission(self)
-
-
-def requeued_for(note: str, otherwise: str) -> str:
-    """Why the job was requeued since it last started: what `Requeueable.checkpoint` noted at `note`, else
-    `otherwise` (requeued by Slurm: preempted, `scontrol requeue`)."""
-    return str(read_json(note, "the requeue note").get("why", otherwise)) if os.path.isfile(note) else otherwise
