@@ -4,7 +4,6 @@ for the next start. The whole cycle on a real cluster is `tests/test_study_slurm
 
 import importlib
 import json
-import pickle
 import signal
 import subprocess
 import sys
@@ -12,11 +11,11 @@ from pathlib import Path
 
 import submitit
 
-from constrained_sft.utils.slurm_job import TIME_LIMIT, Requeueable, requeued_for
+from constrained_sft.utils.slurm_job import TIME_LIMIT, Requeueable, dump_call, requeued_for
 
 LOAD = """
-import pickle, sys
-job = pickle.loads(open(sys.argv[1], "rb").read())
+import sys, submitit
+job = submitit.helpers.DelayedSubmission.load(sys.argv[1])  # what submitit's job process does first
 print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
 print(job.result())
 print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
@@ -24,9 +23,9 @@ print(sorted(m for m in ("torch", "transformers") if m in sys.modules))
 
 
 def test_the_pickled_job_loads_without_the_calls_imports_which_come_when_it_runs(tmp_path):
+    call = dump_call(str(tmp_path / "calls"), importlib.import_module, "constrained_sft.study.cluster")  # torch ...
     path = tmp_path / "submitted.pkl"
-    job = Requeueable(importlib.import_module, ("constrained_sft.study.cluster",))  # torch, transformers, ...
-    path.write_bytes(pickle.dumps(submitit.helpers.DelayedSubmission(job)))
+    submitit.helpers.DelayedSubmission(Requeueable(call)).dump(path)
     shown = subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True, text=True, check=True)
     loaded, result, ran = shown.stdout.splitlines()
     assert loaded == "[]", shown.stdout  # nothing heavy before submitit's handler goes in
@@ -34,8 +33,8 @@ def test_the_pickled_job_loads_without_the_calls_imports_which_come_when_it_runs
 
 
 def test_a_warning_after_the_work_is_ignored_and_a_time_limit_is_noted_for_the_next_start(tmp_path):
-    note = str(tmp_path / "run.requeued.json")
-    job = Requeueable(len, ([1, 2],), note)
+    note = str(tmp_path / "train" / "erm" / "seed0.requeued.json")  # its folder not made yet
+    job = Requeueable(dump_call(str(tmp_path), len, [1, 2]), note)
     before = signal.getsignal(signal.SIGUSR2)
     try:
         assert job() == 2

@@ -21,8 +21,18 @@ from .base import Call, Capabilities, Handle, JobEnded, Launcher
 from .devices import Machine, visible_devices
 from .local import HERE, DevicePool, InProcess, pool_capabilities
 
-__all__ = ["KINDS", "Call", "Capabilities", "Handle", "JobEnded", "JobsError", "Launcher", "Request", "check",
-           "open_launcher"]  # fmt: skip
+__all__ = [
+    "KINDS",
+    "Call",
+    "Capabilities",
+    "Handle",
+    "JobEnded",
+    "JobsError",
+    "Launcher",
+    "Request",
+    "check",
+    "open_launcher",
+]
 
 JobsError = SlurmJobsError  # jobs that ended without finishing their work, one line each
 

@@ -28,9 +28,13 @@ HERE = Capabilities(at_once=1, time_budget=True, processes=True, detached=False,
 def pool_capabilities(jobs: int) -> Capabilities:
     """A `DevicePool` of `jobs` workers: single-process calls side by side, on this machine, while it waits."""
     return Capabilities(
-        at_once=jobs, time_budget=True, processes=False, detached=False, follows=True,
+        at_once=jobs,
+        time_budget=True,
+        processes=False,
+        detached=False,
+        follows=True,
         said=f"`--jobs` {jobs} runs single-process calls side by side",
-    )  # fmt: skip
+    )
 
 
 @dataclass

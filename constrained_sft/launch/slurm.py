@@ -76,16 +76,22 @@ class SlurmLauncher:
                     found += 1
                 else:
                     job_id = self.cluster.submit(
-                        self.ledger.logs, self.ledger.tag, call.name, self.gpus, call.function, *call.args,
+                        self.ledger.logs,
+                        self.ledger.tag,
+                        call.name,
+                        self.gpus,
+                        call.function,
+                        *call.args,
                         note=call.note,
-                    )  # fmt: skip
+                    )
                     self.ledger.add(call.name, job_id, **call.about)
                 handles.append(SlurmHandle(call.name, job_id, self.ledger.logs))
         print(
             f"slurm: {len(calls) - found} {self.what}(s) submitted to partition {self.cluster.partition!r}, {found} "
-            "already queued or running: " + ", ".join(f"{h.name} ({h.job_id})" for h in handles)
+            "already queued or running: "
+            + ", ".join(f"{h.name} ({h.job_id})" for h in handles)
             + f"; logs in {self.ledger.logs}"
-        )  # fmt: skip
+        )
         return handles
 
     def wait(self, handles: Sequence[Handle]) -> list[Handle]:
@@ -114,10 +120,14 @@ class SlurmLauncher:
 def capabilities(options: SlurmArguments, what: str) -> Capabilities:
     """A Slurm launcher's capabilities (known before the cluster is asked)."""
     return Capabilities(
-        at_once=None, time_budget=False, processes=False, detached=True, follows=options.wait,
+        at_once=None,
+        time_budget=False,
+        processes=False,
+        detached=True,
+        follows=options.wait,
         said=f"`--launcher slurm` submits every {what} as its own Slurm job (the cluster decides how many run at "
         "once)",
-    )  # fmt: skip
+    )
 
 
 def open_slurm(options: SlurmArguments, folder: str, request: Request) -> SlurmLauncher:

@@ -22,7 +22,7 @@ from ..data import delete_weights, has_weights
 from ..data.instructions import held_out_instructions
 from ..evaluation import ALPACA_EVAL_SIZE
 from ..evaluation.instructions import ALPACA_EVAL, load_instructions
-from ..launch import Call, JobsError, Launcher, Request, open_launcher
+from ..launch import Call, JobsError, Launcher, open_launcher
 from ..tasks import AnyRecipe, Recipe, Task, is_finished
 from ..utils.files import write_text
 from ..utils.shipped import find
@@ -59,9 +59,7 @@ def run(
     started = clock.now()  # the time budget counts from here: preparing the data and the probe spend it too
     options = launcher or SlurmArguments()
     p = plan(args, task, constrained, erm, more or {}, options)
-    where = open_launcher(
-        options, Request(p.folder.root, "--study_dir", p.options.jobs, p.options.gpus_per_run, "run")
-    )
+    where = open_launcher(options, p.request)
     records, timings = open_study(p, task)
     instructions = instruction_set(p) if p.evaluation is not None else None
     queue = jobs_left(p, task, records)

@@ -9,7 +9,7 @@ hand, and a reader finds a file where its writer put it.
     generations/<arm>-seed<s>/gamma_<g>.json   every run's answers (`answers`: `eval generate`'s layout)
     judging/[<model>-vs-<reference>/]    the head-to-heads (`verdicts`: `eval alpaca`'s gamma_<g>/verdicts-<s>.json)
     exits/                               the seed-0 models' exit-layer decoding
-    slurm/                               `--launcher slurm`: jobs.json (every job submitted) and logs/<job id>/
+    slurm/                               `--launcher slurm`: jobs.json (every job submitted), logs/<job id>/, logs/calls/
     instructions.jsonl, study.json, timings.json, report.html, report.md, win_rate[_<arm>]_vs_gamma.png, the marker
     study-id.txt                         the study's own id, which every run record carries (`identity`)
 """

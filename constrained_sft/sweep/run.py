@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import os
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import cast
 
 from ..comparison import compared_pairs
 from ..launch import Call, JobEnded, JobsError, Launcher, Request, open_launcher
@@ -35,9 +35,6 @@ from .results import SweepResults
 from .search import run_trial, search
 from .setup import Sweep, prepare, searched_all
 
-if TYPE_CHECKING:
-    pass
-
 
 def run(
     settings: SweepArguments,
@@ -48,7 +45,7 @@ def run(
 ) -> SweepResults:
     """Search (`stage` search / all), then retrain and compare (compare / all); everything checked before any
     trial, nothing written on a refusal. `more`: the `--arm` recipes by name; `launcher`: where the stages run
-    (`launch.open_launcher`: this process, or Slurm jobs: `cluster`)."""
+    (`launch.open_launcher`: this process, or Slurm jobs; `stages`)."""
     options = launcher or SlurmArguments()
     sweep = prepare(settings, task, recipe, more or {})
     request = Request(sweep.plan.sweep_dir, "--sweep_dir", what="job")
@@ -150,7 +147,7 @@ def stages(
         if follow(where, [finals]) is None:
             return summary(sweep, task, recipe, more, compared=False)
         try:
-            return finals.result()  # type: ignore[return-value]
+            return cast(SweepResults, finals.result())
         except JobEnded as why:
             raise JobsError(
                 f"the finals' job ended unfinished: {why}. The same command submits it again; finished retrainings "

@@ -43,6 +43,7 @@ __all__ = ["LAUNCHERS", "SET_HERE", "Cluster", "Launcher", "Ledger", "SlurmArgum
            "StoppedFollowing", "check_cluster", "folder_tag", "minutes"]  # fmt: skip
 
 
+CALLS = "calls"  # logs/calls/: each job's call, loaded once the job's signal handler is in (`utils.slurm_job`)
 TAG = "constrained-sft"  # a job's comment: "constrained-sft:<folder tag>:<name>"
 POLL = 1.0  # seconds between looks at the jobs (`QueueJob.done`: its result file; the queue at submitit's pace)
 NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm")  # per-node folders on every cluster (and $TMPDIR where set)
@@ -127,7 +128,7 @@ class Cluster:
         and the files submitit wrote before it asked are removed."""
         import submitit
 
-        from .slurm_job import Requeueable
+        from .slurm_job import Requeueable, dump_call
         from .slurm_watch import QueueExecutor
 
         o = self.options
@@ -141,13 +142,17 @@ class Cluster:
         )
         os.makedirs(logs, exist_ok=True)
         before = set(os.listdir(logs))
+        loaded = dump_call(os.path.join(logs, CALLS), call, *args)
         try:
             with contextlib.redirect_stderr(io.StringIO()):  # submitit prints sbatch's error; it is said below
-                return str(executor.submit(Requeueable(call, args, note)).job_id)
+                return str(executor.submit(Requeueable(loaded, note)).job_id)
         except submitit.core.utils.FailedJobError as error:
-            for left in set(os.listdir(logs)) - before:  # the pickled call and the script of a job never made
-                with contextlib.suppress(OSError):
-                    os.remove(os.path.join(logs, left))
+            for left in [loaded, *(os.path.join(logs, n) for n in set(os.listdir(logs)) - before)]:
+                with contextlib.suppress(OSError):  # the pickled calls and the script of a job never made
+                    if os.path.isdir(left):
+                        os.rmdir(left)  # `calls/`, made for this job alone
+                    else:
+                        os.remove(left)
             lines = [ln.strip() for ln in str(error).splitlines() if ln.strip()]
             said = next((ln for ln in reversed(lines) if "error" in ln.lower()), lines[-1] if lines else "no reason")
             raise ValueError(f"`--launcher slurm`: sbatch refused {name}'s job: {said[:300]}") from None
