@@ -48,6 +48,11 @@ def together(barrier) -> int:
     return os.getpid()
 
 
+def after(barrier) -> int:
+    barrier.wait(timeout=120)  # held until the test has cancelled what waits behind it
+    return os.getpid()
+
+
 def test_the_pool_runs_calls_side_by_side_and_raises_a_calls_own_error():
     pool, manager = DevicePool(Machine(()), 2), get_context("spawn").Manager()
     try:
@@ -63,6 +68,18 @@ def test_the_pool_runs_calls_side_by_side_and_raises_a_calls_own_error():
         pool.wait([bad])
         with pytest.raises(ValueError, match="invalid literal"):
             bad.result()
+        hold = manager.Barrier(3)  # both workers held, one call queued for them: the fourth waits in the pool
+        calls = [Call("busy0", after, (hold,)), Call("busy1", after, (hold,)), Call("queued", os.getpid)]
+        busy = pool.submit([*calls, Call("late", os.getpid)])
+        pool.cancel(busy[3:])
+        hold.wait(timeout=120)
+        with pytest.raises(JobEnded, match="cancelled before it started"):
+            busy[3].result()
+        left = busy[:3]
+        while left:
+            for done in pool.wait(left):
+                left.remove(done)
+                assert done.result() in pids  # ran on, in the pool's two workers
     finally:
         pool.close()
         manager.shutdown()
@@ -145,6 +162,41 @@ class Books:
 def jobs(tmp_path, *runs, phases=(TRAIN,)):
     folder = StudyFolder(str(tmp_path))
     return [Job(folder, "sft", RunKey(seed, arm), None, None, phases=phases) for seed, arm in runs]  # type: ignore[arg-type]
+
+
+def test_calls_not_started_are_cancelled_and_running_ones_run_on(tmp_path, monkeypatch, capsys):
+    here = InProcess()
+    first, second = here.submit([Call("a", len, ("ab",)), Call("b", len, ("abc",))])
+    assert here.wait([first, second]) == [first] and first.result() == 2
+    here.cancel([first, second])  # `first` has run: its result stays
+    assert here.wait([second]) == [second] and first.result() == 2
+    with pytest.raises(JobEnded, match="cancelled before it started"):
+        second.result()
+
+    from constrained_sft.launch import slurm
+    from constrained_sft.launch.slurm import SlurmHandle, SlurmLauncher
+    from constrained_sft.utils.slurm import Cluster as SlurmCluster
+    from constrained_sft.utils.slurm_ledger import Ledger
+
+    asked = []
+    monkeypatch.setattr(slurm, "run_slurm", lambda *cmd: asked.append(cmd) or "")
+    ledger = Ledger(str(tmp_path / "slurm"), "--sweep_dir")
+    launcher = SlurmLauncher(SlurmCluster(SlurmArguments(launcher="slurm"), "cpu", 1, False, 0), ledger, 0)
+    launcher.cancel([SlurmHandle("worker-1", "41", ledger.logs), SlurmHandle("worker-2", "42", ledger.logs)])
+    assert asked == [("scancel", "--state=PENDING", "41", "42")]  # Slurm's filter: a started job runs on
+    assert "slurm: worker-1 (41), worker-2 (42) cancelled where still queued" in capsys.readouterr().out
+
+
+def test_a_search_that_holds_its_trials_cancels_the_workers_not_started():
+    from constrained_sft.sweep.cluster import follow
+
+    cluster = Cluster(["worker-0", "worker-1", "worker-2"])
+    cancelled = []
+    cluster.cancel = lambda handles: cancelled.extend(h.name for h in handles)  # type: ignore[method-assign]
+    handles = cluster.submit([Call(f"worker-{k}", print) for k in range(3)])
+    searched = iter([False, True])  # the search holds its trials once worker-1 has ended
+    assert follow(cluster, handles, enough=lambda: next(searched)) == []
+    assert cancelled == ["worker-2"]
 
 
 def test_one_schedule_on_a_launcher_that_starts_every_job_at_once(tmp_path):

@@ -249,3 +249,26 @@ def test_a_run_past_its_time_limit_requeues_itself_and_a_preempted_one_loses_not
     report = (tmp_path / "slurm" / "report.md").read_text()
     assert "Slurm jobs requeued" in report and "time limit" in report
     print(f"requeues: {whys}")
+
+
+def test_cancel_stops_the_jobs_still_queued_and_leaves_a_running_one(tmp_path, slurm):  # noqa: F811
+    """`SlurmLauncher.cancel` (a sweep whose search holds its trials cancels the workers not started): Slurm's own
+    `scancel --state=PENDING` filter, on jobs that each take the whole node: the one running runs on."""
+    from constrained_sft.launch.slurm import SlurmHandle, SlurmLauncher
+    from constrained_sft.utils.slurm import Cluster
+    from constrained_sft.utils.slurm_ledger import Ledger
+    from constrained_sft.utils.slurm_options import SlurmArguments
+
+    cores = slurm.run("sinfo", "-h", "-o", "%c").split()[0].rstrip("+")
+    wrap = ["sbatch", "--parsable", f"--cpus-per-task={cores}", f"--output={tmp_path}/%j.out", "--wrap", "sleep 120"]
+    ids = [slurm.run(*wrap).strip()]
+    try:
+        wait_for(lambda: slurm.states()[ids[0]][1] == "RUNNING", "the first job runs", hang_limit(30))
+        ids += [slurm.run(*wrap).strip() for _ in range(2)]  # the node is full: they wait
+        ledger = Ledger(str(tmp_path / "slurm"), "--sweep_dir")
+        launcher = SlurmLauncher(Cluster(SlurmArguments(launcher="slurm"), "debug", 1, False, 0), ledger, 0)
+        launcher.cancel([SlurmHandle(f"worker-{k}", i, ledger.logs) for k, i in enumerate(ids)])
+        wait_for(lambda: [slurm.states()[i][1] for i in ids] == ["RUNNING", "CANCELLED", "CANCELLED"],
+                 "the queued jobs cancelled, the running one running", hang_limit(20))  # fmt: skip
+    finally:
+        slurm.run("scancel", *ids, check=False)

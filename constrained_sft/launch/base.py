@@ -4,7 +4,8 @@ never ask which it is. A launcher submits calls (`Call`: a name, a module-level 
 which of them have ended (`wait`), and states what it can do as data (`Capabilities`), checked once against what a
 command asks (`Capabilities.check`). Implementations: `local.InProcess` (here, one at a time; every process of an
 `accelerate launch` runs every call), `local.DevicePool` (spawned workers, each holding its device group),
-`slurm.SlurmLauncher` (each call a Slurm job through submitit; the jobs outlive the command).
+`slurm.SlurmLauncher` (each call a Slurm job through submitit; the jobs outlive the command). A caller that no
+longer needs the calls not yet started cancels them (`Launcher.cancel`: a sweep whose search holds its trials).
 """
 
 from __future__ import annotations
@@ -104,6 +105,11 @@ class Launcher(Protocol):
     def wait(self, handles: Sequence[Handle]) -> list[Handle]:
         """Blocks until at least one of `handles` has ended; those that have (none where the launcher does not
         follow its jobs)."""
+        ...
+
+    def cancel(self, handles: Sequence[Handle]) -> None:
+        """The calls among `handles` that have not started, cancelled (a job still waiting in a cluster's queue:
+        `scancel`); those already running end on their own. A cancelled call's `result` is `JobEnded`."""
         ...
 
     def close(self) -> None:

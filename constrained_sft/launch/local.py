@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import TYPE_CHECKING
 
-from .base import Call, Capabilities, Handle, Launcher
+from .base import Call, Capabilities, Handle, JobEnded, Launcher
 from .devices import DeviceSlots, Machine, pin
 
 if TYPE_CHECKING:
     from multiprocessing.context import SpawnContext
     from multiprocessing.queues import Queue
 
+CANCELLED = "cancelled before it started"
 HERE = Capabilities(at_once=1, time_budget=True, processes=True, detached=False, follows=True, said="this process")
 
 
@@ -56,6 +57,8 @@ class LocalHandle:
         return str(os.getpid())
 
     def result(self) -> object:
+        if self.future is not None and self.future.cancelled():
+            raise JobEnded(CANCELLED)
         if self.future is not None:
             return self.future.result()  # a worker's error, raised here naming the call's traceback
         if self.error is not None:
@@ -89,6 +92,11 @@ class InProcess:
             except Exception as error:  # raised by `result`, where the caller asks
                 first.error = error
         return [first]
+
+    def cancel(self, handles: Sequence[Handle]) -> None:
+        for handle in handles:
+            if isinstance(handle, LocalHandle) and not handle.done:
+                handle.done, handle.error = True, JobEnded(CANCELLED)
 
     def close(self) -> None:
         return None
@@ -128,6 +136,11 @@ class DevicePool:
         futures = {h.future: h for h in handles if isinstance(h, LocalHandle) and h.future is not None}
         finished, _ = wait(futures, return_when=FIRST_COMPLETED)
         return [futures[f] for f in finished]
+
+    def cancel(self, handles: Sequence[Handle]) -> None:
+        for handle in handles:  # a call a worker has taken (or queued for itself) runs on
+            if isinstance(handle, LocalHandle) and handle.future is not None:
+                handle.future.cancel()
 
     def close(self) -> None:
         if self.pool is not None:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..utils.slurm import POLL, Cluster, StoppedFollowing, check_cluster
+from ..utils.slurm import POLL, Cluster, StoppedFollowing, check_cluster, run_slurm
 from ..utils.slurm_ledger import Ledger
 from ..utils.slurm_options import SlurmArguments
 from .base import Call, Capabilities, Handle, JobEnded, Launcher
@@ -112,6 +112,13 @@ class SlurmLauncher:
                 f"`scancel {' '.join(by_id)}`, or run the same command again to follow them and collect."
             ) from None
         return [by_id[first.job_id]]
+
+    def cancel(self, handles: Sequence[Handle]) -> None:
+        if not handles:
+            return
+        ids = [h.job_id for h in handles]
+        run_slurm("scancel", "--state=PENDING", *ids)  # Slurm's own filter: a job that has started runs on
+        print(f"slurm: {', '.join(f'{h.name} ({h.job_id})' for h in handles)} cancelled where still queued")
 
     def close(self) -> None:
         return None

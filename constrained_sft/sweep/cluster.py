@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from ..launch import Handle, JobEnded, Launcher
@@ -52,10 +52,12 @@ def storage_in_env(storage: str | None) -> Iterator[None]:
             os.environ[STORAGE_ENV] = before
 
 
-def follow(where: Launcher, handles: Sequence[Handle]) -> list[str] | None:
+def follow(where: Launcher, handles: Sequence[Handle], enough: Callable[[], bool] = lambda: False) -> list[str] | None:
     """Every handle followed to its end: one line for each that ended without its result (`launch.JobEnded`); None
-    where the launcher does not follow its jobs. A call's own error, where it ran here, is raised."""
-    left, ended = list(handles), []
+    where the launcher does not follow its jobs. Once `enough()` (asked as each ends), those not started yet are
+    cancelled (a search that holds its trials needs no more workers). A call's own error, where it ran here, is
+    raised."""
+    left, ended, cancelled = list(handles), [], False
     while left:
         done = where.wait(left)
         if not done:
@@ -66,4 +68,7 @@ def follow(where: Launcher, handles: Sequence[Handle]) -> list[str] | None:
                 handle.result()
             except JobEnded as why:
                 ended.append(f"{handle.name}: {why}")
+        if left and not cancelled and enough():
+            where.cancel(left)
+            cancelled = True
     return ended

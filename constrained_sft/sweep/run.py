@@ -132,7 +132,8 @@ def stages(
             at_once = where.capabilities.at_once
             workers = settings.workers if at_once is None else min(settings.workers, at_once)
             call = (dataclasses.replace(safe, stage="search"), task.name, recipe, more)
-            ended = follow(where, where.submit([Call(f"{WORKER}-{k}", search_job, call) for k in range(workers)]))
+            handles = where.submit([Call(f"{WORKER}-{k}", search_job, call) for k in range(workers)])
+            ended = follow(where, handles, enough=lambda: searched_all(sweep))
             if ended is None:
                 return summary(sweep, task, recipe, more, compared=False)
             if not searched_all(sweep):
