@@ -125,7 +125,11 @@ def check(out: str) -> None:
 
 
 def pack(study: str, out: str) -> None:
-    """The study's results into OUT_DIR (see the module docstring); a line saying what came back."""
+    """The study's results into OUT_DIR (see the module docstring; made where it is not there yet, as `device`
+    makes it); a line saying what came back."""
+    if os.path.lexists(out) and not os.path.isdir(out):
+        refuse(f"OUT_DIR {out} is a file; give a new or empty folder (or one gpu_study.sh wrote)")
+    os.makedirs(out, exist_ok=True)
     with replacing(os.path.join(out, "study.tar.gz")) as partial, tarfile.open(partial, "w:gz") as tar:
         for name in (*FOLDERS, *FILES, *LEGACY_FILES):
             if os.path.exists(os.path.join(study, name)):

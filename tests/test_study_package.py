@@ -57,6 +57,20 @@ def test_pack_brings_back_results_without_weights_and_records_them(tmp_path, cap
     package.pack(str(study), str(out))
 
 
+def test_pack_makes_out_dir_and_refuses_one_that_is_a_file(tmp_path, capsys):
+    study = a_study(tmp_path / "study")
+    package.pack(str(study), str(tmp_path / "new" / "out"))  # not there yet: made, as `device` makes it
+    assert (tmp_path / "new" / "out" / "study.tar.gz").is_file()
+    (tmp_path / "a-file").write_text("mine")
+    with pytest.raises(SystemExit) as refused:
+        package.pack(str(study), str(tmp_path / "a-file"))
+    assert refused.value.code == 2 and (tmp_path / "a-file").read_text() == "mine"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"gpu_study.sh: error: OUT_DIR {tmp_path / 'a-file'} is a file; give a new or empty folder (or one "
+        "gpu_study.sh wrote)"
+    )
+
+
 @pytest.mark.parametrize("change", ["edit", "foreign", "unmarked"])
 def test_check_refuses_a_folder_with_files_it_did_not_write(tmp_path, capsys, change):
     study, out = a_study(tmp_path / "study"), marked(tmp_path / "out")
