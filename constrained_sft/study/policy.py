@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from ..launch import Call, Handle, JobEnded, Launcher
 from . import clock
@@ -96,13 +96,13 @@ def run_all(queue: list[Job], launcher: Launcher, budget: float | None, est: Est
                 job = next(j for h, j in running if h is handle)
                 running = [(h, j) for h, j in running if h is not handle]
                 try:
-                    record = handle.result()
+                    record = cast(RunRecord, handle.result())  # what `books.call`'s function returns
                 except JobEnded as why:
                     if (found := books.ended(job, str(why))) is None:
                         out.failed.append(f"{job.run.name}: {why}")
                         continue
                     record = found
-                est = books.done(job, record) or est  # type: ignore[arg-type]
+                est = books.done(job, record) or est
     finally:
         launcher.close()
     out.left.extend(queue)

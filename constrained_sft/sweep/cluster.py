@@ -13,12 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from ..launch import Handle, JobEnded, Launcher
-
-if TYPE_CHECKING:
-    pass
 
 STORAGE_ENV = "CONSTRAINED_SFT_SWEEP_STORAGE"
 WORKER, FINALS = "worker", "compare"

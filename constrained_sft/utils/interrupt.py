@@ -11,13 +11,14 @@ cancelled one stays cancelled).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
 from typing import Any
+
+from .files import read_json
 
 WARNINGS = (signal.SIGUSR2, signal.SIGTERM)
 TIME_LIMIT = "time limit"  # why a job noted its requeue (`utils.slurm_job.Requeueable.checkpoint`)
@@ -45,8 +46,7 @@ def requeued_for(note: str, otherwise: str) -> str:
     else `otherwise` (requeued by Slurm: preempted, `scontrol requeue`)."""
     if not os.path.isfile(note):
         return otherwise
-    with open(note, encoding="utf-8") as f:
-        noted = json.load(f)
+    noted = read_json(note, "the requeue note")
     return str(noted.get("why", otherwise)) if isinstance(noted, dict) else otherwise
 
 

@@ -9,8 +9,9 @@ Slurm sends the warning up to a minute before the time asked ("due to the resolu
 sbatch`; the controller looks every 30 s), so it can come at any moment of a short job: while Python starts, or
 after the work is done. Until submitit's handler is in, USR2 kills the process (the job FAILED, not requeued), so
 the job loads light: submitit's pickle holds only where the call is, its own `DelayedSubmission` file beside the
-logs, loaded (torch, transformers: seconds, a minute on a network filesystem) once submitit has put its handler in. After the work is done the warning is
-ignored: Python puts back the default (kill) while it exits, which would turn a finished job into a failed one.
+logs, loaded (torch, transformers: seconds, a minute on a network filesystem) once submitit has put its handler in.
+After the work is done the warning is ignored: Python puts back the default (kill) while it exits, which would turn
+a finished job into a failed one.
 """
 
 from __future__ import annotations
