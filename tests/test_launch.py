@@ -68,14 +68,17 @@ def test_the_pool_runs_calls_side_by_side_and_raises_a_calls_own_error():
         pool.wait([bad])
         with pytest.raises(ValueError, match="invalid literal"):
             bad.result()
-        hold = manager.Barrier(3)  # both workers held, one call queued for them: the fourth waits in the pool
-        calls = [Call("busy0", after, (hold,)), Call("busy1", after, (hold,)), Call("queued", os.getpid)]
+        # both workers held; the pool hands at most 2 + 1 more calls to its call queue (`EXTRA_QUEUED_CALLS`), where
+        # they can no longer be cancelled; so of 2 held + 3 queued + 1 more, the last surely waits in the pool
+        hold = manager.Barrier(3)
+        calls = [Call("busy0", after, (hold,)), Call("busy1", after, (hold,))]
+        calls += [Call(f"queued{i}", os.getpid) for i in range(3)]
         busy = pool.submit([*calls, Call("late", os.getpid)])
-        pool.cancel(busy[3:])
+        pool.cancel(busy[5:])
         hold.wait(timeout=120)
         with pytest.raises(JobEnded, match="cancelled before it started"):
-            busy[3].result()
-        left = busy[:3]
+            busy[5].result()
+        left = busy[:5]
         while left:
             for done in pool.wait(left):
                 left.remove(done)
