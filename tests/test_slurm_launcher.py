@@ -284,3 +284,29 @@ def test_submitits_job_api_reads_the_queue_where_sacct_has_nothing(tmp_path, mon
         ("RUNNING", "RUNNING"), ("RUNNING", "CONFIGURING"), ("COMPLETED", "COMPLETED"), ("ENDED", "PREEMPTED"),
         ("ENDED", "ENDED")]  # fmt: skip
     assert [watcher.is_done(i, mode="cache") for i in "12345"] == [False, False, True, True, True]
+
+
+def test_a_failed_job_is_said_by_its_own_error_line(tmp_path):
+    """`Cluster.ended`'s line names the error the call raised (its traceback's last line), not the log paths submitit
+    appends: the message as the installed submitit writes it, from a job run by its local executor."""
+    import submitit
+
+    executor = submitit.LocalExecutor(folder=str(tmp_path))
+    job = executor.submit(int, "seven")  # a call the job can import: it raises
+    error = job.exception()
+    assert error is not None and str(job.paths.stdout) in str(error)  # submitit's trailer: where the logs are
+    assert slurm.error_line(error) == "ValueError: invalid literal for int() with base 10: 'seven'"
+    assert slurm.error_line(RuntimeError("no output\n  (state: FAILED)")) == "(state: FAILED)"
+
+
+def test_a_job_past_its_requeues_says_which_option_to_raise():
+    """submitit ends a job warned once more after its requeues are spent with its own error: the line names it and
+    what to raise."""
+    from submitit.core.utils import UncompletedJobError
+
+    error = UncompletedJobError("Job not requeued because: timed-out too many times.")
+    line = slurm.why_ended("COMPLETING", error)
+    assert line == (
+        "COMPLETING: Job not requeued because: timed-out too many times. (raise `--slurm_time` or `--slurm_requeues`)"
+    )
+    assert slurm.why_ended("FAILED", None) == "FAILED"

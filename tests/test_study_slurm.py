@@ -206,6 +206,12 @@ def test_a_lost_or_edited_ledger_never_doubles_a_run_nor_follows_another_job(ass
         slurm.run("scancel", other, *ours())
 
 
+def job_logs(logs) -> str:
+    """The last lines of every job's error log, for a failure's message."""
+    tails = [f"\n== {p}\n" + "\n".join(p.read_text().splitlines()[-15:]) for p in sorted(logs.glob("*/*_log.err"))]
+    return "".join(tails)
+
+
 REQUEUED = ("requeues",)  # what only a requeued run's record holds
 
 
@@ -215,7 +221,8 @@ def test_a_run_past_its_time_limit_requeues_itself_and_a_preempted_one_loses_not
     `scontrol requeue` while it trains, as a preemption is. Both end with the records of the same study run here,
     uninterrupted, and say how often and why they were requeued."""
     steps = ("--max_steps", "1500", "--exit_prompts", "0", "--training_seeds", "1")
-    argv = study_argv(assets, tmp_path / "slurm", *steps, *on_slurm("--slurm_time", "1", "--slurm_requeues", "12"))
+    # a warning may come before a start has trained a step (Slurm's minute of resolution): requeues to spare
+    argv = study_argv(assets, tmp_path / "slurm", *steps, *on_slurm("--slurm_time", "1", "--slurm_requeues", "40"))
     copy = command(argv)
     try:
         ledger = tmp_path / "slurm" / "slurm" / "jobs.json"
@@ -233,7 +240,7 @@ def test_a_run_past_its_time_limit_requeues_itself_and_a_preempted_one_loses_not
         wait_for(preempted, "the running job requeued by scontrol", hang_limit(120))
         assert cli(study_argv(assets, tmp_path / "local", *steps)) == 0  # the uninterrupted twin, meanwhile
         stdout, stderr = copy.communicate(timeout=hang_limit(600))
-        assert copy.returncode == 0, stderr[-3000:]
+        assert copy.returncode == 0, stderr[-3000:] + job_logs(tmp_path / "slurm" / "slurm" / "logs")
     finally:
         if copy.poll() is None:
             copy.kill()

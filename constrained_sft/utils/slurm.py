@@ -45,6 +45,7 @@ __all__ = ["LAUNCHERS", "SET_HERE", "Cluster", "Launcher", "Ledger", "SlurmArgum
 
 CALLS = "calls"  # logs/calls/: each job's call, loaded once the job's signal handler is in (`utils.slurm_job`)
 TAG = "constrained-sft"  # a job's comment: "constrained-sft:<folder tag>:<name>"
+SPENT = "timed-out too many times"  # submitit's word for a job warned once more after its requeues were spent
 POLL = 1.0  # seconds between looks at the jobs (`QueueJob.done`: its result file; the queue at submitit's pace)
 NODE_LOCAL = ("/tmp", "/var/tmp", "/dev/shm")  # per-node folders on every cluster (and $TMPDIR where set)
 INSTALL = "pip install 'constrained-sft[slurm]'"
@@ -213,8 +214,29 @@ class Cluster:
         job = QueueJob(folder=os.path.join(logs, "%j"), job_id=job_id)
         state = job.get_info(mode="force").get("SlurmState", "ENDED")
         error = job.exception()  # None: the call returned; else its error, or submitit's word that it never ended
-        why = f"{state}: {str(error).strip().splitlines()[-1][:200]}" if error is not None else state
-        return f"job {job_id} {why} (log: {job.paths.stderr})"
+        return f"job {job_id} {why_ended(state, error)} (log: {job.paths.stderr})"
+
+
+def why_ended(state: str, error: BaseException | None) -> str:
+    """Slurm's `state` and the job's error in one line (`error_line`), with what to raise where the job was warned
+    once more after its time-limit requeues were spent."""
+    if error is None:
+        return state
+    spent = " (raise `--slurm_time` or `--slurm_requeues`)" if SPENT in str(error) else ""
+    return f"{state}: {error_line(error)}{spent}"
+
+
+def error_line(error: BaseException) -> str:
+    """A job's error in one line (200 characters at most): where the call raised, the last line of its traceback
+    (`ValueError: ...`), which submitit's `FailedJobError` frames between two dashed rules and follows with where its
+    logs are; else the error's own last line (submitit's word that the job never ended)."""
+    from submitit.core.utils import FailedJobError
+
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    rules = [i for i, line in enumerate(lines) if set(line.strip()) == {"-"}]
+    if isinstance(error, FailedJobError) and len(rules) >= 2 and rules[1] > rules[0] + 1:
+        return lines[rules[1] - 1].strip()[:200]
+    return lines[-1].strip()[:200] if lines else type(error).__name__
 
 
 def check_cluster(options: SlurmArguments, folder: str, flag: str) -> Cluster:
