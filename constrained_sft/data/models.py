@@ -98,19 +98,15 @@ def load_pretrained(spec: ModelSpec, auto_class, dtype=None, tokenizer: bool = T
     (model, tokenizer or None) through `auto_class` (e.g. `AutoModelForCausalLM`) from a saved folder, Hub id,
     offline alias, or a LoRA adapter on its base model (the adapter's own tokenizer when it saved one).
     """
-    if os.path.isdir(spec.path) and os.path.isfile(os.path.join(spec.path, "adapter_config.json")):
+    if is_adapter(spec.path):
         from peft import PeftModel
 
-        with open(os.path.join(spec.path, "adapter_config.json")) as f:
-            base = spec.base_model or json.load(f).get("base_model_name_or_path")
-        if not base:
-            raise ModelPathError(f"Adapter {spec.path!r} does not name its base model; pass --base_model.")
+        base = adapter_base(spec)
         base_path = resolve_model_path(base, "--base_model")
         base_model, info = auto_class.from_pretrained(base_path, dtype=dtype, output_loading_info=True)
         refuse_new_weights(ModelSpec(spec.name, base, flag="--base_model"), base_path, base_model, info, auto_class)
         model = PeftModel.from_pretrained(base_model, spec.path)
-        own = any(os.path.isfile(os.path.join(spec.path, f)) for f in ("tokenizer.json", "tokenizer_config.json"))
-        return model, load_tokenizer(spec.path if own else base_path) if tokenizer else None
+        return model, load_tokenizer(tokenizer_source(spec)) if tokenizer else None
     if not os.path.exists(spec.path) and not spec.path.startswith("pkg:") and spec.path.count("/") != 1:
         raise ModelPathError(f"`{spec.flag}` {spec.path!r} (model {spec.name!r}) does not exist.")
     path = resolve_model_path(spec.path, spec.flag)
@@ -125,6 +121,29 @@ def load_pretrained(spec: ModelSpec, auto_class, dtype=None, tokenizer: bool = T
         ) from None
     refuse_new_weights(spec, path, model, info, auto_class)
     return model, load_tokenizer(path) if tokenizer else None
+
+
+def is_adapter(path: str) -> bool:
+    """Whether `path` is a LoRA adapter folder (PEFT's `adapter_config.json`)."""
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, "adapter_config.json"))
+
+
+def adapter_base(spec: ModelSpec) -> str:
+    """The base model of the adapter `spec` names: `spec.base_model`, else the one its config names."""
+    with open(os.path.join(spec.path, "adapter_config.json")) as f:
+        base = spec.base_model or json.load(f).get("base_model_name_or_path")
+    if not base:
+        raise ModelPathError(f"Adapter {spec.path!r} does not name its base model; pass --base_model.")
+    return str(base)
+
+
+def tokenizer_source(spec: ModelSpec) -> str:
+    """Where the tokenizer of the model `spec` names loads from: an adapter's own where it saved one, else its base's;
+    any other model's own (`load_pretrained` loads it from here)."""
+    if not is_adapter(spec.path):
+        return resolve_model_path(spec.path, spec.flag)
+    own = any(os.path.isfile(os.path.join(spec.path, f)) for f in ("tokenizer.json", "tokenizer_config.json"))
+    return spec.path if own else resolve_model_path(adapter_base(spec), "--base_model")
 
 
 def hub_id_unavailable(path: str) -> str | None:

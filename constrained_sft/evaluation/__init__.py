@@ -7,9 +7,10 @@ layer losses against the noise level, arms compared), `alpaca` (AlpacaEval: nois
 arguments, its computation, its results as types (their one JSON form) and its report section.
 
 The shared core: one paired bootstrap for any statistic (`bootstrap`), a comparison of two arms as types
-(`comparisons`), the model selection by arm (`arms`), the instruction sets generation reads (`instructions`), what a
-saved run recorded (`loading`) and the report writers with a report folder's one page (`report/`), where the
-measurements that share a folder meet: importing this package registers every measurement's part of that page.
+(`comparisons`), the model selection by arm (`arms`), the instruction sets generation reads (`instructions`), room to
+decode them (`lengths`), what a saved run recorded (`loading`) and the report writers with a report folder's one
+page (`report/`), where the measurements that share a folder meet: importing this package registers every
+measurement's part of that page.
 
 May import: everything below it (`config`, `utils`, `constraints`, `readout`, `noise`, `data`, `models`, `trainers`,
 `tasks`, `comparison`); never `sweep` or `cli`. The runnable harness that reproduces the paper's comparisons lives outside the

@@ -14,11 +14,14 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
+import torch
+
 from ..data import ModelSpec
 from ..evaluation import ExitsModel, ModelResult
 from ..evaluation.alpaca import AnswersFolder, GenerateArguments, generate_answers
 from ..evaluation.exits import ExitsArguments, measure_exits
 from ..evaluation.instructions import load_instructions
+from ..evaluation.lengths import Decoding, check_decoding
 from ..evaluation.loading import auto_bf16, reference_sigma
 from ..evaluation.robustness import Measurement, measure_model
 from ..noise import NoiseGrid
@@ -75,6 +78,18 @@ class Evaluation:
                 "train the run with this version (it records its starting model's), or set `noise_sigma`."
             )
         return sigma
+
+    def check_decoding(self, spec: ModelSpec, rows: list[dict[str, str]]) -> None:
+        """Room for the answers to `rows` (`--max_new_tokens`, `--generation_batch_size` prompts a call) and for the
+        exit decoding of the first `exit_prompts` (`--exit_new_tokens`, one a call) in the model `spec` names, before
+        any run trains: `evaluation.lengths.check_decoding`, as `eval generate` and `eval exits` check."""
+        dtype = torch.bfloat16 if auto_bf16() else torch.float32
+        noisy = any(g > 0 for g in self.generation_gammas)
+        answers = Decoding(self.max_new_tokens, self.generation_batch_size, self.compile_decoding, noisy, dtype)
+        check_decoding(spec, rows, None, answers)
+        if self.exit_prompts:
+            exits = Decoding(self.exit_new_tokens, 1, self.compile_decoding, False, dtype, "--exit_new_tokens")
+            check_decoding(spec, rows[: self.exit_prompts], None, exits)
 
     @cached_property
     def instruction_count(self) -> int:

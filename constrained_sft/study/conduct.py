@@ -18,7 +18,7 @@ import math
 import os
 
 from ..comparison import check_comparison_folder
-from ..data import delete_weights, has_weights
+from ..data import ModelSpec, delete_weights, has_weights
 from ..data.instructions import held_out_instructions
 from ..evaluation import ALPACA_EVAL_SIZE
 from ..evaluation.instructions import ALPACA_EVAL, load_instructions
@@ -60,8 +60,8 @@ def run(
     options = launcher or SlurmArguments()
     p = plan(args, task, constrained, erm, more or {}, options)
     where = open_launcher(options, p.request)
-    records, timings = open_study(p, task)
-    instructions = instruction_set(p) if p.evaluation is not None else None
+    records, timings, read = open_study(p, task)
+    instructions = instruction_set(p, *read) if read is not None else None
     queue = jobs_left(p, task, records)
     check_trained(p, queue)
     drop_weights(p, records, queue)
@@ -91,35 +91,54 @@ def run(
     return finish_study(p, p.evaluation, task, records, instructions, timings, missing)
 
 
-def open_study(p: StudyPlan, task: Task) -> tuple[dict[str, RunRecord], StudyTimings]:
+def open_study(
+    p: StudyPlan, task: Task
+) -> tuple[dict[str, RunRecord], StudyTimings, tuple[list[dict[str, str]], InstructionSet] | None]:
     """The study folder's checks (`comparison.check_comparison_folder`), then its records and timings, each checked
-    before anything is written (a refused record leaves the folder as it was); then the folder marked, by one
-    writer. Under a launch every process checks the folder before any writes to it: a process that went on to
-    train while another had not looked yet would have that one find the data it prepared, unmarked, and refuse."""
+    before anything is written (a refused record leaves the folder as it was), and the instructions read and checked
+    (`instruction_rows`; None with `--stage train`); then the folder marked, by one writer. Under a launch every
+    process checks the folder before any writes to it: a process that went on to train while another had not looked
+    yet would have that one find the data it prepared, unmarked, and refuse."""
     p.folder.check_parts()
     settings = p.options.folder_settings(p.arms)
     folder = check_comparison_folder(p.folder.root, COMMAND, settings, "--study_dir", p.arms)
     key = task.headline.key
     records = {run.name: r for run in p.runs if (r := read_record(p.folder, run, key)) is not None}
     timings = StudyTimings.load(p.folder.root)
+    read = instruction_rows(p) if p.evaluation is not None else None
     if p.processes.is_main_process:
         folder.mark()
         p.folder.identity(create=True)  # what every record it writes from now on carries
     p.processes.wait_for_everyone()  # every process has checked; a refusal came before it, on every process alike
-    return records, timings
+    return records, timings, read
 
 
-def instruction_set(p: StudyPlan) -> InstructionSet:
-    """How the instructions every model answers were built; where the study builds them (the held-out first turns),
-    written first, to the path the plan's evaluation reads."""
-    o, script = p.options, p.constrained.script
+def instruction_rows(p: StudyPlan) -> tuple[list[dict[str, str]], InstructionSet]:
+    """The instructions every model answers and how they were built, read (nothing written) and checked against
+    every arm's starting model: room to decode them (`after_training.Evaluation.check_decoding`)."""
+    o, script, evaluation = p.options, p.constrained.script, p.evaluation
+    assert evaluation is not None
     if o.instructions != HELD_OUT:
         rows = load_instructions(o.instructions, o.max_instances)
         full = o.instructions == ALPACA_EVAL and len(rows) == ALPACA_EVAL_SIZE
-        return InstructionSet(o.instructions, len(rows), is_full_alpaca_eval=full)
-    rows, counts = held_out_instructions(script, o.max_instances)
-    write_text(p.folder.instructions, "".join(json.dumps(r) + "\n" for r in rows))
-    return InstructionSet(f"held-out first turns of {script.dataset_name}", **counts)
+        built = InstructionSet(o.instructions, len(rows), is_full_alpaca_eval=full)
+    else:
+        rows, counts = held_out_instructions(script, o.max_instances)
+        built = InstructionSet(f"held-out first turns of {script.dataset_name}", **counts)
+    checked: set[str] = set()
+    for arm, recipe in p.arms.items():  # each starting model once, named by the first arm that starts from it
+        if (path := str(recipe.model_config().model_name_or_path)) not in checked:
+            checked.add(path)
+            evaluation.check_decoding(ModelSpec(arm, path, flag="--model_name_or_path"), rows)
+    return rows, built
+
+
+def instruction_set(p: StudyPlan, rows: list[dict[str, str]], built: InstructionSet) -> InstructionSet:
+    """`built`; where the study built the rows (the held-out first turns), written first, to the path the plan's
+    evaluation reads."""
+    if p.options.instructions == HELD_OUT:
+        write_text(p.folder.instructions, "".join(json.dumps(r) + "\n" for r in rows))
+    return built
 
 
 def check_trained(p: StudyPlan, queue: list[Job]) -> None:

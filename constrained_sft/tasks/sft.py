@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from transformers import AutoConfig, AutoModelForCausalLM, TrainingArguments
+from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, TrainingArguments
 from trl import ModelConfig, SFTConfig, get_peft_config
 
 from ..config import ConstrainedSFTConfig
 from ..data import (
     DataArguments,
+    ModelSpec,
     PreparedData,
     describe_split,
     has_classification_head,
@@ -216,7 +217,7 @@ def load_causal_lm(spec, dtype):
     return load_pretrained(spec, AutoModelForCausalLM, dtype)
 
 
-def causal_lm_config(spec):
+def causal_lm_config(spec: ModelSpec) -> PretrainedConfig | None:
     """
     The text config of the causal LM `spec` names (an adapter's: its base's), read without loading weights, so that
     every model of a command is checked before the first is scored: a sequence classifier or a model class that

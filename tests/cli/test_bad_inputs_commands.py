@@ -39,6 +39,7 @@ class Ctx:
     def __init__(self, tmp_path, models, monkeypatch=None):
         self.tmp, self.models, self.out, self.monkeypatch = tmp_path, models, tmp_path / "out", monkeypatch
         self.lm, self.lm2, self.clf, self.base = (str(models / n) for n in ("lm", "lm2", "clf", "base"))
+        self.long = str(models / "long")  # lm's config with 2**40 positions, no weights: refused before loading
 
     def file(self, name: str, text: str) -> str:
         path = self.tmp / name
@@ -244,6 +245,8 @@ CASES = [
     Case("exits-default-names-repeat", "exits", lambda c: c.exits(models=["--models", c.lm, str(c.models / "other" / "lm")]), r"folder names \['lm', 'lm'\] repeat", "pass `--names`"),
     Case("exits-max-instances", "exits", lambda c: c.exits("--max_instances", "0"), "`--max_instances`", "integer >= 1"),
     Case("exits-max-new-tokens", "exits", lambda c: c.exits("--max_new_tokens", "0"), "`--max_new_tokens`", "integer >= 1"),
+    Case("exits-beyond-positions", "exits", lambda c: c.exits("--max_new_tokens", "1000000000"), r"`--max_new_tokens` 1000000000 with the longest prompt \(\d+ tokens\) needs 10000000\d\d positions", r"lm's model has 256 \(max_position_embeddings\): give `--max_new_tokens` \d+ or less"),
+    Case("exits-compiled-cache-beyond-memory", "exits", lambda c: c.exits("--max_new_tokens", "10000000000", "--compile", "true", models=["--models", c.long]), r"`--max_new_tokens` 10000000000: decoding \d+ prompt\(s\) of up to \d+ positions would allocate [\d.]+ GiB before its first step \(static KV cache", r"(cpu|cuda) has [\d.]+ GiB free: lower `--max_new_tokens` or the batch size, or decode eagerly \(`--compile false`\)"),
     Case("exits-bootstrap", "exits", lambda c: c.exits("--bootstrap_samples", "0"), "`--bootstrap_samples`", "integer >= 1"),
     Case("exits-layer-zero", "exits", lambda c: c.exits("--exit_layers", "0"), "`--exit_layers`", "layers >= 1"),
     Case("exits-layer-beyond-depth", "exits", lambda c: c.exits("--exit_layers", "4"), r"`--exit_layers` \[4\]", r"outside 1\.\.3 for lm \(4 layers\)"),
@@ -263,9 +266,14 @@ CASES = [
     Case("exits-folder-other-settings", "exits", lambda c: (c.folder_of("eval exits", {"max_new_tokens": 8}), c.exits())[1], r"holds `eval exits` results made with other settings \(.*max_new_tokens 8 -> 64", "same settings to continue"),
     Case("exits-unmarked-folder", "exits", lambda c: (c.unmarked(), c.exits())[1], "holds files that no constrained-sft command marked", "empty or new folder"),
     Case("exits-other-compile", "exits", lambda c: (c.exited(*EXITS_SMALL), c.exits(*EXITS_SMALL, "--compile", "true"))[1], r"other settings \(compile false -> true\)", "same settings to continue"),
+    Case("generate-beyond-positions", "outputs", lambda c: c.generate("--max_new_tokens", "1000000000", "--compile", "true"), r"`--max_new_tokens` 1000000000 with the longest prompt \(\d+ tokens\) needs 10000000\d\d positions", r"lm's model has 256 \(max_position_embeddings\): give `--max_new_tokens` \d+ or less"),
+    Case("generate-compiled-cache-beyond-memory", "outputs", lambda c: ["eval", "generate", "--model", c.long, "--instructions", c.instructions(), "--output_dir", str(c.out), "--gammas", "0", "--max_new_tokens", "10000000000", "--compile", "true"], r"`--max_new_tokens` 10000000000: decoding \d+ prompt\(s\) of up to \d+ positions would allocate [\d.]+ GiB before its first step \(static KV cache", r"(cpu|cuda) has [\d.]+ GiB free: lower `--max_new_tokens` or the batch size, or decode eagerly \(`--compile false`\)"),
+    Case("generate-noise-bank-beyond-memory", "outputs", lambda c: ["eval", "generate", "--model", c.long, "--instructions", c.instructions(), "--output_dir", str(c.out), "--gammas", "1.5", "--max_new_tokens", "10000000000"], r"would allocate [\d.]+ GiB before its first step \(noise bank", r"GiB free: lower `--max_new_tokens` or the batch size\.$"),
     Case("generate-other-compile", "outputs", lambda c: (c.answered(), c.generate("--compile", "true"))[1], r"written with other settings \(compile: False\)", "the same settings to resume"),
     Case("exits-row-of-another-model", "exits", exits_with_row, r"rows/lm.json was measured from another model behind the name 'lm'", "another --names"),
     # --- study (and its arms) ----------------------------------------------------------------------------------------
+    Case("study-answers-beyond-positions", "study", lambda c: c.study("--max_new_tokens", "1000000000", "--judge", "test"), r"`--max_new_tokens` 1000000000 with the longest prompt \(\d+ tokens\) needs 10000000\d\d positions", r"constrained's model has 256 \(max_position_embeddings\): give `--max_new_tokens` \d+ or less"),
+    Case("study-exits-beyond-positions", "study", lambda c: c.study("--max_new_tokens", "4", "--exit_new_tokens", "1000000000", "--judge", "test"), r"`--exit_new_tokens` 1000000000 with the longest prompt", r"constrained's model has 256 \(max_position_embeddings\): give `--exit_new_tokens` \d+ or less"),
     Case("study-no-erm", "study", lambda c: c.study(erm=None), "`--erm_config` is required", "constraints: none"),
     Case("study-erm-missing", "study", lambda c: [*c.study(erm=None), "--erm_config", str(c.tmp / "none.yaml")], "`--erm_config` .*none.yaml", "YAML recipe"),
     Case("study-erm-broken", "study", lambda c: c.study(erm="constraints: [none\n"), r"`--erm_config` \S+erm.yaml:2:\d+", "not valid YAML"),
@@ -472,6 +480,10 @@ def models(tmp_path_factory):
     ):
         model.save_pretrained(root / name)
         tiny_tokenizer().save_pretrained(root / name)
+    long = tiny_causal_lm("llama").config
+    long.max_position_embeddings = 2**40
+    long.save_pretrained(root / "long")
+    tiny_tokenizer().save_pretrained(root / "long")
     LlamaModel(tiny_causal_lm("llama").config).save_pretrained(root / "base")  # no LM head
     tiny_tokenizer().save_pretrained(root / "base")
     return root

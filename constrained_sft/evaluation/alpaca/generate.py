@@ -32,6 +32,7 @@ from ...utils.folders import check_folder, check_output_folder, mark_folder, pla
 from ...utils.types import JSONObject, Kwargs
 from ..decoding import compiled_decoding
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
+from ..lengths import Decoding, check_decoding
 from ..loading import auto_bf16, reference_sigma
 from .folders import AnswersFolder
 from .results import ALPACA_EVAL_SIZE, LevelAnswers
@@ -215,7 +216,12 @@ def run(args: GenerateArguments) -> dict[float, LevelAnswers]:
     _check_resume(saved, _settings(args, model_path, rows, name), later)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
     spec = ModelSpec(name, model_path, args.base_model, "--model")
-    model, tokenizer = get_task(SFTTask.name).measuring.load_model(spec, torch.bfloat16 if bf16 else torch.float32)
+    noisy = any(g > 0 for g in NoiseGrid.parse(args.gammas))
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    check_decoding(
+        spec, rows, args.system_prompt, Decoding(args.max_new_tokens, args.batch_size, args.compile, noisy, dtype)
+    )
+    model, tokenizer = get_task(SFTTask.name).measuring.load_model(spec, dtype)
     if args.sigma_x is None:
         args = replace(args, sigma_x=embedding_sigma(model))
     settings = _settings(args, model_path, rows, name)

@@ -38,6 +38,7 @@ from ...utils.types import JSONObject, Kwargs
 from ..bootstrap import Statistic, bootstrap_interval
 from ..decoding import compiled_decoding
 from ..instructions import GenerationError, fingerprint, load_instructions, prompts_for
+from ..lengths import Decoding, check_decoding
 from ..loading import auto_bf16, reference_sigma, versions
 from ..report import Document, write_html
 from .arguments import ExitsArguments, check_depths, default_exits
@@ -229,6 +230,9 @@ def run(args: ExitsArguments) -> ExitsResults:
     specs = [ModelSpec(n, p, args.base_model) for n, p in zip(args.model_names(), paths, strict=True)]
     check_depths(args, specs)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
+    for spec in specs:  # one prompt a call (assisted decoding), no noise while decoding
+        how = Decoding(args.max_new_tokens, 1, args.compile, False, torch.bfloat16 if bf16 else torch.float32)
+        check_decoding(spec, rows, args.system_prompt, how)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     settings: JSONObject = {
         k: v for k, v in asdict(args).items() if k not in ("output_dir", "bootstrap_samples", "models", "names")
