@@ -18,7 +18,7 @@ from mypy import api
 
 # `mypy --strict` errors of the package at the commit that last lowered it (573 when issue 81 was filed; 494 once the
 # five floors were strict; 492 with each evaluation's folder typed)
-CEILING = 481
+CEILING = 480
 ERROR = re.compile(r"^(?P<file>[^:]+):\d+: error: ")
 
 

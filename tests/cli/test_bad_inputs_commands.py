@@ -178,6 +178,16 @@ def harness_with_cell(c):
     return argv
 
 
+def earlier_answers(c):
+    """An `eval generate` folder as the version before `noise_draws` wrote it (its settings.json without the key)."""
+    c.answered()
+    settings = c.out / "lm" / "settings.json"
+    saved = json.loads(settings.read_text())
+    del saved["noise_draws"]
+    settings.write_text(json.dumps(saved))
+    record_written(str(c.out), WRITER, ["lm/settings.json"])  # as that version wrote it (an edit by hand: refused)
+
+
 EXITS_SMALL = ("--exit_layers", "1", "--max_instances", "2", "--max_new_tokens", "2")
 
 
@@ -269,6 +279,7 @@ CASES = [
     Case("generate-beyond-positions", "outputs", lambda c: c.generate("--max_new_tokens", "1000000000", "--compile", "true"), r"`--max_new_tokens` 1000000000 with the longest prompt \(\d+ tokens\) needs 10000000\d\d positions", r"lm's model has 256 \(max_position_embeddings\): give `--max_new_tokens` \d+ or less"),
     Case("generate-compiled-cache-beyond-memory", "outputs", lambda c: ["eval", "generate", "--model", c.long, "--instructions", c.instructions(), "--output_dir", str(c.out), "--gammas", "0", "--max_new_tokens", "10000000000", "--compile", "true"], r"`--max_new_tokens` 10000000000: decoding \d+ prompt\(s\) of up to \d+ positions would allocate [\d.]+ GiB before its first step \(static KV cache", r"(cpu|cuda) has [\d.]+ GiB free: lower `--max_new_tokens` or the batch size, or decode eagerly \(`--compile false`\)"),
     Case("generate-noise-bank-beyond-memory", "outputs", lambda c: ["eval", "generate", "--model", c.long, "--instructions", c.instructions(), "--output_dir", str(c.out), "--gammas", "1.5", "--max_new_tokens", "10000000000"], r"would allocate [\d.]+ GiB before its first step \(noise bank", r"GiB free: lower `--max_new_tokens` or the batch size\.$"),
+    Case("generate-earlier-version", "outputs", lambda c: (earlier_answers(c), c.generate())[1], r"\S+out/lm was written by an earlier build of constrained-sft \S+, which drew the noise call by call .*\(its settings.json has no `noise_draws`\); its answers cannot be continued", r"give a new `--output_dir` or `--name`, or remove \S+out/lm to answer again with this version"),
     Case("generate-other-compile", "outputs", lambda c: (c.answered(), c.generate("--compile", "true"))[1], r"written with other settings \(compile: False\)", "the same settings to resume"),
     Case("exits-row-of-another-model", "exits", exits_with_row, r"rows/lm.json was measured from another model behind the name 'lm'", "another --names"),
     # --- study (and its arms) ----------------------------------------------------------------------------------------

@@ -105,17 +105,55 @@ def test_compiled_generation_writes_the_eager_answers(models, tmp_path):
         _generate(models, tmp_path / "compiled", "constrained")
 
 
-def test_a_folder_of_noise_drawn_call_by_call_is_not_resumed(models, tmp_path):
-    """Answers written before the noise was drawn ahead of decoding (settings without `noise_draws`) came from other
-    draws: continuing them would mix two noises in one file."""
-    paths = _generate(models, tmp_path, "constrained", max_instances=4)
-    settings = os.path.join(os.path.dirname(paths[1.5].path), "settings.json")
+def _as_earlier_version(path, *keys, version="0.0.9"):
+    """The generator folder of the answers at `path` as an earlier version wrote it: its settings without `keys`,
+    its folder's record naming `version`."""
+    settings = os.path.join(os.path.dirname(path), "settings.json")
     saved = _load(settings)
-    del saved["noise_draws"], saved["compile"]
+    for key in keys:
+        del saved[key]
     with open(settings, "w") as f:
         json.dump(saved, f)
-    with pytest.raises(GenerationError, match=r"noise_draws: None"):
+    record = os.path.join(os.path.dirname(os.path.dirname(path)), ".written-by.json")
+    marked = _load(record)
+    marked["commands"]["eval generate"]["version"] = version
+    with open(record, "w") as f:
+        json.dump(marked, f)
+
+
+def test_a_folder_of_noise_drawn_call_by_call_is_not_resumed(models, tmp_path):
+    """Answers written before the noise was drawn ahead of decoding (settings without `noise_draws`) came from other
+    draws: continuing them would mix two noises in one file. The refusal names the version, what it did and what to
+    do, never a setting no flag sets."""
+    paths = _generate(models, tmp_path, "constrained", max_instances=4)
+    _as_earlier_version(paths[1.5].path, "noise_draws", "compile")
+    folder = os.path.dirname(paths[1.5].path)
+    message = (
+        rf"^{folder} was written by constrained-sft 0.0.9, which decoded eagerly \(its settings.json has no `compile`\); "
+        r"drew the noise call by call as it decoded, not every slot ahead of decoding \(its settings.json has no "
+        rf"`noise_draws`\); its answers cannot be continued: give a new `--output_dir` or `--name`, or remove {folder} "
+        r"to answer again with this version\.$"
+    )
+    before = {p: _load(paths[g].path) for g, p in ((g, paths[g].path) for g in paths)}
+    with pytest.raises(GenerationError, match=message):
+        _generate(models, tmp_path, "constrained", max_instances=4, compile=True)
+    assert {p: _load(p) for p in before} == before  # nothing rewritten
+    _as_earlier_version(paths[1.5].path, "model_fingerprint")
+    with pytest.raises(GenerationError, match=r"did not record which weights answered.* cannot be continued"):
         _generate(models, tmp_path, "constrained", max_instances=4)
+
+
+def test_an_earlier_versions_eager_folder_is_continued_eagerly_only(models, tmp_path):
+    """A folder written before `compile` was a setting decoded eagerly: continued as it is, refused compiled naming
+    the flag that continues it."""
+    paths = _generate(models, tmp_path, "constrained", max_instances=4)
+    _as_earlier_version(paths[1.5].path, "compile", version="0.1.0")
+    folder = os.path.dirname(paths[1.5].path)
+    with pytest.raises(GenerationError, match=r"an earlier build of constrained-sft 0\.1\.0, which decoded eagerly .* "
+                       r"continue it with `--compile false`, or give a new `--output_dir`"):  # fmt: skip
+        _generate(models, tmp_path, "constrained", max_instances=4, compile=True)
+    again = _generate(models, tmp_path, "constrained", max_instances=4)
+    assert _load(again[1.5].path) == _load(paths[1.5].path) and os.path.isdir(folder)
 
 
 def test_instruction_sources(tmp_path, monkeypatch):

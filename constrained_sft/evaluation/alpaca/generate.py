@@ -28,8 +28,9 @@ from ...noise import NoiseGrid, embedding_sigma, noise_stream, noisy_decoding
 from ...tasks import SFTTask, get_task
 from ...utils.fields import check_fields
 from ...utils.files import write_json
-from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
+from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name, read_marker
 from ...utils.types import JSONObject, Kwargs
+from ...version import VERSION
 from ..decoding import compiled_decoding
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from ..lengths import Decoding, check_decoding
@@ -109,9 +110,24 @@ RESUME_KEYS = (  # what fixes an answer: the same values are required to resume
     "batch_size", "max_new_tokens", "do_sample", "temperature", "top_p", "system_prompt", "generator", "compile",
     "noise_draws",
 )  # fmt: skip
-# How a batch's noise is drawn: every slot of its prompts and new tokens at once, before decoding (`noisy_decoding`);
-# folders written before lack the key (their noise was drawn call by call) and are not resumed.
+# How a batch's noise is drawn: every slot of its prompts and new tokens at once, before decoding (`noisy_decoding`)
 NOISE_DRAWS = "per slot, before decoding"
+
+
+@dataclass(frozen=True)
+class AddedKey:
+    """A resume key that folders of earlier versions lack: what those versions did instead (`before`), and the value
+    that does the same now (`earlier`; None: none does, such a folder is not continued)."""
+
+    before: str
+    earlier: object = None
+
+
+ADDED = {  # every resume key added since the first folders were written (2026-11-22), each named in its refusal
+    "model_fingerprint": AddedKey("did not record which weights answered, so they cannot be checked"),
+    "compile": AddedKey("decoded eagerly", earlier=False),
+    "noise_draws": AddedKey("drew the noise call by call as it decoded, not every slot ahead of decoding"),
+}
 COMMAND = "eval generate"  # one folder per `--name` below its --output_dir, each with its settings.json
 
 
@@ -129,19 +145,42 @@ def _settings(args: GenerateArguments, model: str, rows: list[dict[str, str]], n
     }
 
 
-def _check_resume(path: str, settings: dict, measured_later: tuple[str, ...] = ()) -> None:
+def _check_resume(path: str, settings: JSONObject, measured_later: tuple[str, ...] = ()) -> None:
     """A generator folder's saved settings must equal these (`measured_later`: keys not known yet, compared once
-    known), else the answers would mix two runs."""
+    known), else the answers would mix two runs; a folder of an earlier version is refused naming it and what it did
+    (`earlier_version`)."""
     if not os.path.isfile(path):
         return
     with open(path) as f:
         old = json.load(f)
-    earlier = {"compile": False}  # what a folder written before the key existed did (no key: no default)
-    if changed := [k for k in RESUME_KEYS if k not in measured_later and old.get(k, earlier.get(k)) != settings[k]]:
+    earlier_version(path, old, settings)
+    known = [k for k in RESUME_KEYS if k not in measured_later and (k in old or k not in ADDED)]  # ADDED: checked
+    if changed := [k for k in known if old.get(k) != settings[k]]:
         raise GenerationError(
             f"{path} was written with other settings ({', '.join(f'{k}: {old.get(k)!r}' for k in changed)}); "
             "use another --output_dir or --name, or the same settings to resume."
         )
+
+
+def earlier_version(path: str, old: JSONObject, settings: JSONObject) -> None:
+    """A generator folder whose settings lack keys added since (`ADDED`) was written by an earlier version: continued
+    where what it did is what these settings do, else refused naming the version, what it did and what to do."""
+    lacking = {k: a for k, a in ADDED.items() if k not in old}
+    if not (refused := {k: a for k, a in lacking.items() if a.earlier is None or a.earlier != settings[k]}):
+        return
+    folder = os.path.dirname(path)
+    entry = (read_marker(os.path.dirname(folder), "--output_dir") or {}).get(COMMAND)
+    version = entry.get("version") if isinstance(entry, dict) else None
+    who = f"an earlier build of constrained-sft {version}" if version == VERSION else f"constrained-sft {version}"
+    did = "; ".join(f"{a.before} (its settings.json has no `{k}`)" for k, a in refused.items())
+    fixes = [f"`--{k} {json.dumps(a.earlier)}`" for k, a in refused.items() if a.earlier is not None]
+    todo = (
+        f"continue it with {' '.join(fixes)}, or" if len(fixes) == len(refused) else "its answers cannot be continued:"
+    )
+    raise GenerationError(
+        f"{folder} was written by {who if version else 'an earlier version'}, which {did}; {todo} give a new "
+        f"`--output_dir` or `--name`, or remove {folder} to answer again with this version."
+    )
 
 
 def cache_length(tokenizer: PreTrainedTokenizerBase, rows: list[dict[str, str]], args: GenerateArguments) -> int:
