@@ -23,11 +23,8 @@ written beside its name and renamed into place, so a stop at any moment leaves t
 new one, never a partial file.
 
 `unpack` (gpu_check.sh's STUDY_TGZ) extracts such an archive only into an empty (or new) folder or one holding the
-same study (the settings its record names equal the archive's), and only files the folder lacks or holds with the
-same bytes: a file of the folder that differs (another run's record, the user's edited report) is never written over,
-the whole archive is refused before anything is written. Every member must be a plain file or folder with a relative
-name inside the folder (no absolute name, no `..`, no link or device); extraction uses tarfile's `data` filter too.
-`--check` does every check and writes nothing (the script asks it before any work).
+same study, every member checked against the layout `pack` writes and against links in the folder before anything is
+written (`study_archive.py`, where the layout is).
 """
 
 from __future__ import annotations
@@ -36,8 +33,8 @@ import os
 import shutil
 import sys
 import tarfile
-from pathlib import Path
-from typing import NoReturn
+
+from study_archive import FILES, FOLDERS, LEGACY_FILES, RUN_FILES, TRAIN, refuse, unpack  # the archive's layout
 
 from constrained_sft.utils.atomic import replacing
 from constrained_sft.utils.content import sha256  # the package is installed: this import says so
@@ -48,18 +45,6 @@ BY = "gpu_study.sh"  # who wrote OUT_DIR, in its record
 MARK = "written by benchmarks/gpu_study.sh"
 DEVICE = "device.txt"
 WRITTEN = "written: "
-FOLDERS = ("runs", "robustness", "generations", "judging", "exits")
-FILES = (
-    "study.json",
-    "report.md",
-    "report.html",
-    "timings.json",
-    ".written-by.json",
-    "instructions.jsonl",
-    "study-id.txt",
-)
-LEGACY_FILES = ("written_by.json",)  # an earlier version's marker of the study, packed where the folder holds one
-RUN_FILES = ("constraints.json", "trainer_state.json", "training_args.json", "run.json")  # per run: no weights
 SHOWN = {
     "report.md": "",
     "results.json": "robustness",
@@ -73,11 +58,6 @@ OWN = (
     "study.tar.gz",
     *SHOWN,
 )  # what the script writes beside its record (and an earlier version beside device.txt)
-
-
-def refuse(message: str, prog: str = "gpu_study.sh") -> NoReturn:
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def recorded(out: str) -> tuple[bool, dict[str, str] | None]:
@@ -134,7 +114,7 @@ def pack(study: str, out: str) -> None:
         for name in (*FOLDERS, *FILES, *LEGACY_FILES):
             if os.path.exists(os.path.join(study, name)):
                 tar.add(os.path.join(study, name), arcname=name)
-        for root, _, names in os.walk(os.path.join(study, "train")):
+        for root, _, names in os.walk(os.path.join(study, TRAIN)):
             for name in sorted(n for n in names if n in RUN_FILES):
                 tar.add(os.path.join(root, name), arcname=os.path.relpath(os.path.join(root, name), study))
     for name, folder in SHOWN.items():
@@ -170,107 +150,6 @@ def device(out: str, lines: list[str]) -> None:
     shown = [line for line in lines if line.strip()]
     write_section(out, "device", shown, by=BY)
     print("\n".join(shown))
-
-
-UNPACKS = "gpu_check.sh"  # who unpacks an archive (its refusals name it)
-AGAIN = "give the study.tar.gz an earlier window brought back"
-
-
-# the study folder's record, which names the commands that wrote it; an earlier version's marker beside it
-MARKERS = (".written-by.json", "written_by.json")
-
-
-def study_settings(text: bytes | str) -> object:
-    """The study's settings in the text of its record (or an earlier version's `written_by.json`); None where it
-    names no study."""
-    import json
-
-    try:
-        return json.loads(text)["commands"]["study"]["settings"]
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-def checked_members(tar: tarfile.TarFile, archive: str) -> list[tarfile.TarInfo]:
-    """The archive's members, each a plain file or folder with a relative name that stays inside (else refused)."""
-    members = tar.getmembers()
-    for m in members:
-        parts = m.name.replace("\\", "/").split("/")
-        problem = (
-            "a link"
-            if m.issym() or m.islnk()
-            else "an absolute name"
-            if m.name.startswith("/")
-            else "a name with '..'"
-            if ".." in parts
-            else None
-            if m.isfile() or m.isdir()
-            else "no plain file"
-        )
-        if problem:
-            refuse(f"STUDY_TGZ {archive}: its member {m.name!r} is {problem}; not a study archive: {AGAIN}", UNPACKS)
-    return members
-
-
-def clashes(tar: tarfile.TarFile, members: list[tarfile.TarInfo], study: str) -> list[str]:
-    """The members `study` already holds otherwise: a file with other bytes, a link or a folder where a file goes."""
-    found = []
-    for m in members:
-        target = os.path.join(study, m.name)
-        if not os.path.lexists(target):
-            continue
-        if os.path.islink(target) or (os.path.isdir(target) != m.isdir()):
-            found.append(m.name)
-        elif m.isfile():
-            with open(target, "rb") as f, tar.extractfile(m) as given:  # type: ignore[union-attr]
-                if f.read() != given.read():
-                    found.append(m.name)
-    return found
-
-
-def unpack(archive: str, study: str, check_only: bool = False) -> None:
-    """Continue a study from `archive` in the folder `study` (see the module docstring)."""
-    if not os.path.isfile(archive):
-        refuse(f"STUDY_TGZ {archive}: no such file; {AGAIN}", UNPACKS)
-    if os.path.lexists(study) and not os.path.isdir(study):
-        refuse(f"STUDY_DIR {study} is a file; give a new or empty folder, or the folder of the same study", UNPACKS)
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            members = checked_members(tar, archive)
-            marked_in = [next((m for m in members if m.name == n and m.isfile()), None) for n in MARKERS]
-            settings = next(
-                (s for m in marked_in if m and (s := study_settings(tar.extractfile(m).read())) is not None),  # type: ignore[union-attr]
-                None,
-            )
-            if settings is None:
-                refuse(
-                    f"STUDY_TGZ {archive}: not a study archive (its .written-by.json names no study); {AGAIN}", UNPACKS
-                )
-            if os.path.isdir(study) and os.listdir(study):
-                there = [
-                    Path(study, n) for n in MARKERS if Path(study, n).is_file() and not Path(study, n).is_symlink()
-                ]
-                held = next((t for m in there if (t := study_settings(m.read_bytes())) is not None), None)
-                if held != settings:
-                    refuse(
-                        f"STUDY_DIR {study} holds another study, or files that are not a study's (its .written-by.json "
-                        "names no study with the archive's settings); give a new or empty folder, or the folder of "
-                        "the same study",
-                        UNPACKS,
-                    )
-            if found := clashes(tar, members, study):
-                shown = ", ".join(found[:3]) + (f" and {len(found) - 3} more" if len(found) > 3 else "")
-                refuse(
-                    f"STUDY_DIR {study} already holds {shown} with other contents than STUDY_TGZ's; nothing is "
-                    "written over: continue the folder as it is (no STUDY_TGZ), or give a new or empty STUDY_DIR",
-                    UNPACKS,
-                )
-            if not check_only:
-                os.makedirs(study, exist_ok=True)
-                todo = [m for m in members if not os.path.lexists(os.path.join(study, m.name))]
-                tar.extractall(study, members=todo, filter="data")
-    except (tarfile.TarError, EOFError, OSError) as error:
-        refuse(f"STUDY_TGZ {archive}: not a readable study archive ({type(error).__name__}); {AGAIN}", UNPACKS)
 
 
 def versions() -> str:

@@ -138,8 +138,9 @@ def test_installed_answers_without_importing_the_stack():
     """The script's first question (`installed`): the package is there, asked in a fresh interpreter without importing
     torch or transformers, so a refused argument costs no stack import."""
     program = """
-import runpy, sys
+import os, runpy, sys
 sys.argv = ["study_package.py", "installed", sys.argv[1]]
+sys.path.insert(0, os.path.dirname(sys.argv[-1]))  # as `python benchmarks/study_package.py` starts: its folder first
 try:
     runpy.run_path(sys.argv.pop(), run_name="__main__")
 except SystemExit as stop:
