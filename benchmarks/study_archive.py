@@ -3,8 +3,8 @@ A study archive's layout and its unpacking (`benchmarks/study_package.py pack` w
 gpu_check.sh: a study continued from what an earlier GPU window brought back), outside the library.
 
 The layout is what `pack` writes and nothing else: the study's result folders (`FOLDERS`, whole), its top-level files
-(`FILES`, and an earlier version's marker), and under `train/` each run's small files (`RUN_FILES`: no weights, no
-prepared data). `unpack` checks the whole archive before it writes anything, and refuses naming the member and why:
+(`FILES`, and an earlier version's marker), and under `train/` each run's small files (`RUN_FILES`, and those an
+earlier archive carried: no weights, no prepared data). `unpack` checks the whole archive before it writes anything, and refuses naming the member and why:
 
 - every member is a plain file or a folder with a relative name inside STUDY_DIR (no absolute name, no `..`, no link
   or device), named once (a second member of one name would replace the first), and inside the layout;
@@ -39,6 +39,16 @@ FILES = (
 LEGACY_FILES = ("written_by.json",)  # an earlier version's marker of the study, packed where the folder holds one
 TRAIN = "train"
 RUN_FILES = ("constraints.json", "trainer_state.json", "training_args.json", "run.json")  # per run: no weights
+# what the H100 window's hand-packed archive (2026-11-27, ../shared/gpu/h100-seed0) carried beside them: no weights
+LEGACY_RUN_FILES = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+    "README.md",
+    "data.json",
+)
 # the study folder's record, which names the commands that wrote it; an earlier version's marker beside it
 MARKERS = (".written-by.json", "written_by.json")
 
@@ -51,6 +61,11 @@ def refuse(message: str, prog: str = "gpu_study.sh") -> NoReturn:
     raise SystemExit(2)
 
 
+def parts_of(name: str) -> list[str]:
+    """A member's name as its parts, without "." and empty ones (`./runs/` and `runs` are one folder)."""
+    return [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+
+
 def in_layout(parts: list[str], folder: bool) -> bool:
     """Whether a member of these name parts is one `pack` writes: a result folder or what is under it, a top-level
     file, or a folder under `train/` and a run's small file there."""
@@ -58,7 +73,7 @@ def in_layout(parts: list[str], folder: bool) -> bool:
         return folder or bool(parts)
     if len(parts) == 1:
         return parts[0] in (*FILES, *LEGACY_FILES) and not folder or parts[0] == TRAIN and folder
-    return parts[0] == TRAIN and (folder or parts[-1] in RUN_FILES)
+    return parts[0] == TRAIN and (folder or parts[-1] in (*RUN_FILES, *LEGACY_RUN_FILES))
 
 
 def checked_members(tar: tarfile.TarFile, archive: str) -> list[tarfile.TarInfo]:
@@ -66,7 +81,7 @@ def checked_members(tar: tarfile.TarFile, archive: str) -> list[tarfile.TarInfo]
     the study layout (`in_layout`); else refused naming the first member that is not and why."""
     members, seen = tar.getmembers(), set()
     for m in members:
-        parts = [p for p in m.name.replace("\\", "/").split("/") if p not in ("", ".")]
+        parts = parts_of(m.name)
         problem = (
             "a link"
             if m.issym() or m.islnk()
@@ -91,7 +106,7 @@ def checked_members(tar: tarfile.TarFile, archive: str) -> list[tarfile.TarInfo]
 
 def through_link(study: str, name: str) -> str | None:
     """The first folder on the way from `study` to the member `name` that is a link in STUDY_DIR, else None."""
-    parts = [p for p in name.replace("\\", "/").split("/") if p not in ("", ".")]
+    parts = parts_of(name)
     for depth in range(1, len(parts)):
         path = os.path.join(study, *parts[:depth])
         if os.path.islink(path):
@@ -126,7 +141,7 @@ def study_settings(text: bytes | str) -> object:
 
 def archive_settings(tar: tarfile.TarFile, members: list[tarfile.TarInfo], archive: str) -> object:
     """The study settings the archive's record names; refused where it names none."""
-    marked_in = [next((m for m in members if m.name == n and m.isfile()), None) for n in MARKERS]
+    marked_in = [next((m for m in members if parts_of(m.name) == [n] and m.isfile()), None) for n in MARKERS]
     for m in marked_in:
         given = tar.extractfile(m) if m is not None else None
         if given is not None and (settings := study_settings(given.read())) is not None:

@@ -102,3 +102,21 @@ def test_the_script_refuses_in_one_line(tmp_path):
     )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and "'train/erm/seed0/model.safetensors' is outside" in done.stderr
+
+
+def test_the_h100_windows_hand_packed_archive_is_a_study_archive(tmp_path):
+    """The archive the H100 window left (../shared/gpu/h100-seed0): names under "./", an earlier version's marker and
+    each run's small files beside the ones pack writes (its model card, tokenizer, config); unpacked whole."""
+    legacy = json.dumps({"commands": {"study": {"settings": {"a": 1}}}})
+    run = {f"./train/erm/seed0/{n}": "{}" for n in (*archive.RUN_FILES, *archive.LEGACY_RUN_FILES)}
+    tgz = tmp_path / "study-partial.tar.gz"
+    with tarfile.open(tgz, "w:gz") as tar:
+        for name, text in {"./": None, "./written_by.json": legacy, "./generations/erm-seed0/gamma_0.0.json": "[]",
+                           **run}.items():  # fmt: skip
+            info = tarfile.TarInfo(name)
+            info.type = tarfile.DIRTYPE if text is None else tarfile.REGTYPE
+            info.size = 0 if text is None else len(text)
+            tar.addfile(info, None if text is None else io.BytesIO(text.encode()))
+    archive.unpack(str(tgz), str(tmp_path / "study"))
+    assert (tmp_path / "study" / "train" / "erm" / "seed0" / "README.md").is_file()
+    assert (tmp_path / "study" / "written_by.json").read_text() == legacy
