@@ -77,14 +77,14 @@ def tiny_causal_lm(
         )
     elif arch == "lfm2":  # its final norm is `embedding_norm`: found by what it does, not by its name
         layer_types = ["conv" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
-        config = transformers.Lfm2Config(**_decoder(num_layers, hidden, vocab), layer_types=layer_types, **overrides)
+        config = transformers.Lfm2Config(**{**_decoder(num_layers, hidden, vocab), "layer_types": layer_types, **overrides})
     else:
         cls = {
             "llama": transformers.LlamaConfig,
             "qwen2": transformers.Qwen2Config,
             "mistral": transformers.MistralConfig,
         }
-        config = cls[arch](**_decoder(num_layers, hidden, vocab), **overrides)
+        config = cls[arch](**{**_decoder(num_layers, hidden, vocab), **overrides})  # an override replaces a default
     return transformers.AutoModelForCausalLM.from_config(config)
 
 

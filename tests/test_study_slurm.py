@@ -216,10 +216,12 @@ REQUEUED = ("requeues",)  # what only a requeued run's record holds
 
 
 def test_a_run_past_its_time_limit_requeues_itself_and_a_preempted_one_loses_nothing(assets, tmp_path, slurm):  # noqa: F811
-    """Both runs train for longer than their one-minute `--slurm_time`: each job is warned (USR2), saves a
-    checkpoint at the end of its step, requeues itself and goes on; the constrained run's job is also requeued by
-    `scontrol requeue` while it trains, as a preemption is. Both end with the records of the same study run here,
-    uninterrupted, and say how often and why they were requeued."""
+    """Both runs train for longer than a minute on a busy 2-core machine, past their one-minute `--slurm_time`: a job
+    warned of it (USR2) saves a checkpoint at the end of its step, requeues itself and goes on. The ERM run's job is
+    also warned by the test while it trains (`scancel --signal=USR2`, the signal Slurm sends near the limit, which a
+    fast machine may finish before), and the constrained run's job is requeued by `scontrol requeue`, as a preemption
+    is. Both end with the records of the same study run here, uninterrupted, and say how often and why they were
+    requeued."""
     steps = ("--max_steps", "1500", "--exit_prompts", "0", "--training_seeds", "1")
     # a warning may come before a start has trained a step (Slurm's minute of resolution): requeues to spare
     argv = study_argv(assets, tmp_path / "slurm", *steps, *on_slurm("--slurm_time", "1", "--slurm_requeues", "40"))
@@ -227,17 +229,22 @@ def test_a_run_past_its_time_limit_requeues_itself_and_a_preempted_one_loses_not
     try:
         ledger = tmp_path / "slurm" / "slurm" / "jobs.json"
         wait_for(ledger.is_file, "the jobs are submitted", hang_limit(30))
-        job = next(e["job_id"] for e in json.loads(ledger.read_text())["jobs"] if e["name"] == "constrained/seed0")
-        log = tmp_path / "slurm" / "slurm" / "logs" / job / f"{job}_0_log.err"
-        wait_for(lambda: log.is_file() and "/1500 [" in log.read_text(), "the run trains", hang_limit(60))
+        jobs = {e["name"]: e["job_id"] for e in json.loads(ledger.read_text())["jobs"]}
 
-        def preempted() -> bool:  # refused while the job waits to start again after a time-limit requeue
-            if slurm.states()[job][1] != "RUNNING":
-                return False
-            done = subprocess.run(["scontrol", "requeue", job], env=slurm.env, capture_output=True, check=False)
-            return done.returncode == 0
+        def sent(name: str, *command: str):
+            """Sends `command` to the run's job once it trains; refused while it waits to start again."""
+            log = tmp_path / "slurm" / "slurm" / "logs" / jobs[name] / f"{jobs[name]}_0_log.err"
 
-        wait_for(preempted, "the running job requeued by scontrol", hang_limit(120))
+            def attempt() -> bool:
+                if not (log.is_file() and "/1500 [" in log.read_text()) or slurm.states()[jobs[name]][1] != "RUNNING":
+                    return False
+                done = subprocess.run([*command, jobs[name]], env=slurm.env, capture_output=True, check=False)
+                return done.returncode == 0
+
+            return attempt
+
+        wait_for(sent("erm/seed0", "scancel", "--signal=USR2"), "the ERM run warned while it trains", hang_limit(120))
+        wait_for(sent("constrained/seed0", "scontrol", "requeue"), "the constrained run requeued", hang_limit(120))
         assert cli(study_argv(assets, tmp_path / "local", *steps)) == 0  # the uninterrupted twin, meanwhile
         stdout, stderr = copy.communicate(timeout=hang_limit(600))
         assert copy.returncode == 0, stderr[-3000:] + job_logs(tmp_path / "slurm" / "slurm" / "logs")
