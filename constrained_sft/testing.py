@@ -77,7 +77,9 @@ def tiny_causal_lm(
         )
     elif arch == "lfm2":  # its final norm is `embedding_norm`: found by what it does, not by its name
         layer_types = ["conv" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
-        config = transformers.Lfm2Config(**{**_decoder(num_layers, hidden, vocab), "layer_types": layer_types, **overrides})
+        config = transformers.Lfm2Config(
+            **{**_decoder(num_layers, hidden, vocab), "layer_types": layer_types, **overrides}
+        )
     else:
         cls = {
             "llama": transformers.LlamaConfig,
