@@ -45,3 +45,15 @@ def test_a_warning_after_the_work_is_ignored_and_a_time_limit_is_noted_for_the_n
     again = job.checkpoint()
     assert json.loads(Path(note).read_text()) == {"why": TIME_LIMIT} and requeued_for(note, "by Slurm") == TIME_LIMIT
     assert again.function is job and again.args == () and again.result() == 2
+
+
+def test_a_requeue_while_the_job_started_is_counted_its_reason_unknown():
+    """A run's record notes one requeue per Slurm restart: a job requeued again while it started (before it noted the
+    requeue before) leaves that restart's reason unknown, never a gap in the count."""
+    from constrained_sft.study.cluster import UNNOTED, requeues_since
+
+    noted = [{"why": "time limit", "restart": 1, "job": "7", "phase": "train"}]
+    assert requeues_since(noted, "7", 1, lambda: "unused") == []
+    added = requeues_since(noted, "7", 3, lambda: "time limit")
+    assert [(r["restart"], r["why"]) for r in added] == [(2, UNNOTED), (3, "time limit")]
+    assert [r["restart"] for r in requeues_since([], "8", 2, lambda: "x")] == [1, 2]  # another job of the run

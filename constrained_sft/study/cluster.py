@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 
 from ..tasks import AnyRecipe, get_task
 from ..trainers.signals import SaveOnSignal
@@ -19,6 +20,7 @@ from .phases import Job, run_job
 from .record import RunRecord, read_record, write_record
 
 BY_SLURM = "requeued by Slurm (preempted, or `scontrol requeue`)"
+UNNOTED = "requeued again while it started, its reason not kept"
 
 
 def per_run(queue: list[Job]) -> list[Job]:
@@ -51,6 +53,21 @@ def requeue_note(job: Job) -> str:
     return job.folder.rstrip("/") + ".requeued.json"
 
 
+def requeues_since(
+    noted: list[dict[str, str | int]], job_id: str, restarts: int, why: Callable[[], str]
+) -> list[dict[str, str | int]]:
+    """The requeues of job `job_id` its record has not noted, one per Slurm restart since the last noted (`restarts`:
+    `SLURM_RESTART_COUNT`): the last for `why()` (what the note says, else Slurm's requeue), each before it for a
+    reason not kept (a job requeued again while it started, before it noted the requeue before)."""
+    last = sum(r.get("job") == job_id for r in noted)
+    if restarts <= last:
+        return []
+    unnoted: list[dict[str, str | int]] = [
+        {"why": UNNOTED, "restart": r, "job": job_id} for r in range(last + 1, restarts)
+    ]
+    return [*unnoted, {"why": why(), "restart": restarts, "job": job_id}]
+
+
 def job_main(job: Job) -> RunRecord:
     """What a run's job does each time it starts (see the module docstring); a requeued job never starts its run
     over."""
@@ -59,9 +76,8 @@ def job_main(job: Job) -> RunRecord:
     record = read_record(job.study, job.run, key) or RunRecord(job.run.name)
     left = tuple(p for p in job.phases if not record.done(p))
     note = requeue_note(job)
-    if restarts > sum(r.get("job") == job_id for r in record.requeues):  # this job was requeued since it last began
-        why = requeued_for(note, BY_SLURM)
-        record.requeues.append({"why": why, "phase": left[0] if left else "none", "restart": restarts, "job": job_id})
+    if added := requeues_since(record.requeues, job_id, restarts, lambda: requeued_for(note, BY_SLURM)):
+        record.requeues += [{**r, "phase": left[0] if left else "none"} for r in added]
         if job.writes:
             write_record(job.study, record, key)
     if os.path.isfile(note):  # read, or left by an earlier job of the run that did not start again
