@@ -34,6 +34,7 @@ from ..data import (
     prepared_splits,
     resolve_model_path,
 )
+from ..data.models import is_adapter
 from ..trainers import ConstrainedSFTTrainer
 from ..utils.fields import mapping_field
 from ..utils.files import write_json
@@ -227,9 +228,8 @@ def causal_lm_config(spec: ModelSpec) -> PretrainedConfig | None:
     import transformers
 
     path = spec.path
-    adapter = os.path.join(path, "adapter_config.json")
-    if os.path.isdir(path) and os.path.isfile(adapter):
-        with open(adapter) as f:
+    if is_adapter(path):
+        with open(os.path.join(path, "adapter_config.json")) as f:
             path = spec.base_model or json.load(f).get("base_model_name_or_path") or path
     try:
         config = AutoConfig.from_pretrained(resolve_model_path(path, spec.flag))
