@@ -3,6 +3,9 @@ Tiny offline building blocks for tests, examples and benchmarks: a word-level to
 small random causal LMs of several architectures, tiny encoder classifiers (BERT, DistilBERT, RoBERTa), and a
 learnable synthetic prompt-completion task, tiny generated videos (`write_video`), and the assets of the GPU study's
 CPU rehearsal (`study_assets`, `python -m constrained_sft.testing study-assets ROOT`: `benchmarks/gpu_study.sh --smoke`).
+Tiny vision-language models with their processors: `testing.vlm`.
+
+May import: nothing of the package (tests, examples and benchmarks build on it; the package does not).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ def tiny_tokenizer() -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def _decoder(num_layers: int, hidden: int, vocab: int) -> dict:
+def decoder_fields(num_layers: int, hidden: int, vocab: int) -> dict:
     """Config fields of a tiny Llama-like text decoder, shared by every builder here."""
     return dict(
         vocab_size=vocab,
@@ -78,7 +81,7 @@ def tiny_causal_lm(
     elif arch == "lfm2":  # its final norm is `embedding_norm`: found by what it does, not by its name
         layer_types = ["conv" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
         config = transformers.Lfm2Config(
-            **{**_decoder(num_layers, hidden, vocab), "layer_types": layer_types, **overrides}
+            **{**decoder_fields(num_layers, hidden, vocab), "layer_types": layer_types, **overrides}
         )
     else:
         cls = {
@@ -86,7 +89,9 @@ def tiny_causal_lm(
             "qwen2": transformers.Qwen2Config,
             "mistral": transformers.MistralConfig,
         }
-        config = cls[arch](**{**_decoder(num_layers, hidden, vocab), **overrides})  # an override replaces a default
+        config = cls[arch](
+            **{**decoder_fields(num_layers, hidden, vocab), **overrides}
+        )  # an override replaces a default
     return transformers.AutoModelForCausalLM.from_config(config)
 
 
@@ -97,7 +102,7 @@ def tiny_vlm(arch: str = "llava", num_layers: int = 4, hidden: int = 32, vocab: 
     text alone, as TRL's VLM tests do when no image is given. Token `vocab - 1` is the image token.
     """
     transformers.set_seed(seed)
-    text = _decoder(num_layers, hidden, vocab)
+    text = decoder_fields(num_layers, hidden, vocab)
     vision: Mapping[str, Any] = dict(  # the vision configs' keywords
         hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=8
     )
@@ -240,11 +245,3 @@ def study_assets(root) -> str:
     with open(os.path.join(root, "sharegpt.json"), "w", encoding="utf-8") as f:
         json.dump(sharegpt_rows(), f)
     return str(root)
-
-
-if __name__ == "__main__":
-    import sys
-
-    if len(sys.argv) != 3 or sys.argv[1] != "study-assets":
-        sys.exit("usage: python -m constrained_sft.testing study-assets ROOT")
-    study_assets(sys.argv[2])
