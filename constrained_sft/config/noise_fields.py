@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ..constraints.variants import is_number
 from ..utils.fields import check_fields
+from ..utils.types import NOISE_MODALITIES, NoiseModality
 
 
 @dataclass
@@ -36,6 +37,23 @@ class NoiseArguments:
             "help": "sigma_x, the noise scale gamma multiplies. Default: measured once on the starting model's input "
             "embeddings and kept for the whole run (training and evaluation), then recorded as `noise_sigma_x` in "
             "constraints.json, so that models trained from the same start are perturbed alike when compared."
+        },
+    )
+    noise_modality: NoiseModality = field(
+        default="both",
+        metadata={
+            "help": "Which inputs of a vision-language model the noise perturbs, at its language model's input: "
+            "'text' (the token embeddings), 'image' (the image features at the image positions) or 'both'. A "
+            "text-only model has text only ('both' = 'text'; 'image' is refused). See docs/guides/vlm.md.",
+            "choices": list(NOISE_MODALITIES),
+        },
+    )
+    noise_image_sigma: float | None = field(
+        default=None,
+        metadata={
+            "help": "sigma of the image-feature noise (gamma multiplies it). Default: the std of the image features "
+            "the starting model gives the first training batch, kept for the run and recorded as "
+            "`noise_image_sigma_x` in constraints.json."
         },
     )
     noise_clean_prob: float = field(
@@ -77,6 +95,16 @@ class NoiseArguments:
             not is_number(self.noise_sigma) or not math.isfinite(self.noise_sigma) or self.noise_sigma <= 0
         ):
             raise ValueError(f"`noise_sigma` must be a finite number > 0, or unset, got {self.noise_sigma!r}.")
+        if self.noise_modality not in NOISE_MODALITIES:
+            raise ValueError(f"`noise_modality` must be one of {list(NOISE_MODALITIES)}, got {self.noise_modality!r}.")
+        if self.noise_image_sigma is not None and (
+            not is_number(self.noise_image_sigma)
+            or not math.isfinite(self.noise_image_sigma)
+            or self.noise_image_sigma <= 0
+        ):
+            raise ValueError(
+                f"`noise_image_sigma` must be a finite number > 0, or unset, got {self.noise_image_sigma!r}."
+            )
         if not is_number(self.noise_clean_prob) or not 0.0 <= self.noise_clean_prob <= 1.0:
             raise ValueError(f"`noise_clean_prob` must be a probability in [0, 1], got {self.noise_clean_prob!r}.")
         if self.eval_noise_gammas is not None:

@@ -64,6 +64,7 @@ class FeasibilityReport:
     global_step: int | None = None
     noise_gamma: float | list[float] | None = None  # a level, or the [low, high] range each example drew from
     noise_sigma_x: float | None = None
+    noise_image_sigma_x: float | None = None  # a VLM's image-feature scale (`noise_image_sigma`), where it had one
 
     def to_dict(self) -> JSONObject:
         out: JSONObject = dataclasses.asdict(self)

@@ -183,26 +183,6 @@ def noise_stream(model: nn.Module, seed: int) -> torch.Generator:
 
 
 @contextmanager
-def noisy(
-    model: nn.Module,
-    gamma: float | torch.Tensor,
-    generator: torch.Generator | None,
-    mean: float = 0.0,
-    sigma: float | None = None,
-) -> Iterator[EmbeddingNoise]:
-    """
-    The one entry point of the library's noise: `model`'s token embeddings perturbed inside the block, in train and
-    eval mode and in `generate()`, every draw from `generator` (one convention: a seed becomes a stream through
-    `noise_stream`; None: torch's global stream). `gamma` is a float or a `[B]` tensor of per-example levels; `sigma`
-    fixes sigma_x (default: the model's own, as its weights are now). Padding positions (attention mask 0) are never
-    perturbed. Leaving the block, even through an exception, removes the hooks and restores the exact clean model.
-    """
-    noise = EmbeddingNoise(model, gamma, mean, generator, sigma)
-    with hooked(noise.model, noise.module, noise._capture_call, noise._perturb):
-        yield noise
-
-
-@contextmanager
 def hooked(
     model: nn.Module,
     module: nn.Module,
@@ -220,26 +200,3 @@ def hooked(
     finally:
         for handle in handles:
             handle.remove()
-
-
-@contextmanager
-def embedding_noise(
-    model: nn.Module,
-    gamma: float | torch.Tensor = 0.0,
-    mean: float = 0.0,
-    seed: int | None = None,
-    generator: torch.Generator | None = None,
-    sigma: float | None = None,
-) -> Iterator[EmbeddingNoise]:
-    """
-    `noisy` for users, with a seed or a stream: perturb `model`'s token embeddings inside the block.
-
-        with embedding_noise(model, gamma=1.5, seed=0):
-            model.generate(**inputs)
-
-    `seed` is `noise_stream(model, seed)`; an explicit `generator` is used as given. See [`noisy`].
-    """
-    if generator is None and seed is not None:
-        generator = noise_stream(model, seed)
-    with noisy(model, gamma, generator, mean, sigma) as noise:
-        yield noise

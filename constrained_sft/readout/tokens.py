@@ -189,9 +189,11 @@ def select_tokens(
     per_sequence: int | None = None,
     seed: int = 0,
     first_row: int = 0,
+    unread: tuple[int, ...] = (),
 ) -> TokenSelection:
     """
-    All supervised next-token positions of `labels` (`[B, T]`, -100 = ignored), or with `per_sequence=k` a uniform
+    All supervised next-token positions of `labels` (`[B, T]`, -100 = ignored; so are targets among the token ids
+    `unread`: a VLM's image placeholders, whose features are given, not predicted), or with `per_sequence=k` a uniform
     sample without replacement of `min(k, n_s)` of each sequence's `n_s` positions, weighted `n_s / min(k, n_s)` so
     that the weighted sum is an unbiased estimate of the all-token sum (Horvitz-Thompson). The sample is drawn from
     [`row_keys`]`(B, T-1, seed, first_row)`: gradient accumulation and data parallelism draw what one large batch
@@ -202,6 +204,8 @@ def select_tokens(
     (evaluation, `layer_loss_tokens='all'`) compacts them with one `nonzero`: padding and prompt positions would
     otherwise be read out too, and those readouts are compute-bound. Packed documents add one read (how many).
     """
+    if unread:
+        labels = labels.masked_fill(torch.isin(labels, torch.tensor(unread, device=labels.device)), IGNORE_INDEX)
     if per_sequence is not None and position_ids is None:
         return _sample_rows(labels, per_sequence, seed, first_row)
     targets = labels[:, 1:].reshape(-1)

@@ -205,6 +205,7 @@ class ConstrainedTrainerMixin(TrainerOverrides):
             global_step=self.state.global_step,
             noise_gamma=self.args.gamma_setting,  # the evaluation's ID / OOD boundary
             noise_sigma_x=self.noise_sigma,  # the scale every evaluation of this run's models should share
+            noise_image_sigma_x=self.noise.image_sigma,
         )
 
     def write_constraint_report(self) -> FeasibilityReport:

@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import zlib
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 
 from ..noise import EmbeddingNoiseError, NoiseLevels, embedding_sigma, noise_stream, noisy
-from ..utils.types import Batch
+from ..noise.modality import check_modality, image_feature_sigma, language_model
+from ..utils.types import Batch, Logs, NoiseModality
 
 
 def reference_sigma(args: Any, model: Any) -> float | None:
@@ -54,8 +55,43 @@ class TrainingNoise:
             gamma_range=gamma if isinstance(gamma, list) else None,
             clean_prob=getattr(args, "noise_clean_prob", 0.0),
         )
+        # a VLM's: which inputs (`noise.modality`), and the image features' scale (given, measured, or None)
+        self.modality: NoiseModality = getattr(args, "noise_modality", "both")
+        self.image_sigma: float | None = getattr(args, "noise_image_sigma", None)
+        if getattr(args, "uses_noise", False):
+            check_modality(self.modality, model)
         self.draws: dict[str, int] = defaultdict(int)  # purpose -> draws so far in this optimizer step
         self.evaluating = False  # inside the noisy evaluations: a nested `evaluate` runs clean only
+
+    def measure_images(self, model: Any, first_batch: Callable[[], Batch | None], always: bool = False) -> None:
+        """
+        sigma_img of a VLM run with image noise, before training: the std of the image features the starting model
+        gives `first_batch()` (the training data's first rows: the same at a resume), unless `noise_image_sigma`
+        is given. With `noise_modality: both`, data without images leave it unmeasured (nothing to perturb).
+        `always`: measured for a trainer that only evaluates (no noise in its config), as `eval robustness` asks.
+        """
+        noisy = always or getattr(self.args, "uses_noise", False)
+        wanted = noisy and self.modality != "text" and self.image_sigma is None
+        if not wanted or language_model(model) is None or (batch := first_batch()) is None:
+            return
+        try:
+            self.image_sigma = image_feature_sigma(model, batch)
+        except EmbeddingNoiseError:
+            if self.modality == "image":
+                raise
+            self.image_sigma = None
+
+    @contextlib.contextmanager
+    def noisy(
+        self, model: Any, gamma: float | torch.Tensor, generator: torch.Generator, mean: float
+    ) -> Iterator[None]:
+        """`noise.noisy` at this run's scales and modality; an image scale measured inside is kept for the run."""
+        image_sigma = self.image_sigma
+        with noisy(
+            model, gamma, generator, mean, sigma=self.sigma, modality=self.modality, image_sigma=image_sigma
+        ) as noise:
+            yield
+        self.image_sigma = getattr(noise, "image_sigma", None) or image_sigma
 
     def next_step(self) -> None:
         """A new optimizer step: the draw counters start again (the step is part of every key)."""
@@ -78,7 +114,7 @@ class TrainingNoise:
         seed = zlib.crc32(f"{purpose}/{self.args.seed}/{self.step()}".encode())
         return seed, (micro * self.args.world_size + self.args.process_index) * rows
 
-    def for_forward(self, model: Any, inputs: Batch, training: bool) -> contextlib.AbstractContextManager:
+    def for_forward(self, model: Any, inputs: Batch, training: bool) -> contextlib.AbstractContextManager[object]:
         """
         Embedding noise for one forward: per-example levels from a collator's `noise_gamma` (popped: it never
         reaches the model), else in training (`training`: the trainer's model is in train mode) the config's
@@ -89,8 +125,7 @@ class TrainingNoise:
             gamma = self.training_levels(inputs, training)
         if gamma is None:
             return contextlib.nullcontext()
-        generator = self.generator("noise", gamma.device)
-        return noisy(model, gamma, generator, mean=self.args.noise_mean, sigma=self.sigma)
+        return self.noisy(model, gamma, self.generator("noise", gamma.device), self.args.noise_mean)
 
     def training_levels(self, inputs: Batch, training: bool) -> torch.Tensor | None:
         """
@@ -120,7 +155,7 @@ class TrainingNoise:
             (f"{prefix}_gamma_{g:g}", g, self.args.seed + 7919 * (i + 1) + 104729 * rank) for i, g in enumerate(levels)
         ]
 
-    def evaluate(self, run: Callable[[str], dict], model: Any, prefix: str, several: bool = False) -> dict:
+    def evaluate(self, run: Callable[[str], Logs], model: Any, prefix: str, several: bool = False) -> Logs:
         """
         A trainer's evaluation: `run(prefix)` (one `Trainer.evaluate` under a metric prefix) clean, then with
         `eval_noise_gammas` once per level under `<prefix>_gamma_<level>`, seeded (`evaluation_levels`). `several`:
@@ -141,8 +176,8 @@ class TrainingNoise:
 
     def at_level(
         self, model: Any, gamma: float, seed: int, mean: float | None = None
-    ) -> contextlib.AbstractContextManager:
+    ) -> contextlib.AbstractContextManager[object]:
         """Noise at one evaluation level from the stream of `seed` (`evaluation_levels`; `eval robustness` and the
         sweep's validation scores), at the run's sigma_x; `mean`: the run's `noise_mean` unless given."""
         mean = self.args.noise_mean if mean is None else mean
-        return noisy(model, gamma, noise_stream(model, seed), mean=mean, sigma=self.sigma)
+        return self.noisy(model, gamma, noise_stream(model, seed), mean)

@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+import torch
 from transformers import TrainingArguments
 
 from ..config import ConstraintArguments
 from ..constraints import LayerStats, PrimalDual
-from ..utils.types import Kwargs
+from ..utils.types import Batch, Kwargs
 from .callbacks import DualStepCallback, use_compact_console
 from .noise import TrainingNoise
 from .problem import own_primal_dual, primal_dual_from_config
@@ -113,6 +115,18 @@ def check_vocabulary(tokenizer: Any, model: Any) -> None:
         )
 
 
+def first_batch(trainer: Any, data: Any = None, size: int | None = None) -> Batch | None:
+    """The first `size` rows of `data` (default: the training data, `per_device_train_batch_size`), collated as
+    training collates them, on the model's device (no sampler, no random state touched); None without data."""
+    data = trainer.train_dataset if data is None else data
+    if data is None:
+        return None
+    rows = list(itertools.islice(iter(data), size or trainer.args.per_device_train_batch_size))
+    batch = trainer.data_collator(rows)
+    device = next(trainer.model.parameters()).device
+    return {k: v.to(device) for k, v in batch.items() if torch.is_tensor(v) and k != "noise_gamma"}
+
+
 class ConstrainedSetup:
     """
     The constrained state of one trainer, built once `Trainer.__init__` has run (after TRL's dataset filters): the
@@ -140,6 +154,7 @@ class ConstrainedSetup:
         else:
             self.problem = primal_dual_from_config(args, num_layers)
         self.noise = TrainingNoise(args, trainer.model, step=lambda: trainer.state.global_step)
+        self.noise.measure_images(trainer.model, lambda: first_batch(trainer))
         self.eval_stats = LayerStats(len(self.problem.spec.layers))
         self.train_metrics: dict[str, list[float]] = defaultdict(list)  # log key -> one value per optimizer step
         self.bound_checked = False  # the constraints' bound on the last layer is checked once, at the first step

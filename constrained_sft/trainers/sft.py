@@ -13,6 +13,7 @@ from trl.trainer.utils import compute_flops_per_token, get_config_model_id
 
 from ..config import ConstrainedSFTConfig
 from ..constraints import LayerLosses, PrimalDual
+from ..noise.modality import placeholder_ids
 from ..readout import CausalLMReadout, LayerProbe, ProbeRequest, ReadoutError, select_tokens
 from ..utils.fields import mapping_field
 from ..utils.modules import model_text_config, unwrap_model
@@ -223,6 +224,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
             self._positions = model_positions(text_config)
             check_positions(self.train_dataset, checked, self._positions)
             self.readout = readout if readout is not None else CausalLMReadout.from_model(base)
+            self._placeholders = placeholder_ids(base)  # a VLM's image tokens: not read as the layers' targets
             self._sample_sizes: dict[tuple, int] = {}  # per batch shape
             num_layers = text_config.num_hidden_layers
             self.setup = ConstrainedSetup(self, num_layers, primal_dual)
@@ -249,9 +251,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         check_batch_positions(inputs, self.args, self._positions)  # a shape read: streamed rows are seen only here
-        noise = self.noise.for_forward(
-            model, inputs, self.model.training
-        )  # pops `noise_gamma`: it never reaches the model's forward
+        noise = self.noise.for_forward(model, inputs, self.model.training)  # pops `noise_gamma` (not a model input)
         request = self._probe_request(inputs)
         with noise, self.probe.serving(unwrap_model(model), request):
             result = super().compute_loss(
@@ -329,7 +329,7 @@ class ConstrainedSFTTrainer(ConstrainedTrainerMixin, SFTTrainer):
         # Training reads a sample when `layer_loss_tokens` asks for one; evaluation always reads every token.
         sample = self._sample_size(labels, inputs.get("position_ids")) if self.model.training else None
         seed, first_row = self.noise.row_stream("tokens", labels.shape[0]) if sample is not None else (0, 0)
-        selection = select_tokens(labels, inputs.get("position_ids"), sample, seed, first_row)
+        selection = select_tokens(labels, inputs.get("position_ids"), sample, seed, first_row, self._placeholders)
         bound = self._rows_bound if sample is not None and inputs.get("position_ids") is None else None
         return ProbeRequest(
             selection=selection, grad=self._constraints_active(), shape=batch_shape(labels), max_rows=bound

@@ -13,6 +13,8 @@ The shapes of the plain dicts that cross the library's seams, named once so a si
 - `Kwargs`: keyword arguments handed on to a library we do not own (`from_pretrained`, an OpenAI client, alpaca_eval's
   judges, a module's forward), whose values really are anything.
 - `StateDict`: a torch-style `state_dict()` (tensors beside numbers and lists), written to a checkpoint's files.
+- `NoiseModality` / `NOISE_MODALITIES`: which inputs of a vision-language model the noise perturbs, the config's
+  `noise_modality` and the noise's `modality` (one declaration for both floors).
 
 `dict[str, Any]` appears nowhere else in the package (`tests/test_house.py` holds it): every such dict is one of
 these, named for its role.
@@ -21,12 +23,14 @@ these, named for its role.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, get_args
 
 if TYPE_CHECKING:  # torch is not imported when the package is
     import torch
 
 Batch: TypeAlias = "dict[str, torch.Tensor]"
+NoiseModality: TypeAlias = Literal["both", "text", "image"]
+NOISE_MODALITIES: tuple[NoiseModality, ...] = get_args(NoiseModality)
 Logs: TypeAlias = "dict[str, float]"
 JSONValue: TypeAlias = "str | int | float | bool | None | Sequence[JSONValue] | Mapping[str, JSONValue]"
 JSONObject: TypeAlias = "dict[str, JSONValue]"
