@@ -13,6 +13,7 @@ from datasets import Dataset
 from ..utils.fields import check_fields
 from .errors import DataError
 from .formats import FORMATS, ConversationMode, DatasetFormat, to_trl_format
+from .images import data_folder
 from .splits import carve, check_stream_eval_size, refuse_streamed_selection, source_splits
 
 
@@ -79,10 +80,10 @@ class DataArguments:
 def load_train_eval(args: DataArguments) -> tuple[Dataset, Dataset]:
     """(train, held-out) in TRL's format (`source_splits`)."""
     _, train, held_out = source_splits(args)
-    source = f"`dataset_name` {args.dataset_name}"
+    source, root = f"`dataset_name` {args.dataset_name}", data_folder(args.dataset_name)
     return (
-        to_trl_format(train, args.dataset_format, args.conversation_mode, "train", source),
-        to_trl_format(held_out, args.dataset_format, args.conversation_mode, "held-out", source),
+        to_trl_format(train, args.dataset_format, args.conversation_mode, "train", source, root),
+        to_trl_format(held_out, args.dataset_format, args.conversation_mode, "held-out", source, root),
     )
 
 

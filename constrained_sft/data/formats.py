@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Literal, TypeAlias, get_args
 
 from datasets import Dataset, IterableDataset
 
+from ..utils.types import JSONRead
 from .errors import DataError
+from .images import check_placeholders, content_text, row_images, undecoded, with_image_feature
 from .splits import SOURCE_ROW
 
 logger = logging.getLogger(__name__)
@@ -87,11 +90,19 @@ REQUIRED = {
 }
 
 
-def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str = "train", source: str | None = None):
+def to_trl_format(
+    ds,
+    fmt: str,
+    conversation_mode: str = "messages",
+    split: str = "train",
+    source: str | None = None,
+    image_root: str | None = None,
+):
     """Validate every row and map the dataset to TRL's formats; errors name the source (`source`: e.g. "`dataset_name`
     data.json"), the split, the row (and its row in the source where a shuffle or carve moved it) and the problem. A
     streamed dataset is mapped lazily: its first row names the columns, and each row is checked as training reads
-    it."""
+    it. Rows with images (`images` / `image`) keep them as `images`, checked (`data.images`; relative paths from
+    `image_root`)."""
     origin = f"{source}: " if source else ""
     columns, first = ds.column_names, None
     if isinstance(ds, IterableDataset) and columns is None:
@@ -106,7 +117,7 @@ def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str 
         raise DataError(
             f"{origin}The {split} split has no column {missing} required by format {fmt!r}; it has {columns}."
         )
-    convert = CONVERTERS[fmt]
+    convert = with_images(CONVERTERS[fmt], image_root)
     unit = "conversations" if fmt in ("sharegpt", "messages") else "rows"
     if isinstance(ds, IterableDataset):
 
@@ -123,10 +134,10 @@ def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str 
         if first is not None:
             checked(first, 0, warn=False)  # the first row, read already: its problem before any training
         kept = ds.map(checked, with_indices=True, remove_columns=columns).filter(lambda r: not r[SKIPPED])
-        return kept.remove_columns([SKIPPED])
+        return kept.remove_columns([SKIPPED])  # streamed images stay as read: paths or decoded images
     rows: list[dict] = []
     skipped: Counter[str] = Counter()
-    for i, row in enumerate(ds):
+    for i, row in enumerate(undecoded(ds)):
         try:
             rows.append(convert(row, conversation_mode))
         except NoAnswer as skip:
@@ -144,7 +155,21 @@ def to_trl_format(ds, fmt: str, conversation_mode: str = "messages", split: str 
         raise DataError(f"The {split} split is empty.")
     for reason, n in skipped.items():
         logger.warning("%s split: skipped %s of %s %s: %s.", split, f"{n:,}", f"{len(ds):,}", unit, reason)
-    return Dataset.from_list(rows)
+    return with_image_feature(Dataset.from_list(rows))
+
+
+def with_images(convert: Converter, root: str | None) -> Converter:
+    """`convert`, keeping a row's images (`images` / `image`) as `images`, checked against its placeholders."""
+
+    def converted(row: JSONRead, mode: str) -> JSONRead:
+        out = convert(row, mode)
+        images = row_images(row, root)
+        if images is not None:
+            check_placeholders(out, images)
+            out["images"] = images
+        return out
+
+    return converted
 
 
 def rows_with_answers(
@@ -173,7 +198,7 @@ def _string(row: dict, key: str, allow_empty: bool = False) -> str:
     return value
 
 
-def _alpaca(row: dict, _mode: str) -> dict:
+def _alpaca(row: JSONRead, _mode: str) -> JSONRead:
     instruction, output = _string(row, "instruction"), _string(row, "output", allow_empty=True)
     if not output.strip():
         raise NoAnswer("an empty `output`")
@@ -184,7 +209,7 @@ def _alpaca(row: dict, _mode: str) -> dict:
     return {"prompt": [{"role": "user", "content": prompt}], "completion": [{"role": "assistant", "content": output}]}
 
 
-def _sharegpt(row: dict, mode: str) -> dict:
+def _sharegpt(row: JSONRead, mode: str) -> JSONRead:
     turns = row.get("conversations")
     if not isinstance(turns, list) or not turns:
         raise DataError(f"`conversations` must be a non-empty list of {{from, value}} turns, got {turns!r:.80}.")
@@ -202,40 +227,53 @@ def _sharegpt(row: dict, mode: str) -> dict:
     return _messages({"messages": messages}, mode)
 
 
-def _messages(row: dict, mode: str) -> dict:
+def _messages(row: JSONRead, mode: str) -> JSONRead:
     messages = row.get("messages")
-    if (
-        not isinstance(messages, list)
-        or not messages
-        or not all(
-            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-            for m in messages
+    if not isinstance(messages, list) or not messages or not all(is_message(m) for m in messages):
+        raise DataError(
+            f"`messages` must be a non-empty list of {{role, content}}, content a string or a list of parts "
+            f"{{type: text or image}}, got {messages!r:.80}."
         )
-    ):
-        raise DataError(f"`messages` must be a non-empty list of {{role, content}} strings, got {messages!r:.80}.")
     if mode == "first_turn":
         exchange = first_turn_exchange(messages)
         if exchange is None:
             raise NoAnswer(NO_ANSWER_FIRST_EXCHANGE)
         return {"prompt": exchange[:-1], "completion": exchange[-1:]}
-    if not any(m["role"] == "assistant" and m["content"].strip() for m in messages):
+    if not any(m["role"] == "assistant" and content_text(m["content"]).strip() for m in messages):
         raise NoAnswer(NO_ANSWER_CONVERSATION)
     return {"messages": messages}
 
 
-def first_turn_exchange(messages: list[dict]) -> list[dict] | None:
+def is_message(m: object) -> bool:
+    """A {role, content} message whose content is a string or a list of multimodal parts (`images.content_text`)."""
+    if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+        return False
+    try:
+        content_text(m.get("content"))
+    except DataError:
+        return False
+    return True
+
+
+def first_turn_exchange(messages: list[JSONRead]) -> list[JSONRead] | None:
     """The conversation's first exchange as `first_turn` trains on it: the opening system / user turns and the first
     assistant turn after them; None when that turn is missing or empty, or no user turn opens the conversation
     (`messages`: {role, content} dicts)."""
     answer = next((j for j, m in enumerate(messages) if m["role"] == "assistant"), None)
-    if answer is None or not messages[answer]["content"].strip():
+    if answer is None or not content_text(messages[answer]["content"]).strip():
         return None
-    if not any(m["role"] == "user" and m["content"].strip() for m in messages[:answer]):
+    if not any(m["role"] == "user" and asks(m["content"]) for m in messages[:answer]):
         return None
     return messages[: answer + 1]
 
 
-def _prompt_completion(row: dict, _mode: str) -> dict:
+def asks(content: object) -> bool:
+    """Whether a user turn asks something: non-empty text, or an image."""
+    parts = content if isinstance(content, list) else []
+    return bool(content_text(content).strip()) or any(p["type"] == "image" for p in parts)
+
+
+def _prompt_completion(row: JSONRead, _mode: str) -> JSONRead:
     prompt, completion = row.get("prompt"), row.get("completion")
     if isinstance(prompt, str) and isinstance(completion, str):
         if not completion.strip():
@@ -246,7 +284,7 @@ def _prompt_completion(row: dict, _mode: str) -> dict:
             _messages({"messages": prompt + completion}, "messages")  # the shape of every message
         except NoAnswer:
             raise NoAnswer("an empty completion") from None
-        if not any(m["role"] == "assistant" and m["content"].strip() for m in completion):
+        if not any(m["role"] == "assistant" and content_text(m["content"]).strip() for m in completion):
             raise NoAnswer("an empty completion")
         return {"prompt": prompt, "completion": completion}
     raise DataError(
@@ -254,11 +292,12 @@ def _prompt_completion(row: dict, _mode: str) -> dict:
     )
 
 
-def _text(row: dict, _mode: str) -> dict:
+def _text(row: JSONRead, _mode: str) -> JSONRead:
     return {"text": _string(row, "text")}
 
 
-CONVERTERS = {
+Converter: TypeAlias = Callable[[JSONRead, str], JSONRead]
+CONVERTERS: dict[str, Converter] = {
     "alpaca": _alpaca,
     "sharegpt": _sharegpt,
     "messages": _messages,

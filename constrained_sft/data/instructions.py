@@ -14,6 +14,7 @@ from typing import Any
 from .chat import DataArguments
 from .errors import DataError
 from .formats import to_trl_format
+from .images import IMAGE_COLUMNS
 from .splits import source_splits
 
 
@@ -42,6 +43,11 @@ def held_out_instructions(args: DataArguments, limit: int | None = None) -> tupl
     rows were dropped as repeats of a training-pool instruction, of each other, or for having no exchange.
     """
     pool, _, held_out = source_splits(args)
+    if any(c in (held_out.column_names or []) for c in IMAGE_COLUMNS):
+        raise DataError(
+            f"`dataset_name` {args.dataset_name} has images: head-to-head instruction sets are text only (their "
+            "answers are generated from the instruction alone); compare vision-language models by held-out loss."
+        )
     pool = to_trl_format(pool, args.dataset_format, args.conversation_mode, "train")
     held_out = to_trl_format(held_out, args.dataset_format, args.conversation_mode, "held-out")
     trained = {pair[0].strip() for pair in map(first_exchange, pool) if pair}

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig, TrainingArguments
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    PretrainedConfig,
+    TrainingArguments,
+)
 from trl import ModelConfig, SFTConfig, get_peft_config
 
 from ..config import ConstrainedSFTConfig
@@ -34,7 +40,7 @@ from ..data import (
     prepared_splits,
     resolve_model_path,
 )
-from ..data.models import is_adapter
+from ..data.models import adapter_base, check_processor, is_adapter, load_processor, reads_images, tokenizer_source
 from ..trainers import ConstrainedSFTTrainer
 from ..utils.fields import mapping_field
 from ..utils.files import write_json
@@ -110,6 +116,7 @@ class SFTTraining(SharedDataTraining):
         model = recipe.model_config()
         require_model(model.model_name_or_path)
         model_path = resolve_model_path(model.model_name_or_path)
+        check_processor(model_path)
         recipe.training.model_init_kwargs = init_kwargs(model, recipe.training)
         identity = check_run(recipe, model_path)  # before any work
         if data_dir is None:
@@ -145,6 +152,8 @@ class SFTMeasuring(Measuring):
         return load_train_eval(data_args)[1] if data_dir is None else prepared_splits(data_args, data_dir).held_out
 
     def describe(self, data, data_args: DataArguments) -> str:
+        if "images" in (getattr(data, "column_names", None) or []):  # a VLM's: image features too (`noise_modality`)
+            return f"{len(data)} held-out rows of {data_args.dataset_name} with images; noise by `noise_modality`"
         return f"{len(data)} held-out rows of {data_args.dataset_name}; noise on every token embedding"
 
     def measuring_trainer(self, model, tokenizer, data, measure: Measure) -> ConstrainedSFTTrainer:
@@ -215,6 +224,10 @@ def load_causal_lm(spec, dtype):
     """(model, tokenizer) of a causal LM (`data.ModelSpec`: a folder, Hub id, alias or LoRA adapter), checked first
     (`causal_lm_config`) and loaded whole (`data.load_pretrained` refuses newly initialised weights)."""
     causal_lm_config(spec)
+    source = tokenizer_source(spec)  # the model's own folder, or an adapter's (else its base's)
+    if reads_images(source if not is_adapter(spec.path) else resolve_model_path(adapter_base(spec), "--base_model")):
+        model, _ = load_pretrained(spec, AutoModelForImageTextToText, dtype, tokenizer=False)
+        return model, load_processor(source, spec.flag)  # a VLM reads its images through its processor
     return load_pretrained(spec, AutoModelForCausalLM, dtype)
 
 

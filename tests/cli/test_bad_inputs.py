@@ -330,6 +330,7 @@ ROWS = [
     Row("robustness-names-any-case", lambda c: cli(["eval", "robustness", "--models", c.lm, c.lm, "--names", "ERM", "erm", "--dataset_name", c.pc(), "--output_dir", str(c.out)]), ValueError, "`--names`", "unique regardless of case"),
     Row("robustness-arm-twice-any-case", lambda c: c.robustness_arms(f"erm={c.lm}", f"ERM={c.lm}"), ValueError, "`--arm` 'ERM' is given twice", "regardless of case"),
     Row("robustness-duplicate-names", lambda c: cli(["eval", "robustness", "--models", c.lm, c.lm, "--dataset_name", c.pc(), "--output_dir", str(c.out)]), ValueError, "`--names`", "distinct"),
+    Row("noise-modality-choice", lambda c: c.train(c.pc(), "--noise_modality", "pixels"), SystemExit, "--noise_modality", "'both', 'text', 'image'"),
     Row("sweep-space", lambda c: cli(["sweep", "--task", "classification", "--space", c.file("s.yaml", []) and str((c.tmp / "s.yaml").write_text(yaml.safe_dump({"constrained": {"dual_lr": {"low": 1}}})) and c.tmp / "s.yaml"), "--stage", "search", "--model_name_or_path", c.clf, "--dataset_name", c.reviews(), "--output_dir", str(c.out)]), SearchSpaceError, "dual_lr", "high"),
 ]  # fmt: skip
 

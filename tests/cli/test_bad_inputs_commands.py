@@ -22,6 +22,7 @@ from transformers import LlamaModel
 from constrained_sft import ConstrainedSFTConfig
 from constrained_sft.cli import console
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
+from constrained_sft.testing.vlm import tiny_vlm_pair, write_tiny_vlm
 from constrained_sft.utils.folders import MARKER, mark_folder
 from constrained_sft.utils.written_record import WRITER, record_written
 
@@ -122,6 +123,33 @@ class Ctx:
     def stream(self, data: str, *extra, task="sft"):
         held = ["--eval_size", "4"] if task == "sft" else []
         return self.train(data, "--streaming", "true", *held, *extra, task=task)
+
+    def vlm_data(self, name: str = "vlm.jsonl", **change) -> str:
+        """The tiny VLM's image rows (paths relative to the file), row `rN` changed by `change` (`images` may name
+        files of this folder: `fake.png` is a text file)."""
+        rows = [json.loads(line) for line in (self.models / "vlm" / "train.jsonl").read_text().splitlines()]
+        rows = [{**r, "images": [str(self.models / "vlm" / p) for p in r["images"]]} for r in rows]
+        for i, fields in change.items():
+            rows[int(i[1:])].update(fields)
+        self.file("fake.png", "not an image")
+        return self.jsonl(name, rows)
+
+    def parquet_images(self, junk: bytes) -> str:
+        """A parquet of the tiny VLM's rows with their images as bytes, row 3's replaced by `junk`."""
+        from datasets import Dataset
+
+        rows = [json.loads(line) for line in (self.models / "vlm" / "train.jsonl").read_text().splitlines()]
+        for i, r in enumerate(rows):
+            data = junk if i == 3 else (self.models / "vlm" / r["images"][0]).read_bytes()
+            r["images"] = [{"bytes": data, "path": None}]
+        Dataset.from_list(rows).to_parquet(self.tmp / "images.parquet")
+        return str(self.tmp / "images.parquet")
+
+    def vlm(self, data: str, *extra, model=None):
+        """`train` on the tiny VLM (Idefics3) with its image rows and the SmolVLM recipe's settings."""
+        return ["train", "--config", "smolvlm-256m/llava-instruct/constrained", "--model_name_or_path",
+                model or str(self.models / "vlm" / "model"), "--dataset_name", data, "--eval_size", "4",
+                "--output_dir", str(self.out), "--use_cpu", "true", "--max_steps", "1", *extra]  # fmt: skip
 
     def reviews(self, train_rows=None, test_rows=None) -> str:
         folder = self.tmp / "reviews"
@@ -477,6 +505,21 @@ CASES = [
     Case("recipes-cp-under-a-file", "recipes", lambda c: ["recipes", "cp", "ddp", os.path.join(c.file("afile", "mine"), "x.yaml")], r"`DEST` .*afile/x.yaml: .*afile is a file", "file or folder path"),
     Case("recipes-cp-unwritable", "recipes", lambda c: ["recipes", "cp", "ddp", "/proc/nope/x.yaml"], "`DEST` /proc/nope/x.yaml cannot be written", "path you can write"),
     Case("recipes-robustness-unknown", "recipes", lambda c: ["eval", "robustness", "--models", c.lm, "--output_dir", str(c.out), "--recipe", "smollm2-135m/sharegpt/constrainedd"], "`--recipe` 'smollm2-135m/sharegpt/constrainedd'", "Close: smollm2-135m/sharegpt/constrained"),
+    # --- vision-language models: image rows, noise by modality, processors ----------------------------------------
+    Case("vlm-image-missing", "vlm", lambda c: c.vlm(c.vlm_data(r3={"images": ["nope.png"]})), r"`dataset_name` \S+vlm.jsonl: (train|held-out) .*(row 3 \(messages format\)|the source split's row 3\)): image 'nope.png'", "no such file"),
+    Case("vlm-not-an-image", "vlm", lambda c: c.vlm(c.vlm_data(r5={"images": ["fake.png"]})), r"(row 5 \(messages format\)|the source split's row 5\)): image 'fake.png'", "not an image PIL can read"),
+    Case("vlm-more-images-than-placeholders", "vlm", lambda c: c.vlm(c.vlm_data(r2={"images": [str(c.models / "vlm" / "images" / "0.png")] * 2})), r"(row 2 \(messages format\)|the source split's row 2\)): Number of images provided \(2\)", r"one \{type: image\} part per image"),
+    Case("vlm-image-bytes-not-an-image", "vlm", lambda c: c.vlm(c.parquet_images(b"not a png")), r"image \(bytes\)", "not an image PIL can read"),
+    Case("vlm-images-not-a-list", "vlm", lambda c: c.vlm(c.vlm_data(r4={"images": 3})), r"(row 4 \(messages format\)|the source split's row 4\)): `images`", "list of images or image paths"),
+    Case("vlm-unknown-content-part", "vlm", lambda c: c.vlm(c.vlm_data(r1={"messages": [{"role": "user", "content": [{"type": "video"}]}, {"role": "assistant", "content": "s1"}]})), r"(row 1 \(messages format\)|the source split's row 1\)): `messages`", "type: text or image"),
+    Case("vlm-content-not-text", "vlm", lambda c: c.vlm(c.vlm_data(r6={"messages": [{"role": "user", "content": 7}, {"role": "assistant", "content": "s1"}]})), r"(row 6 \(messages format\)|the source split's row 6\)): `messages`", "content a string or a list of parts"),
+    Case("vlm-image-sigma-zero", "vlm", lambda c: c.vlm(c.vlm_data(), "--noise_image_sigma", "0"), "`noise_image_sigma`", "finite number > 0"),
+    Case("vlm-image-noise-on-a-text-model", "vlm", lambda c: c.train(c.pc(), "--noise_modality", "image", "--noise_gamma", "0.5"), "`noise_modality` 'image'", "reads no images; use 'text'"),
+    Case("vlm-processor-needs-torchvision", "vlm", lambda c: c.vlm(c.vlm_data(), model=str(c.models / "qwen")), r"`model_name_or_path` \S+qwen'?: its processor cannot load here \(Qwen2VLVideoProcessor requires the Torchvision", "install what it names"),
+    Case("vlm-stream-first-image-missing", "vlm", lambda c: c.vlm(c.vlm_data(r0={"images": ["nope.png"]}), "--streaming", "true"), r"(train|held-out) row 0 \(messages format(, streamed)?\): image 'nope.png'", "no such file"),
+    Case("vlm-robustness-image-sigma", "vlm", lambda c: ["eval", "robustness", "--models", c.lm, "--dataset_name", c.pc(), "--output_dir", str(c.out), "--image_sigma", "-1"], "`--image_sigma`", "finite number > 0"),
+    Case("vlm-robustness-image-noise-on-a-text-model", "vlm", lambda c: ["eval", "robustness", "--models", c.lm, "--dataset_name", c.pc(), "--output_dir", str(c.out), "--noise_modality", "image"], "`noise_modality` 'image'", "reads no images"),
+    Case("vlm-study-of-image-data", "vlm", lambda c: ["study", "--model_name_or_path", str(c.models / "vlm" / "model"), "--dataset_name", c.vlm_data(), "--erm_config", c.recipe("erm.yaml", "constraints: none\n"), "--use_cpu", "true", "--max_steps", "1", "--study_dir", str(c.out)], "has images", "compare vision-language models by held-out loss"),
 ]  # fmt: skip
 
 
@@ -497,6 +540,11 @@ def models(tmp_path_factory):
     tiny_tokenizer().save_pretrained(root / "long")
     LlamaModel(tiny_causal_lm("llama").config).save_pretrained(root / "base")  # no LM head
     tiny_tokenizer().save_pretrained(root / "base")
+    write_tiny_vlm(root / "vlm", "idefics3")
+    qwen, processor = tiny_vlm_pair("qwen2_5_vl")  # saved without the video processor it cannot build here
+    qwen.save_pretrained(root / "qwen")
+    processor.tokenizer.save_pretrained(root / "qwen")
+    processor.image_processor.save_pretrained(root / "qwen")
     return root
 
 
@@ -506,11 +554,23 @@ def snapshot(root) -> dict[str, str]:
 
 def test_each_command_added_last_has_at_least_twenty_rows():
     counts = Counter(case.command for case in CASES)
-    assert set(counts) == {"harness", "exits", "study", "sweep", "config", "streaming", "recipes", "hub", "outputs"}
-    assert min(n for group, n in counts.items() if group not in ("recipes", "hub", "outputs")) >= 20, counts
+    assert set(counts) == {
+        "harness",
+        "exits",
+        "study",
+        "sweep",
+        "config",
+        "streaming",
+        "recipes",
+        "hub",
+        "outputs",
+        "vlm",
+    }
+    assert min(n for group, n in counts.items() if group not in ("recipes", "hub", "outputs", "vlm")) >= 20, counts
     assert counts["outputs"] >= 9, counts  # issue 64: the card's names, a study's data and parts
     assert counts["recipes"] >= 22, counts  # issue 53's names, issue 58's recipes and spaces told apart
     assert counts["hub"] >= 9, counts  # issue 58: the Hub out of reach, a data row named by its source
+    assert counts["vlm"] >= 12, counts  # issue 90: image rows, noise by modality, a processor that cannot load
     assert len({case.id for case in CASES}) == len(CASES)
 
 

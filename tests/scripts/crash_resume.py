@@ -44,6 +44,7 @@ from constrained_sft.testing import (  # noqa: E402
     tiny_encoder,
     tiny_tokenizer,
 )
+from constrained_sft.testing.vlm import image_dataset, tiny_vlm_pair  # noqa: E402
 from constrained_sft.trainers.resume import overrides, select  # noqa: E402
 from constrained_sft.trainers.resume.files import to_files  # noqa: E402
 from constrained_sft.utils import files  # noqa: E402 - the atomic writes' module
@@ -149,8 +150,18 @@ def kill_on_replace(name: str, when) -> None:
 
 
 def build(task: str, output_dir: str, overrides: dict):
-    """`task` 'sft', 'sft-streamed' (the same rows as an IterableDataset) or 'classifier'."""
+    """`task` 'sft', 'sft-streamed' (the same rows as an IterableDataset), 'vlm' (a tiny Idefics3 on images, noise on
+    text and image features) or 'classifier'."""
     kw = {**CONFIG, "output_dir": output_dir, **overrides}
+    if task == "vlm":
+        model, processor = tiny_vlm_pair("idefics3")
+        return ConstrainedSFTTrainer(
+            model=model,
+            args=ConstrainedSFTConfig(**kw, bf16=False, max_length=None, layer_loss_tokens=3),
+            train_dataset=image_dataset(16),
+            eval_dataset=image_dataset(4, seed=1),
+            processing_class=processor,
+        )
     if task.startswith("sft"):
         rows = successor_dataset(32)
         return ConstrainedSFTTrainer(

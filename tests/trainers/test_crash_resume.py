@@ -123,6 +123,18 @@ def test_a_killed_streamed_run_resumes_bit_exactly(tmp_path, reference):
     assert largest_difference(finished(tmp_path), reference("sft-streamed")) == 0.0
 
 
+def test_a_killed_vision_language_run_resumes_bit_exactly(tmp_path, reference):
+    """A tiny Idefics3 trained on images with noise on text and image features (sigma_img measured on the first
+    training batch by each attempt's starting model), killed between steps 3 and 4 and inside checkpoint-6's trainer
+    state: the same weights, multipliers and history as the uninterrupted run."""
+    logs = resume_chain("vlm", tmp_path, ["step:3", "save:6:state"])
+    assert f"Resuming from {tmp_path / 'checkpoint-2'} (optimizer step 2)" in logs[0]
+    assert f"resuming from {tmp_path / 'checkpoint-4'}" in logs[1]
+    assert largest_difference(finished(tmp_path), reference("vlm")) == 0.0
+    report = json.loads((tmp_path / "constraints.json").read_text())
+    assert report["noise_image_sigma_x"] > 0
+
+
 @pytest.mark.parametrize(
     "settings",
     [
