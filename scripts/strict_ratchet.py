@@ -17,8 +17,8 @@ import sys
 from mypy import api
 
 # `mypy --strict` errors of the package at the commit that last lowered it (573 when issue 81 was filed; 494 once the
-# five floors were strict; 492 with each evaluation's folder typed)
-CEILING = 480
+# five floors were strict; 492 with each evaluation's folder typed; 473 with the data formats typed for images)
+CEILING = 473
 ERROR = re.compile(r"^(?P<file>[^:]+):\d+: error: ")
 
 

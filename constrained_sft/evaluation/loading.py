@@ -38,6 +38,18 @@ def reference_sigma(given: float | None, first_model: str) -> tuple[float | None
     return None, None
 
 
+def reference_image_sigma(given: float | None, first_model: str) -> tuple[float | None, str | None]:
+    """A VLM comparison's image-feature scale, as `reference_sigma`: given, else the first model's recorded
+    `noise_image_sigma_x`; (None, None) when neither says, and the first model's held-out images measure it."""
+    if given is not None:
+        return given, "--image_sigma"
+    report = training_report(first_model)
+    recorded = report.noise_image_sigma_x if report is not None else None
+    if recorded is not None:
+        return float(recorded), f"noise_image_sigma_x in {os.path.join(first_model, REPORT)}"
+    return None, None
+
+
 def recorded_gamma(given: float | None, first_model: str, recipe: dict) -> float:
     """The training noise level, the ID / OOD boundary: as given, else the first model's `constraints.json`, else
     the recipe's `noise_gamma`, else 0."""

@@ -30,7 +30,7 @@ import torch
 
 from ..constraints import ERM
 from ..trainers import BatchScore
-from ..utils.types import Batch, JSONRead, Kwargs
+from ..utils.types import Batch, JSONRead, Kwargs, NoiseModality
 
 if TYPE_CHECKING:  # TRL is imported by the tasks that use it
     from transformers import TrainingArguments
@@ -94,6 +94,8 @@ class Measure:
     bf16: bool
     output_dir: str  # the trainer's scratch folder (nothing is saved there)
     sigma: float | None  # sigma_x of the comparison; None: the model's own
+    modality: NoiseModality = "both"  # a VLM's perturbed inputs (`noise_modality`)
+    image_sigma: float | None = None  # a VLM's image-feature scale; None: measured on the first noisy image batch
 
 
 def measure_only(measure: Measure, bf16: bool | None = None) -> Kwargs:
@@ -101,6 +103,8 @@ def measure_only(measure: Measure, bf16: bool | None = None) -> Kwargs:
     `measure.layers` measured, noise at the comparison's sigma_x."""
     return dict(
         noise_sigma=measure.sigma,
+        noise_modality=measure.modality,
+        noise_image_sigma=measure.image_sigma,
         output_dir=measure.output_dir,
         per_device_eval_batch_size=measure.batch_size,
         bf16=measure.bf16 if bf16 is None else bf16,

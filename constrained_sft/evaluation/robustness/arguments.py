@@ -12,6 +12,7 @@ from ...noise import NoiseGrid
 from ...tasks import TASKS
 from ...utils.fields import check_fields
 from ...utils.folders import check_output_folder
+from ...utils.types import NOISE_MODALITIES, NoiseModality
 from ..loading import layer_indices
 
 
@@ -52,6 +53,21 @@ class RobustnessArguments(ArmArguments):
             "the starting model's scale its training used; else measured on the first model)."
         },
     )
+    noise_modality: NoiseModality = field(
+        default="both",
+        metadata={
+            "help": "Which inputs of a vision-language model the noise perturbs: 'text' (token embeddings), 'image' "
+            "(the image features its language model reads) or 'both'; a text-only model reads text alone.",
+            "choices": list(NOISE_MODALITIES),
+        },
+    )
+    image_sigma: float | None = field(
+        default=None,
+        metadata={
+            "help": "A VLM's image-feature scale for every model compared (default: `noise_image_sigma_x` in the "
+            "first model's constraints.json, else measured on the first model's first held-out batch)."
+        },
+    )
     layers: str = field(
         default="trained",
         metadata={
@@ -87,8 +103,10 @@ class RobustnessArguments(ArmArguments):
                 NoiseGrid.parse(getattr(self, name), f"--{name}")
         if self.train_gamma is not None and (not np.isfinite(self.train_gamma) or self.train_gamma < 0):
             raise ValueError(f"`--train_gamma` must be finite and >= 0, got {self.train_gamma}.")
-        if self.sigma_x is not None and not (np.isfinite(self.sigma_x) and self.sigma_x > 0):
-            raise ValueError(f"`--sigma_x` must be a finite number > 0, got {self.sigma_x}.")
+        for name in ("sigma_x", "image_sigma"):
+            value = getattr(self, name)
+            if value is not None and not (np.isfinite(value) and value > 0):
+                raise ValueError(f"`--{name}` must be a finite number > 0, got {value}.")
         for name in ("seeds", "batch_size", "bootstrap_samples"):
             if getattr(self, name) < 1:
                 raise ValueError(f"`--{name}` must be >= 1, got {getattr(self, name)}.")

@@ -15,7 +15,7 @@ from ...noise import NoiseGrid, embedding_sigma
 from ...tasks import Task, get_task
 from ...utils.folders import check_folder, mark_folder, read_marker
 from ...utils.types import JSONObject
-from ..loading import auto_bf16, recorded_gamma, reference_sigma
+from ..loading import auto_bf16, recorded_gamma, reference_image_sigma, reference_sigma
 from .arguments import RobustnessArguments
 from .compare import check_pairs, compare
 from .measure import Measurement, finish, measure_model
@@ -62,6 +62,7 @@ def run(
     data = task.measuring.evaluation_data(data_args)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
     sigma, source = reference_sigma(args.sigma_x, first)
+    image_sigma, image_source = reference_image_sigma(args.image_sigma, first)
     m = Measurement(
         task,
         data,
@@ -79,6 +80,9 @@ def run(
         bf16,
         args.base_model,
         "--arm" if args.arm else "--models",
+        args.noise_modality,
+        image_sigma,
+        image_source,
     )
     results = m.results({arm: [name for name, _ in members] for arm, members in arms.items()}, args.bootstrap_samples)
     snapshots = {}
@@ -87,7 +91,8 @@ def run(
         if m.sigma is None:  # one scale for every model compared: the first's
             m.sigma, m.sigma_source = embedding_sigma(model), f"measured on {name}'s input embeddings"
             results.settings.sigma_x, results.settings.sigma_x_source = m.sigma, m.sigma_source
-        measured = measure_model(m, name, path, model, tokenizer)
+        measured = measure_model(m, name, path, model, tokenizer)  # measures a VLM's image scale where none is set
+        results.settings.image_sigma, results.settings.image_sigma_source = m.image_sigma, m.image_sigma_source
         results.models[name], results.settings.held_out_rows = measured.result, measured.held_out_rows
         if measured.snapshot is not None:
             snapshots[name] = measured.snapshot

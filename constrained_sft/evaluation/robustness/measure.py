@@ -11,6 +11,7 @@ gathered results into bands, comparisons and the report.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import tempfile
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,10 @@ from tqdm.auto import tqdm
 
 from ...data import ModelSpec
 from ...noise import NoiseGrid
+from ...noise.modality import check_modality
 from ...tasks import Measure, Task
+from ...trainers.setup import first_batch
+from ...utils.types import NoiseModality
 from ..loading import trained_layers, training_report, versions
 from .compare import bands, compare
 from .levels import evaluate_level
@@ -52,6 +56,9 @@ class Measurement:
     bf16: bool = False
     base_model: str | None = None
     flag: str = "--models"
+    modality: NoiseModality = "both"
+    image_sigma: float | None = None  # a VLM's, one for every model (None: measured on the first, `measure_model`)
+    image_sigma_source: str | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -76,6 +83,9 @@ class Measurement:
             max_length=self.max_length,
             bootstrap_samples=bootstrap_samples,
             held_out_rows=held_out_rows,
+            noise_modality=self.modality,
+            image_sigma=self.image_sigma,
+            image_sigma_source=self.image_sigma_source,
         )
 
     def results(self, arms: dict[str, list[str]], bootstrap_samples: int, held_out_rows: int | None = None):
@@ -108,8 +118,15 @@ def measure_model(m: Measurement, name: str, path: str, model=None, tokenizer=No
     if model is None:
         model, tokenizer = task.measuring.load_model(ModelSpec(name, path, m.base_model, m.flag), m.dtype)
     with tempfile.TemporaryDirectory() as scratch:
-        measure = Measure(trained_layers(m.layers, path), m.batch_size, m.max_length, m.bf16, scratch, m.sigma)
+        check_modality(m.modality, model)
+        layers = trained_layers(m.layers, path)
+        measure = Measure(layers, m.batch_size, m.max_length, m.bf16, scratch, m.sigma, m.modality, m.image_sigma)
         trainer = task.measuring.measuring_trainer(model, tokenizer, m.data, measure)
+        if m.image_sigma is None:  # a VLM's image scale, one for every model: measured on the first
+            first = functools.partial(first_batch, trainer, trainer.eval_dataset, m.batch_size)
+            trainer.noise.measure_images(model, first, always=True)
+            m.image_sigma = trainer.noise.image_sigma
+            m.image_sigma_source = f"measured on {name}'s first held-out images" if m.image_sigma else None
         batches = len(trainer.get_eval_dataloader())
         levels = []
         with tqdm(total=len(m.gammas) * m.seeds * batches, desc=f"evaluating {name}") as bar:

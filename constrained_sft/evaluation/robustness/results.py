@@ -60,6 +60,9 @@ class RobustnessSettings:
     max_length: int
     bootstrap_samples: int
     held_out_rows: int | None = None
+    noise_modality: str = "both"  # a VLM's perturbed inputs, and its image-feature scale (and where it came from)
+    image_sigma: float | None = None
+    image_sigma_source: str | None = None
 
     def to_dict(self) -> JSONObject:
         return {**vars(self), "gammas": self.gammas.to_list()}
