@@ -27,26 +27,19 @@ def training_report(path: str, flag: str = "--models") -> FeasibilityReport | No
 
 
 def reference_sigma(given: float | None, first_model: str) -> tuple[float | None, str | None]:
-    """(sigma_x, where it comes from) for a comparison: as given, else as the first model's training recorded it;
-    (None, None) when neither says, and the caller measures the first model."""
-    if given is not None:
-        return given, "--sigma_x"
-    report = training_report(first_model)
-    recorded = report.noise_sigma_x if report is not None else None
-    if recorded is not None:
-        return float(recorded), f"noise_sigma_x in {os.path.join(first_model, REPORT)}"
-    return None, None
+    """(sigma_x, where it comes from) for a comparison: `recorded_scale` of `--sigma_x` and `noise_sigma_x`."""
+    return recorded_scale(given, first_model, "--sigma_x", "noise_sigma_x")
 
 
-def reference_image_sigma(given: float | None, first_model: str) -> tuple[float | None, str | None]:
-    """A VLM comparison's image-feature scale, as `reference_sigma`: given, else the first model's recorded
-    `noise_image_sigma_x`; (None, None) when neither says, and the first model's held-out images measure it."""
+def recorded_scale(given: float | None, first_model: str, flag: str, field: str) -> tuple[float | None, str | None]:
+    """(a noise scale, where it comes from) for a comparison: as given by `flag`, else as the first model's training
+    recorded it (`field` of its constraints.json: `noise_sigma_x`, a VLM's `noise_image_sigma_x`); (None, None)
+    when neither says, and the caller measures the first model."""
     if given is not None:
-        return given, "--image_sigma"
-    report = training_report(first_model)
-    recorded = report.noise_image_sigma_x if report is not None else None
+        return given, flag
+    recorded = getattr(training_report(first_model), field, None)
     if recorded is not None:
-        return float(recorded), f"noise_image_sigma_x in {os.path.join(first_model, REPORT)}"
+        return float(recorded), f"{field} in {os.path.join(first_model, REPORT)}"
     return None, None
 
 

@@ -88,3 +88,16 @@ def test_a_head_to_head_round_trips_through_its_folder(tmp_path):
     head = HeadToHead.from_dict({**data, "files": {"json": "alpaca_eval.json"}})
     (tmp_path / "alpaca_eval.json").write_text(json.dumps(head.to_dict()))
     assert HeadToHead.load(tmp_path) == head and HeadToHead.load(tmp_path / "none") is None
+
+
+def test_a_vlm_comparisons_settings_keep_their_image_fields_and_a_text_ones_do_not():
+    from constrained_sft.evaluation.robustness.results import RobustnessSettings
+    from constrained_sft.noise import NoiseGrid
+
+    base = dict(description="d", task="sft", dataset={}, gammas=NoiseGrid((0.0, 1.0)), curve_gammas=[0.0], seeds=1,
+                train_gamma=0.0, noise_mean=0.0, sigma_x=0.1, sigma_x_source="s", dtype="float32", batch_size=1,
+                max_length=8, bootstrap_samples=10)  # fmt: skip
+    text = RobustnessSettings(**base).to_dict()
+    assert not {"noise_modality", "image_sigma", "image_sigma_source"} & set(text)
+    vlm = RobustnessSettings(**base, noise_modality="image", image_sigma=0.2, image_sigma_source="measured")
+    assert RobustnessSettings.from_dict(vlm.to_dict()) == vlm

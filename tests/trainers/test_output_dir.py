@@ -123,3 +123,14 @@ def test_a_data_field_the_run_no_longer_sets_is_a_named_change_not_a_crash():
     changes = ["data.dataset_name", "data.train_file", "data.files.train_file"]
     assert now.data_changes(saved) == changes  # a TypeError from os.stat(None) before
     assert not now.same_run(saved)
+
+
+def test_fields_added_since_a_release_stay_out_of_the_identity_at_what_that_release_ran():
+    """`noise_modality: both` (a text model's only noise before VLMs) and an unset `noise_image_sigma` leave a run's
+    identity as the previous release wrote it; any other value is part of it."""
+    from constrained_sft.trainers.resume import deciding
+
+    earlier = {"learning_rate": 0.1, "noise_gamma": 0.5}
+    assert deciding({**earlier, "noise_modality": "both", "noise_image_sigma": None}) == earlier
+    assert deciding({**earlier, "noise_modality": "text"}) == {**earlier, "noise_modality": "text"}
+    assert deciding({**earlier, "noise_image_sigma": 0.2}) == {**earlier, "noise_image_sigma": 0.2}

@@ -15,7 +15,7 @@ from ...noise import NoiseGrid, embedding_sigma
 from ...tasks import Task, get_task
 from ...utils.folders import check_folder, mark_folder, read_marker
 from ...utils.types import JSONObject
-from ..loading import auto_bf16, recorded_gamma, reference_image_sigma, reference_sigma
+from ..loading import auto_bf16, recorded_gamma, recorded_scale, reference_sigma
 from .arguments import RobustnessArguments
 from .compare import check_pairs, compare
 from .measure import Measurement, finish, measure_model
@@ -62,7 +62,7 @@ def run(
     data = task.measuring.evaluation_data(data_args)
     bf16 = args.bf16 if args.bf16 is not None else auto_bf16()
     sigma, source = reference_sigma(args.sigma_x, first)
-    image_sigma, image_source = reference_image_sigma(args.image_sigma, first)
+    image_sigma, image_source = recorded_scale(args.image_sigma, first, "--image_sigma", "noise_image_sigma_x")
     m = Measurement(
         task,
         data,

@@ -40,6 +40,9 @@ class RobustnessFolder(ResultsFolder):
 ReportFiles: TypeAlias = "dict[str, str | dict[str, str]]"
 
 
+VLM_DEFAULTS: JSONObject = {"noise_modality": "both", "image_sigma": None, "image_sigma_source": None}
+
+
 @dataclass
 class RobustnessSettings:
     """How an evaluation was made: the held-out data and its description, the level grid and the noise, the scale
@@ -65,7 +68,10 @@ class RobustnessSettings:
     image_sigma_source: str | None = None
 
     def to_dict(self) -> JSONObject:
-        return {**vars(self), "gammas": self.gammas.to_list()}
+        """The settings as results.json holds them; the VLM fields only where they say something (a text model's
+        results read as the previous release wrote them)."""
+        added = {k: v for k, v in VLM_DEFAULTS.items() if getattr(self, k) == v}
+        return {**{k: v for k, v in vars(self).items() if k not in added}, "gammas": self.gammas.to_list()}
 
     @classmethod
     def from_dict(cls, data: JSONRead) -> RobustnessSettings:

@@ -45,9 +45,10 @@ BOOKKEEPING = {
     "host_allocator", "dataset_num_proc",
 }  # fmt: skip
 BOOKKEEPING_PREFIXES = ("logging_", "save_", "hub_", "include_")
-# fields added since a release whose unset value (None) is all that release could run: left out while unset, so an
-# earlier version's run, study or sweep keeps its identity and settings
-ADDED_UNSET = {"plugin_settings"}
+# fields added since a release, each with the value that is all that release could run: left out while they hold it,
+# so an earlier version's run, study or sweep keeps its identity and settings (`noise_modality: both` is a text-only
+# model's only noise, as before; a VLM's image noise is new with it)
+ADDED_UNSET: dict[str, object] = {"plugin_settings": None, "noise_modality": "both", "noise_image_sigma": None}
 
 
 def model_folder(model: Any) -> str | None:
@@ -132,14 +133,14 @@ def run_identity(args: Any, model: Any, data: JSONObject | None = None) -> RunId
 
 def deciding(settings: JSONObject) -> JSONObject:
     """The settings that decide the trained weights: all but bookkeeping (paths, logging, evaluation, speed) and the
-    fields added since a release while they are unset (`ADDED_UNSET`)."""
+    fields added since a release while they hold what that release ran (`ADDED_UNSET`)."""
     return {
         k: v
         for k, v in settings.items()
         if k not in BOOKKEEPING
         and not k.startswith(BOOKKEEPING_PREFIXES)
         and not k.endswith("_token")
-        and not (k in ADDED_UNSET and v is None)
+        and not (k in ADDED_UNSET and v == ADDED_UNSET[k])
     }
 
 
