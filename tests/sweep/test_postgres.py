@@ -91,18 +91,21 @@ def recipe(tmp_path_factory):
     return root
 
 
-def sweep_argv(recipe, storage, study_name="pg") -> list[str]:
+def sweep_argv(recipe, storage, study_name="pg", steps=24) -> list[str]:
     return ["sweep", "--task", "classification",
            "--model_name_or_path", str(recipe / "encoder"), "--dataset_name", str(recipe / "data"),
            "--dataset_test_split", "none", "--max_seq_length", "16", "--output_dir", str(recipe / "out"),
-           "--max_steps", "24", "--per_device_train_batch_size", "8", "--use_cpu", "true", "--report_to", "none",
+           "--max_steps", str(steps), "--per_device_train_batch_size", "8", "--use_cpu", "true", "--report_to", "none",
            "--noise_gamma", "0.5", "--space", str(recipe / "space.yaml"), "--validation_size", "16",
            "--eval_batch_size", "16", "--stage", "search", "--n_trials", str(N_TRIALS), "--pruner", "none",
            "--storage", storage, "--study_name", study_name, "--heartbeat_interval", "2", "--disable_tqdm", "true"]  # fmt: skip
 
 
 def worker(recipe, storage, log) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "constrained_sft", *sweep_argv(recipe, storage)]
+    """A search worker whose trials train 96 steps (~2 s here): a look at the study under a busy suite takes about as
+    long as a 24-step trial, which let worker A finish its trials unseen once; and the killed trial's heartbeat goes
+    stale (4 s) while B still has trials to ask for, so B is the one that fails it."""
+    cmd = [sys.executable, "-m", "constrained_sft", *sweep_argv(recipe, storage, steps=96)]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, stdout=log, stderr=log, env=env, start_new_session=True)
 
