@@ -63,3 +63,14 @@ def test_a_streamed_vlm_run_and_a_robustness_curve_under_image_noise(folders, tm
     for name in ("streamed", "erm"):
         levels = results["models"][name]["summary"]["levels"]
         assert levels[0]["loss_mean"] != levels[1]["loss_mean"]  # the image noise reached the model
+
+
+def test_prompt_completion_rows_with_images_train(folders, tmp_path):
+    """TRL's other VLM format: `images` beside conversational `prompt` / `completion` (the loss on the answer)."""
+    rows = [json.loads(line) for line in (folders["llava"] / "train.jsonl").read_text().splitlines()]
+    data = tmp_path / "pc.jsonl"
+    data.write_text("".join(json.dumps({"images": [str(folders["llava"] / p) for p in r["images"]],
+                                        "prompt": r["messages"][:1], "completion": r["messages"][1:]}) + "\n"
+                            for r in rows))  # fmt: skip
+    assert train(folders["llava"], tmp_path / "run", "--dataset_format", "prompt_completion", data=data) == 0
+    assert json.loads((tmp_path / "run" / "constraints.json").read_text())["noise_image_sigma_x"] > 0
