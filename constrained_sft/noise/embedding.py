@@ -200,3 +200,23 @@ def hooked(
     finally:
         for handle in handles:
             handle.remove()
+
+
+MOVED = {"noisy": "constrained_sft.noise.entry", "embedding_noise": "constrained_sft.noise.entry"}
+
+
+def __getattr__(name: str) -> object:
+    """`noisy` and `embedding_noise` moved to `noise.entry` (which builds a VLM's noise as well): still importable from
+    here for a release, with a FutureWarning naming the new place. Read lazily: `entry` imports this module."""
+    if name not in MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    import warnings
+
+    warnings.warn(
+        f"`{__name__}.{name}` moved to `{MOVED[name]}.{name}` (also `constrained_sft.noise.{name}`); the old path goes "
+        "in the next release.",
+        FutureWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(MOVED[name]), name)

@@ -287,3 +287,23 @@ def test_collator_streams_differ_across_ranks_and_workers(monkeypatch):
     streams = [draws(0, 0), draws(0, 1), draws(1, 0), draws(1, 1)]
     assert all(not torch.equal(a, b) for i, a in enumerate(streams) for b in streams[i + 1 :])
     assert torch.equal(draws(1, 0), streams[2])  # and each is reproducible
+
+
+def test_the_moved_entry_points_still_import_from_their_old_module_with_a_warning():
+    """`noise.embedding.noisy` / `embedding_noise` (the previous release's paths) moved to `noise.entry`; a user's
+    import of the old path still works for a release, warning where they went (a fresh interpreter: no module cached)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    from constrained_sft.noise.embedding import embedding_noise, noisy\n"
+        "from constrained_sft.noise import entry\n"
+        "assert embedding_noise is entry.embedding_noise and noisy is entry.noisy\n"
+        "moved = [str(w.message) for w in caught if w.category is FutureWarning]\n"
+        "assert len(moved) == 2 and all('constrained_sft.noise.entry' in m for m in moved), moved\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
