@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from ..utils.types import NoiseModality
 from .embedding import EmbeddingNoise, hooked, noise_stream
 from .modality import ModalityNoise, check_modality, hooked_inputs, language_model
 
@@ -23,7 +24,7 @@ def noisy(
     generator: torch.Generator | None,
     mean: float = 0.0,
     sigma: float | None = None,
-    modality: str = "both",
+    modality: NoiseModality = "both",
     image_sigma: float | None = None,
 ) -> Iterator[EmbeddingNoise]:
     """
@@ -38,7 +39,7 @@ def noisy(
     """
     check_modality(modality, model)
     if language_model(model) is not None:
-        vlm = ModalityNoise(model, gamma, mean, generator, sigma, modality, image_sigma)  # type: ignore[arg-type]
+        vlm = ModalityNoise(model, gamma, mean, generator, sigma, modality, image_sigma)
         with hooked_inputs(vlm):
             yield vlm
         return
@@ -55,7 +56,7 @@ def embedding_noise(
     seed: int | None = None,
     generator: torch.Generator | None = None,
     sigma: float | None = None,
-    modality: str = "both",
+    modality: NoiseModality = "both",
     image_sigma: float | None = None,
 ) -> Iterator[EmbeddingNoise]:
     """

@@ -70,8 +70,8 @@ class TrainingNoise:
         is given. With `noise_modality: both`, data without images leave it unmeasured (nothing to perturb).
         `always`: measured for a trainer that only evaluates (no noise in its config), as `eval robustness` asks.
         """
-        noisy = always or getattr(self.args, "uses_noise", False)
-        wanted = noisy and self.modality != "text" and self.image_sigma is None
+        perturbs = always or getattr(self.args, "uses_noise", False)
+        wanted = perturbs and self.modality != "text" and self.image_sigma is None
         if not wanted or language_model(model) is None or (batch := first_batch()) is None:
             return
         try:

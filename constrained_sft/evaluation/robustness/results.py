@@ -9,6 +9,7 @@ and take the key from the results' `headline` when they are written or read.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import ClassVar, TypeAlias
@@ -40,7 +41,7 @@ class RobustnessFolder(ResultsFolder):
 ReportFiles: TypeAlias = "dict[str, str | dict[str, str]]"
 
 
-VLM_DEFAULTS: JSONObject = {"noise_modality": "both", "image_sigma": None, "image_sigma_source": None}
+VLM_FIELDS = ("noise_modality", "image_sigma", "image_sigma_source")  # added for VLMs, written where not the default
 
 
 @dataclass
@@ -70,8 +71,10 @@ class RobustnessSettings:
     def to_dict(self) -> JSONObject:
         """The settings as results.json holds them; the VLM fields only where they say something (a text model's
         results read as the previous release wrote them)."""
-        added = {k: v for k, v in VLM_DEFAULTS.items() if getattr(self, k) == v}
-        return {**{k: v for k, v in vars(self).items() if k not in added}, "gammas": self.gammas.to_list()}
+        unset = {
+            f.name for f in dataclasses.fields(self) if f.name in VLM_FIELDS and getattr(self, f.name) == f.default
+        }
+        return {**{k: v for k, v in vars(self).items() if k not in unset}, "gammas": self.gammas.to_list()}
 
     @classmethod
     def from_dict(cls, data: JSONRead) -> RobustnessSettings:
