@@ -519,7 +519,7 @@ CASES = [
     Case("vlm-stream-first-image-missing", "vlm", lambda c: c.vlm(c.vlm_data(r0={"images": ["nope.png"]}), "--streaming", "true"), r"(train|held-out) row 0 \(messages format(, streamed)?\): image 'nope.png'", "no such file"),
     Case("vlm-robustness-image-sigma", "vlm", lambda c: ["eval", "robustness", "--models", c.lm, "--dataset_name", c.pc(), "--output_dir", str(c.out), "--image_sigma", "-1"], "`--image_sigma`", "finite number > 0"),
     Case("vlm-robustness-image-noise-on-a-text-model", "vlm", lambda c: ["eval", "robustness", "--models", c.lm, "--dataset_name", c.pc(), "--output_dir", str(c.out), "--noise_modality", "image"], "`noise_modality` 'image'", "reads no images"),
-    Case("vlm-study-of-image-data", "vlm", lambda c: ["study", "--model_name_or_path", str(c.models / "vlm" / "model"), "--dataset_name", c.vlm_data(), "--erm_config", c.recipe("erm.yaml", "constraints: none\n"), "--use_cpu", "true", "--max_steps", "1", "--study_dir", str(c.out)], "has images", "compare vision-language models by held-out loss"),
+    Case("vlm-study-of-image-data", "vlm", lambda c: ["study", "--model_name_or_path", str(c.models / "vlm" / "model"), "--dataset_name", c.vlm_data(), "--erm_config", c.recipe("erm.yaml", "constraints: none\n"), "--use_cpu", "true", "--max_steps", "1", "--judge", "test", "--study_dir", str(c.out)], "has images", "compare vision-language models by held-out loss"),
 ]  # fmt: skip
 
 
