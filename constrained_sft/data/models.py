@@ -124,45 +124,6 @@ def load_pretrained(spec: ModelSpec, auto_class, dtype=None, tokenizer: bool = T
     return model, load_tokenizer(path) if tokenizer else None
 
 
-def reads_images(path: str) -> bool:
-    """Whether the model at `path` (a folder, or a Hub id in the local cache) is a vision-language model: its config
-    has a `vision_config`. Read from config.json alone: asking an offline Hub would wait out its retries."""
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        config_file = (
-            os.path.join(path, "config.json") if os.path.isdir(path) else try_to_load_from_cache(path, "config.json")
-        )
-        with open(config_file) as f:  # type: ignore[arg-type]
-            return "vision_config" in json.load(f)
-    except (OSError, TypeError, ValueError):
-        return False  # unreadable here: loading the model says why, as for any model
-
-
-def load_processor(path: str, field: str = "model_name_or_path") -> Any:
-    """A vision-language model's processor (`AutoProcessor`, as TRL loads it); one that needs a package this
-    environment lacks (Qwen2-VL's and Qwen2.5-VL's video half needs torchvision) is refused in one line naming
-    `field` and the package."""
-    from transformers import AutoProcessor
-
-    auto: Any = AutoProcessor  # transformers leaves `from_pretrained` untyped
-    try:
-        return auto.from_pretrained(path)
-    except ImportError as error:
-        reason = " ".join(line.strip() for line in str(error).splitlines() if line.strip()).split(". ")[0]
-        raise ModelPathError(
-            f"`{field}` {path!r}: its processor cannot load here ({reason}); install what it names (for "
-            "torchvision, the build matching your torch)."
-        ) from None
-
-
-def check_processor(path: str, field: str = "model_name_or_path") -> None:
-    """A vision-language model's processor loads here (`load_processor`), checked before any data is read. A text
-    model's processor is its tokenizer: not loaded twice."""
-    if not is_adapter(path) and reads_images(path):
-        load_processor(path, field)
-
-
 def is_adapter(path: str) -> bool:
     """Whether `path` is a LoRA adapter folder (PEFT's `adapter_config.json`)."""
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, "adapter_config.json"))

@@ -40,7 +40,8 @@ from ..data import (
     prepared_splits,
     resolve_model_path,
 )
-from ..data.models import adapter_base, check_processor, is_adapter, load_processor, reads_images, tokenizer_source
+from ..data.models import adapter_base, is_adapter, tokenizer_source
+from ..data.processors import load_processor, reads_images, vlm_processor
 from ..trainers import ConstrainedSFTTrainer
 from ..utils.fields import mapping_field
 from ..utils.files import write_json
@@ -91,6 +92,7 @@ class SFTSweepData:
     peft_config: Any
     train: Any
     validation: Any
+    processor: Any = None  # a VLM's (`data.vlm_processor`); None: TRL loads the model's tokenizer
 
 
 def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) -> Kwargs:
@@ -116,7 +118,9 @@ class SFTTraining(SharedDataTraining):
         model = recipe.model_config()
         require_model(model.model_name_or_path)
         model_path = resolve_model_path(model.model_name_or_path)
-        check_processor(model_path)
+        processor = vlm_processor(
+            model_path, revision=model.model_revision, trust_remote_code=recipe.training.trust_remote_code
+        )
         recipe.training.model_init_kwargs = init_kwargs(model, recipe.training)
         identity = check_run(recipe, model_path)  # before any work
         if data_dir is None:
@@ -132,6 +136,7 @@ class SFTTraining(SharedDataTraining):
                 eval_dataset=data.held_out,
                 peft_config=get_peft_config(model),
                 callbacks=list(callbacks),
+                processing_class=processor,  # a VLM's, loaded above; None: TRL loads the tokenizer
             )
         trainer.run_identity = identity  # with the data it trains on
         main = trainer.is_world_process_zero()
@@ -179,12 +184,15 @@ class SFTSearching(Searching):
     def sweep_data(self, recipe: SFTRecipe, validation_size: float) -> SFTSweepData:
         train, validation = load_chat_train_validation(recipe.script, validation_size)
         model = recipe.model_config()
+        path = resolve_model_path(model.model_name_or_path)
+        revision, remote = model.model_revision, recipe.training.trust_remote_code
         return SFTSweepData(
-            model_path=resolve_model_path(model.model_name_or_path),
+            model_path=path,
             init_kwargs=init_kwargs(model, recipe.training),
             peft_config=get_peft_config(model),
             train=train,
             validation=validation,
+            processor=vlm_processor(path, revision=revision, trust_remote_code=remote),
         )
 
     def trial_trainer(
@@ -200,6 +208,7 @@ class SFTSearching(Searching):
             eval_dataset=data.validation,
             peft_config=data.peft_config,
             callbacks=list(callbacks),
+            processing_class=data.processor,
         )
 
 

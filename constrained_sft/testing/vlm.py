@@ -9,7 +9,8 @@ Images are seeded crops of the photographs scikit-image ships (`tiny_image`; sci
 
 Qwen2.5-VL's processor holds a video processor, which needs torchvision; torchvision has no CPU wheel on PyPI that
 loads with a CPU torch, so `tiny_vlm_pair("qwen2_5_vl")` builds Qwen's processor class without its video half
-(`ImageOnlyQwen2_5_VLProcessor`: images only, Python only; a folder of it does not load with `AutoProcessor`).
+(`ImageOnlyQwen2_5_VLProcessor`). Its folder is a Qwen2.5-VL folder; without torchvision the library loads it
+image-only (`constrained_sft.data.load_processor`), `AutoProcessor` alone does not.
 """
 
 from __future__ import annotations
@@ -76,7 +77,10 @@ def vlm_tokenizer(arch: str) -> PreTrainedTokenizerFast:
 
 
 class ImageOnlyQwen2_5_VLProcessor(transformers.Qwen2_5_VLProcessor):
-    """Qwen2.5-VL's processor without its video processor (which needs torchvision): images and text only."""
+    """Qwen2.5-VL's processor without its video processor (which needs torchvision): images and text only. Saved, it
+    is a Qwen2.5-VL folder: `Qwen2_5_VLProcessor`, its video processor's settings those of its image processor (as
+    a Hub folder's legacy `preprocessor_config.json` gives them); where torchvision is missing it loads through
+    `constrained_sft.data.load_processor`, image-only."""
 
     def __init__(
         self, image_processor: Any = None, tokenizer: Any = None, chat_template: str | None = None, **kwargs: Any
@@ -85,6 +89,10 @@ class ImageOnlyQwen2_5_VLProcessor(transformers.Qwen2_5_VLProcessor):
         self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
         self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
         transformers.ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    def to_dict(self) -> dict[str, object]:
+        saved = {**super().to_dict(), "processor_class": "Qwen2_5_VLProcessor"}
+        return {**saved, "video_processor": self.image_processor.to_dict()}
 
 
 def tiny_vlm_pair(arch: str = "llava", seed: int = 0, num_layers: int = 2, hidden: int = 32) -> tuple[Any, Any]:
@@ -231,8 +239,6 @@ def write_tiny_vlm(folder: str | Path, arch: str = "idefics3", rows: int = 16, s
     `folder`/model (the tiny model and its processor, saved) and `folder`/train.jsonl, whose rows name their images
     by path (`folder`/images/<i>.png), as a user's local VLM data would. Returns `folder`.
     """
-    if arch == "qwen2_5_vl":
-        raise ValueError("a tiny Qwen2.5-VL folder needs torchvision to load (see this module's docstring).")
     folder = Path(folder)
     model, processor = tiny_vlm_pair(arch, seed)
     model.save_pretrained(folder / "model")
@@ -254,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
         prog="python -m constrained_sft.testing tiny-vlm", description=write_tiny_vlm.__doc__
     )
     parser.add_argument("folder")
-    parser.add_argument("--arch", default="idefics3", choices=[a for a in VLM_ARCHS if a != "qwen2_5_vl"])
+    parser.add_argument("--arch", default="idefics3", choices=list(VLM_ARCHS))
     parser.add_argument("--rows", type=int, default=16)
     args = parser.parse_args(argv)
     try:

@@ -22,7 +22,7 @@ from transformers import LlamaModel
 from constrained_sft import ConstrainedSFTConfig
 from constrained_sft.cli import console
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
-from constrained_sft.testing.vlm import tiny_vlm_pair, write_tiny_vlm
+from constrained_sft.testing.vlm import write_tiny_vlm
 from constrained_sft.utils.folders import MARKER, mark_folder
 from constrained_sft.utils.written_record import WRITER, record_written
 
@@ -515,7 +515,7 @@ CASES = [
     Case("vlm-content-not-text", "vlm", lambda c: c.vlm(c.vlm_data(r6={"messages": [{"role": "user", "content": 7}, {"role": "assistant", "content": "s1"}]})), r"(row 6 \(messages format\)|the source split's row 6\)): `messages`", "content a string or a list of parts"),
     Case("vlm-image-sigma-zero", "vlm", lambda c: c.vlm(c.vlm_data(), "--noise_image_sigma", "0"), "`noise_image_sigma`", "finite number > 0"),
     Case("vlm-image-noise-on-a-text-model", "vlm", lambda c: c.train(c.pc(), "--noise_modality", "image", "--noise_gamma", "0.5"), "`noise_modality` 'image'", "reads no images; use 'text'"),
-    Case("vlm-processor-needs-torchvision", "vlm", lambda c: c.vlm(c.vlm_data(), model=str(c.models / "qwen")), r"`model_name_or_path` \S+qwen'?: its processor cannot load here \(Qwen2VLVideoProcessor requires the Torchvision", "install what it names"),
+    Case("vlm-image-processor-needs-torchvision", "vlm", lambda c: c.vlm(c.vlm_data(), model=str(c.models / "torchvision")), r"`model_name_or_path` \S+torchvision'?: its processor cannot load here \(Missing optional dependencies: torchvision\)", "install what it names"),
     Case("vlm-stream-first-image-missing", "vlm", lambda c: c.vlm(c.vlm_data(r0={"images": ["nope.png"]}), "--streaming", "true"), r"(train|held-out) row 0 \(messages format(, streamed)?\): image 'nope.png'", "no such file"),
     Case("vlm-robustness-image-sigma", "vlm", lambda c: ["eval", "robustness", "--models", c.lm, "--dataset_name", c.pc(), "--output_dir", str(c.out), "--image_sigma", "-1"], "`--image_sigma`", "finite number > 0"),
     Case("vlm-robustness-image-noise-on-a-text-model", "vlm", lambda c: ["eval", "robustness", "--models", c.lm, "--dataset_name", c.pc(), "--output_dir", str(c.out), "--noise_modality", "image"], "`noise_modality` 'image'", "reads no images"),
@@ -541,10 +541,12 @@ def models(tmp_path_factory):
     LlamaModel(tiny_causal_lm("llama").config).save_pretrained(root / "base")  # no LM head
     tiny_tokenizer().save_pretrained(root / "base")
     write_tiny_vlm(root / "vlm", "idefics3")
-    qwen, processor = tiny_vlm_pair("qwen2_5_vl")  # saved without the video processor it cannot build here
-    qwen.save_pretrained(root / "qwen")
-    processor.tokenizer.save_pretrained(root / "qwen")
-    processor.image_processor.save_pretrained(root / "qwen")
+    # a VLM whose image processor needs torchvision (as LFM2-VL's, Llama 4's and Aya Vision's do): no half to load
+    settings = write_tiny_vlm(root / "needs", "llava") / "model" / "processor_config.json"
+    saved = json.loads(settings.read_text())
+    saved["image_processor"]["image_processor_type"] = "Lfm2VlImageProcessor"
+    settings.write_text(json.dumps(saved))
+    (root / "needs" / "model").rename(root / "torchvision")
     return root
 
 

@@ -1,11 +1,13 @@
 """
 `constrained-sft train` with the shipped SmolVLM recipes on tiny vision-language models and their images (local JSONL
 rows naming PNG files, a parquet of image bytes, a stream), as a user without the Hub would run it; `eval robustness` on the trained models under image
-noise. (Qwen2.5-VL trains through the Python API in tests/trainers/test_vlm.py: its processor needs torchvision to
-load from a folder, which the bad-input matrix shows is refused in one line.)
+noise. Qwen2.5-VL's processor needs torchvision for its video half, which this machine lacks: it trains and is
+evaluated image-only (`data.load_processor`), and the folder it saves is a whole Qwen2.5-VL processor's.
 """
 
+import importlib.util
 import json
+import logging
 import math
 
 import pytest
@@ -20,7 +22,7 @@ LORA = "smolvlm-256m/llava-instruct/constrained-lora"
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("vlms")
-    return {arch: write_tiny_vlm(root / arch, arch) for arch in ("llava", "gemma3", "idefics3")}
+    return {arch: write_tiny_vlm(root / arch, arch) for arch in ("llava", "gemma3", "idefics3", "qwen2_5_vl")}
 
 
 def train(folder, out, *extra, recipe=RECIPE, data=None):
@@ -74,3 +76,25 @@ def test_prompt_completion_rows_with_images_train(folders, tmp_path):
                             for r in rows))  # fmt: skip
     assert train(folders["llava"], tmp_path / "run", "--dataset_format", "prompt_completion", data=data) == 0
     assert json.loads((tmp_path / "run" / "constraints.json").read_text())["noise_image_sigma_x"] > 0
+
+
+def test_qwen2_5_vl_without_torchvision_trains_and_is_evaluated_image_only(folders, tmp_path, caplog):
+    """Its video processor cannot load here (no torchvision): the run loads the image half, says so, and saves the
+    processor as Qwen2.5-VL's own (the video settings it read written back), which `eval robustness` reads again."""
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("torchvision is installed: the processor loads whole")
+    folder = folders["qwen2_5_vl"]
+    with caplog.at_level(logging.WARNING, logger="constrained_sft.data.processors"):
+        assert train(folder, tmp_path / "run") == 0
+    assert "video processor not loaded (Qwen2VLVideoProcessor requires the Torchvision library" in caplog.text
+    assert json.loads((tmp_path / "run" / "constraints.json").read_text())["noise_image_sigma_x"] > 0
+    saved = json.loads((tmp_path / "run" / "processor_config.json").read_text())
+    source = json.loads((folder / "model" / "processor_config.json").read_text())
+    assert saved["processor_class"] == "Qwen2_5_VLProcessor" and saved["video_processor"] == source["video_processor"]
+    out = tmp_path / "robustness"
+    code = main(["eval", "robustness", "--models", str(tmp_path / "run"), "--dataset_name", str(folder / "train.jsonl"),
+                 "--eval_size", "4", "--gammas", "0", "2", "--seeds", "1", "--noise_modality", "image",
+                 "--bootstrap_samples", "50", "--output_dir", str(out)])  # fmt: skip
+    assert code == 0
+    levels = json.loads((out / "results.json").read_text())["models"]["run"]["summary"]["levels"]
+    assert levels[0]["loss_mean"] != levels[1]["loss_mean"]  # the image noise reached Qwen's image features
