@@ -176,7 +176,8 @@ def recipe_identity(recipe: AnyRecipe) -> JSONObject:
     fields (`trainers.resume.deciding`: all but paths, logging and speed), data fields with what a local source holds
     (`training.data_identity`: its content id) and model. A study or a sweep continues a folder only with the same, so
     no run of one recipe is mixed with runs of a changed one, or with runs of the same file before an edit."""
-    training = {k: v for k, v in deciding(recipe.training.to_dict()).items() if k != "seed"}
+    settings = recipe.training.to_dict()  # type: ignore[no-untyped-call]  # transformers leaves it untyped
+    training = {k: v for k, v in deciding(settings).items() if k != "seed"}
     model = dataclasses.asdict(recipe.model) if recipe.model is not None else None
     return {"training": training, "data": data_identity(recipe.script), "model": model}
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from ..tasks import AnyRecipe, get_task
 from ..trainers.signals import SaveOnSignal
 from ..utils.interrupt import in_requeueable_job, requeued_for
+from ..utils.types import Kwargs
 from .phases import Job, run_job
 from .record import RunRecord, read_record, write_record
 
@@ -41,7 +42,7 @@ def without_tokens(recipe: AnyRecipe) -> AnyRecipe:
     """The recipe without the trainer config's tokens (`hub_token`): submitit pickles the job into the study
     folder, where no secret goes; the job reads HF_TOKEN from its environment as the Hub client does."""
     training = recipe.training
-    tokens = {f.name: None for f in dataclasses.fields(training) if f.name.endswith("_token") and f.init}
+    tokens: Kwargs = {f.name: None for f in dataclasses.fields(training) if f.name.endswith("_token") and f.init}
     if not any(getattr(training, name) for name in tokens):
         return recipe
     return dataclasses.replace(recipe, training=dataclasses.replace(training, **tokens))

@@ -10,14 +10,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard
 
 from ..comparison import RunKey, compared_pairs, comparison_levels, study_arms
-from ..config import training_level
+from ..config import ConstrainedSFTConfig, training_level
 from ..evaluation.alpaca import check_judge
 from ..launch import Request
 from ..launch import check as check_launcher
-from ..tasks import AnyRecipe, SharedDataTraining, Task
+from ..tasks import AnyRecipe, Recipe, SharedDataTraining, Task, output_dir
 from ..trainers.setup import check_launch
 from ..utils.slurm_options import SlurmArguments
 from .after_training import Evaluation
@@ -29,13 +29,21 @@ if TYPE_CHECKING:
     from transformers import TrainingArguments
 
 
+# a study's recipe: its models answer instructions, so its trainer config is SFT's (`max_length`, ...)
+LLMRecipe: TypeAlias = Recipe[Any, ConstrainedSFTConfig]
+
+
+def is_llm_recipe(recipe: AnyRecipe) -> TypeGuard[LLMRecipe]:
+    return isinstance(recipe.training, ConstrainedSFTConfig)
+
+
 @dataclass(frozen=True)
 class StudyPlan:
     """What a study does, resolved from its options and recipes (`plan`)."""
 
     options: StudyArguments  # as given, `study_dir` filled (what study.json records)
     folder: StudyFolder
-    arms: Mapping[str, AnyRecipe]  # {name: recipe}: constrained, its ERM twin, then the `--arm`s
+    arms: Mapping[str, LLMRecipe]  # {name: recipe}: constrained, its ERM twin, then the `--arm`s
     differences: tuple[str, ...]  # "field: a vs b" (or "arm: field: ...") where an arm's training differs
     runs: tuple[RunKey, ...]  # every arm x training seed, seed-major
     pairs: tuple[tuple[str, str], ...]  # (arm, reference arm) for every other arm, in the arms' order
@@ -44,7 +52,7 @@ class StudyPlan:
     request: Request  # what the study asks of its launcher (`launch.open_launcher`)
 
     @property
-    def constrained(self) -> AnyRecipe:
+    def constrained(self) -> LLMRecipe:
         return next(iter(self.arms.values()))
 
 
@@ -61,11 +69,16 @@ def plan(
     credentials, model or encoder: before hours of training); then the settings resolved once, the caller's options
     left as given."""
     args.validate()
+    refusal = f"`task: {task.name}` models do not answer instructions; the study compares LLM recipes."
     if not task.generates or not isinstance(task.training, SharedDataTraining):
-        raise ValueError(f"`task: {task.name}` models do not answer instructions; the study compares LLM recipes.")
-    arms, differences = study_arms(constrained, erm, dict(more))
-    processes = launch(constrained.training)
-    study_dir = args.study_dir or f"{constrained.training.output_dir.rstrip('/')}-study"
+        raise ValueError(refusal)
+    given, differences = study_arms(constrained, erm, dict(more))
+    arms = {name: r for name, r in given.items() if is_llm_recipe(r)}  # each of them, as the task says
+    if len(arms) < len(given):
+        raise ValueError(refusal)
+    first = next(iter(arms.values()))
+    processes = launch(first.training)
+    study_dir = args.study_dir or f"{output_dir(first.training).rstrip('/')}-study"
     request = Request(study_dir, "--study_dir", args.jobs, args.gpus_per_run, "run")
     can = check_launcher(launcher or SlurmArguments(), request)
     can.check(jobs=args.jobs, time_budget=args.time_budget is not None, processes=processes.num_processes)
@@ -82,7 +95,7 @@ def plan(
     if args.stage != "train":
         check_judge(options.judging(*pairs[0]))
         instructions = StudyFolder(study_dir).instructions if args.instructions == HELD_OUT else args.instructions
-        evaluation = evaluation_settings(options, constrained, instructions)
+        evaluation = evaluation_settings(options, first, instructions)
     runs = tuple(RunKey(seed, arm) for seed in range(args.training_seeds) for arm in arms)
     return StudyPlan(
         options, StudyFolder(study_dir), arms, tuple(differences), runs, pairs, evaluation, processes, request
@@ -101,7 +114,7 @@ def launch(training: TrainingArguments) -> PartialState:
     return state
 
 
-def evaluation_settings(o: StudyArguments, recipe: AnyRecipe, instructions: str) -> Evaluation:
+def evaluation_settings(o: StudyArguments, recipe: LLMRecipe, instructions: str) -> Evaluation:
     """What every run is measured with right after it trains (`after_training.Evaluation`): the robustness grid
     (`comparison.comparison_levels`, with the curves' three levels: the ends and the one nearest the training
     level), the instructions at `instructions` and how they are answered, the exit-layer decoding."""

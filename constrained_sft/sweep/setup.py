@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..comparison import ERM, check_comparison_folder, reference_arm, sweep_arms
 from ..config import training_level
 from ..data.splits import refuse_streamed_selection
-from ..tasks import AnyRecipe, Arm, Task
+from ..tasks import AnyRecipe, Arm, Task, output_dir
 from .arguments import SweepArguments, SweepPlan
 from .objectives import SWEEP_OBJECTIVES
 from .search import Objective, finished
@@ -53,7 +53,7 @@ def prepare(settings: SweepArguments, task: Task, recipe: AnyRecipe, more: dict[
     """Every input checked before any trial, nothing written (the folder is checked, not marked; the storage is
     opened at the first use of `Sweep.studies`); what `run` and each stage's job work from."""
     arms = sweep_arms(task, recipe, settings.readouts, settings.baseline == ERM, more)
-    plan = settings.plan(recipe.training.output_dir, recipe.training.noise_gamma)  # checked and resolved once
+    plan = settings.plan(output_dir(recipe.training), recipe.training.noise_gamma)  # checked and resolved once
     options = plan.options
     reference = reference_arm(options.reference, [a.name for a in arms], twins_only=not more)
     check_objective(options, task)

@@ -16,7 +16,18 @@ May import: `utils`, `config`, `constraints`, `readout`, `noise`, `data`, `model
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from .base import AnyRecipe, Arm, Headline, Measure, Recipe, SharedDataTraining, Task, TrainedModel, measure_only
+from .base import (
+    AnyRecipe,
+    Arm,
+    Headline,
+    Measure,
+    Recipe,
+    SharedDataTraining,
+    Task,
+    TrainedModel,
+    measure_only,
+    output_dir,
+)
 from .classification import ClassificationTask, ClassifierScriptArguments, build_classifier
 from .sft import ScriptArguments, SFTTask
 from .training import finish, is_finished, summary_table, train_and_report
@@ -55,6 +66,7 @@ __all__ = [
     "Measure",
     "AnyRecipe",
     "Recipe",
+    "output_dir",
     "SFTTask",
     "SharedDataTraining",
     "ScriptArguments",

@@ -36,6 +36,8 @@ if TYPE_CHECKING:  # TRL is imported by the tasks that use it
     from transformers import TrainingArguments
     from trl import ModelConfig
 
+    from ..config import ConstrainedConfig, ConstrainedSFTConfig
+
 
 @dataclass(frozen=True)
 class Headline:
@@ -46,14 +48,16 @@ class Headline:
     higher_is_better: bool
 
 
-ScriptT = TypeVar("ScriptT")  # a task's own recipe fields (`ScriptArguments`, ...)
-TrainingT = TypeVar("TrainingT", bound="TrainingArguments")  # its trainer config
+# covariant: a task's recipe (`SFTRecipe`) is a recipe of any task (`AnyRecipe`), whose fields are read, never set
+ScriptT = TypeVar("ScriptT", covariant=True)  # a task's own recipe fields (`ScriptArguments`, ...)
+TrainingT = TypeVar("TrainingT", bound="TrainingArguments", covariant=True)  # its trainer config
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recipe(Generic[ScriptT, TrainingT]):
     """A parsed recipe: the task's own fields, TRL's `ModelConfig` (None for tasks without one), the trainer config;
-    each task names its own (`tasks.sft.SFTRecipe`, ...), so a checker sees every field of the three."""
+    each task names its own (`tasks.sft.SFTRecipe`, ...), so a checker sees every field of the three. Above the tasks
+    a recipe is `AnyRecipe`: its trainer config's fields are those every task's config has."""
 
     script: ScriptT
     model: ModelConfig | None
@@ -70,8 +74,16 @@ class Recipe(Generic[ScriptT, TrainingT]):
         return self.model
 
 
+# the trainer config of any task: the fields the floors above the tasks may read (the constraint, noise and run
+# fields and TrainingArguments'); a field of one config only (SFT's `max_length`) needs the task's own recipe type
+AnyTraining: TypeAlias = "ConstrainedSFTConfig | ConstrainedConfig"
 # a recipe of any task (the floors above the tasks: the comparison, the sweep, the study)
-AnyRecipe: TypeAlias = Recipe[Any, Any]
+AnyRecipe: TypeAlias = "Recipe[Any, ConstrainedSFTConfig | ConstrainedConfig]"
+
+
+def output_dir(training: TrainingArguments) -> str:
+    """The run's output folder: the recipe's, else the one `TrainingArguments` fills in when none is given."""
+    return training.output_dir or "trainer_output"
 
 
 @dataclass(frozen=True)
@@ -142,22 +154,26 @@ class TrainedModel:
     after: dict[str, float]
 
 
-class Training(ABC):
+# the recipe type a task's roles take: the task's own (`SFTRecipe`, ...); the task hands them the recipes it parsed
+RecipeT = TypeVar("RecipeT", bound="Recipe[Any, TrainingArguments]", contravariant=True)
+
+
+class Training(ABC, Generic[RecipeT]):
     """A task's training: what `constrained-sft train` (and a study's runs) do with its recipes."""
 
     @abstractmethod
-    def train(self, recipe: AnyRecipe, more_runs: bool = False) -> TrainedModel:
+    def train(self, recipe: RecipeT, more_runs: bool = False) -> TrainedModel:
         """Train, evaluate, save, print the layer table. `more_runs`: more runs follow in this process (a study), so
         the distributed process group is kept."""
 
 
-class SharedDataTraining(Training):
+class SharedDataTraining(Training[RecipeT]):
     """A training whose runs can share their prepared data and take more callbacks: what a study's runs and its
     probe need (SFT's)."""
 
     @abstractmethod
     def train(
-        self, recipe: AnyRecipe, more_runs: bool = False, data_dir: str | None = None, callbacks=()
+        self, recipe: RecipeT, more_runs: bool = False, data_dir: str | None = None, callbacks=()
     ) -> TrainedModel:
         """`Training.train`; `data_dir`: a folder where runs on the same data share it, prepared once; `callbacks`:
         more `TrainerCallback`s."""
@@ -210,7 +226,7 @@ class Measuring(ABC):
         return {}
 
 
-class Searching(ABC):
+class Searching(ABC, Generic[RecipeT]):
     """How a task's recipes are searched (`constrained-sft sweep`): the data every trial shares, a trial's trainer, the
     arms of a comparison. `task`: the task it searches (its readouts)."""
 
@@ -218,7 +234,7 @@ class Searching(ABC):
         self.task = task
 
     @abstractmethod
-    def sweep_data(self, recipe: AnyRecipe, validation_size: float) -> Any:
+    def sweep_data(self, recipe: RecipeT, validation_size: float) -> Any:
         """What every trial shares: the model source and the training rows minus a validation carve-off (the
         held-out / test data is never touched)."""
 
@@ -226,7 +242,7 @@ class Searching(ABC):
     def trial_trainer(self, data: Any, arm: Arm, args: TrainingArguments, callbacks=()):
         """A trainer of `arm` on the sweep data's training rows, evaluating on its validation rows."""
 
-    def recipe_readout(self, recipe: AnyRecipe) -> str | None:
+    def recipe_readout(self, recipe: RecipeT) -> str | None:
         """The readout the recipe trains with (tasks with `readouts`)."""
         return None
 
@@ -244,9 +260,10 @@ class Task(ABC):
     readouts: ClassVar[Collection[str]] = ()  # readouts a sweep may compare (one arm each); () = the model's own
     layer_curve: ClassVar[tuple[str, str]] = ("layer_loss", "held-out loss of the layer's readout")
     generates: ClassVar[bool] = False  # its models answer instructions (`eval generate`, the study's head-to-head)
-    training: Training
+    # each role takes the recipes this task's `recipe` makes: above the tasks they are `AnyRecipe`
+    training: Training[Any]
     measuring: Measuring
-    searching: Searching
+    searching: Searching[Any]
 
     @abstractmethod
     def parser_classes(self) -> tuple[type, ...]:

@@ -142,7 +142,7 @@ class ClassifierSweepData:
     dtype: Any
 
 
-class ClassificationTraining(Training):
+class ClassificationTraining(Training[ClassifierRecipe]):
     """`task: classification`: a sequence classifier (its head, the shared linear readout or the UT) trained by
     `ConstrainedTrainer`."""
 
@@ -207,7 +207,7 @@ class ClassificationMeasuring(Measuring):
         return ratio(sums["correct"], sums["count"])
 
 
-class ClassificationSearching(Searching):
+class ClassificationSearching(Searching[ClassifierRecipe]):
     """A sweep of classifier recipes: one arm per readout, the same tokenized rows for every trial."""
 
     def recipe_readout(self, recipe: ClassifierRecipe) -> str:

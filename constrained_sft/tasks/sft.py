@@ -106,7 +106,7 @@ def init_kwargs(model_args: ModelConfig, training_args: ConstrainedSFTConfig) ->
     return {**base, **mapping_field(training_args.model_init_kwargs, "model_init_kwargs")}
 
 
-class SFTTraining(SharedDataTraining):
+class SFTTraining(SharedDataTraining[SFTRecipe]):
     """`task: sft`: a causal LM fine-tuned by `ConstrainedSFTTrainer` from the recipe's model, data and config."""
 
     def train(
@@ -178,7 +178,7 @@ class SFTMeasuring(Measuring):
         return ratio(sums["correct"], sums["count"])
 
 
-class SFTSearching(Searching):
+class SFTSearching(Searching[SFTRecipe]):
     """A sweep of SFT recipes: the training rows minus a validation carve-off, one trainer per trial."""
 
     def sweep_data(self, recipe: SFTRecipe, validation_size: float) -> SFTSweepData:

@@ -165,7 +165,7 @@ def _axis(model) -> str:
     return denoiser_of(model).sequence_axis
 
 
-class VideoTraining(Training):
+class VideoTraining(Training[VideoRecipe]):
     """`task: video`: a denoiser (DUST, video UT, ViT) trained by `ConstrainedTrainer` on the video clips."""
 
     def train(self, recipe: VideoRecipe, more_runs: bool = False) -> TrainedModel:
@@ -227,7 +227,7 @@ class VideoMeasuring(Measuring):
         return {"frames": plot_frames(snapshots, clean, os.path.join(output_dir, "frames.png"))}
 
 
-class VideoSearching(Searching):
+class VideoSearching(Searching[VideoRecipe]):
     """A sweep of denoiser recipes: validation clips carved off the training videos."""
 
     def sweep_data(self, recipe: VideoRecipe, validation_size: float) -> VideoSweepData:

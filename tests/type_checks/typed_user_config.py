@@ -8,6 +8,8 @@ Never run, only checked (`tests/test_config_types.py` holds the same file to it 
 from typing import Literal, assert_type
 
 from constrained_sft import ConstrainedConfig, ConstrainedSFTConfig
+from constrained_sft.study.plan import StudyPlan
+from constrained_sft.tasks import AnyRecipe, Task
 from constrained_sft.tasks.sft import SFTRecipe
 
 
@@ -28,3 +30,15 @@ def a_users_recipe(recipe: SFTRecipe) -> None:
     assert_type(recipe.training, ConstrainedSFTConfig)
     assert_type(recipe.training.dual_lr, float)
     recipe.training.dual_lrr  # type: ignore[attr-defined]  # noqa: B018
+
+
+def at_the_study_level(recipe: AnyRecipe, plan: StudyPlan, task: Task) -> None:
+    """Above the tasks (the study, the sweep, the comparison floor) a recipe of any task is typed too: the fields every
+    task's trainer config has, and a field of one task's config only once narrowed to it (a study's are SFT's)."""
+    assert_type(recipe.training.nupi_kp, float)
+    assert_type(recipe.training.noise_gamma, float | list[float] | str)
+    recipe.training.nupi_kpp  # type: ignore[union-attr]  # noqa: B018 (misspelt above the tasks)
+    recipe.training.max_length  # type: ignore[union-attr]  # noqa: B018 (SFT's only: not every task's)
+    assert_type(plan.constrained.training.max_length, int | None)
+    plan.constrained.training.dual_lrr  # type: ignore[attr-defined]  # noqa: B018
+    task.training.train(recipe)  # a task's roles take the recipes it parsed
