@@ -35,6 +35,7 @@ from ..models import (
     READOUTS,
 )
 from ..trainers import ConstrainedTrainer
+from ..utils.types import Kwargs
 from .base import (
     Arm,
     Headline,
@@ -115,7 +116,7 @@ def build_classifier(path: str, config, names: list[str], recipe, **kwargs):
     builds a new model from the encoder at `path` does (a model saved as one reloads as it is); else the model as it
     is, its own head, or (a plain encoder, `config` without one) a new head with the dataset's classes `names`.
     `recipe`: the classifier fields (duck-typed); `kwargs` (revision, dtype) go to `from_pretrained`."""
-    labels = {
+    labels: Kwargs = {  # config fields handed on to `from_pretrained`
         "num_labels": len(names),
         "id2label": dict(enumerate(names)),
         "label2id": {n: i for i, n in enumerate(names)},
