@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
-from cooper.optim import nuPI
+from cooper.optim.torch_optimizers.nupi_optimizer import nuPI  # where cooper defines it (not re-exported)
 
 from .dual_optimizer import DUAL_OPTIMIZERS, DualOptimizer, SGDDual
 from .multipliers import Multipliers
