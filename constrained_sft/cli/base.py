@@ -11,14 +11,24 @@ the sweep's or the judge's dependencies (`tests/cli/test_imports.py`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeAlias
 
 from ..utils.help_text import percent
 
 if TYPE_CHECKING:
-    from ..tasks import Task
+    import argparse
 
-__all__ = ["Command", "Group", "other_tasks", "own_process"]
+    from transformers import TrainingArguments
+
+    from ..config import ProcessArguments
+    from ..tasks import Task
+    from ..tasks.recipes import RecipeParser
+
+# argparse's `add_subparsers()` handle, which argparse's stubs name privately
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+__all__ = ["Command", "Group", "comparison_parser", "other_tasks", "own_process"]
 
 
 class Command(ABC):
@@ -27,7 +37,7 @@ class Command(ABC):
     name: str
     help: str
 
-    def register(self, subparsers) -> None:
+    def register(self, subparsers: Subparsers) -> None:
         """A subparser without options of its own: the command parses the rest of the line itself."""
         subparsers.add_parser(self.name, help=percent(self.help), add_help=False)
 
@@ -41,7 +51,7 @@ class Group(Command):
 
     commands: tuple[Command, ...] = ()
 
-    def register(self, subparsers) -> None:
+    def register(self, subparsers: Subparsers) -> None:
         self.parser = subparsers.add_parser(self.name, help=percent(self.help), description=percent(self.help))
         sub = self.parser.add_subparsers(title="subcommands", metavar="<subcommand>", dest="subcommand")
         for command in self.commands:
@@ -56,6 +66,21 @@ class Group(Command):
         return by_name[argv[0]].run(argv[1:], f"{prog} {argv[0]}")
 
 
+def comparison_parser(options: type, task: Task, prog: str, description: str) -> Callable[[], RecipeParser]:
+    """The parser of a command that compares recipes (`study`, `sweep`): its `options`, the Slurm launcher's and the
+    process's, then the task's recipe fields. A maker, not a parser: one parser per recipe, since a parser keeps the
+    keys of the recipe it read as its defaults."""
+    from ..config import ProcessArguments
+    from ..tasks.recipes import dataclass_parser
+    from ..utils.slurm import SlurmArguments
+
+    def parser() -> RecipeParser:
+        classes = (options, SlurmArguments, ProcessArguments, *task.parser_classes())
+        return dataclass_parser(classes, prog, description, other_tasks(prog, task))
+
+    return parser
+
+
 def other_tasks(command: str, task: Task) -> str:
     """The help epilog: which task's fields are shown, and how to see another's."""
     from ..tasks import TASKS
@@ -68,7 +93,7 @@ def other_tasks(command: str, task: Task) -> str:
     )
 
 
-def own_process(process, training) -> None:
+def own_process(process: ProcessArguments, training: TrainingArguments) -> None:
     """
     The command's process settings (`config.ProcessArguments`), applied before the task runs: the command owns its
     process, which a library never changes on its own. `host_allocator: reuse` keeps freed host memory for CPU

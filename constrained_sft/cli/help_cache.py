@@ -48,7 +48,7 @@ def key(argv: list[str]) -> str:
     """A digest of everything the help text of `argv` depends on (see the module docstring)."""
     # argparse wraps help to the terminal's width: a text built for one width is kept for that width
     width = shutil.get_terminal_size().columns
-    parts: dict = {"argv": argv, "version": VERSION, "python": sys.version_info[:2], "columns": width}
+    parts: dict[str, object] = {"argv": argv, "version": VERSION, "python": sys.version_info[:2], "columns": width}
     for name in SHOWN:
         try:
             parts[name] = version(name)

@@ -16,8 +16,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from typing import TYPE_CHECKING
 
 from .base import Command
+
+if TYPE_CHECKING:
+    from ..utils.shipped import ShippedFile
 
 NAME_HELP = "a shipped name as `recipes` lists it (smollm2-135m/sharegpt/constrained, ddp) or its checkout path"
 
@@ -39,7 +43,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     return parser
 
 
-def _rows(files, with_model: bool) -> list[str]:
+def _rows(files: list[ShippedFile], with_model: bool) -> list[str]:
     """One line per file; on a terminal the purpose is cut to its width, into a pipe or a file it is whole."""
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
     name_w = max(len(f.name) for f in files)

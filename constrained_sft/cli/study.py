@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from .base import Command, other_tasks, own_process
+from .base import Command, comparison_parser, own_process
 
 if TYPE_CHECKING:
     from ..study.results import StudyResults
@@ -39,13 +39,11 @@ class StudyCommand(Command):
         _, task_name, argv = recipe_and_task_name(with_shipped(argv, ("--config", "--erm_config"), "--arm"), prog)
         from ..comparison import RunKey
         from ..comparison.recipes import arm_recipe, more_recipes
-        from ..config import ProcessArguments
         from ..study import StudyArguments, run
         from ..study.results import StudyResults
         from ..tasks import get_task
-        from ..tasks.recipes import dataclass_parser, parse
+        from ..tasks.recipes import parse
         from ..utils.shipped import launch_config_of
-        from ..utils.slurm import SlurmArguments
 
         task = get_task(task_name)
         description = (
@@ -54,13 +52,7 @@ class StudyCommand(Command):
             "answers against the reference arm's, report."
         )
 
-        def parser():  # one per recipe: a parser keeps the keys of the recipe it read as its defaults
-            return dataclass_parser(
-                (StudyArguments, SlurmArguments, ProcessArguments, *task.parser_classes()),
-                prog,
-                description,
-                other_tasks(prog, task),
-            )
+        parser = comparison_parser(StudyArguments, task, prog, description)
 
         args, launcher, process, *fields = parse(parser(), argv)
         if args.accelerate_config is None:  # runs on several devices launch as the recipe's own first line does

@@ -10,7 +10,7 @@ The recipe's keys set everything a trial does not search; the sweep's own option
 
 from __future__ import annotations
 
-from .base import Command, other_tasks, own_process
+from .base import Command, comparison_parser, own_process
 
 
 class SweepCommand(Command):
@@ -27,13 +27,11 @@ class SweepCommand(Command):
         # answered at once
         _, task_name, argv = recipe_and_task_name(with_shipped(argv, ("--config", "--space"), "--arm"), prog)
         from ..comparison.recipes import more_recipes
-        from ..config import ProcessArguments
         from ..evaluation.report import comparisons_markdown
         from ..sweep import SweepArguments, run
         from ..sweep.report import searched_line
         from ..tasks import get_task
-        from ..tasks.recipes import dataclass_parser, parse
-        from ..utils.slurm import SlurmArguments
+        from ..tasks.recipes import parse
 
         task = get_task(task_name)
         description = (
@@ -41,13 +39,7 @@ class SweepCommand(Command):
             "search the recipe's hyperparameters, then compare the best configurations."
         )
 
-        def parser():  # one per recipe: a parser keeps the keys of the recipe it read as its defaults
-            return dataclass_parser(
-                (SweepArguments, SlurmArguments, ProcessArguments, *task.parser_classes()),
-                prog,
-                description,
-                other_tasks(prog, task),
-            )
+        parser = comparison_parser(SweepArguments, task, prog, description)
 
         settings, launcher, process, *fields = parse(parser(), argv)
         more = more_recipes(task, parser, argv, settings.extra_arms())

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # the tasks' classes are not imported to run this module
 _HELD_OUT: dict[str, object] = {}  # the last held-out data this process loaded (a `--jobs` worker runs several runs)
 
 
-def held_out(task: Task, data_args, data_dir: str | None):
+def held_out(task: Task, data_args: object, data_dir: str | None) -> object:
     """`task`'s held-out data for `data_args` (prepared once under `data_dir`: `data.prepared_splits`), loaded once
     per process: every run of a study, its probe and its comparison measure the same rows."""
     key = repr((task.name, data_args, data_dir))
@@ -96,7 +96,9 @@ class Evaluation:
         """Instructions every model answers (read once per settings object; a plan prices answers by it)."""
         return len(load_instructions(self.instructions, self.max_instances))
 
-    def measurement(self, task: Task, data, data_args, sigma: float | None, source: str | None = None) -> Measurement:
+    def measurement(
+        self, task: Task, data: object, data_args: object, sigma: float | None, source: str | None = None
+    ) -> Measurement:
         """The robustness measurement of every run (and of the study's comparison) on `data`."""
         return Measurement(
             task,
@@ -118,13 +120,13 @@ class Evaluation:
     def robustness(
         self,
         task: Task,
-        data_args,
+        data_args: object,
         data_dir: str | None,
         folder: str,
         name: str,
         sigma: float,
-        model=None,
-        tokenizer=None,
+        model: object = None,
+        tokenizer: object = None,
     ) -> ModelResult:
         """The model in `folder` (or `model` / `tokenizer` loaded from it already) at every level and noise seed of
         the grid, on the held-out data of `data_args` (`held_out`)."""
@@ -154,7 +156,9 @@ class Evaluation:
         )
         return {str(float(gamma)): level.empty for gamma, level in levels.items()}
 
-    def exits_arguments(self, output_dir: str, models: list[str], names: list[str], sigma: float | None):
+    def exits_arguments(
+        self, output_dir: str, models: list[str], names: list[str], sigma: float | None
+    ) -> ExitsArguments:
         """`eval exits`'s settings for these models: each on the first `exit_prompts` instructions."""
         return ExitsArguments(
             models=models,

@@ -17,10 +17,11 @@ from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
 from ..utils.shipped import check_launch_config, find
+from ..utils.types import JSONObject
 from .phases import KeepModels
 
 if TYPE_CHECKING:
-    from ..tasks import Recipe
+    from ..tasks import AnyRecipe
 
 Stage: TypeAlias = Literal["train", "evaluate", "all"]
 STAGES: tuple[Stage, ...] = get_args(Stage)
@@ -220,7 +221,7 @@ class StudyArguments:
             bootstrap_samples=self.bootstrap_samples,
         )
 
-    def folder_settings(self, recipes: Mapping[str, Recipe]) -> dict:
+    def folder_settings(self, recipes: Mapping[str, AnyRecipe]) -> JSONObject:
         """What decides a study's results, for its folder (`utils.folders`): every arm's recipe (but for the
         seed) and the evaluation options. A continuation may add training seeds; where the study writes, which stage
         runs, the intervals' resamples, the report's examples, and where and how the runs run and decode (jobs, devices,

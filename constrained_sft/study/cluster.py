@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable
+from typing import TypeVar
 
 from ..tasks import AnyRecipe, get_task
 from ..trainers.signals import SaveOnSignal
@@ -19,6 +20,8 @@ from ..utils.interrupt import in_requeueable_job, requeued_for
 from ..utils.types import Kwargs
 from .phases import Job, run_job
 from .record import RunRecord, read_record, write_record
+
+R = TypeVar("R", bound=AnyRecipe)  # a recipe, of whatever task: the same type back
 
 BY_SLURM = "requeued by Slurm (preempted, or `scontrol requeue`)"
 UNNOTED = "requeued again while it started, its reason not kept"
@@ -38,7 +41,7 @@ def per_run(queue: list[Job]) -> list[Job]:
     return list(merged.values())
 
 
-def without_tokens(recipe: AnyRecipe) -> AnyRecipe:
+def without_tokens(recipe: R) -> R:
     """The recipe without the trainer config's tokens (`hub_token`): submitit pickles the job into the study
     folder, where no secret goes; the job reads HF_TOKEN from its environment as the Hub client does."""
     training = recipe.training

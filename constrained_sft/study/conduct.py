@@ -23,7 +23,7 @@ from ..data.instructions import held_out_instructions
 from ..evaluation import ALPACA_EVAL_SIZE
 from ..evaluation.instructions import ALPACA_EVAL, load_instructions
 from ..launch import Call, JobsError, Launcher, open_launcher
-from ..tasks import AnyRecipe, Recipe, Task, is_finished
+from ..tasks import AnyRecipe, Task, is_finished
 from ..utils.files import write_text
 from ..utils.shipped import find
 from ..utils.slurm_options import SlurmArguments
@@ -32,7 +32,7 @@ from .arguments import HELD_OUT, StudyArguments
 from .cluster import job_main, per_run, requeue_note, without_tokens
 from .finish import finish_study, seeds_with
 from .phases import Job, keeps_weights, required
-from .plan import StudyPlan, plan
+from .plan import LLMRecipe, StudyPlan, plan
 from .policy import run_all
 from .probe import ProbeTimes
 from .probe import probed as probe_times
@@ -248,7 +248,7 @@ def drop_weights(p: StudyPlan, records: dict[str, RunRecord], queue: list[Job]) 
             )
 
 
-def data_processes(recipe: Recipe, jobs: int) -> Recipe:
+def data_processes(recipe: LLMRecipe, jobs: int) -> LLMRecipe:
     """The recipe with `dataset_num_proc` from the cores each of `jobs` runs gets, where it sets none (the data is
     tokenized once for the study, by whichever run comes first: `data.prepared_splits`)."""
     if recipe.training.dataset_num_proc is not None:

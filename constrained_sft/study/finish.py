@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Mapping
 
 from ..comparison import RunKey
 from ..evaluation import HeadToHead, RobustnessResults
@@ -17,6 +18,7 @@ from ..evaluation.loading import versions
 from ..evaluation.robustness import finish
 from ..tasks import Task
 from ..utils.files import write_json
+from ..utils.types import JSONRead
 from .after_training import Evaluation, held_out
 from .phases import required
 from .plan import StudyPlan
@@ -52,9 +54,10 @@ def head_to_head(p: StudyPlan, seeds: int, full_set: bool, model: str, reference
     """`model` seed s vs `reference` seed s (s < `seeds`) at each generation level, both orders, win rate with its
     interval. The first pair judges into `judging/`, every other into `judging/<model>-vs-<reference>/`."""
 
-    def rows(arm: str, seed: int, gamma: float) -> list[dict]:
+    def rows(arm: str, seed: int, gamma: float) -> list[JSONRead]:
         with open(p.folder.answers(RunKey(seed, arm), gamma)) as f:
-            return json.load(f)
+            answers: list[JSONRead] = json.load(f)
+        return answers
 
     pairs = {
         gamma: [(rows(model, s, gamma), rows(reference, s, gamma)) for s in range(seeds)]
@@ -87,7 +90,7 @@ def budget(
     )
 
 
-def seeds_with(records: dict[str, RunRecord], arms, phase: str) -> int:
+def seeds_with(records: dict[str, RunRecord], arms: Iterable[str], phase: str) -> int:
     """How many seeds, from 0, every arm has recorded `phase` for."""
     seed = 0
     while all((r := records.get(RunKey(seed, arm).name)) is not None and r.done(phase) for arm in arms):
@@ -96,7 +99,7 @@ def seeds_with(records: dict[str, RunRecord], arms, phase: str) -> int:
 
 
 def phases_missing(
-    records: dict[str, RunRecord], recipes, e: Evaluation, seeds: int, not_started: list[str]
+    records: dict[str, RunRecord], recipes: Mapping[str, object], e: Evaluation, seeds: int, not_started: list[str]
 ) -> list[str]:
     """Every run's phases not recorded yet, as the report names them ("erm/seed1" for a whole run, else
     "erm/seed0: exits"), the jobs this call did not start first."""
@@ -157,7 +160,7 @@ def finish_study(
     study = StudyResults(
         settings=StudySettings(
             study=p.options,
-            constrained_recipe=constrained.training.to_dict(),
+            constrained_recipe=constrained.training.to_dict(),  # type: ignore[no-untyped-call]  # transformers'
             twin_differences=list(p.differences),
             instructions=instructions,
             budget=budget(p, results, seeds, judged, missing, timings),

@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
@@ -33,6 +33,8 @@ from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunRecord, read_record, w
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
+
+    from .plan import LLMRecipe
 
 logger = logging.getLogger(__name__)
 KeepModels: TypeAlias = Literal["all", "seed0", "none"]  # `--keep_models`
@@ -63,7 +65,7 @@ class Job:
     study: StudyFolder
     task: str
     run: RunKey
-    recipe: Recipe
+    recipe: LLMRecipe  # a study's (`plan.is_llm_recipe`)
     evaluation: Evaluation | None  # None: `--stage train`, the run is trained and nothing else
     phases: tuple[str, ...] = (TRAIN,)
     keep: str = "all"
@@ -89,7 +91,7 @@ class Job:
         return required(self.evaluation, self.run)[-1] in self.phases
 
 
-def train(job: Job, callbacks=()) -> float:
+def train(job: Job, callbacks: Sequence[TrainerCallback] = ()) -> float:
     """Train the run into its folder unless it is finished (a checkpoint resumes); the seconds it took (0 when it
     was finished already)."""
     if is_finished(job.folder):
@@ -99,17 +101,17 @@ def train(job: Job, callbacks=()) -> float:
         job.recipe.training,
         output_dir=job.folder,
         seed=job.run.seed,
-        resume_from_checkpoint=True if checkpoints else None,
+        resume_from_checkpoint=True if checkpoints else None,  # type: ignore[arg-type]  # annotated str; True: the last
     )
     start = time.perf_counter()
     if job.gpus > 1:  # this process stays out of the launch: it goes on with the phases after, on the first device
         launch_training(dataclasses.replace(job, recipe=dataclasses.replace(job.recipe, training=training)))
         return time.perf_counter() - start
     recipe = Recipe(job.recipe.script, job.recipe.model, training)
-    training = get_task(job.task).training
-    if not isinstance(training, SharedDataTraining):  # `conduct.checked_arms` refuses such a task before any work
+    role = get_task(job.task).training
+    if not isinstance(role, SharedDataTraining):  # `conduct.checked_arms` refuses such a task before any work
         raise TypeError(f"`task: {job.task}` cannot train a study's runs (they share prepared data).")
-    training.train(recipe, more_runs=True, data_dir=job.data_dir, callbacks=callbacks)
+    role.train(recipe, more_runs=True, data_dir=job.data_dir, callbacks=callbacks)
     return time.perf_counter() - start
 
 
@@ -146,7 +148,8 @@ def job_spec(job: Job) -> JSONObject:
             data = value.to_dict()
         else:
             data = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.init}  # type: ignore[arg-type]
-        return json_safe({k: v for k, v in data.items() if not k.endswith("_token")})
+        safe: JSONObject = json_safe({k: v for k, v in data.items() if not k.endswith("_token")})
+        return safe
 
     r = job.recipe
     recipe = {"script": fields(r.script), "model": None if r.model is None else fields(r.model)}
@@ -202,7 +205,9 @@ def run_job(job: Job, callbacks: Sequence[TrainerCallback] = ()) -> RunRecord:
     e = job.evaluation
     sigma = e.run_sigma(job.folder)
     record.sigma_x, record.model = sigma, model_fingerprint(job.folder)
-    phases = {  # each the evaluation's own measurement of the run's folder, written where the study keeps it
+    phases: dict[
+        str, Callable[[], object]
+    ] = {  # each the evaluation's own measurement of the run's folder, written where the study keeps it
         ROBUSTNESS: lambda: e.robustness(task, job.recipe.script, job.data_dir, job.folder, job.run.name, sigma),
         ANSWERS: lambda: e.answer(job.folder, job.run.stem, job.study.generations, sigma),
         EXITS: lambda: e.decode(job.folder, job.run.arm, job.study.exits, sigma),

@@ -26,6 +26,7 @@ import math
 import os
 import statistics
 import tempfile
+from collections.abc import Sized
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,12 +35,14 @@ from transformers import TrainerCallback
 from ..data import ModelSpec
 from ..evaluation.loading import auto_bf16
 from ..tasks import get_task
+from ..utils.types import JSONObject, JSONRead
 from . import clock
 from .folder import StudyFolder
 from .phases import Job, train
 from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN
 
 if TYPE_CHECKING:  # what transformers hands every callback
+    import torch
     from transformers import TrainerControl, TrainerState, TrainingArguments
 
 PROBE_STEPS, WARMUP_STEPS = 12, 4  # steps of the probe, of which the first are warm-up (timed, left out)
@@ -56,20 +59,28 @@ class StepTimer(TrainerCallback):
         self.train_end: float | None = None
         self.epoch_steps = 0  # optimizer steps of one pass over the training rows
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> None:
         self.train_begin = clock.now()
         loader = kwargs.get("train_dataloader")
-        if loader is not None and hasattr(loader, "__len__"):
+        if isinstance(loader, Sized):
             self.epoch_steps = math.ceil(len(loader) / args.gradient_accumulation_steps)
 
-    def on_step_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+    def on_step_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> None:
         self.begun = clock.now()
 
-    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> None:
         if self.begun is not None:  # every step begins before it ends
             self.steps.append(clock.now() - self.begun)
 
-    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> None:
         self.train_end = clock.now()
 
 
@@ -124,11 +135,11 @@ class ProbeTimes:
         return text
 
 
-def optimizer_steps(training, epoch_steps: int) -> int | None:
+def optimizer_steps(training: TrainingArguments, epoch_steps: int) -> int | None:
     """A run's optimizer steps: `max_steps`, or with `max_steps` <= 0 `num_train_epochs` passes of `epoch_steps`
     (None while the steps of a pass are not counted)."""
     if training.max_steps > 0:
-        return training.max_steps
+        return int(training.max_steps)
     return math.ceil(training.num_train_epochs * epoch_steps) if epoch_steps else None
 
 
@@ -141,7 +152,7 @@ def device_name() -> str:
     return f"cpu x{os.cpu_count()}"
 
 
-def probed(job: Job, kept: dict | None) -> tuple[ProbeTimes, dict]:
+def probed(job: Job, kept: JSONRead | None) -> tuple[ProbeTimes, JSONObject]:
     """The probe's figures for `job`: `kept` (an earlier call's, `timings.json`) where they were measured on this
     device (the study's settings are the same in every call: its folder refuses others), else a new probe; with
     their kept form."""
@@ -205,7 +216,7 @@ def probe(job: Job) -> ProbeTimes:
     return times
 
 
-def _dtype():
+def _dtype() -> torch.dtype:
     import torch
 
     return torch.bfloat16 if auto_bf16() else torch.float32

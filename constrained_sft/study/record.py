@@ -106,7 +106,7 @@ class RecordError(ValueError):
 
 NUMBER = (int, float)
 # field -> (what it may hold, in words; the check)
-SHAPES = {
+SHAPES: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "run": ("a run name (arm/seedN)", lambda v: isinstance(v, str)),
     "study": ("a study id (text) or null", lambda v: v is None or isinstance(v, str)),
     "sigma_x": ("a number or null", lambda v: v is None or (isinstance(v, NUMBER) and not isinstance(v, bool))),

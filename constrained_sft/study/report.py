@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from ..comparison import CONSTRAINED, ERM, arm_label
+from ..evaluation import HeadToHead
 from ..evaluation.alpaca import cost_text, judge_label, level_table, plot_win_rates
 from ..evaluation.exits import exits_blocks
 from ..evaluation.report import (
@@ -22,7 +23,7 @@ from ..evaluation.report import (
     write_markdown,
 )
 from ..evaluation.robustness import summary_table
-from ..utils.types import JSONObject
+from ..utils.types import JSONObject, JSONRead
 from .folder import StudyFolder
 from .results import StudyResults, StudyTimings
 
@@ -35,13 +36,16 @@ PROXY_NOTE = (
 CLIP = 700  # characters of an answer shown in the report (the whole answer is in generations/)
 
 
-def examples(folder: StudyFolder, gamma: float, n: int, model: str = CONSTRAINED, reference: str = ERM) -> list[dict]:
+def examples(
+    folder: StudyFolder, gamma: float, n: int, model: str = CONSTRAINED, reference: str = ERM
+) -> list[JSONRead]:
     """The first `n` instructions at one level: seed 0's answers of `model` and `reference` and the judge's two
     verdicts."""
     if n == 0:
         return []
     with open(folder.verdicts(gamma, 0, model, reference)) as f:
-        return json.load(f)[:n]
+        verdicts: list[JSONRead] = json.load(f)
+    return verdicts[:n]
 
 
 def verdict_text(row: JSONObject, model: str = CONSTRAINED, reference: str = ERM) -> str:
@@ -117,7 +121,9 @@ def study_blocks(study: StudyResults, folder: StudyFolder, n_examples: int, win_
     return blocks
 
 
-def head_to_head_blocks(study: StudyResults, head, folder: StudyFolder, n_examples: int, win_plot: str) -> list[Block]:
+def head_to_head_blocks(
+    study: StudyResults, head: HeadToHead, folder: StudyFolder, n_examples: int, win_plot: str
+) -> list[Block]:
     """The first head-to-head: the judge, the win rates per level with their intervals, the empty answers, examples."""
     blocks: list[Block] = [Heading(f"Head-to-head answers (judge: {judge_label(head)})")]
     if head.judge_is_proxy:
@@ -186,7 +192,7 @@ def _timings(timings: StudyTimings) -> dict[str, float]:
     return {f"train {run}": s for run, s in timings.train.items()} | timings.stages
 
 
-def _phase_rows(timings: StudyTimings) -> list[list]:
+def _phase_rows(timings: StudyTimings) -> list[list[object]]:
     """Per run and phase: the plan's estimate beside the measured seconds."""
     return [
         [run, phase, "-" if t["estimate"] is None else t["estimate"], t["measured"]]

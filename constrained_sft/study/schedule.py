@@ -29,6 +29,7 @@ from .probe import ProbeTimes, optimizer_steps
 from .record import EXITS, PHASES, RunRecord
 
 if TYPE_CHECKING:
+    from ..config import ConstrainedSFTConfig
     from ..launch import Launcher
 
 __all__ = ["Estimate", "choose_jobs", "estimate", "fitting", "follow_parent", "plan_lines", "worker_pool"]  # the
@@ -128,7 +129,7 @@ def choose_jobs(
     return max(range(1, most + 1), key=lambda n: (len(fitting(queue, est, n, budget, share)), n))
 
 
-def steps_text(training, epoch_steps: int) -> str:
+def steps_text(training: ConstrainedSFTConfig, epoch_steps: int) -> str:
     """A run's optimizer steps as the plan prints them: `max_steps`, or the passes over the data they come from."""
     if training.max_steps > 0:
         return f"{training.max_steps} optimizer steps"

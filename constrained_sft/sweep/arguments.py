@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from ..comparison import ERM, arm_recipes, comparison_levels, recipe_identity
 from ..comparison.names import ErmName
@@ -13,8 +14,15 @@ from ..noise import NoiseGrid
 from ..utils.fields import check_fields
 from ..utils.folders import check_output_folder
 from ..utils.redact import redact_url
+from ..utils.types import JSONObject
 from .objectives import SWEEP_OBJECTIVES, objectives_help
 from .search import Objective, open_study
+
+if TYPE_CHECKING:
+    from optuna import Study
+
+    from ..tasks import AnyRecipe
+    from .space import SearchSpace
 
 Stage: TypeAlias = Literal["search", "compare", "all"]
 STAGES: tuple[Stage, ...] = get_args(Stage)
@@ -144,7 +152,9 @@ class SweepArguments:
         """{name: recipe path} of every `--arm` (`comparison.arm_recipes`; the twins' names are taken)."""
         return arm_recipes(self.arm)
 
-    def folder_settings(self, recipes: dict, spaces: dict, given_storage: str | None) -> dict:
+    def folder_settings(
+        self, recipes: Mapping[str, AnyRecipe], spaces: Mapping[str, SearchSpace], given_storage: str | None
+    ) -> JSONObject:
         """What decides a sweep's results, for its folder (`utils.folders`): the options (a continuation may
         raise `n_trials` and `final_seeds`), every arm's recipe (`recipes`: {name: Recipe}; the ERM twins train the
         constrained recipe), the search space and a storage the user named (the default one lives in the folder)."""
@@ -170,7 +180,7 @@ class SweepPlan:
     storage: str
     gammas: list[float]  # the objective's and the test's noise levels, sorted
 
-    def study(self, arm: str, objective: Objective):
+    def study(self, arm: str, objective: Objective) -> Study:
         """The Optuna study of one arm, created or loaded."""
         o = self.options
         return open_study(

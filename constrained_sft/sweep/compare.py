@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..comparison import RunKey, readout_arm
 from ..evaluation import RobustnessArguments, RobustnessResults, saved_results
 from ..evaluation import run as robustness
-from ..tasks import Arm, Recipe, Task, is_finished
+from ..tasks import AnyRecipe, AnyTraining, Arm, Task, is_finished
 from ..utils.files import read_json, write_json
 from ..utils.folders import OutputDirError, child_path, normalized
 from .results import SweepResults
@@ -23,7 +23,6 @@ from .space import Params
 
 if TYPE_CHECKING:
     import optuna
-    from transformers import TrainingArguments
 
     from .arguments import SweepPlan
 
@@ -42,7 +41,7 @@ class Finals:
     objective: Objective
     plan: SweepPlan
     data: Any  # the task's sweep data (`Task.searching.sweep_data`)
-    bases: dict[str, TrainingArguments]
+    bases: dict[str, AnyTraining]
     script: Any  # the recipe's own fields
     pairs: list[tuple[str, str]]
 
@@ -63,7 +62,7 @@ def compare(finals: Finals, out: SweepResults) -> None:
     out.save(plan.sweep_dir)
 
 
-def erm_twins(arms: list[Arm], more: dict[str, Recipe]) -> dict[str, str]:
+def erm_twins(arms: list[Arm], more: dict[str, AnyRecipe]) -> dict[str, str]:
     """{constrained arm: the ERM twin of its readout} for the recipe's arms that have one (`--arm`s have none: they
     are compared with the reference)."""
     names = {a.name for a in arms} - set(more)
@@ -89,7 +88,7 @@ def check_final(sweep_dir: str, arm: str, params: Params) -> None:
         )
 
 
-def retrain(task: Task, arm: Arm, params: Params, plan: SweepPlan, data, base) -> None:
+def retrain(task: Task, arm: Arm, params: Params, plan: SweepPlan, data: Any, base: AnyTraining) -> None:
     """The arm's best configuration with seeds 0..S-1 (a seed the search chose is replaced), each saved; a seed
     whose model is already saved is kept, so a killed comparison resumes (`check_final`: of the same
     configuration)."""
@@ -114,7 +113,12 @@ def seed_dir(sweep_dir: str, arm: str, seed: int) -> str:
 
 
 def evaluate_finals(
-    task: Task, arms: list[Arm], plan: SweepPlan, train_gamma: float, data_args, pairs
+    task: Task,
+    arms: list[Arm],
+    plan: SweepPlan,
+    train_gamma: float,
+    data_args: Any,  # the recipe's own fields, whose held-out split is the test data
+    pairs: list[tuple[str, str]],
 ) -> RobustnessResults:
     """`eval robustness` on the held-out data over every retrained model, arms of `final_seeds` models each; the
     comparisons of `pairs`. A finished evaluation of the same models and levels (`test/results.json`) is reused,

@@ -39,7 +39,7 @@ class AreaUnderCurve(SweepObjective):
     help = "the headline (token accuracy, accuracy or RMSE) over the gamma grid"
 
     @staticmethod
-    def score(summary, ood_floor):
+    def score(summary: ModelSummary, ood_floor: float) -> float:
         return summary.auc
 
 
@@ -49,7 +49,7 @@ class OutOfDistribution(SweepObjective):
     help = "the headline's mean above the training level"
 
     @staticmethod
-    def score(summary, ood_floor):
+    def score(summary: ModelSummary, ood_floor: float) -> float:
         return summary.ood_metric
 
 
@@ -60,7 +60,7 @@ class InDistributionWithFloor(SweepObjective):
     floors_accuracy = True
 
     @staticmethod
-    def score(summary, ood_floor):
+    def score(summary: ModelSummary, ood_floor: float) -> float:
         # below the floor, a value under every trial that reaches it
         return summary.id_metric if summary.ood_metric >= ood_floor else summary.ood_metric - 1.0
 
@@ -72,7 +72,7 @@ class HeldOutLoss(SweepObjective):
     minimized = True
 
     @staticmethod
-    def score(summary, ood_floor):
+    def score(summary: ModelSummary, ood_floor: float) -> float:
         return summary.loss
 
 

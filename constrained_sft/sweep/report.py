@@ -27,11 +27,11 @@ from ..utils.files import atomic_path
 from .results import ArmTrials, SweepResults, Trial
 
 if TYPE_CHECKING:
-    pass
+    from optuna import Study
 
 
 def trials_summary(
-    study, arm: Arm, sweep_dir: str, searched: list[str], not_searched: list[str], maximize: bool = True
+    study: Study, arm: Arm, sweep_dir: str, searched: list[str], not_searched: list[str], maximize: bool = True
 ) -> ArmTrials:
     """Trials as rows (also `trials-<arm>.csv`), the best trial, and Optuna's history / importance plots."""
     import csv
@@ -52,7 +52,7 @@ def trials_summary(
     return ArmTrials(trials, best, optuna_plots(study, arm.name, sweep_dir), searched, not_searched)
 
 
-def optuna_plots(study, arm: str, sweep_dir: str) -> dict[str, str]:
+def optuna_plots(study: Study, arm: str, sweep_dir: str) -> dict[str, str]:
     """Optuna's optimisation history and parameter importances as PNGs; importances need >= 2 complete trials."""
     import matplotlib
 

@@ -21,19 +21,24 @@ import os
 import socket
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from transformers import TrainerCallback
 
 from ..constraints import ERM
 from ..evaluation import ModelSummary, evaluate_level, summarize
-from ..tasks import Arm, Headline, Task
+from ..tasks import AnyTraining, Arm, Headline, Task
+from ..utils.types import Kwargs
 from .objectives import SWEEP_OBJECTIVES
 from .space import Params, SearchSpace
 
-if TYPE_CHECKING:  # what transformers hands every callback
-    from transformers import TrainerControl, TrainerState, TrainingArguments
+if TYPE_CHECKING:  # what transformers hands every callback; Optuna's types (imported where it is used)
+    from optuna import Study, Trial
+    from optuna.storages import BaseStorage
+    from optuna.trial import FrozenTrial
+    from transformers import Trainer, TrainerControl, TrainerState, TrainingArguments
 
 FINISHED = ("COMPLETE", "PRUNED")
 GRACE_BEATS = 3  # a trial is stale after this many heartbeat intervals without a beat
@@ -62,25 +67,30 @@ class Objective:
         return SWEEP_OBJECTIVES[self.name].score(summary, self.ood_floor)
 
 
-def validation_summary(task: Task, trainer, objective: Objective) -> ModelSummary:
+def validation_summary(task: Task, trainer: Trainer, objective: Objective) -> ModelSummary:
     """The trainer's model on its validation rows at every gamma of the grid, noise seed 0 (the same noisy inputs
     for every trial), summarised as `eval robustness` does."""
-    was_training = trainer.model.training
+    model = trainer.model
+    if model is None:
+        raise ValueError("a trial's trainer has no model to score.")
+    was_training = model.training
     levels = [[evaluate_level(task, trainer, g, seed=0)] for g in objective.gammas]
-    trainer.model.train(was_training)
+    model.train(was_training)
     return summarize(levels, objective.train_gamma)
 
 
 class _Report(TrainerCallback):
     """At `steps`, scores the model on the validation rows, reports it to the trial and stops a hopeless one."""
 
-    def __init__(self, task: Task, trial, objective: Objective, steps: set[int]) -> None:
+    def __init__(self, task: Task, trial: Trial, objective: Objective, steps: set[int]) -> None:
         self.task, self.trial, self.objective, self.steps = task, trial, objective, steps
-        self.trainer = None
+        self.trainer: Trainer | None = None
         self.pruned = False
 
-    def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
-        if state.global_step in self.steps:
+    def on_step_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: object
+    ) -> TrainerControl:
+        if state.global_step in self.steps and self.trainer is not None:
             value = self.objective(validation_summary(self.task, self.trainer, self.objective))
             self.trial.report(value, state.global_step)
             if self.trial.should_prune():
@@ -89,27 +99,27 @@ class _Report(TrainerCallback):
         return control
 
 
-def trial_args(base, arm: Arm, params: Params, output_dir: str):
+def trial_args(base: AnyTraining, arm: Arm, params: Params, output_dir: str) -> AnyTraining:
     """The recipe's trainer config with the trial's values, the arm's constraints, and no checkpoints."""
-    return dataclasses.replace(
-        base,
+    changes: Kwargs = {  # the sampled values are fields of the config (`space.SearchSpace`), of their own types
         **params,
-        constraints=base.constraints if arm.constrained else ERM,
-        output_dir=output_dir,
-        save_strategy="no",
-        eval_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-    )
+        "constraints": base.constraints if arm.constrained else ERM,
+        "output_dir": output_dir,
+        "save_strategy": "no",
+        "eval_strategy": "no",
+        "report_to": "none",
+        "disable_tqdm": True,
+    }
+    return dataclasses.replace(base, **changes)
 
 
 def run_trial(
     task: Task,
-    trial,
-    data,
+    trial: Trial,
+    data: Any,  # the task's sweep data (`Searching.sweep_data`)
     arm: Arm,
     space: SearchSpace,
-    base_args,
+    base_args: AnyTraining,
     objective: Objective,
     sweep_dir: str,
     evaluations: int,
@@ -148,7 +158,7 @@ def _total_steps(args: TrainingArguments, rows: int) -> int:
     return max(1, math.ceil(rows / per_step) * math.ceil(args.num_train_epochs))
 
 
-def open_study(name: str, storage: str, seed: int, pruner: str, objective: Objective, heartbeat: int = 10):
+def open_study(name: str, storage: str, seed: int, pruner: str, objective: Objective, heartbeat: int = 10) -> Study:
     """The arm's study, created or loaded (so a killed sweep resumes); TPE with each trial seeded from `seed` and its
     number (`sampler.TrialSeededTPE`: workers never draw alike), median pruning after 2 trials. A study made for
     another objective is refused: its values could not be compared."""
@@ -178,40 +188,49 @@ def open_study(name: str, storage: str, seed: int, pruner: str, objective: Objec
     return study
 
 
-def rdb_storage(url: str, heartbeat: int, attempts: int = 5):
+def rdb_storage(url: str, heartbeat: int, attempts: int = 5) -> BaseStorage:
     """Optuna's RDB storage with heartbeats (they mark a killed worker's trial failed). Workers started together
     race to create its tables on an empty database; the loser sees the winner's tables on a retry."""
     import optuna
     from sqlalchemy.exc import SQLAlchemyError
 
-    for attempt in range(attempts):
+    def open_rdb() -> BaseStorage:
+        with warnings.catch_warnings():  # heartbeats are marked experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.storages.RDBStorage(url, heartbeat_interval=heartbeat, grace_period=GRACE_BEATS * heartbeat)
+
+    for attempt in range(attempts - 1):
         try:
-            with warnings.catch_warnings():  # heartbeats are marked experimental
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.RDBStorage(
-                    url, heartbeat_interval=heartbeat, grace_period=GRACE_BEATS * heartbeat
-                )
+            return open_rdb()
         except SQLAlchemyError:
-            if attempt == attempts - 1:
-                raise
             time.sleep(1.0 + attempt)
+    return open_rdb()
 
 
-def finished(study) -> int:
+def finished(study: Study) -> int:
     return sum(t.state.name in FINISHED for t in study.get_trials(deepcopy=False))
 
 
-def heartbeat_interval(storage) -> int | None:
+@runtime_checkable
+class Heartbeats(Protocol):
+    """A storage with heartbeats (Optuna's RDB storage and its cache; the base class that says so is private)."""
+
+    def get_heartbeat_interval(self) -> int | None: ...
+
+    def record_heartbeat(self, trial_id: int) -> None: ...
+
+
+def heartbeat_interval(storage: BaseStorage) -> int | None:
     """The storage's heartbeat interval in seconds, or None where it has no heartbeats (in-memory, or none set)."""
-    return getattr(storage, "get_heartbeat_interval", lambda: None)()
+    return storage.get_heartbeat_interval() if isinstance(storage, Heartbeats) else None
 
 
-def announce(trial, worker: str) -> None:
+def announce(trial: Trial, worker: str) -> None:
     """Records the trial's first heartbeat now, then tags it with its worker: Optuna's heartbeat thread writes that
     beat concurrently with the objective, so a tagged trial might otherwise have none yet. A tagged trial is thus
     watched by Optuna's `fail_stale_trials`, an untagged one by `Unstarted`."""
     storage = trial.storage  # Optuna's public handle on the study's storage
-    if heartbeat_interval(storage) is not None:
+    if isinstance(storage, Heartbeats) and heartbeat_interval(storage) is not None:
         study_id = storage.get_study_id_from_name(trial.study.study_name)
         storage.record_heartbeat(storage.get_trial_id_from_study_id_trial_number(study_id, trial.number))
     trial.set_user_attr("worker", worker)
@@ -227,11 +246,11 @@ class Unstarted:
     own clock (never another machine's timestamps), is failed.
     """
 
-    def __init__(self, clock=time.monotonic):
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.first_seen: dict[int, float] = {}  # trial number -> when this process first saw it untagged
 
-    def fail(self, study, trials, storage) -> None:
+    def fail(self, study: Study, trials: Sequence[FrozenTrial], storage: BaseStorage) -> None:
         from optuna.trial import TrialState
 
         interval = heartbeat_interval(storage)
@@ -247,7 +266,7 @@ class Unstarted:
                 print(f"Trial {t.number} failed: its worker stopped before the trial's first heartbeat.")
 
 
-def claim(study, trial, n_trials: int, poll: float = 2.0, unstarted: Unstarted | None = None) -> bool:
+def claim(study: Study, trial: Trial, n_trials: int, poll: float = 2.0, unstarted: Unstarted | None = None) -> bool:
     """
     Whether `trial` may run: True once the finished and running trials numbered before it are fewer than
     `n_trials`, False once the finished ones alone reach it. Between the two it waits, failing stale trials (a
@@ -270,7 +289,7 @@ def claim(study, trial, n_trials: int, poll: float = 2.0, unstarted: Unstarted |
         time.sleep(poll)
 
 
-def search(study, n_trials: int, trial_fn, desc: str, poll: float = 2.0) -> None:
+def search(study: Study, n_trials: int, trial_fn: Callable[[Trial], float], desc: str, poll: float = 2.0) -> None:
     """Runs trials until the study holds `n_trials` finished ones (counting those other workers finished)."""
     import optuna
     from tqdm.auto import tqdm
@@ -282,7 +301,7 @@ def search(study, n_trials: int, trial_fn, desc: str, poll: float = 2.0) -> None
     worker = f"{socket.gethostname()}:{os.getpid()}"
     unstarted = Unstarted()
 
-    def guarded(trial):
+    def guarded(trial: Trial) -> float:
         announce(trial, worker)
         if not claim(study, trial, n_trials, poll, unstarted):
             trial.set_user_attr("surplus", True)
@@ -291,7 +310,7 @@ def search(study, n_trials: int, trial_fn, desc: str, poll: float = 2.0) -> None
 
     with tqdm(total=n_trials, initial=done, desc=desc, unit="trial") as bar:
 
-        def progress(study, trial):
+        def progress(study: Study, trial: FrozenTrial) -> None:
             bar.n = finished(study)
             bar.refresh()
 
@@ -320,9 +339,9 @@ class _QuietSurplus(logging.Filter):
         return True
 
 
-def best_params(study, maximize: bool) -> Params:
+def best_params(study: Study, maximize: bool) -> Params:
     complete = [t for t in study.get_trials(deepcopy=False) if t.state.name == "COMPLETE"]
     if not complete:
         raise RuntimeError(f"Study {study.study_name!r} has no complete trial: every trial failed or was pruned.")
     pick = max if maximize else min
-    return dict(pick(complete, key=lambda t: t.value).params)
+    return dict(pick(complete, key=lambda t: math.nan if t.value is None else t.value).params)

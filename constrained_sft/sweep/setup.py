@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from ..comparison import ERM, check_comparison_folder, reference_arm, sweep_arms
 from ..config import training_level
 from ..data.splits import refuse_streamed_selection
-from ..tasks import AnyRecipe, Arm, Task, output_dir
+from ..tasks import AnyRecipe, AnyTraining, Arm, Task, output_dir
 from .arguments import SweepArguments, SweepPlan
 from .objectives import SWEEP_OBJECTIVES
 from .search import Objective, finished
@@ -21,7 +21,6 @@ from .space import SearchSpace, arm_spaces, check_ranges, load_space
 
 if TYPE_CHECKING:
     import optuna
-    from transformers import TrainingArguments
 
     from ..comparison.folder import CheckedFolder
 
@@ -39,7 +38,7 @@ class Sweep:
     searched: dict[str, SearchSpace]
     not_searched: dict[str, list[str]]
     objective: Objective
-    bases: dict[str, TrainingArguments]
+    bases: dict[str, AnyTraining]
     reference: str
     folder: CheckedFolder
 

@@ -19,13 +19,20 @@ refused, naming the entry, with nothing written.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from ..comparison import names as arm_names
 from ..config import ConstrainedConfig, ConstraintArguments, unread_fields
 from ..constraints import ERM, mode_of
 from ..utils.files import read_yaml
+from ..utils.types import Kwargs
+
+if TYPE_CHECKING:
+    from optuna import Trial
+
+    from ..tasks import AnyTraining, Arm
 
 SECTIONS = arm_names.TWINS  # a search space's sections: the arms' names
 KEYS = ("low", "high", "log", "int", "choices")
@@ -46,17 +53,18 @@ class Param:
     high: float | None = None
     log: bool = False
     int: bool = False
-    choices: tuple | None = None
+    choices: tuple[ParamValue, ...] | None = None
 
-    def suggest(self, trial) -> ParamValue:
+    def suggest(self, trial: Trial) -> ParamValue:
         if self.choices is not None:
-            return trial.suggest_categorical(self.name, list(self.choices))
+            choice: ParamValue = trial.suggest_categorical(self.name, list(self.choices))
+            return choice
         low, high = self.low, self.high
         if low is None or high is None:  # a Param made by hand; _param gives every range both ends
             raise SearchSpaceError(f"search space `{self.name}`: give `choices`, or `low` and `high`.")
         if self.int:
-            return trial.suggest_int(self.name, int(low), int(high), log=self.log)
-        return trial.suggest_float(self.name, float(low), float(high), log=self.log)
+            return int(trial.suggest_int(self.name, int(low), int(high), log=self.log))
+        return float(trial.suggest_float(self.name, float(low), float(high), log=self.log))
 
 
 def _param(section: str, name: str, spec: Any, config_class: type) -> Param:
@@ -89,21 +97,22 @@ def _param(section: str, name: str, spec: Any, config_class: type) -> Param:
 class SearchSpace:
     params: tuple[Param, ...]
 
-    def suggest(self, trial) -> Params:
+    def suggest(self, trial: Trial) -> Params:
         return {p.name: p.suggest(trial) for p in self.params}
 
     @property
     def names(self) -> list[str]:
         return [p.name for p in self.params]
 
-    def check(self, base, section: str) -> None:
+    def check(self, base: AnyTraining, section: str) -> None:
         """Every bound (or choice) set on the recipe's config `base` must pass that config's own validation."""
         for p in self.params:
             values = p.choices if p.choices is not None else (p.low, p.high)
             for value in values:
-                value = int(value) if p.int and p.choices is None else value
+                value = int(value) if p.int and p.choices is None and value is not None else value
+                change: Kwargs = {p.name: value}  # a field named by the space file, of the field's own type
                 try:
-                    dataclasses.replace(base, **{p.name: value})
+                    dataclasses.replace(base, **change)
                 except (ValueError, TypeError) as error:
                     raise SearchSpaceError(
                         f"search space `{section}.{p.name}`: {value!r} is outside what the field allows: {error}"
@@ -127,7 +136,9 @@ def parse_space(
     return out
 
 
-def arm_space(spaces: dict[str, SearchSpace], name: str, fallback: str, unread: dict[str, str]):
+def arm_space(
+    spaces: dict[str, SearchSpace], name: str, fallback: str, unread: dict[str, str]
+) -> tuple[SearchSpace, list[str]]:
     """(the space arm `name` searches, the fallback's entries it leaves out): its own section, where an entry the arm
     does not read (`unread`: {field: why}, `config.unread_fields`) is refused; else the `fallback` section
     (`constrained` / `erm`) without such entries, which the sweep reports as not searched."""
@@ -148,17 +159,20 @@ def arm_space(spaces: dict[str, SearchSpace], name: str, fallback: str, unread: 
     return SearchSpace(kept), [p.name for p in spaces[fallback].params if p.name in unread]
 
 
-def check_ranges(spaces: dict[str, SearchSpace], base) -> None:
+def check_ranges(spaces: dict[str, SearchSpace], base: AnyTraining) -> None:
     """Refuse, before any trial, a bound or choice the recipe's config (`base`) would refuse in a trial."""
     for section, space in spaces.items():
         space.check(base, section)
 
 
-def arm_spaces(spaces: dict[str, SearchSpace], arms, training) -> tuple[dict[str, SearchSpace], dict[str, list]]:
+def arm_spaces(
+    spaces: dict[str, SearchSpace], arms: Sequence[Arm], training: AnyTraining
+) -> tuple[dict[str, SearchSpace], dict[str, list[str]]]:
     """({arm: the space it searches}, {arm: fallback entries it leaves out}) for the sweep's `arms` (`tasks.Arm`; an
     arm without its own trainer config trains the recipe's `training`, as ERM when not constrained): every entry the
     arm reads, each bound and choice checked against the arm's own config before any trial."""
-    searched, dropped = {}, {}
+    searched: dict[str, SearchSpace] = {}
+    dropped: dict[str, list[str]] = {}
     for arm in arms:
         config = arm.training or training
         constraints = config.constraints if arm.constrained or arm.training else ERM

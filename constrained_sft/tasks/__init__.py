@@ -18,6 +18,7 @@ from types import MappingProxyType
 
 from .base import (
     AnyRecipe,
+    AnyTraining,
     Arm,
     Headline,
     Measure,
@@ -65,6 +66,7 @@ __all__ = [
     "Headline",
     "Measure",
     "AnyRecipe",
+    "AnyTraining",
     "Recipe",
     "output_dir",
     "SFTTask",

@@ -93,7 +93,7 @@ class Arm:
     name: str  # `comparison.names`: the twins' names, with the readout where the task has several; an `--arm`'s
     readout: str | None
     constrained: bool
-    training: Any = None  # the arm's own trainer config (a `--arm` recipe's); None: the sweep recipe's
+    training: AnyTraining | None = None  # the arm's own trainer config (a `--arm` recipe's); None: the recipe's
 
 
 @dataclass
