@@ -15,9 +15,9 @@ import collections
 import json
 import re
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 from mypy import api
 
 BASELINE = Path(__file__).with_name("strict_baseline.json")

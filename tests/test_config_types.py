@@ -75,7 +75,9 @@ def test_a_misspelt_field_fails_a_type_check_of_user_code(tmp_path):
     found = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith(str(user))]
     assert any('Unexpected keyword argument "descent_alpah"' in line and "descent_alpha" in line for line in found)
     assert any('Unexpected keyword argument "penalty_wieght"' in line for line in found)
-    assert len([line for line in found if 'has no attribute "nupi_kpp"' in line]) == 3  # a task's; any task's (2 items)
+    assert (
+        len([line for line in found if 'has no attribute "nupi_kpp"' in line]) == 3
+    )  # a task's; any task's (2 items)
     assert len([line for line in found if 'has no attribute "dual_lrr"' in line]) == 2  # a task's recipe, a study's
     one_task_only = '"ConstrainedConfig" of "ConstrainedSFTConfig | ConstrainedConfig" has no attribute "max_length"'
     assert any(one_task_only in line for line in found)  # SFT's field, read from any task's recipe
