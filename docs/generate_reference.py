@@ -5,7 +5,9 @@ Write the reference pages of the documentation site from the code, so that they 
   values, help), read from the dataclasses themselves;
 - `reference/cli.md`: every command's and subcommand's `--help`, as the argparse parsers print it;
 - `reference/recipes.md`: every shipped recipe, search space and launch config, with the command its header starts
-  with and what it runs.
+  with and what it runs;
+- `reference/imports.md`: the import paths a user may rely on (`utils.public`), each with its `__all__`, and the
+  moved modules' old paths.
 
 `make docs` runs it before building (the pages are not committed: they are always this code's); `tests/test_docs.py`
 checks that they cover every command and field.
@@ -175,7 +177,27 @@ def recipes() -> str:
     return "".join(out)
 
 
-PAGES = {"configuration.md": configuration, "cli.md": cli, "recipes.md": recipes}
+def imports() -> str:
+    import importlib
+
+    from constrained_sft.utils.public import MOVED_MODULES, PUBLIC_MODULES
+
+    out = [HEADER, "# Import paths\n\n"]
+    out.append(
+        "What a user's code may import: each module below and the names of its `__all__` "
+        "(`constrained_sft.utils.public.PUBLIC_MODULES`). Anything else is internal and may move without notice. A "
+        "module renamed or moved keeps its old path importable, with a `FutureWarning` naming the new one, for at "
+        "least one release (the table at the end).\n"
+    )
+    for name in PUBLIC_MODULES:
+        names = sorted(importlib.import_module(name).__all__, key=str.lower)
+        out.append(f"\n## `{name}`\n\n" + ", ".join(f"`{n}`" for n in names) + "\n")
+    out.append("\n## Moved modules\n\n| old path (warns) | new path |\n|---|---|\n")
+    out += [f"| `{old}` | `{new}` |\n" for old, new in MOVED_MODULES.items()]
+    return "".join(out)
+
+
+PAGES = {"configuration.md": configuration, "cli.md": cli, "recipes.md": recipes, "imports.md": imports}
 
 
 def write(out_dir: Path) -> list[Path]:

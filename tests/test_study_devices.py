@@ -9,7 +9,7 @@ import pytest
 from test_study import assets as assets  # noqa: F401 (the tiny model, encoder, rows and recipes)
 from test_study import study_argv
 
-from constrained_sft.study.devices import DeviceSlots, Machine, held
+from constrained_sft.launch.devices import DeviceSlots, Machine, held
 from constrained_sft.study.schedule import Estimate, fitting, worker_pool
 
 FOUR = ["0", "1", "2", "3"]
@@ -38,7 +38,7 @@ def test_the_groups_each_worker_holds():
 
 
 def test_a_gpu_named_twice_is_refused(monkeypatch):
-    from constrained_sft.study.devices import visible_devices
+    from constrained_sft.launch.devices import visible_devices
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,0")
     with pytest.raises(ValueError, match=r"CUDA_VISIBLE_DEVICES=0,1,0 names GPU 0 more than once"):

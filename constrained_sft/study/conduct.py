@@ -31,8 +31,8 @@ from . import clock
 from .arguments import HELD_OUT, StudyArguments
 from .cluster import job_main, per_run, requeue_note, without_tokens
 from .finish import finish_study, seeds_with
-from .phases import Job, keeps_weights, required
-from .plan import LLMRecipe, StudyPlan, plan
+from .phases import Job, LLMRecipe, keeps_weights, required
+from .plan import StudyPlan, plan
 from .policy import run_all
 from .probe import ProbeTimes
 from .probe import probed as probe_times

@@ -1,5 +1,6 @@
-"""Moved to `launch.devices` (a pool's device groups are the launcher's); importable from here for a release."""
+"""Moved to `launch.devices` (a pool's device groups are the launcher's); this path imports it, with a
+FutureWarning, for a release."""
 
-from ..launch.devices import VISIBLE, DeviceSlots, Machine, held, pin, visible_devices
+from ..utils.public import moved_module
 
-__all__ = ["VISIBLE", "DeviceSlots", "Machine", "held", "pin", "visible_devices"]
+moved_module(__name__)

@@ -19,11 +19,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeGuard, get_args
 
 from ..comparison import RunKey
+from ..config import ConstrainedSFTConfig
 from ..data import delete_weights, has_weights, model_fingerprint
-from ..tasks import Recipe, SharedDataTraining, get_task, is_finished
+from ..tasks import AnyRecipe, Recipe, SharedDataTraining, get_task, is_finished
 from ..utils.files import json_safe, write_json
 from ..utils.types import JSONObject, JSONRead
 from . import clock
@@ -33,8 +34,6 @@ from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunRecord, read_record, w
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
-
-    from .plan import LLMRecipe
 
 logger = logging.getLogger(__name__)
 KeepModels: TypeAlias = Literal["all", "seed0", "none"]  # `--keep_models`
@@ -54,6 +53,14 @@ def keeps_weights(keep: str, run: RunKey) -> bool:
     return keep == "all" or (keep == "seed0" and run.seed == 0)
 
 
+# a study's recipe: its models answer instructions, so its trainer config is SFT's (`max_length`, ...)
+LLMRecipe: TypeAlias = Recipe[Any, ConstrainedSFTConfig]
+
+
+def is_llm_recipe(recipe: AnyRecipe) -> TypeGuard[LLMRecipe]:
+    return isinstance(recipe.training, ConstrainedSFTConfig)
+
+
 @dataclass(frozen=True)
 class Job:
     """Phases of one run, everything a fresh process needs to do them (`run_job`). `restart`: the run's weights are
@@ -65,7 +72,7 @@ class Job:
     study: StudyFolder
     task: str
     run: RunKey
-    recipe: LLMRecipe  # a study's (`plan.is_llm_recipe`)
+    recipe: LLMRecipe  # a study's (`is_llm_recipe`)
     evaluation: Evaluation | None  # None: `--stage train`, the run is trained and nothing else
     phases: tuple[str, ...] = (TRAIN,)
     keep: str = "all"

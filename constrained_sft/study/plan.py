@@ -10,31 +10,24 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeGuard
+from typing import TYPE_CHECKING
 
 from ..comparison import RunKey, compared_pairs, comparison_levels, study_arms
-from ..config import ConstrainedSFTConfig, training_level
+from ..config import training_level
 from ..evaluation.alpaca import check_judge
 from ..launch import Request
 from ..launch import check as check_launcher
-from ..tasks import AnyRecipe, Recipe, SharedDataTraining, Task, output_dir
+from ..tasks import AnyRecipe, SharedDataTraining, Task, output_dir
 from ..trainers.setup import check_launch
 from ..utils.slurm_options import SlurmArguments
 from .after_training import Evaluation
 from .arguments import HELD_OUT, StudyArguments
 from .folder import StudyFolder
+from .phases import LLMRecipe, is_llm_recipe
 
 if TYPE_CHECKING:
     from accelerate import PartialState
     from transformers import TrainingArguments
-
-
-# a study's recipe: its models answer instructions, so its trainer config is SFT's (`max_length`, ...)
-LLMRecipe: TypeAlias = Recipe[Any, ConstrainedSFTConfig]
-
-
-def is_llm_recipe(recipe: AnyRecipe) -> TypeGuard[LLMRecipe]:
-    return isinstance(recipe.training, ConstrainedSFTConfig)
 
 
 @dataclass(frozen=True)
