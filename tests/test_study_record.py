@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from constrained_sft.study.folder import StudyFolder
-from constrained_sft.study.record import RunKey, RunRecord, read_record, write_record
+from constrained_sft.study.record import RunKey, RunRecord, read_run_record, write_run_record
 
 
 def test_a_run_key_names_its_run_folder_and_record(tmp_path):
@@ -26,8 +26,8 @@ def test_a_run_key_names_its_run_folder_and_record(tmp_path):
 def test_a_record_grows_phase_by_phase_and_reads_back(tmp_path):
     record = RunRecord("erm/seed0")
     record.seconds["train"], record.estimates["train"], record.jobs["train"] = 12.5, 14.0, 2
-    write_record(StudyFolder(str(tmp_path)), record, "accuracy")
-    again = read_record(StudyFolder(str(tmp_path)), RunKey(0, "erm"), "accuracy")
+    write_run_record(StudyFolder(str(tmp_path)), record, "accuracy")
+    again = read_run_record(StudyFolder(str(tmp_path)), RunKey(0, "erm"), "accuracy")
     assert again == record and again.done("train") and not again.done("robustness")
 
 
@@ -37,7 +37,7 @@ def test_a_record_of_an_earlier_version_loads_as_its_phases(tmp_path):
     old = {"run": "erm/seed1", "sigma_x": 0.5, "model": "abc", "robustness": None, "exits": None,
            "seconds": {"train": 10.0, "generation": 3.0, "total": 15.0}}  # fmt: skip
     (tmp_path / "runs" / "erm-seed1.json").write_text(json.dumps(old))
-    record = read_record(StudyFolder(str(tmp_path)), RunKey(1, "erm"), "accuracy")
+    record = read_run_record(StudyFolder(str(tmp_path)), RunKey(1, "erm"), "accuracy")
     assert record.seconds == {"train": 10.0, "answers": 3.0} and record.estimates == {}
 
 
@@ -57,14 +57,14 @@ def test_a_record_is_checked_before_it_is_trusted(tmp_path, change, said):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "erm-seed0.json").write_text(json.dumps({"run": "erm/seed0", "seconds": {}, **change}))
     with pytest.raises(RecordError, match=r"erm-seed0.json: " + said):
-        read_record(StudyFolder(str(tmp_path)), RunKey(0, "erm"), "accuracy")
+        read_run_record(StudyFolder(str(tmp_path)), RunKey(0, "erm"), "accuracy")
 
 
 def test_a_record_of_another_run_is_refused_naming_both(tmp_path):
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "erm-seed0.json").write_text(json.dumps({"run": "constrained/seed0", "seconds": {}}))
     with pytest.raises(ValueError, match=r"erm-seed0.json is the record of 'constrained/seed0', not of 'erm/seed0'"):
-        read_record(StudyFolder(str(tmp_path)), RunKey(0, "erm"), "accuracy")
+        read_run_record(StudyFolder(str(tmp_path)), RunKey(0, "erm"), "accuracy")
 
 
 def test_only_the_writing_process_writes_a_runs_record(tmp_path):
@@ -79,7 +79,7 @@ def test_only_the_writing_process_writes_a_runs_record(tmp_path):
     other = run_job(Job(study, "sft", run, None, None, writes=False))  # type: ignore[arg-type]  (never read)
     assert other.done("train") and not os.path.exists(study.record(run))
     main = run_job(Job(study, "sft", run, None, None))  # type: ignore[arg-type]
-    assert read_record(study, run, "mean_token_accuracy") == main
+    assert read_run_record(study, run, "mean_token_accuracy") == main
 
 
 def test_a_record_copied_from_another_study_is_refused_without_weights_to_fingerprint(tmp_path):
@@ -94,13 +94,13 @@ def test_a_record_copied_from_another_study_is_refused_without_weights_to_finger
     assert mine.identity() != theirs.identity()
     record = RunRecord("erm/seed0", model="0123abcd")
     record.seconds["train"] = 1.0
-    write_record(theirs, record, "accuracy")
+    write_run_record(theirs, record, "accuracy")
     copied = Path(theirs.record(RunKey(0, "erm"))).read_text()
     assert json.loads(copied)["study"] == theirs.identity()
     Path(mine.record(RunKey(0, "erm"))).parent.mkdir()
     Path(mine.record(RunKey(0, "erm"))).write_text(copied)  # copied by hand; no weights in either run folder
-    assert read_record(theirs, RunKey(0, "erm"), "accuracy").seconds == {"train": 1.0}
+    assert read_run_record(theirs, RunKey(0, "erm"), "accuracy").seconds == {"train": 1.0}
     with pytest.raises(
         RecordError, match=r"`study` [0-9a-f]{32} is not this study's id \([0-9a-f]{32}\): a record of another"
     ):
-        read_record(mine, RunKey(0, "erm"), "accuracy")
+        read_run_record(mine, RunKey(0, "erm"), "accuracy")

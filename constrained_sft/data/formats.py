@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Literal, TypeAlias, get_args
 
 from datasets import Dataset, IterableDataset
@@ -297,10 +298,14 @@ def _text(row: JSONRead, _mode: str) -> JSONRead:
 
 
 Converter: TypeAlias = Callable[[JSONRead, str], JSONRead]
-CONVERTERS: dict[str, Converter] = {
-    "alpaca": _alpaca,
-    "sharegpt": _sharegpt,
-    "messages": _messages,
-    "prompt_completion": _prompt_completion,
-    "text": _text,
-}
+# `dataset_format` -> its converter: a closed, read-only table (a format is a row shape TRL trains on, not a plug-in;
+# the field's choices are its keys)
+CONVERTERS: Mapping[str, Converter] = MappingProxyType(
+    {
+        "alpaca": _alpaca,
+        "sharegpt": _sharegpt,
+        "messages": _messages,
+        "prompt_completion": _prompt_completion,
+        "text": _text,
+    }
+)

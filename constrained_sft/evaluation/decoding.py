@@ -24,7 +24,9 @@ def compiled_decoding(device: torch.device, cache_len: int) -> Kwargs:
     """`generate()` arguments for compiled decoding on `device` with a static cache of `cache_len` positions (the
     longest prompt of the run plus its new tokens). CUDA: transformers' default config (inductor, CUDA graphs:
     `mode="reduce-overhead"`); elsewhere inductor's default mode, and transformers' switch that lets it compile off
-    GPUs (`_compile_all_devices`, which it otherwise reserves for CUDA)."""
+    GPUs (`_compile_all_devices`, which it otherwise reserves for CUDA; it has no public one: the day transformers
+    stops reading it, nothing compiles off CUDA and `tests/noise/test_decoding_noise.py`, which counts one compiled
+    graph on CPU, fails)."""
     if device.type == "cuda":
         config = CompileConfig()
     else:

@@ -19,7 +19,7 @@ from ..trainers.signals import SaveOnSignal
 from ..utils.interrupt import in_requeueable_job, requeued_for
 from ..utils.types import Kwargs
 from .phases import Job, run_job
-from .record import RunRecord, read_record, write_record
+from .record import RunRecord, read_run_record, write_run_record
 
 R = TypeVar("R", bound=AnyRecipe)  # a recipe, of whatever task: the same type back
 
@@ -77,13 +77,13 @@ def job_main(job: Job) -> RunRecord:
     over."""
     key = get_task(job.task).headline.key
     job_id, restarts = os.environ.get("SLURM_JOB_ID", ""), int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-    record = read_record(job.study, job.run, key) or RunRecord(job.run.name)
+    record = read_run_record(job.study, job.run, key) or RunRecord(job.run.name)
     left = tuple(p for p in job.phases if not record.done(p))
     note = requeue_note(job)
     if added := requeues_since(record.requeues, job_id, restarts, lambda: requeued_for(note, BY_SLURM)):
         record.requeues += [{**r, "phase": left[0] if left else "none"} for r in added]
         if job.writes:
-            write_record(job.study, record, key)
+            write_run_record(job.study, record, key)
     if os.path.isfile(note):  # read, or left by an earlier job of the run that did not start again
         os.remove(note)
     if not left:

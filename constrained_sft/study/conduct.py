@@ -36,7 +36,7 @@ from .plan import StudyPlan, plan
 from .policy import run_all
 from .probe import ProbeTimes
 from .probe import probed as probe_times
-from .record import EXITS, ROBUSTNESS, TRAIN, RunRecord, read_record
+from .record import EXITS, ROBUSTNESS, TRAIN, RunRecord, read_run_record
 from .results import InstructionSet, StudyResults, StudyTimings, TrainedRuns
 from .schedule import Estimate, choose_jobs, estimate, fitting, plan_lines
 
@@ -103,7 +103,7 @@ def open_study(
     settings = p.options.folder_settings(p.arms)
     folder = check_comparison_folder(p.folder.root, COMMAND, settings, "--study_dir", p.arms)
     key = task.headline.key
-    records = {run.name: r for run in p.runs if (r := read_record(p.folder, run, key)) is not None}
+    records = {run.name: r for run in p.runs if (r := read_run_record(p.folder, run, key)) is not None}
     timings = StudyTimings.load(p.folder.root)
     read = instruction_rows(p) if p.evaluation is not None else None
     if p.processes.is_main_process:
@@ -187,7 +187,7 @@ class Bookkeeper:
         """A job that ended without its result (`launch.JobEnded`: failed, cancelled, out of time): its run's record,
         where it holds every phase of the job anyway (killed as it exited); else the phases it did record timed, and
         None."""
-        record = read_record(job.study, job.run, self.key) or RunRecord(job.run.name)
+        record = read_run_record(job.study, job.run, self.key) or RunRecord(job.run.name)
         if all(record.done(p) for p in job.phases):
             return record
         for phase in job.phases:

@@ -30,7 +30,7 @@ from ..utils.types import JSONObject, JSONRead
 from . import clock
 from .after_training import Evaluation
 from .folder import StudyFolder
-from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunRecord, read_record, write_record
+from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunRecord, read_run_record, write_run_record
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback
@@ -192,14 +192,14 @@ def run_job(job: Job, callbacks: Sequence[TrainerCallback] = ()) -> RunRecord:
     key = task.headline.key
     if job.restart:
         start_over(job)
-    record = read_record(job.study, job.run, key) or RunRecord(job.run.name)
+    record = read_run_record(job.study, job.run, key) or RunRecord(job.run.name)
 
     def done(phase: str, started: float) -> None:
         record.seconds[phase], record.jobs[phase] = round(clock.now() - started, 2), job.jobs
         if phase in job.estimates:
             record.estimates[phase] = round(job.estimates[phase], 2)
         if job.writes:
-            write_record(job.study, record, key)
+            write_run_record(job.study, record, key)
 
     if TRAIN in job.phases:
         started = clock.now()

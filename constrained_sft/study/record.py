@@ -157,7 +157,7 @@ def check_record(data: Any, where: str) -> None:
             )
 
 
-def read_record(study: StudyFolder, run: RunKey, key: str) -> RunRecord | None:
+def read_run_record(study: StudyFolder, run: RunKey, key: str) -> RunRecord | None:
     """The run's record, None when it has none yet, checked before it is trusted (`RecordError` naming the file and
     the field): its fields' kinds and phases (`check_record`), its run (not another run's file), and the weights it
     measured (its `model` fingerprint) against the run folder's where they are kept: the study would otherwise
@@ -187,7 +187,7 @@ def read_record(study: StudyFolder, run: RunKey, key: str) -> RunRecord | None:
     return record
 
 
-def write_record(study: StudyFolder, record: RunRecord, key: str) -> JSONObject:
+def write_run_record(study: StudyFolder, record: RunRecord, key: str) -> JSONObject:
     """Write the record whole (atomically: a kill leaves the previous version); its JSON form."""
     path = study.record(RunKey.parse(record.run))
     os.makedirs(os.path.dirname(path), exist_ok=True)

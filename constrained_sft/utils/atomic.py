@@ -2,7 +2,8 @@
 Writing a file whole, the one atomic writer of the package and of the scripts beside it (`files.atomic_path`,
 `written_record.write_whole`, the content cache, the GPU script's archive): the new bytes go to a temporary file
 beside the target, fsynced and renamed over it only when they are complete, so a reader, or a run killed mid-write,
-sees the old file or the new one, never half of one. Hand-written because the standard library has no such writer
+sees the old file or the new one, never half of one. A folder written whole (`replacing_folder`: a model converted
+for the cache) goes the same way, in a temporary folder beside its target. Hand-written because the standard library has no such writer
 (`tempfile` makes the temporary, `os.replace` the rename; the fsync between them is what makes it whole on disk).
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 
@@ -43,3 +45,27 @@ def replacing(
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
+
+
+@contextlib.contextmanager
+def replacing_folder(path: str) -> Iterator[str]:
+    """
+    A temporary folder beside `path` to write the folder's new content into (this process's own: several may build
+    the same cache entry at once). When the block succeeds it takes `path`'s place: renamed onto it where `path` is
+    absent (one atomic rename), else the old folder is renamed aside first and removed after, so the gap with no
+    folder is two renames, not the removal of a model's files. A failed block leaves `path` as it was and removes the
+    temporary.
+    """
+    parent, name = os.path.split(os.path.abspath(path))
+    tmp = tempfile.mkdtemp(prefix=f".{name}.", dir=parent)
+    try:
+        yield tmp
+        old = None
+        if os.path.lexists(path):
+            old = tempfile.mkdtemp(prefix=f".{name}.old.", dir=parent)
+            os.replace(path, os.path.join(old, name))
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
