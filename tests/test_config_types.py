@@ -1,5 +1,5 @@
-"""The configs' variant fields are static (a type checker and an editor see them) and equal to what the variants
-declare; a user's misspelt field fails a type check."""
+"""The configs' variant fields are static (a type checker and an editor see them), each declared once; a plug-in's
+typed settings class is checked when its variant is defined; a user's misspelt field fails a type check."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from conftest import hang_limit
 
 from constrained_sft import ConstrainedConfig, ConstrainedSFTConfig
 from constrained_sft.config.variant_fields import STATIC_FIELDS, VariantArguments, all_settings
+from constrained_sft.constraints import BY_FIELD, settings_of
 from constrained_sft.constraints.objectives import EARLY_EXIT_SCALES, EarlyExitScale
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,9 @@ def builtin_settings():
     }
 
 
-def test_the_static_variant_fields_are_what_the_variants_declare():
+def test_each_builtin_setting_is_declared_once_its_type_and_default_by_its_field():
+    """The variants' `Setting`s leave type and default to the configs' static fields (`BY_FIELD`): nothing is declared
+    twice, so nothing is held equal; the field's help and choices are the setting's (its metadata)."""
     settings = builtin_settings()
     assert set(settings) == STATIC_FIELDS and len(settings) == 9
     hints = typing.get_type_hints(VariantArguments)
@@ -42,14 +45,35 @@ def test_the_static_variant_fields_are_what_the_variants_declare():
         if f.name == "plugin_settings":
             continue
         setting = settings[f.name]
-        assert f.default == setting.default and f.metadata == setting.metadata, f.name
-        hint = hints[f.name]
-        if typing.get_origin(hint) is typing.Literal:  # a closed choice: the setting's choices, as a type
-            assert setting.type is str and typing.get_args(hint) == setting.choices, f.name
-        else:
-            assert hint == setting.type, f.name
+        assert setting.type is BY_FIELD and setting.default is BY_FIELD, f.name
+        assert f.metadata == setting.metadata, f.name
+        if setting.choices is not None:  # a closed choice: its type is the Literal of the setting's choices
+            assert typing.get_args(hints[f.name]) == setting.choices, f.name
     assert typing.get_args(EarlyExitScale) == tuple(EARLY_EXIT_SCALES)
     assert {s.field for _, _, s in all_settings()} >= set(settings)
+
+
+def test_a_typed_settings_class_that_cannot_declare_settings_is_refused_naming_the_field():
+    @dataclasses.dataclass
+    class NoDefault:
+        rate: float = dataclasses.field(metadata={"help": "a rate"})
+
+    @dataclasses.dataclass
+    class NoHelp:
+        rate: float = 0.5
+
+    @dataclasses.dataclass
+    class Choice:
+        kind: typing.Literal["a", "b"] = dataclasses.field(default="a", metadata={"help": "which"})
+
+    with pytest.raises(TypeError, match=r"NoDefault: field `rate` needs a default"):
+        settings_of(NoDefault)
+    with pytest.raises(TypeError, match=r"NoHelp: field `rate` needs `metadata=\{'help': ...\}`"):
+        settings_of(NoHelp)
+    with pytest.raises(TypeError, match=r"must be a dataclass"):
+        settings_of(int)
+    kind = settings_of(Choice)["kind"]
+    assert (kind.field, kind.type, kind.default, kind.choices) == ("kind", str, "a", ("a", "b"))
 
 
 def test_both_configs_carry_every_variant_field_with_its_type():

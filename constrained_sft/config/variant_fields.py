@@ -4,11 +4,12 @@ The fields of the variants: the settings a training mode (`constraints.MODES`) o
 beside a variant that does not read it.
 
 This library's variants' settings are static fields of `VariantArguments` (a base of `ConstraintArguments`, so of
-both trainer configs), each with its type and default in this source and its help from the variant's `Setting`, so
-that a type checker and an editor see them (`tests/test_config_types.py` holds the two equal, and type-checks a user's
-file). A variant registered from one's own module is still one class in one file: its settings go in
-`plugin_settings` ({field: value}; `--plugin_settings '{"dual_momentum": 0.9}'` on the command line, a mapping in a
-recipe), validated and refused by the same rules, and read with `Setting.read(config)`.
+both trainer configs), so that a type checker and an editor see them: each declared once, its type and default here
+(the variant's `Setting` leaves them `BY_FIELD`) and its help and allowed values in the variant's `Setting`, which the
+field's metadata is. A variant registered from one's own module is still one class in one file: its settings, best
+declared as a typed dataclass (`settings_class`), go in `plugin_settings` ({field: value}; `--plugin_settings
+'{"dual_momentum": 0.9}'` on the command line, a mapping in a recipe), validated and refused by the same rules, and
+read typed with `typed_settings(config)` (or `Setting.read(config)`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..constraints import DUAL_OPTIMIZERS, MODES, Setting
 from ..constraints.dual_methods import AugmentedLagrangianDual, NuPIDual
 from ..constraints.modes import EarlyExitLoss, Penalty
 from ..constraints.objectives import EarlyExitScale
+from ..constraints.variants import BY_FIELD
 from ..utils.fields import check_fields, describe_type, matches_type
 from ..utils.registry import Registry
 from ..utils.types import JSONRead
@@ -93,6 +95,24 @@ class VariantArguments:
 
 
 STATIC_FIELDS = frozenset(f.name for f in dataclasses.fields(VariantArguments)) - {"plugin_settings"}
+STATIC_DEFAULTS = {f.name: f.default for f in dataclasses.fields(VariantArguments) if f.name in STATIC_FIELDS}
+
+
+def plugin_settings() -> dict[str, Setting]:
+    """{field: setting} of the registered variants' settings without a static field (one's own variants'); a setting
+    of those that leaves its type or default to a field (`BY_FIELD`, what this library's own variants do) names a
+    field the configs lack: refused in one line naming it."""
+    plugged: dict[str, Setting] = {}
+    for picker, name, setting in all_settings():
+        if setting.field in STATIC_FIELDS:
+            continue
+        if setting.type is BY_FIELD or setting.default is BY_FIELD:
+            raise ValueError(
+                f"`{picker}: {name}`'s setting `{setting.field}` is no field of the configs, so it must declare its "
+                "type and default (or declare its settings as a `settings_class` dataclass)."
+            )
+        plugged[setting.field] = setting
+    return plugged
 
 
 def _plugin_settings(value: object) -> JSONRead | None:
@@ -108,7 +128,7 @@ def _plugin_settings(value: object) -> JSONRead | None:
         return None
     if not isinstance(value, dict):
         raise ValueError(f"`plugin_settings` must be a mapping {{field: value}}, got {value!r}.")
-    plugged = {s.field: s for _, _, s in all_settings() if s.field not in STATIC_FIELDS}
+    plugged = plugin_settings()
     for key, item in value.items():
         if key in STATIC_FIELDS:
             raise ValueError(f"`plugin_settings` holds `{key}`, a field of its own: give it as `{key}`.")
@@ -122,12 +142,17 @@ def _plugin_settings(value: object) -> JSONRead | None:
     return dict(value)
 
 
+def setting_default(setting: Setting) -> object:
+    """A setting's default: its static field's (this library's variants': `BY_FIELD`), else its own."""
+    return STATIC_DEFAULTS[setting.field] if setting.default is BY_FIELD else setting.default
+
+
 def refuse_unread_fields(config: Any) -> None:
     """A field only some variants read, set (not its default) beside a variant that does not read it, is refused,
     naming the field, its variants and the config's."""
     settings = {s.field: s for _, _, s in all_settings()}
     for name, (picker, variants) in read_only_by().items():
-        value, chosen, default = settings[name].read(config), getattr(config, picker), settings[name].default
+        value, chosen, default = settings[name].read(config), getattr(config, picker), setting_default(settings[name])
         if chosen not in variants and value != default:
             readers = " or ".join(f"`{picker}: {v}`" for v in variants)
             raise ValueError(

@@ -21,9 +21,10 @@ from .multipliers import Multipliers
 from .objectives import EARLY_EXIT_SCALES, AugmentedLagrangian, EarlyExit, Lagrangian, LayerObjective
 from .primal_dual import ConstraintStateError, PrimalDual
 from .stats import LayerLosses, LayerStats, LayerTotals, StepStats, descent_counts, stats_metrics, step_stats
-from .variants import Setting
+from .variants import BY_FIELD, HasSettings, Setting, settings_of
 
 __all__ = [
+    "BY_FIELD",
     "DUAL_OPTIMIZERS",
     "EARLY_EXIT_SCALES",
     "ERM",
@@ -33,6 +34,7 @@ __all__ = [
     "ConstraintStateError",
     "DescentConstraints",
     "FeasibilityReport",
+    "HasSettings",
     "DualOptimizer",
     "EarlyExit",
     "FixedDual",
@@ -48,6 +50,7 @@ __all__ = [
     "PrimalDual",
     "SGDDual",
     "Setting",
+    "settings_of",
     "StepStats",
     "constraint_values",
     "descent_counts",

@@ -33,30 +33,24 @@ class NuPIDual(DualOptimizer):
     settings = {
         "kp": Setting(
             "nupi_kp",
-            float,
-            1.0,
-            "`dual_optimizer: nupi`: proportional gain K_P >= 0, the weight of the change of the slack in each step, "
+            help="`dual_optimizer: nupi`: proportional gain K_P >= 0, the weight of the change of the slack in each step, "
             "lambda <- proj[lambda + dual_lr (K_I e_t + K_P (xi_t - xi_{t-1}))] (0: SGD; 1 with `nupi_ema` 0: the "
             "optimistic gradient method). Damps the overshoot of plain ascent.",
-            finite_at_least(0.0),
-            "must be a finite number >= 0",
+            valid=finite_at_least(0.0),
+            requirement="must be a finite number >= 0",
         ),
         "ki": Setting(
             "nupi_ki",
-            float,
-            1.0,
-            "`dual_optimizer: nupi`: integral gain K_I >= 0 (1: SGD's ascent; K_P + K_I > 0).",
-            finite_at_least(0.0),
-            "must be a finite number >= 0",
+            help="`dual_optimizer: nupi`: integral gain K_I >= 0 (1: SGD's ascent; K_P + K_I > 0).",
+            valid=finite_at_least(0.0),
+            requirement="must be a finite number >= 0",
         ),
         "ema": Setting(
             "nupi_ema",
-            float,
-            0.0,
-            "`dual_optimizer: nupi`: nu in [0, 1), the moving average xi_t = nu xi_{t-1} + (1 - nu) e_t of the ascent "
+            help="`dual_optimizer: nupi`: nu in [0, 1), the moving average xi_t = nu xi_{t-1} + (1 - nu) e_t of the ascent "
             "direction that the proportional term differentiates (0: the raw slack).",
-            lambda v: is_number(v) and 0 <= v < 1,
-            "must lie in [0, 1)",
+            valid=lambda v: is_number(v) and 0 <= v < 1,
+            requirement="must lie in [0, 1)",
         ),
     }
 
@@ -110,29 +104,23 @@ class AugmentedLagrangianDual(SGDDual):
     settings = {
         "penalty": Setting(
             "alm_penalty",
-            float | None,
-            None,
-            "`dual_optimizer: augmented_lagrangian`: the initial penalty coefficient c > 0 of the quadratic term "
+            help="`dual_optimizer: augmented_lagrangian`: the initial penalty coefficient c > 0 of the quadratic term "
             "(relu(lambda + c g)^2 - lambda^2) / 2c (default: `dual_lr`, the method of multipliers).",
-            lambda v: v is None or finite_at_least(0.0, strict=True)(v),
-            "must be None (`dual_lr`) or a finite number > 0",
+            valid=lambda v: v is None or finite_at_least(0.0, strict=True)(v),
+            requirement="must be None (`dual_lr`) or a finite number > 0",
         ),
         "growth": Setting(
             "alm_growth",
-            float,
-            1.0,
-            "`dual_optimizer: augmented_lagrangian`: factor >= 1 applied to a constraint's c at each dual step it is "
+            help="`dual_optimizer: augmented_lagrangian`: factor >= 1 applied to a constraint's c at each dual step it is "
             "violated by more than `alm_tolerance`, c reset once it holds (1: c stays constant).",
-            finite_at_least(1.0),
-            "must be a finite number >= 1",
+            valid=finite_at_least(1.0),
+            requirement="must be a finite number >= 1",
         ),
         "tolerance": Setting(
             "alm_tolerance",
-            float,
-            0.0,
-            "`dual_optimizer: augmented_lagrangian`: the violation (nats, >= 0) above which c grows.",
-            finite_at_least(0.0),
-            "must be a finite number >= 0",
+            help="`dual_optimizer: augmented_lagrangian`: the violation (nats, >= 0) above which c grows.",
+            valid=finite_at_least(0.0),
+            requirement="must be a finite number >= 0",
         ),
     }
 

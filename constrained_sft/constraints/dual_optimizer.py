@@ -21,7 +21,7 @@ from ..utils.registry import Registry
 from ..utils.types import StateDict
 from .multipliers import Multipliers
 from .objectives import LayerObjective
-from .variants import Setting, SettingValues
+from .variants import HasSettings, SettingValues
 
 
 def _jsonable(value: Any) -> bool:
@@ -31,7 +31,7 @@ def _jsonable(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str))
 
 
-class DualOptimizer(ABC):
+class DualOptimizer(HasSettings, ABC):
     """
     One ascent step per call: `lambda <- proj[lambda + lr * (slack - resilience * lambda)]` through the subclass's
     update rule (`ascend`). `slack` is the constraint value `g_c` (positive = violated).
@@ -48,26 +48,20 @@ class DualOptimizer(ABC):
 
     A new dual optimizer is a subclass, one class in one file: its `name` (`@DUAL_OPTIMIZERS.register` makes it a
     `dual_optimizer` choice; unregistered, it can still be passed to `PrimalDual`), the torch optimizer it builds,
-    and (optionally) a cheaper `ascend`, its own settings (`settings`: keyword argument of `__init__` -> the `Setting`
-    of the config field that carries it, validated by it: a static field for this library's variants,
-    `plugin_settings` for one's own), a cross-field check (`settings_problem`), the objective it needs
+    and (optionally) a cheaper `ascend`, its own settings (`HasSettings`: a typed `settings_class` dataclass, or
+    `settings`, keyword argument of `__init__` -> the `Setting` of the config field that carries it; a static field for
+    this library's variants, `plugin_settings` for one's own), a cross-field check (`settings_problem`), the objective it needs
     (`objective`) and state beyond the torch optimizer's (`extra_state`).
     """
 
     name: ClassVar[str]
     help: ClassVar[str] = ""  # what `dual_optimizer: <name>` does: the field's help and the reference's table
-    settings: ClassVar[dict[str, Setting]] = {}
     ascends: ClassVar[bool] = True  # the multipliers move with the slack (False: fixed weights, measured only)
 
     @classmethod
     def settings_problem(cls, values: SettingValues) -> str | None:
         """A refusal that needs several settings at once (`values`: keyword argument -> value); None: allowed."""
         return None
-
-    @classmethod
-    def read_settings(cls, config: Any) -> SettingValues:
-        """The keyword arguments of `__init__` its settings take from a config's fields."""
-        return {key: setting.read(config) for key, setting in cls.settings.items()}
 
     def __init__(
         self, multipliers: Multipliers, lr: float = 0.01, resilience: float = 0.0, explicit_relaxation: bool = False

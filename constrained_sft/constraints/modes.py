@@ -19,7 +19,7 @@ from ..utils.registry import Registry
 from .dual_optimizer import DualOptimizer, FixedDual, dual_optimizer_class
 from .lagrangian import DescentConstraints
 from .objectives import EARLY_EXIT_SCALES, EarlyExit, LayerObjective
-from .variants import Setting, SettingValues, finite_at_least
+from .variants import HasSettings, Setting, SettingValues, finite_at_least
 
 
 class ModeSettings(TypedDict, total=False):
@@ -32,7 +32,7 @@ class ModeSettings(TypedDict, total=False):
     objective: LayerObjective
 
 
-class Mode(ABC):
+class Mode(HasSettings, ABC):
     """
     One value of `constraints`. Flags: `trains_layers` (False: ERM, the layers are only measured), `ascends` (the
     multipliers ascend: the dual fields are read), `fixed_weights` (the layers' terms have constant weights, so
@@ -44,7 +44,6 @@ class Mode(ABC):
     help: ClassVar[str]  # what `constraints: <name>` does, in the field's help (`--help`, the reference pages)
     card_tag: ClassVar[str]  # the model card's tag of a run in this mode
     card_text: ClassVar[str]  # the model card's "trained ..." clause
-    settings: ClassVar[dict[str, Setting]] = {}
     trains_layers: ClassVar[bool] = True
     ascends: ClassVar[bool] = False
     fixed_weights: ClassVar[bool] = False
@@ -105,12 +104,10 @@ class Penalty(Mode):
     settings = {
         "weight": Setting(
             "penalty_weight",
-            float,
-            1.0,
-            "`constraints: penalty`: the fixed multiplier of every descent term, f_L + w sum_c g_c (>= 0; 0 trains "
+            help="`constraints: penalty`: the fixed multiplier of every descent term, f_L + w sum_c g_c (>= 0; 0 trains "
             "exactly as `constraints: none`).",
-            finite_at_least(0.0),
-            "must be a finite number >= 0",
+            valid=finite_at_least(0.0),
+            requirement="must be a finite number >= 0",
         ),
     }
 
@@ -144,21 +141,17 @@ class EarlyExitLoss(Mode):
     settings = {
         "scale": Setting(
             "early_exit_scale",
-            str,
-            "uniform",
-            "`constraints: early_exit`: torchtune's rule for the scale s(l) of each constrained layer l below L: "
+            help="`constraints: early_exit`: torchtune's rule for the scale s(l) of each constrained layer l below L: "
             "'uniform' (1), 'linear' (l), 'sum' (the running sum of the exit layers), 'sqrt', 'inv' (1/l), "
             "'inv_sqrt'. Each gets the weight early_exit_weight x s(l) / s(L).",
             choices=tuple(EARLY_EXIT_SCALES),
         ),
         "weight": Setting(
             "early_exit_weight",
-            float,
-            1.0,
-            "`constraints: early_exit`: torchtune's e_scale (>= 0; 0 trains exactly as `constraints: none`). f_L keeps "
+            help="`constraints: early_exit`: torchtune's e_scale (>= 0; 0 trains exactly as `constraints: none`). f_L keeps "
             "weight 1: torchtune divides every exit by the sum of the scales, a constant factor that Adam ignores.",
-            finite_at_least(0.0),
-            "must be a finite number >= 0",
+            valid=finite_at_least(0.0),
+            requirement="must be a finite number >= 0",
         ),
     }
 

@@ -129,10 +129,18 @@ def test_a_new_dual_optimizer_is_one_class_in_one_file(tmp_path):
 
 
 HALF_PENALTY = '''
-"""A training mode of one's own, in one file: the class, its description, its setting, its registration."""
-from constrained_sft.constraints import MODES, FixedDual, Setting
+"""A training mode of one's own, in one file: the class, its description, its typed settings, its registration."""
+from dataclasses import dataclass, field
+
+from constrained_sft.constraints import MODES, FixedDual
 from constrained_sft.constraints.modes import Mode
 from constrained_sft.constraints.variants import finite_at_least
+
+
+@dataclass
+class HalfPenaltySettings:
+    half_weight: float = field(default=1.0, metadata={"help": "`constraints: half_penalty`: twice the weight.",
+                               "valid": finite_at_least(0.0), "requirement": "must be a finite number >= 0"})
 
 
 @MODES.register
@@ -142,12 +150,13 @@ class HalfPenalty(Mode):
     card_tag = "half-penalty"
     card_text = "with the descent terms at half a fixed weight (a mode registered from its own module)"
     fixed_weights = True
-    settings = {"weight": Setting("half_weight", float, 1.0, "`constraints: half_penalty`: twice the weight.",
-                                  finite_at_least(0.0), "must be a finite number >= 0")}
+    settings_class = HalfPenaltySettings
 
     @classmethod
     def primal_dual_settings(cls, config, spec, num_layers):
-        return {"dual_optimizer": FixedDual, "dual_init": cls.settings["weight"].read(config) / 2}
+        settings: HalfPenaltySettings = cls.typed_settings(config)  # read typed
+        assert type(settings.half_weight) is float
+        return {"dual_optimizer": FixedDual, "dual_init": settings.half_weight / 2}
 '''
 
 USE_THE_MODE = """
@@ -172,7 +181,9 @@ print(json.dumps({"refused": refused, "help": shown.getvalue()}))
 
 def test_a_new_mode_is_one_class_in_one_file(tmp_path):
     """Registered from its own module, a training mode is a `constraints` value with its description in `--help`,
-    its setting a validated field refused beside another mode, its text and tag in the model card, and it trains."""
+    its settings a typed dataclass (`settings_class`): a validated field refused beside another mode, read typed by
+    the mode; its text and tag in the model card, and it trains. (The dual optimizer above declares its setting the
+    previous release's way, a `Setting` with its type and default: both stay supported.)"""
     import json
 
     argv = "--constraints", "half_penalty", "--plugin_settings", '{"half_weight": 0.6}'
