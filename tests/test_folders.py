@@ -1,11 +1,11 @@
-"""A results folder's marker against this version's settings (`utils.folders`): every difference is named, a
+"""A results folder's marker against this version's settings (`utils.output_folders`): every difference is named, a
 `None` setting one side does not write included, and an earlier version's marker is migrated only where that is
 safe: a setting that decides nothing now, in a group still written, and a setting it lacks that the folder's own
 work vouches for."""
 
 import pytest
 
-from constrained_sft.utils.folders import OutputDirError, check_folder, differences, mark_folder, migration
+from constrained_sft.utils.output_folders import OutputDirError, check_folder, differences, mark_folder, migration
 
 SAVED = {"judge": "proxy", "arms": {"erm": {"training": {"lr": 0.1, "dataset_num_proc": None}, "data": {"name": "d"}}}}
 

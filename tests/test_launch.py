@@ -15,10 +15,10 @@ from constrained_sft.launch import Call, JobEnded
 from constrained_sft.launch.devices import Machine
 from constrained_sft.launch.local import HERE, DevicePool, InProcess, pool_capabilities
 from constrained_sft.launch.slurm import capabilities as slurm_capabilities
-from constrained_sft.study.folder import StudyFolder
 from constrained_sft.study.phases import Job
 from constrained_sft.study.policy import run_all
 from constrained_sft.study.record import EXITS, TRAIN, RunRecord
+from constrained_sft.study.study_folder import StudyFolder
 from constrained_sft.utils.slurm_options import SlurmArguments
 
 

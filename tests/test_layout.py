@@ -375,7 +375,7 @@ def test_the_study_reads_each_evaluation_through_its_package():
     module inside one (an eval command's module)."""
     graph = import_graph(PACKAGE)
     assert reaches_inside(graph, "constrained_sft.study") == []
-    made_up = {"constrained_sft.study.folder": {"constrained_sft.evaluation.alpaca.generate"}}
+    made_up = {"constrained_sft.study.study_folder": {"constrained_sft.evaluation.alpaca.generate"}}
     assert reaches_inside(made_up, "constrained_sft.study") == [
-        "constrained_sft.study.folder imports constrained_sft.evaluation.alpaca.generate"
+        "constrained_sft.study.study_folder imports constrained_sft.evaluation.alpaca.generate"
     ]

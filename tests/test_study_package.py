@@ -163,11 +163,11 @@ def test_the_script_holds_no_python():
 
 
 def test_the_package_brings_back_the_study_folders_parts_but_weights_and_data():
-    """`study_package` names the parts it packs by hand (importing `study.folder` would load the comparison layer,
+    """`study_package` names the parts it packs by hand (importing `study.study_folder` would load the comparison layer,
     seconds a refused script call should not wait); they are the study folder's parts, less the trained runs (only
     their small files travel), the prepared data and a Slurm study's job ledger and logs (a lent GPU machine has no
     Slurm; a study continued on another cluster finds none of those jobs queued and submits anew)."""
-    from constrained_sft.study import folder
+    from constrained_sft.study import study_folder as folder
 
     assert set(package.FOLDERS) == set(folder.FOLDERS) - {folder.TRAIN, folder.DATA, folder.SLURM}
     assert set(package.FILES) == set(folder.FILES)

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from constrained_sft.study.folder import StudyFolder
 from constrained_sft.study.record import RunKey, RunRecord, read_run_record, write_run_record
+from constrained_sft.study.study_folder import StudyFolder
 
 
 def test_a_run_key_names_its_run_folder_and_record(tmp_path):

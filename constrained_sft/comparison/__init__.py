@@ -22,7 +22,7 @@ from .arms import (
     sweep_arms,
     twin_differences,
 )
-from .folder import CheckedFolder, check_comparison_folder, check_same_data
+from .comparison_folder import CheckedFolder, check_comparison_folder, check_same_data
 from .grid import comparison_levels
 from .names import CONSTRAINED, ERM, TWINS, arm_label, readout_arm
 

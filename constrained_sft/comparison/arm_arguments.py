@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from ..data import ModelPathError
 from ..data.models import hub_id_unavailable
-from ..utils.folders import plain_name
+from ..utils.output_folders import plain_name
 from .arms import compared_pairs, reference_arm
 from .names import clash
 

@@ -17,7 +17,7 @@ from ..constraints import mode_of
 from ..tasks import AnyRecipe, Arm, Task
 from ..tasks.training import data_identity
 from ..trainers.resume import deciding
-from ..utils.folders import child_path, plain_name
+from ..utils.output_folders import child_path, plain_name
 from ..utils.types import JSONObject
 from .names import CONSTRAINED, ERM, TWINS, clash, readout_arm
 

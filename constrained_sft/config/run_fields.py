@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias, get_args
 
 from ..constraints.variants import is_number
 from ..utils.fields import check_fields
-from ..utils.folders import OutputDirError, check_output_folder
+from ..utils.output_folders import OutputDirError, check_output_folder
 
 if TYPE_CHECKING:  # the type checker reads the mixin as the arguments it is mixed into; at run time: `object`
     from transformers import TrainingArguments

@@ -15,7 +15,7 @@ from ..evaluation.alpaca import AlpacaArguments, judges_help
 from ..evaluation.instructions import ALPACA_EVAL
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields
-from ..utils.folders import check_output_folder
+from ..utils.output_folders import check_output_folder
 from ..utils.shipped import check_launch_config, find
 from ..utils.types import JSONObject
 from .phases import KeepModels
@@ -222,7 +222,7 @@ class StudyArguments:
         )
 
     def folder_settings(self, recipes: Mapping[str, AnyRecipe]) -> JSONObject:
-        """What decides a study's results, for its folder (`utils.folders`): every arm's recipe (but for the
+        """What decides a study's results, for its folder (`utils.output_folders`): every arm's recipe (but for the
         seed) and the evaluation options. A continuation may add training seeds; where the study writes, which stage
         runs, the intervals' resamples, the report's examples, and where and how the runs run and decode (jobs, devices,
         compiled decoding: the same greedy tokens) decide nothing."""

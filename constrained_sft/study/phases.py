@@ -29,8 +29,8 @@ from ..utils.files import json_safe, write_json
 from ..utils.types import JSONObject, JSONRead
 from . import clock
 from .after_training import Evaluation
-from .folder import StudyFolder
 from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN, RunRecord, read_run_record, write_run_record
+from .study_folder import StudyFolder
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback

@@ -22,8 +22,8 @@ from ..trainers.setup import check_launch
 from ..utils.slurm_options import SlurmArguments
 from .after_training import Evaluation
 from .arguments import HELD_OUT, StudyArguments
-from .folder import StudyFolder
 from .phases import LLMRecipe, is_llm_recipe
+from .study_folder import StudyFolder
 
 if TYPE_CHECKING:
     from accelerate import PartialState

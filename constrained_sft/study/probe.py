@@ -37,9 +37,9 @@ from ..evaluation.loading import auto_bf16
 from ..tasks import get_task
 from ..utils.types import JSONObject, JSONRead
 from . import clock
-from .folder import StudyFolder
 from .phases import Job, train
 from .record import ANSWERS, EXITS, ROBUSTNESS, TRAIN
+from .study_folder import StudyFolder
 
 if TYPE_CHECKING:  # what transformers hands every callback
     import torch

@@ -25,7 +25,7 @@ from ..data import has_weights, model_fingerprint
 from ..evaluation import ExitsModel, ModelResult
 from ..utils.files import read_json, write_json
 from ..utils.types import JSONObject, JSONRead
-from .folder import StudyFolder
+from .study_folder import StudyFolder
 
 T = TypeVar("T")
 

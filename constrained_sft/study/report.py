@@ -24,8 +24,8 @@ from ..evaluation.report import (
 )
 from ..evaluation.robustness import summary_table
 from ..utils.types import JSONObject, JSONRead
-from .folder import StudyFolder
 from .results import StudyResults, StudyTimings
+from .study_folder import StudyFolder
 
 PLOTS = ("differences", "layers", "ratios", "descent")  # robustness report files shown after the headline's plot
 PROXY_NOTE = (

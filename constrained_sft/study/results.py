@@ -22,7 +22,7 @@ from ..utils.files import read_saved, write_json
 from ..utils.redact import redact_url
 from ..utils.types import JSONObject, JSONRead
 from .arguments import StudyArguments
-from .folder import STUDY_JSON, TIMINGS_JSON
+from .study_folder import STUDY_JSON, TIMINGS_JSON
 
 
 @dataclass(frozen=True)

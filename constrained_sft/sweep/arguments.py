@@ -12,7 +12,7 @@ from ..comparison import ERM, arm_recipes, comparison_levels, recipe_identity
 from ..comparison.names import ErmName
 from ..noise import NoiseGrid
 from ..utils.fields import check_fields
-from ..utils.folders import check_output_folder
+from ..utils.output_folders import check_output_folder
 from ..utils.redact import redact_url
 from ..utils.types import JSONObject
 from .objectives import SWEEP_OBJECTIVES, objectives_help
@@ -155,7 +155,7 @@ class SweepArguments:
     def folder_settings(
         self, recipes: Mapping[str, AnyRecipe], spaces: Mapping[str, SearchSpace], given_storage: str | None
     ) -> JSONObject:
-        """What decides a sweep's results, for its folder (`utils.folders`): the options (a continuation may
+        """What decides a sweep's results, for its folder (`utils.output_folders`): the options (a continuation may
         raise `n_trials` and `final_seeds`), every arm's recipe (`recipes`: {name: Recipe}; the ERM twins train the
         constrained recipe), the search space and a storage the user named (the default one lives in the folder)."""
         skip = ("sweep_dir", "n_trials", "final_seeds", "stage", "storage", "heartbeat_interval", "bootstrap_samples",

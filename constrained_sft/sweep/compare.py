@@ -16,7 +16,7 @@ from ..evaluation import RobustnessArguments, RobustnessResults, saved_results
 from ..evaluation import run as robustness
 from ..tasks import AnyRecipe, AnyTraining, Arm, Task, is_finished
 from ..utils.files import read_json, write_json
-from ..utils.folders import OutputDirError, child_path, normalized
+from ..utils.output_folders import OutputDirError, child_path, normalized
 from .results import SweepResults
 from .search import Objective, best_params, trial_args
 from .space import Params

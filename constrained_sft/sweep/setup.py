@@ -22,7 +22,7 @@ from .space import SearchSpace, arm_spaces, check_ranges, load_space
 if TYPE_CHECKING:
     import optuna
 
-    from ..comparison.folder import CheckedFolder
+    from ..comparison.comparison_folder import CheckedFolder
 
 
 COMMAND = "sweep"

@@ -10,9 +10,9 @@ overwritten, followed or removed (the caller writes beside it, or refuses naming
 
 A record may hold sections beside the files (`read_section`, `write_section`): a command's result folder names the
 commands that wrote there and the settings that decide their results (`commands`: {command: {"settings", "version"}},
-`utils.folders.check_folder` reads them), and `benchmarks/gpu_study.sh` the device it ran on (`device`). One record of
+`utils.output_folders.check_folder` reads them), and `benchmarks/gpu_study.sh` the device it ran on (`device`). One record of
 what was written, in one file, by one writer (earlier versions kept the commands in a `written_by.json` beside it,
-still read by `utils.folders.read_marker`, and the GPU script's record in its `device.txt`).
+still read by `utils.output_folders.read_marker`, and the GPU script's record in its `device.txt`).
 
 Earlier versions marked a script's folder with `.written-by` (the script's name, no file list); such a folder is
 read through the script's own layout (`legacy`, a test of relative paths the script wrote).
@@ -115,7 +115,7 @@ def read_section(folder: str, name: str, by: str = WRITER) -> object:
 
 
 def write_section(folder: str, name: str, value: object, by: str = WRITER) -> None:
-    """Set the record's section `name` (`utils.folders.mark_folder`: the commands), its files kept; a folder without
+    """Set the record's section `name` (`utils.output_folders.mark_folder`: the commands), its files kept; a folder without
     a record gets one of `by`'s."""
     with _LOCK:
         if problem := record_problem(folder, by):  # `check_record` refused it before any work

@@ -23,7 +23,7 @@ from constrained_sft import ConstrainedSFTConfig
 from constrained_sft.cli import console
 from constrained_sft.testing import successor_dataset, tiny_causal_lm, tiny_encoder, tiny_tokenizer
 from constrained_sft.testing.vlm import write_tiny_vlm
-from constrained_sft.utils.folders import MARKER, mark_folder
+from constrained_sft.utils.output_folders import MARKER, mark_folder
 from constrained_sft.utils.written_record import WRITER, record_written
 
 
@@ -619,7 +619,7 @@ def test_names_that_build_folders_stay_inside_their_parent(tmp_path):
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from constrained_sft.utils.folders import child_path, plain_name
+    from constrained_sft.utils.output_folders import child_path, plain_name
 
     @settings(max_examples=300, deadline=None)
     @given(st.text(alphabet=st.sampled_from(list("ab./\\-_ \x00")), min_size=0, max_size=6))

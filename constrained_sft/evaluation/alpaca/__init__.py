@@ -7,7 +7,7 @@ and their report (`report`: the win-rate table and plot, its part of the folder'
 folders as typed objects (`folders`: `AnswersFolder`, `VerdictsFolder`), through which the study reads them.
 """
 
-from .folders import AnswersFolder, VerdictsFolder
+from .answer_folders import AnswersFolder, VerdictsFolder
 from .generate import GenerateArguments
 from .generate import run as generate_answers  # `eval generate` (not `generate`: the module keeps its name)
 from .judge_command import (

@@ -28,14 +28,14 @@ from ...noise import NoiseGrid, embedding_sigma, noise_stream, noisy_decoding
 from ...tasks import SFTTask, get_task
 from ...utils.fields import check_fields
 from ...utils.files import write_json
-from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name, read_marker
+from ...utils.output_folders import check_folder, check_output_folder, mark_folder, plain_name, read_marker
 from ...utils.types import JSONObject, Kwargs
 from ...version import VERSION
 from ..decoding import compiled_decoding
 from ..instructions import ALPACA_EVAL, GenerationError, fingerprint, load_instructions, prompts_for
 from ..lengths import Decoding, check_decoding
 from ..loading import auto_bf16, reference_sigma
-from .folders import AnswersFolder
+from .answer_folders import AnswersFolder
 from .results import ALPACA_EVAL_SIZE, LevelAnswers
 
 

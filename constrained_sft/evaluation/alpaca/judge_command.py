@@ -27,12 +27,12 @@ from ...comparison import CONSTRAINED, ERM
 from ...noise import NoiseGrid
 from ...utils.fields import check_fields
 from ...utils.files import read_json, write_json
-from ...utils.folders import check_folder, check_output_folder, mark_folder, plain_name
+from ...utils.output_folders import check_folder, check_output_folder, mark_folder, plain_name
 from ...utils.redact import redact_url
 from ..instructions import GenerationError
 from .annotator_configs import load_alpaca_eval
+from .answer_folders import AnswersFolder, VerdictsFolder
 from .errors import JudgeError
-from .folders import AnswersFolder, VerdictsFolder
 from .headtohead import AlpacaEvalJudge, Judge, judge_both_orders, lc_annotations, win_rate_level, write_verdicts
 from .judge_registry import AnnotatorJudge, AnnotatorSetup, judge_kind, judges_help
 from .report import cost_text, write_alpaca

@@ -12,8 +12,8 @@ import textwrap
 from ...utils.figures import pyplot, save_figure
 from ...utils.files import write_json
 from ..report import PARTS, Block, Heading, Image, PagePart, Table, Text, write_page
+from .answer_folders import VerdictsFolder
 from .cost import MAX_TOKENS
-from .folders import VerdictsFolder
 from .headtohead import DRAW_TOLERANCE
 from .results import ALPACA_EVAL_SIZE, HeadToHead, JudgeCost
 

@@ -10,7 +10,7 @@ from ...data import ModelSpec
 from ...noise import NoiseGrid
 from ...tasks.sft import causal_lm_config
 from ...utils.fields import check_fields
-from ...utils.folders import check_output_folder, plain_name
+from ...utils.output_folders import check_output_folder, plain_name
 from ..instructions import ALPACA_EVAL, GenerationError
 
 

@@ -33,7 +33,7 @@ from ...noise import embedding_sigma, noise_stream, noisy
 from ...readout import CausalLMReadout
 from ...tasks import SFTTask, get_task
 from ...utils.files import read_json, write_json
-from ...utils.folders import check_folder, child_path, differences, mark_folder, normalized
+from ...utils.output_folders import check_folder, child_path, differences, mark_folder, normalized
 from ...utils.types import JSONObject, Kwargs
 from ..bootstrap import Statistic, bootstrap_interval
 from ..decoding import compiled_decoding

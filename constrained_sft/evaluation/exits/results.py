@@ -12,7 +12,7 @@ from typing import ClassVar
 from ...utils.fields import known_keys
 from ...utils.files import read_saved
 from ...utils.types import JSONObject, JSONRead
-from ..report.folder import ResultsFolder
+from ..report.result_folder import ResultsFolder
 
 EXITS_JSON = "exits.json"
 

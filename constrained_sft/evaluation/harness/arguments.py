@@ -15,7 +15,7 @@ from typing import Literal
 from ...comparison.arm_arguments import ArmArguments
 from ...noise import NoiseGrid
 from ...utils.fields import check_fields
-from ...utils.folders import check_output_folder
+from ...utils.output_folders import check_output_folder
 
 
 @dataclass

@@ -22,7 +22,7 @@ from ...data import ModelSpec, model_identities
 from ...noise import embedding_sigma
 from ...tasks.sft import causal_lm_config
 from ...utils.files import read_json, write_json
-from ...utils.folders import OutputDirError, check_folder, child_path, differences, mark_folder, normalized
+from ...utils.output_folders import OutputDirError, check_folder, child_path, differences, mark_folder, normalized
 from ...utils.types import JSONObject
 from ..bootstrap import Statistic, bootstrap_interval, paired_bootstrap
 from ..comparisons import Band, Comparison, Difference, StatisticRow

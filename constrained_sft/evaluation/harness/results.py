@@ -13,7 +13,7 @@ from ...utils.fields import known_keys
 from ...utils.files import read_saved
 from ...utils.types import JSONObject, JSONRead
 from ..comparisons import Band, Comparison
-from ..report.folder import ResultsFolder
+from ..report.result_folder import ResultsFolder
 
 HARNESS_JSON = "results.json"
 

@@ -6,10 +6,10 @@ where the evaluations' parts meet (`page`), and the typed result folder each eva
 """
 
 from .document import Block, Document, Heading, Image, Preformatted, Table, Text
-from .folder import ResultsFolder
 from .html import render_html, write_html
 from .markdown import comparisons_markdown, render_markdown, write_markdown
 from .page import PAGE, PARTS, PagePart, write_page
+from .result_folder import ResultsFolder
 from .sections import comparison_blocks, comparison_table
 
 __all__ = [

@@ -11,7 +11,7 @@ from ...comparison.arm_arguments import ArmArguments
 from ...noise import NoiseGrid
 from ...tasks import TASKS
 from ...utils.fields import check_fields
-from ...utils.folders import check_output_folder
+from ...utils.output_folders import check_output_folder
 from ...utils.types import NOISE_MODALITIES, NoiseModality
 from ..loading import layer_indices
 

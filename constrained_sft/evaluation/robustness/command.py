@@ -13,7 +13,7 @@ import math
 from ...data import ModelSpec, model_identities
 from ...noise import NoiseGrid, embedding_sigma
 from ...tasks import Task, get_task
-from ...utils.folders import check_folder, mark_folder, read_marker
+from ...utils.output_folders import check_folder, mark_folder, read_marker
 from ...utils.types import JSONObject
 from ..loading import auto_bf16, recorded_gamma, recorded_scale, reference_sigma
 from .arguments import RobustnessArguments

@@ -20,7 +20,7 @@ from ...utils.fields import known_keys
 from ...utils.files import read_saved, write_json
 from ...utils.types import JSONObject, JSONRead
 from ..comparisons import Band, Comparison
-from ..report.folder import ResultsFolder
+from ..report.result_folder import ResultsFolder
 
 RESULTS_JSON = "results.json"
 

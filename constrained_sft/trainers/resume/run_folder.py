@@ -26,7 +26,7 @@ from typing import Any
 
 from ...utils.content import same_source
 from ...utils.files import write_json
-from ...utils.folders import OutputDirError, check_output_folder
+from ...utils.output_folders import OutputDirError, check_output_folder
 from ...utils.types import JSONObject, JSONRead
 from .files import TRAINER_STATE
 from .select import CheckpointError, check_fits, checkpoint_problem, checkpoints, resolve_resume, resume_value

@@ -1,7 +1,7 @@
 """
 A comparison's folder (a study's `--study_dir`, a sweep's `--sweep_dir`), opened the one way both open it: refused in
 one line, before any work, when its data changed since its runs trained (`check_same_data`) or its marker says
-another command or other settings wrote it (`utils.folders.check_folder`); then marked, by one writer.
+another command or other settings wrote it (`utils.output_folders.check_folder`); then marked, by one writer.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..tasks import AnyRecipe
 from ..tasks.training import data_identity
 from ..trainers.resume import RUN_JSON
 from ..utils.content import same_source
-from ..utils.folders import OutputDirError, check_folder, mark_folder, migrated_line, saved_settings
+from ..utils.output_folders import OutputDirError, check_folder, mark_folder, migrated_line, saved_settings
 from ..utils.types import JSONObject, JSONRead
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from ..comparison import CONSTRAINED, ERM, TWINS, RunKey
 from ..evaluation.alpaca import AnswersFolder, VerdictsFolder
-from ..utils.folders import MARKER, child_path
+from ..utils.output_folders import MARKER, child_path
 
 TRAIN, RUNS, DATA, ROBUSTNESS, GENERATIONS, JUDGING, EXITS, SLURM = (
     "train", "runs", "data", "robustness", "generations", "judging", "exits", "slurm"

@@ -17,8 +17,8 @@ import os
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...utils.folders import child_path
-from ..report.folder import ResultsFolder
+from ...utils.output_folders import child_path
+from ..report.result_folder import ResultsFolder
 from .results import ALPACA_JSON
 
 
