@@ -103,6 +103,18 @@ class SlurmCluster:
         out = self.run("squeue", "-h", "--states=all", "-o", "%i|%j|%T")
         return {i: (n, s) for i, n, s in (line.split("|") for line in out.splitlines() if line.strip())}
 
+    def seconds_left(self, job_id: str) -> int | None:
+        """Seconds before the job's time limit (squeue's %L); None without a limit or where squeue has no figure."""
+        out = self.run("squeue", "-h", "-j", job_id, "-o", "%L").strip()
+        days, _, clock = out.rpartition("-")
+        parts = clock.split(":")
+        if not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3 or days and not days.isdigit():
+            return None
+        seconds = 0
+        for part in parts:
+            seconds = seconds * 60 + int(part)
+        return seconds + int(days or 0) * 86400
+
     def log_tail(self) -> str:
         tails = []
         for name in ("slurmctld", "slurmd"):
