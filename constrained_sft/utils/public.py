@@ -37,7 +37,8 @@ PUBLIC_MODULES: tuple[str, ...] = (
     "constrained_sft.trainers",
 )
 
-# old -> new (issue 81 renamed the alpaca modules and the record writer; issue 88 moved the device pool)
+# old -> new (issue 81 renamed the alpaca modules and the record writer; issue 88 moved the device pool; issue 91
+# named the folder modules for their folders)
 MOVED_MODULES: Mapping[str, str] = MappingProxyType(
     {
         "constrained_sft.evaluation.alpaca.judge_kinds": "constrained_sft.evaluation.alpaca.judge_registry",
@@ -46,6 +47,12 @@ MOVED_MODULES: Mapping[str, str] = MappingProxyType(
         "constrained_sft.evaluation.alpaca.kept": "constrained_sft.evaluation.alpaca.verdict_journal",
         "constrained_sft.utils.written": "constrained_sft.utils.written_record",
         "constrained_sft.study.devices": "constrained_sft.launch.devices",
+        # issue 91: module names that say which folder
+        "constrained_sft.utils.folders": "constrained_sft.utils.output_folders",
+        "constrained_sft.study.folder": "constrained_sft.study.study_folder",
+        "constrained_sft.comparison.folder": "constrained_sft.comparison.comparison_folder",
+        "constrained_sft.evaluation.report.folder": "constrained_sft.evaluation.report.result_folder",
+        "constrained_sft.evaluation.alpaca.folders": "constrained_sft.evaluation.alpaca.answer_folders",
     }
 )
 

@@ -1,0 +1,5 @@
+"""Moved to `result_folder` (`ResultsFolder`); this path imports it, with a FutureWarning, for a release."""
+
+from ...utils.public import moved_module
+
+moved_module(__name__)
