@@ -59,6 +59,7 @@ def test_defaults_validate():
         ({"constrained_layers": "some"}, r"constrained_layers"),
         ({"constraint_warmup_steps": -1}, r"constraint_warmup_steps"),
         ({"layer_loss_tokens": 0}, r"layer_loss_tokens"),
+        ({"layer_loss_tokens": "\u00b2"}, r"`layer_loss_tokens` must be .*got '\u00b2'"),  # a digit int() cannot read
         ({"feasibility_window": 0}, r"feasibility_window"),
     ],
 )

@@ -269,7 +269,7 @@ def _parse_tokens(value: object) -> int | str | None:
             return "auto"
         if text in ("all", "none", "null"):
             return None
-        value = int(text) if text.isdigit() else value
+        value = int(text) if text.isdecimal() else value  # isdigit() passes "²", which int() refuses
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value
     raise ValueError(f"`layer_loss_tokens` must be 'auto', 'all' / None, or an integer >= 1, got {value!r}.")

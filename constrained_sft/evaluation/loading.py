@@ -66,7 +66,7 @@ def trained_layers(choice: str, path: str):
 def layer_indices(choice: str) -> list[int]:
     """`--layers` as comma-separated layer indices (1 = the first layer's output), refused in one line otherwise."""
     parts = choice.replace(",", " ").split()
-    if not parts or not all(p.isdigit() and int(p) >= 1 for p in parts):
+    if not parts or not all(p.isdecimal() and int(p) >= 1 for p in parts):  # isdigit() passes "²": int() fails
         raise ValueError(
             f"`--layers` must be 'trained', 'all', or comma-separated layer indices >= 1 (e.g. 2,4,6), got {choice!r}."
         )

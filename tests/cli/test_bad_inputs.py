@@ -281,6 +281,7 @@ ROWS = [
     Row("robustness-seeds", lambda c: c.robustness("--seeds", "0"), ValueError, "`--seeds`", ">= 1"),
     Row("robustness-curve", lambda c: c.robustness("--gammas", "0", "1", "--curve_gammas", "2"), ValueError, "`--curve_gammas`", r"\[0\.0, 1\.0\]"),
     Row("robustness-layers", lambda c: c.robustness("--layers", "foo"), ValueError, "`--layers`", "'trained', 'all', or comma-separated layer indices"),
+    Row("robustness-layers-superscript", lambda c: c.robustness("--layers", "2,\u00b2"), ValueError, "`--layers`", "comma-separated layer indices >= 1 .*got '2,\u00b2'"),
     Row("generate-truncated-json", lambda c: c.generate(instructions=str((c.tmp / "i.json").write_text('[{"instruction": "s1 s2 =", "dataset": "d') and c.tmp / "i.json")), GenerationError, r"`--instructions` \S+i\.json:1:\d+", "not valid JSON"),
     Row("alpaca-generations-missing", lambda c: c.alpaca("--judge", "test", generations=str(c.tmp / "nope")), GenerationError, "`--generations`", "--output_dir of `constrained-sft eval generate`"),
     Row("generate-gamma", lambda c: c.generate("--gammas", "-1"), ValueError, "gamma", ">= 0"),
