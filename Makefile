@@ -16,7 +16,7 @@ OFFLINE := $(VENV)/.offline-assets
 # llama.cpp's server, in its own environment (make judge-server)
 JUDGE_SERVER := .venv-judge/bin/python
 
-.PHONY: setup test test-slow judge-server latest-env check-latest test-latest lock lint format docs demo demo-erm demo-video demo-study wheelhouse gpu-bundle check-install
+.PHONY: setup test test-cluster test-slow judge-server latest-env check-latest test-latest lock lint format docs demo demo-erm demo-video demo-study wheelhouse gpu-bundle check-install
 
 # The lock as pip constraints: all of it without CUDA; with CUDA, all but torch (the machine's CUDA build stays).
 define constraints
@@ -87,6 +87,12 @@ demo-study: $(OFFLINE)
 TEST_WORKERS ?= auto
 test: $(STAMP)
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal
+
+# The long runs on the tests' one-node Slurm (a study's jobs through one-minute time limits and a requeue: about 3 min of
+# two jobs training beside the test, which would slow every test running beside them), outside the default suite;
+# CI runs them right after it (.ci/run), so they are checked on every push.
+test-cluster: $(STAMP)
+	$(BIN)/python -m pytest -m cluster
 
 # Slow tests (real model weights, long runs, a real judge server) and GPU tests, outside the default suite.
 test-slow: $(STAMP) $(JUDGE_SERVER)

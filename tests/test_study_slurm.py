@@ -215,6 +215,7 @@ def job_logs(logs) -> str:
 REQUEUED = ("requeues",)  # what only a requeued run's record holds
 
 
+@pytest.mark.cluster  # minutes of two jobs training beside it: `make test-cluster`, a CI step of its own
 def test_a_run_past_its_time_limit_requeues_itself_and_a_preempted_one_loses_nothing(assets, tmp_path, slurm):  # noqa: F811
     """Both runs train for longer than a minute on a busy 2-core machine, past their one-minute `--slurm_time`: a job
     warned of it (USR2) saves a checkpoint at the end of its step, requeues itself and goes on. The ERM run's job is
